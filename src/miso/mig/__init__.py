@@ -1,0 +1,23 @@
+"""MIG hardware model: GPU tables, layout enumeration and validation, transition planning."""
+
+from miso.mig.layouts import (
+    CURRENT_DRIVER,
+    Geometry,
+    Layout,
+    Placement,
+    canonical,
+    enumerate_layouts,
+    geometry,
+    is_valid,
+    multiset,
+    multisets,
+    violations,
+)
+from miso.mig.tables import GPU_MODELS, GpuModel, Profile, gpu_model
+from miso.mig.transition import TransitionError, TransitionPlan, plan_transition
+
+__all__ = [
+    "CURRENT_DRIVER", "GPU_MODELS", "Geometry", "GpuModel", "Layout", "Placement", "Profile",
+    "TransitionError", "TransitionPlan", "canonical", "enumerate_layouts", "geometry", "gpu_model",
+    "is_valid", "multiset", "multisets", "plan_transition", "violations",
+]

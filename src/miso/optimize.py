@@ -1,0 +1,269 @@
+"""Exact per-GPU partition optimizer: the best valid MIG layout and job-to-slice assignment.
+
+The MISO problem: given up to 7 jobs (fewer on smaller GPUs) and each job's speed on every
+profile (relative to the full GPU; a missing profile means the job does not fit there), choose a
+valid layout with exactly one instance per job and the assignment that maximises the sum of
+speeds. Ties go to the solution that restarts the fewest currently running jobs.
+
+Why it is fast: the value of an assignment depends only on which *profile* each job gets, not on
+where the instance sits. Per geometry and job count we precompute every distinct job-to-profile
+arrangement that some valid layout realises, so a solve is one vectorised gather-and-sum over a
+few hundred rows; placements are resolved afterwards among the layouts of the winning multiset.
+
+Objectives: ``throughput`` (the paper), ``restart-aware`` (throughput minus a penalty per running
+job that must move), ``fairness`` (sum of log speeds, proportional fairness).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from functools import cache
+
+import numpy as np
+
+from miso.mig.layouts import Geometry, Layout, Placement, enumerate_layouts, multiset
+
+MAX_SPEED = 1.5
+_NEG = -1e9
+
+
+class Objective(StrEnum):
+    """What the optimizer maximises."""
+
+    THROUGHPUT = "throughput"
+    RESTART_AWARE = "restart-aware"
+    FAIRNESS = "fairness"
+
+
+class OptimizerError(ValueError):
+    """Bad optimizer input: too many jobs, bad speeds, or a mix no layout can hold."""
+
+
+@dataclass(frozen=True)
+class Solution:
+    """The chosen layout and assignment.
+
+    ``objective`` is the value of the objective that was optimised; ``throughput`` is always the
+    plain sum of speeds; ``restarted`` lists jobs of ``current`` whose instance changes.
+    """
+
+    layout: Layout
+    assignment: dict[str, Placement]
+    objective: float
+    throughput: float
+    restarted: tuple[str, ...] = ()
+    kept: tuple[str, ...] = field(default=())
+
+    def to_json(self) -> dict[str, object]:
+        job_of = {pl: j for j, pl in self.assignment.items()}
+        return {
+            "objective": self.objective,
+            "layout": [
+                {"profile": pl.profile, "start": pl.start, "job": job_of.get(pl)}
+                for pl in self.layout
+            ],
+        }
+
+
+@dataclass(frozen=True)
+class _Tables:
+    """Per (geometry, job count) precomputation."""
+
+    arrangements: np.ndarray  # (K, n) profile indices
+    arr_multiset: np.ndarray  # (K,) multiset id
+    multiset_layouts: tuple[tuple[Layout, ...], ...]  # per multiset id
+
+
+class PartitionOptimizer:
+    """Exact optimizer for one geometry. Build once per (GPU model, profiles, driver)."""
+
+    def __init__(self, geom: Geometry) -> None:
+        self.geom = geom
+        self.profile_names = tuple(p.name for p in geom.profiles)
+        self.profile_index = {n: i for i, n in enumerate(self.profile_names)}
+        self.max_jobs = max(len(lay) for lay in enumerate_layouts(geom))
+        self._tables = {n: _build_tables(geom, n) for n in range(1, self.max_jobs + 1)}
+
+    # -- core ---------------------------------------------------------------------------
+    def speed_matrix(self, jobs: Sequence[str], speeds: Mapping[str, Mapping[str, float]]
+                     ) -> np.ndarray:
+        """Jobs x profiles matrix of speeds, NaN where a job does not fit; validates input."""
+        w = np.full((len(jobs), len(self.profile_names)), np.nan)
+        for i, j in enumerate(jobs):
+            for prof, s in speeds[j].items():
+                if prof not in self.profile_index:
+                    raise OptimizerError(
+                        f"job {j}: profile {prof!r} is not one of {', '.join(self.profile_names)}"
+                        f" on {self.geom.model.name}")
+                if not isinstance(s, (int, float)) or not (0.0 < float(s) <= MAX_SPEED) \
+                        or math.isnan(float(s)):
+                    raise OptimizerError(f"job {j}: speed {s!r} on {prof} is outside (0, 1.5]")
+                w[i, self.profile_index[prof]] = float(s)
+        return w
+
+    def solve(
+        self,
+        speeds: Mapping[str, Mapping[str, float]],
+        *,
+        current: Mapping[str, Placement] | None = None,
+        objective: Objective | str = Objective.THROUGHPUT,
+        restart_penalty: float = 0.1,
+    ) -> Solution:
+        """Best layout and assignment for the jobs of ``speeds``.
+
+        ``current`` maps running jobs to their instance now; it only breaks ties (and, for the
+        restart-aware objective, costs ``restart_penalty`` per running job that moves).
+        """
+        objective = Objective(objective)
+        jobs = list(speeds)
+        n = len(jobs)
+        if n == 0:
+            return Solution((), {}, 0.0, 0.0)
+        if n > self.max_jobs:
+            raise OptimizerError(f"{n} jobs but {self.geom.model.name} holds at most "
+                                 f"{self.max_jobs} instances")
+        raw = self.speed_matrix(jobs, speeds)
+        if objective is Objective.FAIRNESS:
+            w = np.where(np.isnan(raw), _NEG, np.log(np.where(np.isnan(raw), 1.0, raw)))
+        else:
+            w = np.where(np.isnan(raw), _NEG, raw)
+        t = self._tables[n]
+        vals = w[np.arange(n), t.arrangements].sum(axis=1)
+        cur = {j: current[j] for j in jobs if current and j in current}
+        penalty = restart_penalty if objective is Objective.RESTART_AWARE else 0.0
+        best_val = float(vals.max())
+        if best_val <= _NEG / 2:
+            raise OptimizerError(self._infeasible_reason(jobs, raw))
+        if penalty > 0 and cur:
+            # A move can cost at most penalty * len(cur): only arrangements within that of the
+            # best can win, which keeps the exact search small.
+            cand = np.flatnonzero(vals >= best_val - penalty * len(cur) - 1e-9)
+        else:
+            cand = np.flatnonzero(vals >= best_val - 1e-9)
+        best: tuple[float, int, int, Layout] | None = None
+        for a in cand:
+            arr = t.arrangements[a]
+            for li, lay in enumerate(t.multiset_layouts[t.arr_multiset[a]]):
+                kept = self._kept(jobs, arr, lay, cur)
+                score = float(vals[a]) - penalty * (len(cur) - kept)
+                key = (score, kept, -li, lay)
+                if best is None or (key[0], key[1]) > (best[0] + 1e-12, best[1]) or (
+                        abs(key[0] - best[0]) <= 1e-12 and key[1] > best[1]):
+                    best = (score, kept, int(a), lay)
+        assert best is not None
+        score, _, a, lay = best
+        assignment = self._assign(jobs, t.arrangements[a], lay, cur)
+        restarted = tuple(j for j in cur if assignment[j] != cur[j])
+        kept_jobs = tuple(j for j in cur if assignment[j] == cur[j])
+        thr = float(sum(raw[i, self.profile_index[assignment[j].profile]]
+                        for i, j in enumerate(jobs)))
+        return Solution(lay, assignment, score, thr, restarted, kept_jobs)
+
+    # -- helpers ------------------------------------------------------------------------
+    def _kept(self, jobs: Sequence[str], arr: np.ndarray, lay: Layout,
+              cur: Mapping[str, Placement]) -> int:
+        if not cur:
+            return 0
+        names = self.profile_names
+        lay_set = set(lay)
+        return sum(1 for i, j in enumerate(jobs)
+                   if j in cur and cur[j] in lay_set and cur[j].profile == names[arr[i]])
+
+    def _assign(self, jobs: Sequence[str], arr: np.ndarray, lay: Layout,
+                cur: Mapping[str, Placement]) -> dict[str, Placement]:
+        free = list(lay)
+        out: dict[str, Placement] = {}
+        names = self.profile_names
+        # Jobs that can stay where they are keep their instance; the rest take free ones in order.
+        for i, j in enumerate(jobs):
+            c = cur.get(j)
+            if c is not None and c in free and c.profile == names[arr[i]]:
+                out[j] = c
+                free.remove(c)
+        for i, j in enumerate(jobs):
+            if j not in out:
+                pl = next(p for p in free if p.profile == names[arr[i]])
+                out[j] = pl
+                free.remove(pl)
+        return out
+
+    def _infeasible_reason(self, jobs: Sequence[str], raw: np.ndarray) -> str:
+        for i, j in enumerate(jobs):
+            if np.all(np.isnan(raw[i])):
+                return f"job {j} fits no MIG profile of {self.geom.model.name}"
+        return (f"no valid {self.geom.model.name} layout holds these {len(jobs)} jobs with one "
+                f"instance each (memory limits leave too few fitting slices)")
+
+
+@cache
+def _build_tables_cached(geom: Geometry, n: int) -> _Tables:
+    names = tuple(p.name for p in geom.profiles)
+    idx = {nm: i for i, nm in enumerate(names)}
+    by_ms: dict[tuple[str, ...], list[Layout]] = {}
+    for lay in enumerate_layouts(geom):
+        if len(lay) == n:
+            by_ms.setdefault(multiset(geom, lay), []).append(lay)
+    rows: list[tuple[int, ...]] = []
+    ms_ids: list[int] = []
+    layouts: list[tuple[Layout, ...]] = []
+    for mi, (ms, lays) in enumerate(sorted(by_ms.items())):
+        layouts.append(tuple(lays))
+        for perm in sorted(set(itertools.permutations([idx[p] for p in ms]))):
+            rows.append(perm)
+            ms_ids.append(mi)
+    arr = np.array(rows, dtype=np.intp).reshape(len(rows), n)
+    return _Tables(arr, np.array(ms_ids, dtype=np.intp), tuple(layouts))
+
+
+def _build_tables(geom: Geometry, n: int) -> _Tables:
+    return _build_tables_cached(geom, n)
+
+
+@cache
+def optimizer_for(geom: Geometry) -> PartitionOptimizer:
+    """A shared, cached optimizer per geometry (the precomputation runs once)."""
+    return PartitionOptimizer(geom)
+
+
+def brute_force(
+    geom: Geometry,
+    speeds: Mapping[str, Mapping[str, float]],
+    *,
+    current: Mapping[str, Placement] | None = None,
+    objective: Objective | str = Objective.THROUGHPUT,
+    restart_penalty: float = 0.1,
+) -> float:
+    """Reference solver: the best objective value over all layouts and all permutations.
+
+    Deliberately naive (tests and benchmarks compare the fast solver with it). Returns -inf when
+    no layout holds the jobs.
+    """
+    objective = Objective(objective)
+    jobs = list(speeds)
+    n = len(jobs)
+    cur = dict(current or {})
+    best = -math.inf
+    for lay in enumerate_layouts(geom):
+        if len(lay) != n:
+            continue
+        for perm in itertools.permutations(lay):
+            total = 0.0
+            ok = True
+            for j, pl in zip(jobs, perm, strict=True):
+                s = speeds[j].get(pl.profile)
+                if s is None:
+                    ok = False
+                    break
+                total += math.log(s) if objective is Objective.FAIRNESS else s
+            if not ok:
+                continue
+            if objective is Objective.RESTART_AWARE:
+                moved = sum(1 for j, pl in zip(jobs, perm, strict=True)
+                            if j in cur and cur[j] != pl)
+                total -= restart_penalty * moved
+            best = max(best, total)
+    return best

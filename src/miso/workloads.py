@@ -1,0 +1,69 @@
+"""The workload catalogue: real A100-40GB per-slice speeds and memory of 32 training jobs.
+
+The numbers come from the MISO artifact (see ``miso/data/README.md``). Speeds are relative to the
+full GPU (7g), so 1.0 means "as fast as alone on the whole GPU". Other GPU models reuse the same
+relative speeds by compute-slice count (a 3g slice of an H100 gets the 3g figure); this is an
+approximation stated wherever a non-A100 model is simulated or emulated.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+#: Compute-slice counts measured in the A100 table, largest first.
+MEASURED_SLICES: tuple[int, ...] = (7, 4, 3, 2, 1)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One training workload: relative speed per compute-slice count and peak memory.
+
+    ``speed_by_slices`` maps compute slices (7, 4, 3, 2, 1) to speed relative to the full GPU.
+    A slice count missing from the map means the job did not fit there on the A100-40GB.
+    """
+
+    name: str
+    model: str
+    batch_size: int
+    speed_by_slices: dict[int, float]
+    memory_gb: float
+
+    def speed(self, compute_slices: int) -> float | None:
+        """Speed on a slice with this many compute slices, or None if it was not measured."""
+        return self.speed_by_slices.get(compute_slices)
+
+
+@cache
+def catalogue() -> dict[str, Workload]:
+    """All workloads of the shipped A100 table, by name (``MODEL_trainBATCH``)."""
+    text = resources.files("miso.data").joinpath("mig_speed_a100_40gb.csv").read_text()
+    rows = list(csv.DictReader(text.splitlines()))
+    out: dict[str, Workload] = {}
+    for row in rows:
+        name = row["workload"]
+        slices = int(row["slice"].split("g", 1)[0])
+        wl = out.get(name)
+        if wl is None:
+            wl = Workload(
+                name=name,
+                model=row["model"],
+                batch_size=int(row["batch_size"]),
+                speed_by_slices={},
+                memory_gb=float(row["peak_memory_mb"]) / 1024.0,
+            )
+            out[name] = wl
+        if row["speed_vs_7g"].strip() and row["mean_iter_time_s"].strip():
+            # Values slightly above 1.0 on a smaller slice are measurement noise: clamp.
+            wl.speed_by_slices[slices] = min(1.0, float(row["speed_vs_7g"]))
+    return out
+
+
+def workload(name: str) -> Workload:
+    """Look up one workload by name, with a clear error for unknown names."""
+    cat = catalogue()
+    if name not in cat:
+        raise KeyError(f"unknown workload {name!r}; known: {', '.join(sorted(cat))}")
+    return cat[name]
