@@ -92,18 +92,23 @@ class PartitionOptimizer:
     def speed_matrix(self, jobs: Sequence[str], speeds: Mapping[str, Mapping[str, float]]
                      ) -> np.ndarray:
         """Jobs x profiles matrix of speeds, NaN where a job does not fit; validates input."""
-        w = np.full((len(jobs), len(self.profile_names)), np.nan)
-        for i, j in enumerate(jobs):
+        index = self.profile_index
+        nan = math.nan
+        rows = []
+        for j in jobs:
+            row = [nan] * len(index)
             for prof, s in speeds[j].items():
-                if prof not in self.profile_index:
+                i = index.get(prof)
+                if i is None:
                     raise OptimizerError(
                         f"job {j}: profile {prof!r} is not one of {', '.join(self.profile_names)}"
                         f" on {self.geom.model.name}")
-                if not isinstance(s, (int, float)) or not (0.0 < float(s) <= MAX_SPEED) \
-                        or math.isnan(float(s)):
+                # NaN fails both comparisons; bools and strings fail the type check.
+                if type(s) not in (int, float) or not (0.0 < s <= MAX_SPEED):
                     raise OptimizerError(f"job {j}: speed {s!r} on {prof} is outside (0, 1.5]")
-                w[i, self.profile_index[prof]] = float(s)
-        return w
+                row[i] = float(s)
+            rows.append(row)
+        return np.array(rows, dtype=float)
 
     def solve(
         self,
@@ -115,8 +120,9 @@ class PartitionOptimizer:
     ) -> Solution:
         """Best layout and assignment for the jobs of ``speeds``.
 
-        ``current`` maps running jobs to their instance now; it only breaks ties (and, for the
-        restart-aware objective, costs ``restart_penalty`` per running job that moves).
+        ``current`` maps running jobs to their instance now. With the throughput and fairness
+        objectives it only breaks ties (fewest restarted jobs); the restart-aware objective
+        subtracts ``restart_penalty`` per running job whose instance changes.
         """
         objective = Objective(objective)
         jobs = list(speeds)
@@ -127,40 +133,42 @@ class PartitionOptimizer:
             raise OptimizerError(f"{n} jobs but {self.geom.model.name} holds at most "
                                  f"{self.max_jobs} instances")
         raw = self.speed_matrix(jobs, speeds)
+        missing = np.isnan(raw)
         if objective is Objective.FAIRNESS:
-            w = np.where(np.isnan(raw), _NEG, np.log(np.where(np.isnan(raw), 1.0, raw)))
+            w = np.log(np.where(missing, 1.0, raw))
+            w[missing] = _NEG
         else:
-            w = np.where(np.isnan(raw), _NEG, raw)
+            w = np.where(missing, _NEG, raw)
         t = self._tables[n]
         vals = w[np.arange(n), t.arrangements].sum(axis=1)
-        cur = {j: current[j] for j in jobs if current and j in current}
-        penalty = restart_penalty if objective is Objective.RESTART_AWARE else 0.0
         best_val = float(vals.max())
         if best_val <= _NEG / 2:
             raise OptimizerError(self._infeasible_reason(jobs, raw))
-        if penalty > 0 and cur:
-            # A move can cost at most penalty * len(cur): only arrangements within that of the
-            # best can win, which keeps the exact search small.
-            cand = np.flatnonzero(vals >= best_val - penalty * len(cur) - 1e-9)
+        cur = {j: current[j] for j in jobs if j in current} if current else {}
+        penalty = restart_penalty if objective is Objective.RESTART_AWARE else 0.0
+        # A move costs at most penalty * len(cur), so only arrangements within that margin of
+        # the best can win; with no penalty only exact ties remain and restarts break them.
+        margin = penalty * len(cur) + 1e-9
+        cand = np.flatnonzero(vals >= best_val - margin)
+        if len(cand) == 1 and not cur:
+            a = int(cand[0])
+            lay = t.multiset_layouts[t.arr_multiset[a]][0]
+            score = float(vals[a])
         else:
-            cand = np.flatnonzero(vals >= best_val - 1e-9)
-        best: tuple[float, int, int, Layout] | None = None
-        for a in cand:
-            arr = t.arrangements[a]
-            for li, lay in enumerate(t.multiset_layouts[t.arr_multiset[a]]):
-                kept = self._kept(jobs, arr, lay, cur)
-                score = float(vals[a]) - penalty * (len(cur) - kept)
-                key = (score, kept, -li, lay)
-                if best is None or (key[0], key[1]) > (best[0] + 1e-12, best[1]) or (
-                        abs(key[0] - best[0]) <= 1e-12 and key[1] > best[1]):
-                    best = (score, kept, int(a), lay)
-        assert best is not None
-        score, _, a, lay = best
+            scored = []
+            for a in cand:
+                for lay in t.multiset_layouts[t.arr_multiset[a]]:
+                    kept = self._kept(jobs, t.arrangements[a], lay, cur)
+                    scored.append((float(vals[a]) - penalty * (len(cur) - kept), kept, int(a), lay))
+            top = max(s[0] for s in scored)
+            # Among (near-)equal scores prefer more kept jobs; first in canonical order otherwise.
+            score, _, a, lay = max((s for s in scored if s[0] >= top - 1e-9),
+                                   key=lambda s: s[1])
         assignment = self._assign(jobs, t.arrangements[a], lay, cur)
         restarted = tuple(j for j in cur if assignment[j] != cur[j])
         kept_jobs = tuple(j for j in cur if assignment[j] == cur[j])
-        thr = float(sum(raw[i, self.profile_index[assignment[j].profile]]
-                        for i, j in enumerate(jobs)))
+        cols = [self.profile_index[assignment[j].profile] for j in jobs]
+        thr = float(raw[np.arange(n), cols].sum())
         return Solution(lay, assignment, score, thr, restarted, kept_jobs)
 
     # -- helpers ------------------------------------------------------------------------

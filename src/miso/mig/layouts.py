@@ -126,7 +126,8 @@ def violations(geom: Geometry, layout: Iterable[Placement]) -> list[str]:
             occupied[u] = pl
     for name, c in counts.items():
         if c > allowed[name].max_count:
-            problems.append(f"{name}: {c} instances exceed the maximum of {allowed[name].max_count}")
+            limit = allowed[name].max_count
+            problems.append(f"{name}: {c} instances exceed the maximum of {limit}")
     if len(placed) > geom.model.max_instances:
         problems.append(f"{len(placed)} instances exceed the GPU maximum of "
                         f"{geom.model.max_instances}")

@@ -1,0 +1,163 @@
+"""MIG hardware model: enumeration counts, placement rules, validation and transitions."""
+
+from __future__ import annotations
+
+import pytest
+
+from miso.mig import (
+    GPU_MODELS,
+    Placement,
+    TransitionError,
+    enumerate_layouts,
+    geometry,
+    gpu_model,
+    is_valid,
+    multisets,
+    plan_transition,
+    violations,
+)
+
+A100_PAPER = ["1g.5gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"]
+
+
+def P(spec: str) -> Placement:
+    prof, start = spec.split("@")
+    return Placement(int(start), prof)
+
+
+def L(*specs: str) -> tuple[Placement, ...]:
+    return tuple(sorted(P(s) for s in specs))
+
+
+@pytest.mark.parametrize(
+    ("driver", "all_", "maximal", "maximal_multisets", "all_multisets"),
+    [(470, 296, 18, 13, 36), (535, 297, 19, 14, 37)],
+)
+def test_a100_counts_match_paper_and_driver_rule(driver, all_, maximal, maximal_multisets,
+                                                 all_multisets):
+    g = geometry("A100-40GB", A100_PAPER, driver)
+    assert len(enumerate_layouts(g)) == all_
+    assert len(enumerate_layouts(g, maximal=True)) == maximal
+    assert len(multisets(g, maximal=True)) == maximal_multisets
+    assert len(multisets(g)) == all_multisets
+
+
+def test_a100_eighteen_layouts_are_exactly_the_known_list():
+    g = geometry("A100-40GB", A100_PAPER, 470)
+    lefts = [("4g.20gb@0",), ("3g.20gb@0",), ("2g.10gb@0", "2g.10gb@2"),
+             ("2g.10gb@0", "1g.5gb@2", "1g.5gb@3"), ("1g.5gb@0", "1g.5gb@1", "2g.10gb@2"),
+             ("1g.5gb@0", "1g.5gb@1", "1g.5gb@2", "1g.5gb@3")]
+    rights = [("3g.20gb@4",), ("2g.10gb@4", "1g.5gb@6"), ("1g.5gb@4", "1g.5gb@5", "1g.5gb@6")]
+    expected = {L(*a, *b) for a in lefts for b in rights if not (a == lefts[0] and b == rights[0])}
+    expected.add(L("7g.40gb@0"))
+    assert set(enumerate_layouts(g, maximal=True)) == expected
+
+
+def test_a100_with_double_memory_1g_counts():
+    g = geometry("A100-40GB", ["1g.5gb", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"])
+    assert len(enumerate_layouts(g, maximal=True)) == 78
+    assert len(multisets(g, maximal=True)) == 38
+
+
+def test_double_memory_1g_needs_r525():
+    with pytest.raises(ValueError, match="R525"):
+        geometry("A100-40GB", ["1g.10gb"], driver=470)
+
+
+@pytest.mark.parametrize(
+    ("model", "maximal", "maximal_multisets"),
+    [("A30-24GB", 5, 4), ("RTX-PRO-6000", 5, 4), ("H100-80GB", 19, 14), ("H100-PCIE-80GB", 19, 14),
+     ("H100-94GB", 19, 14), ("H200-141GB", 19, 14), ("B200-180GB", 19, 14), ("A100-80GB", 19, 14)],
+)
+def test_other_gpu_counts(model, maximal, maximal_multisets):
+    g = geometry(model)
+    assert len(enumerate_layouts(g, maximal=True)) == maximal
+    assert len(multisets(g, maximal=True)) == maximal_multisets
+
+
+@pytest.mark.parametrize("model", list(GPU_MODELS))
+def test_every_layout_is_valid_and_within_compute(model):
+    m = gpu_model(model)
+    g = geometry(m)
+    comp = {p.name: p.compute_slices for p in m.profiles}
+    for lay in enumerate_layouts(g):
+        assert is_valid(g, lay)
+        assert sum(comp[pl.profile] for pl in lay) <= m.compute_slices
+        assert len(lay) <= m.max_instances
+
+
+@pytest.mark.parametrize("model", list(GPU_MODELS))
+def test_maximal_layouts_cannot_be_extended(model):
+    g = geometry(model)
+    all_ = set(enumerate_layouts(g))
+    for lay in enumerate_layouts(g, maximal=True):
+        for cand, _ in g.candidates():
+            assert tuple(sorted((*lay, cand))) not in all_
+
+
+def test_placement_units_are_per_model():
+    assert gpu_model("A30").units == 4
+    assert gpu_model("RTX-PRO-6000").units == 12
+    rtx = geometry("RTX-PRO-6000")
+    # 4 x 1g.24gb at {0,3,6,9}, each 3 units wide, fill all 12 units.
+    assert L("1g.24gb@0", "1g.24gb@3", "1g.24gb@6", "1g.24gb@9") in enumerate_layouts(rtx,
+                                                                                     maximal=True)
+    assert is_valid(rtx, L("2g.48gb@6", "1g.24gb@0", "1g.24gb@3"))
+
+
+def test_profile_ids_are_per_device():
+    assert gpu_model("A100-40GB").profile("2g.10gb").profile_id == 14
+    assert gpu_model("A30").profile("1g.6gb").profile_id == 14
+    assert gpu_model("RTX-PRO-6000").profile("1g.24gb").profile_id == 14
+    h100 = gpu_model("H100-80GB")
+    assert h100.profile("7g.80gb").sm_count == 132 and h100.profile("3g.40gb").sm_count == 60
+    assert gpu_model("H100-PCIE-80GB").profile("7g.80gb").sm_count == 114
+
+
+def test_violations_explain_each_rule():
+    g = geometry("A100-40GB", A100_PAPER, 470)
+    assert any("overlaps" in v for v in violations(g, L("4g.20gb@0", "2g.10gb@2")))
+    assert any("start 1 not allowed" in v for v in violations(g, L("2g.10gb@1")))
+    assert any("exceed the maximum of 1" in v for v in violations(g, [P("4g.20gb@0"),
+                                                                      P("4g.20gb@0")]))
+    assert any("R510" in v for v in violations(g, L("4g.20gb@0", "3g.20gb@4")))
+    assert any("no profile" in v for v in violations(g, L("5g.30gb@0")))
+    assert violations(geometry("A100-40GB", A100_PAPER, 535), L("4g.20gb@0", "3g.20gb@4")) == []
+
+
+def test_transition_keeps_untouched_jobs_and_orders_creates():
+    g = geometry("A100-40GB")
+    cur_layout = L("3g.20gb@0", "2g.10gb@4", "1g.5gb@6")
+    cur_jobs = {"a": P("3g.20gb@0"), "b": P("2g.10gb@4"), "c": P("1g.5gb@6")}
+    tgt_layout = L("3g.20gb@0", "3g.20gb@4")
+    tgt_jobs = {"a": P("3g.20gb@0"), "b": P("3g.20gb@4")}
+    plan = plan_transition(g, cur_layout, cur_jobs, tgt_layout, tgt_jobs)
+    assert plan.untouched == ("a",)
+    assert plan.keep == (P("3g.20gb@0"),)
+    assert set(plan.destroy) == {P("2g.10gb@4"), P("1g.5gb@6")}
+    assert plan.create == (P("3g.20gb@4"),)
+    assert plan.checkpoint == ("b", "c")
+    assert plan.start == (("b", P("3g.20gb@4")),)
+
+
+def test_transition_swap_on_kept_instances_restarts_both():
+    g = geometry("A100-40GB")
+    lay = L("4g.20gb@0", "3g.20gb@4")
+    plan = plan_transition(g, lay, {"a": P("4g.20gb@0"), "b": P("3g.20gb@4")}, lay,
+                           {"a": P("3g.20gb@4"), "b": P("4g.20gb@0")})
+    assert plan.destroy == () and plan.create == ()
+    assert plan.checkpoint == ("a", "b") and plan.untouched == ()
+
+
+def test_transition_noop():
+    g = geometry("A100-40GB")
+    lay = L("7g.40gb@0")
+    assert plan_transition(g, lay, {"a": lay[0]}, lay, {"a": lay[0]}).is_noop
+
+
+def test_transition_rejects_invalid_target():
+    g = geometry("A100-40GB")
+    with pytest.raises(TransitionError, match="overlaps"):
+        plan_transition(g, (), {}, L("4g.20gb@0", "2g.10gb@2"), {})
+    with pytest.raises(TransitionError, match="not in the target"):
+        plan_transition(g, (), {}, L("7g.40gb@0"), {"a": P("3g.20gb@0")})

@@ -1,0 +1,130 @@
+"""The exact optimizer against a brute force over all layouts and permutations."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from miso.mig import Placement, enumerate_layouts, geometry, is_valid
+from miso.optimize import Objective, OptimizerError, brute_force, optimizer_for
+
+MODELS = ["A100-40GB", "A30-24GB", "H100-80GB", "RTX-PRO-6000"]
+
+
+@st.composite
+def problems(draw, model: str):
+    g = geometry(model)
+    opt = optimizer_for(g)
+    n = draw(st.integers(1, opt.max_jobs))
+    names = [p.name for p in g.profiles]
+    speeds = {}
+    for i in range(n):
+        row = {}
+        for name in names:
+            if draw(st.booleans()) or draw(st.booleans()):  # ~75 % of profiles fit
+                row[name] = draw(st.floats(0.01, 1.5, allow_nan=False))
+        speeds[f"j{i}"] = row
+    # A random current assignment drawn from some valid layout, for some of the jobs.
+    lays = [lay for lay in enumerate_layouts(g) if len(lay) >= 1]
+    lay = draw(st.sampled_from(lays))
+    current = {}
+    for j, pl in zip(speeds, lay, strict=False):
+        if draw(st.booleans()):
+            current[j] = pl
+    return g, speeds, current
+
+
+def _check(g, speeds, current, objective):
+    opt = optimizer_for(g)
+    ref = brute_force(g, speeds, current=current, objective=objective, restart_penalty=0.1)
+    try:
+        sol = opt.solve(speeds, current=current, objective=objective, restart_penalty=0.1)
+    except OptimizerError:
+        assert ref == -math.inf
+        return
+    assert ref > -math.inf
+    assert sol.objective == pytest.approx(ref, abs=1e-9)
+    # The answer is a real layout with one instance per job.
+    assert is_valid(g, sol.layout)
+    assert len(sol.layout) == len(speeds)
+    assert sorted(sol.assignment.values()) == sorted(sol.layout)
+    # Every job sits on a profile it fits, and the reported throughput matches.
+    assert all(pl.profile in speeds[j] for j, pl in sol.assignment.items())
+    thr = sum(speeds[j][pl.profile] for j, pl in sol.assignment.items())
+    assert sol.throughput == pytest.approx(thr)
+    assert set(sol.restarted) | set(sol.kept) == set(current)
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("objective", list(Objective))
+def test_matches_brute_force(model, objective):
+    @settings(max_examples=400 if model == "A100-40GB" else 200, deadline=None,
+              suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+    @given(problems(model))
+    def run(problem):
+        g, speeds, current = problem
+        _check(g, speeds, current, objective)
+
+    run()
+
+
+def test_ties_prefer_fewest_restarts():
+    g = geometry("A100-40GB")
+    # All jobs equally fast everywhere: every 3-job layout of the same multiset ties.
+    speeds = {j: {p.name: 0.5 for p in g.profiles} for j in "abc"}
+    current = {"a": Placement(0, "2g.10gb"), "b": Placement(4, "3g.20gb"),
+               "c": Placement(2, "2g.10gb")}
+    sol = optimizer_for(g).solve(speeds, current=current)
+    assert sol.restarted == ()
+    assert sol.assignment == current
+
+
+def test_restart_aware_keeps_jobs_when_gain_is_small():
+    g = geometry("A100-40GB")
+    opt = optimizer_for(g)
+    speeds = {"a": {"7g.40gb": 1.0, "4g.20gb": 0.60, "3g.20gb": 0.55},
+              "b": {"7g.40gb": 1.0, "4g.20gb": 0.62, "3g.20gb": 0.56}}
+    current = {"a": Placement(0, "4g.20gb"), "b": Placement(4, "3g.20gb")}
+    # Swapping gains 0.01 in throughput; a 0.1 penalty per restart outweighs it.
+    assert set(opt.solve(speeds, current=current).restarted) == {"a", "b"}
+    sol = opt.solve(speeds, current=current, objective="restart-aware", restart_penalty=0.1)
+    assert sol.restarted == () and sol.throughput == pytest.approx(1.16)
+
+
+def test_fairness_spreads_speed():
+    g = geometry("A100-40GB")
+    opt = optimizer_for(g)
+    # Job a gains a lot from 4g, b little; fairness still avoids starving either.
+    speeds = {"a": {"4g.20gb": 0.9, "3g.20gb": 0.5, "2g.10gb": 0.2, "1g.5gb": 0.1},
+              "b": {"4g.20gb": 0.9, "3g.20gb": 0.8, "2g.10gb": 0.6, "1g.5gb": 0.3}}
+    thr = opt.solve(speeds)
+    fair = opt.solve(speeds, objective="fairness")
+    assert fair.objective == pytest.approx(math.log(0.9) + math.log(0.8))
+    assert thr.throughput >= fair.throughput
+
+
+def test_single_job_gets_the_whole_gpu():
+    g = geometry("A100-40GB")
+    sol = optimizer_for(g).solve({"a": {p.name: 0.1 * (i + 1) for i, p in
+                                        enumerate(reversed(g.profiles))}})
+    assert sol.layout == (Placement(0, "7g.40gb"),)
+
+
+def test_errors_are_clear():
+    g = geometry("A100-40GB")
+    opt = optimizer_for(g)
+    with pytest.raises(OptimizerError, match="at most 7"):
+        opt.solve({f"j{i}": {"1g.5gb": 0.2} for i in range(8)})
+    with pytest.raises(OptimizerError, match="fits no MIG profile"):
+        opt.solve({"a": {}})
+    with pytest.raises(OptimizerError, match="no valid A100-40GB layout"):
+        opt.solve({j: {"7g.40gb": 1.0} for j in "ab"})
+    with pytest.raises(OptimizerError, match=r"outside \(0, 1.5\]"):
+        opt.solve({"a": {"7g.40gb": 2.0}})
+    with pytest.raises(OptimizerError, match=r"outside \(0, 1.5\]"):
+        opt.solve({"a": {"7g.40gb": float("nan")}})
+    with pytest.raises(OptimizerError, match="not one of"):
+        opt.solve({"a": {"9g.90gb": 0.5}})
