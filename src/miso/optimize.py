@@ -76,6 +76,8 @@ class _Tables:
     arrangements: np.ndarray  # (K, n) profile indices
     arr_multiset: np.ndarray  # (K,) multiset id
     multiset_layouts: tuple[tuple[Layout, ...], ...]  # per multiset id
+    default_assign: tuple[tuple[Placement, ...], ...]  # per arrangement, on its first layout
+    rows: np.ndarray  # arange(n), reused by every solve
 
 
 class PartitionOptimizer:
@@ -89,14 +91,14 @@ class PartitionOptimizer:
         self._tables = {n: _build_tables(geom, n) for n in range(1, self.max_jobs + 1)}
 
     # -- core ---------------------------------------------------------------------------
-    def speed_matrix(self, jobs: Sequence[str], speeds: Mapping[str, Mapping[str, float]]
-                     ) -> np.ndarray:
-        """Jobs x profiles matrix of speeds, NaN where a job does not fit; validates input."""
+    def speed_matrix(self, jobs: Sequence[str], speeds: Mapping[str, Mapping[str, float]],
+                     *, log: bool = False) -> np.ndarray:
+        """Jobs x profiles matrix of speeds (or log speeds), a large negative value where a job
+        does not fit; validates input."""
         index = self.profile_index
-        nan = math.nan
         rows = []
         for j in jobs:
-            row = [nan] * len(index)
+            row = [_NEG] * len(index)
             for prof, s in speeds[j].items():
                 i = index.get(prof)
                 if i is None:
@@ -106,7 +108,7 @@ class PartitionOptimizer:
                 # NaN fails both comparisons; bools and strings fail the type check.
                 if type(s) not in (int, float) or not (0.0 < s <= MAX_SPEED):
                     raise OptimizerError(f"job {j}: speed {s!r} on {prof} is outside (0, 1.5]")
-                row[i] = float(s)
+                row[i] = math.log(s) if log else float(s)
             rows.append(row)
         return np.array(rows, dtype=float)
 
@@ -124,7 +126,8 @@ class PartitionOptimizer:
         objectives it only breaks ties (fewest restarted jobs); the restart-aware objective
         subtracts ``restart_penalty`` per running job whose instance changes.
         """
-        objective = Objective(objective)
+        if objective is not Objective.THROUGHPUT:
+            objective = Objective(objective)
         jobs = list(speeds)
         n = len(jobs)
         if n == 0:
@@ -132,29 +135,25 @@ class PartitionOptimizer:
         if n > self.max_jobs:
             raise OptimizerError(f"{n} jobs but {self.geom.model.name} holds at most "
                                  f"{self.max_jobs} instances")
-        raw = self.speed_matrix(jobs, speeds)
-        missing = np.isnan(raw)
-        if objective is Objective.FAIRNESS:
-            w = np.log(np.where(missing, 1.0, raw))
-            w[missing] = _NEG
-        else:
-            w = np.where(missing, _NEG, raw)
+        w = self.speed_matrix(jobs, speeds, log=objective is Objective.FAIRNESS)
         t = self._tables[n]
-        vals = w[np.arange(n), t.arrangements].sum(axis=1)
-        best_val = float(vals.max())
+        vals = w[t.rows, t.arrangements].sum(axis=1)
+        a = int(vals.argmax())
+        best_val = float(vals[a])
         if best_val <= _NEG / 2:
-            raise OptimizerError(self._infeasible_reason(jobs, raw))
+            raise OptimizerError(self._infeasible_reason(jobs, w))
         cur = {j: current[j] for j in jobs if j in current} if current else {}
         penalty = restart_penalty if objective is Objective.RESTART_AWARE else 0.0
-        # A move costs at most penalty * len(cur), so only arrangements within that margin of
-        # the best can win; with no penalty only exact ties remain and restarts break them.
-        margin = penalty * len(cur) + 1e-9
-        cand = np.flatnonzero(vals >= best_val - margin)
-        if len(cand) == 1 and not cur:
-            a = int(cand[0])
+        if not cur:
+            # Nothing runs yet, so no restarts to break ties: the first best arrangement wins.
             lay = t.multiset_layouts[t.arr_multiset[a]][0]
-            score = float(vals[a])
+            score = best_val
+            assignment = dict(zip(jobs, t.default_assign[a], strict=True))
         else:
+            # A move costs at most penalty * len(cur), so only arrangements within that margin
+            # of the best can win; with no penalty only exact ties remain, broken by restarts.
+            margin = penalty * len(cur) + 1e-9
+            cand = np.flatnonzero(vals >= best_val - margin)
             scored = []
             for a in cand:
                 for lay in t.multiset_layouts[t.arr_multiset[a]]:
@@ -164,11 +163,10 @@ class PartitionOptimizer:
             # Among (near-)equal scores prefer more kept jobs; first in canonical order otherwise.
             score, _, a, lay = max((s for s in scored if s[0] >= top - 1e-9),
                                    key=lambda s: s[1])
-        assignment = self._assign(jobs, t.arrangements[a], lay, cur)
+            assignment = self._assign(jobs, t.arrangements[a], lay, cur)
         restarted = tuple(j for j in cur if assignment[j] != cur[j])
         kept_jobs = tuple(j for j in cur if assignment[j] == cur[j])
-        cols = [self.profile_index[assignment[j].profile] for j in jobs]
-        thr = float(raw[np.arange(n), cols].sum())
+        thr = float(sum(speeds[j][pl.profile] for j, pl in assignment.items()))
         return Solution(lay, assignment, score, thr, restarted, kept_jobs)
 
     # -- helpers ------------------------------------------------------------------------
@@ -199,9 +197,9 @@ class PartitionOptimizer:
                 free.remove(pl)
         return out
 
-    def _infeasible_reason(self, jobs: Sequence[str], raw: np.ndarray) -> str:
+    def _infeasible_reason(self, jobs: Sequence[str], w: np.ndarray) -> str:
         for i, j in enumerate(jobs):
-            if np.all(np.isnan(raw[i])):
+            if np.all(w[i] <= _NEG / 2):
                 return f"job {j} fits no MIG profile of {self.geom.model.name}"
         return (f"no valid {self.geom.model.name} layout holds these {len(jobs)} jobs with one "
                 f"instance each (memory limits leave too few fitting slices)")
@@ -224,7 +222,17 @@ def _build_tables_cached(geom: Geometry, n: int) -> _Tables:
             rows.append(perm)
             ms_ids.append(mi)
     arr = np.array(rows, dtype=np.intp).reshape(len(rows), n)
-    return _Tables(arr, np.array(ms_ids, dtype=np.intp), tuple(layouts))
+    default_assign = []
+    for row, mi in zip(rows, ms_ids, strict=True):
+        free = list(layouts[mi][0])
+        placed = []
+        for pi in row:
+            pl = next(p for p in free if p.profile == names[pi])
+            free.remove(pl)
+            placed.append(pl)
+        default_assign.append(tuple(placed))
+    return _Tables(arr, np.array(ms_ids, dtype=np.intp), tuple(layouts), tuple(default_assign),
+                   np.arange(n))
 
 
 def _build_tables(geom: Geometry, n: int) -> _Tables:
