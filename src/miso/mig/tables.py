@@ -2,7 +2,7 @@
 
 This is data, kept in one readable literal. Every row comes from NVIDIA's MIG user guide
 (supported-mig-profiles), real ``nvidia-smi mig -lgip`` / ``-lgipp`` captures and the NVML header,
-as compiled in the project's geometry notes (see ``docs/mig_geometry_sources.md``). Rows marked
+as listed in ``docs/hardware.md``. Rows marked
 ``inferred`` in a model's ``notes`` were derived from identical documented fractions and counts,
 without a ``-lgipp`` capture of that exact GPU.
 
