@@ -1,0 +1,87 @@
+"""Scheduling core shared by the simulator (:mod:`miso.sim`) and the live controller.
+
+Vocabulary: :mod:`~miso.sched.events` (what happened), :mod:`~miso.sched.decisions` (what to
+do), :class:`~miso.sched.state.ClusterState` (what both sides know), and policies
+(:class:`~miso.sched.policy.Policy`: ``decide(now, event, state) -> list[Decision]``) built by
+name with :func:`make_policy` (``nopart``, ``optsta``, ``mps``, ``oracle``, ``miso``, ``miso+``).
+Policies do no I/O, know nothing of Ray, NVML or simulation, and get speeds through an injected
+:class:`~miso.sched.policy.SpeedEstimator` (:mod:`~miso.sched.estimators`).
+
+Event-loop contract (how a driver uses a policy)
+------------------------------------------------
+1. The driver owns one ``ClusterState`` and one policy. At start it delivers ``GpuAdded`` for
+   every GPU, then events as they happen, one at a time, in time order.
+2. For each event: ``state.observe(now, ev)``, then ``ds = policy.decide(now, ev, state)``, then
+   for each ``d`` in ``ds`` in order: ``state.apply(now, d)`` (validates, raises
+   ``ContractError`` on a policy bug) and then execute ``d``.
+3. ``PlaceJob`` is bookkeeping only (queue -> GPU). Jobs run once ``ApplyLayout`` / ``RunMps``
+   is acknowledged or while ``StartProfiling`` runs them under MPS.
+4. Plan ids come from ``state.new_plan_id()``: strictly increasing over the cluster. Every
+   ``StartProfiling`` / ``ApplyLayout`` / ``RunMps`` carries one; the driver answers with
+   ``ProfilingFinished`` / ``LayoutApplied`` (or ``LayoutFailed``) carrying the same id.
+   A newer plan for a GPU supersedes a pending one; acks of superseded plans are ignored by
+   ``observe`` (the driver may still deliver them; policies ignore stale ids too).
+5. ``LayoutFailed``: the GPU ends with no instances, its jobs checkpointed but still resident;
+   the policy then retries, picks another layout or requeues (built-ins requeue).
+6. ``JobFinished`` / ``JobFailed``: the job leaves its GPU; its instance stays, idle, until the
+   policy applies a new layout. ``JobState.gpu`` keeps the last GPU for the policy to read.
+7. ``SpeedObserved`` once per job per placement run (first steady rate); ``JobSpeedChanged``
+   when a running job's rate departs from that baseline by more than the driver's threshold.
+8. ``WakeUp(at, tag)`` asks for a ``Tick(tag)`` at time ``at`` (cool-downs, batching).
+9. Drivers never decide; policies never execute. Events and decisions are plain frozen
+   dataclasses, so one log of both replays a run (sim and live alike).
+"""
+
+from miso.sched.decisions import (
+    ApplyLayout,
+    Decision,
+    PlaceJob,
+    RequeueJob,
+    RunMps,
+    StartProfiling,
+    WakeUp,
+)
+from miso.sched.estimators import NoisyOracle, PredictorEstimator, TrueSpeeds, true_speeds
+from miso.sched.events import (
+    MPS_LEVELS,
+    Event,
+    GpuAdded,
+    GpuRemoved,
+    JobFailed,
+    JobFinished,
+    JobSpec,
+    JobSpeedChanged,
+    JobSubmitted,
+    LayoutApplied,
+    LayoutFailed,
+    ProfilingFinished,
+    SpeedObserved,
+    Tick,
+)
+from miso.sched.policy import (
+    Policy,
+    SpeedEstimator,
+    SpeedTable,
+    make_policy,
+    policy_names,
+    register,
+)
+from miso.sched.speeds import workload_speeds
+from miso.sched.state import (
+    ClusterState,
+    ContractError,
+    GpuState,
+    JobState,
+    JobStatus,
+    Phase,
+)
+
+__all__ = [
+    "MPS_LEVELS", "ApplyLayout", "ClusterState", "ContractError", "Decision", "Event",
+    "GpuAdded", "GpuRemoved", "GpuState", "JobFailed", "JobFinished", "JobSpec",
+    "JobSpeedChanged", "JobState", "JobStatus", "JobSubmitted", "LayoutApplied", "LayoutFailed",
+    "NoisyOracle", "Phase", "PlaceJob", "Policy", "PredictorEstimator", "ProfilingFinished",
+    "RequeueJob", "RunMps", "SpeedEstimator", "SpeedObserved", "SpeedTable", "StartProfiling",
+    "Tick", "TrueSpeeds", "WakeUp", "make_policy", "policy_names", "register", "true_speeds",
+    "workload_speeds",
+]

@@ -1,0 +1,84 @@
+"""Decisions: what a policy asks a driver to do. Plain frozen dataclasses.
+
+Plan ids come from :meth:`miso.sched.state.ClusterState.new_plan_id` (a cluster-wide monotone
+counter); acknowledgements carry them back (:class:`~miso.sched.events.LayoutApplied`,
+:class:`~miso.sched.events.LayoutFailed`, :class:`~miso.sched.events.ProfilingFinished`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from miso.mig import Placement
+from miso.sched.events import MPS_LEVELS
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Base class of all decisions."""
+
+
+@dataclass(frozen=True)
+class PlaceJob(Decision):
+    """Move a queued job onto ``gpu`` (bookkeeping only: it runs once a later
+    :class:`ApplyLayout`, :class:`StartProfiling` or :class:`RunMps` on that GPU includes it)."""
+
+    job: str
+    gpu: str
+
+
+@dataclass(frozen=True)
+class StartProfiling(Decision):
+    """Profile the mix ``jobs`` (all jobs resident on ``gpu``) under MPS.
+
+    The driver checkpoints the jobs, sets the GPU to its full profile, starts the jobs together
+    under MPS and measures each job's rate for ``seconds_per_level`` at each active-thread level
+    of ``levels``; then it reports :class:`~miso.sched.events.ProfilingFinished`.
+    """
+
+    gpu: str
+    plan_id: int
+    jobs: tuple[str, ...]
+    levels: tuple[int, ...] = MPS_LEVELS
+    seconds_per_level: float = 10.0
+
+
+@dataclass(frozen=True)
+class ApplyLayout(Decision):
+    """Give ``gpu`` the MIG ``layout`` and run each job of ``assignment`` on its instance.
+
+    ``assignment`` covers exactly the jobs resident on the GPU. Jobs whose instance is kept keep
+    running; the others are checkpointed and restarted (see :func:`miso.mig.plan_transition`).
+    """
+
+    gpu: str
+    plan_id: int
+    layout: tuple[Placement, ...]
+    assignment: Mapping[str, Placement]
+
+
+@dataclass(frozen=True)
+class RunMps(Decision):
+    """Run the resident jobs of ``gpu`` together under MPS on the full slice, each limited to
+    ``shares[job]`` percent of the SMs (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE). MPS-only policy."""
+
+    gpu: str
+    plan_id: int
+    shares: Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class RequeueJob(Decision):
+    """Checkpoint the job, take it off its GPU and put it back in the queue."""
+
+    job: str
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class WakeUp(Decision):
+    """Deliver a :class:`~miso.sched.events.Tick` with ``tag`` at time ``at`` (s)."""
+
+    at: float
+    tag: str = ""

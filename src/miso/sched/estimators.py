@@ -1,0 +1,130 @@
+"""Speed estimators injected into policies: ground truth, noisy oracle, learned predictor.
+
+* :class:`TrueSpeeds` - the job's real per-profile speeds (needs ``JobSpec.workload``); used by
+  Oracle, and by the simulator as physics.
+* :class:`NoisyOracle` - true speeds plus a Gaussian error of random sign, fixed per (job,
+  profile) and seed; the MISO artifact's simulator model of predictor error (paper: mean 0.016,
+  std 0.0032). Needs a profile to have been taken (``needs_profile``), like a real predictor.
+* :class:`PredictorEstimator` - the real MPS->MIG predictor (:mod:`miso.predict`) applied to the
+  raw MPS profile of the mix.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from miso.mig import Geometry
+from miso.sched.speeds import workload_speeds
+from miso.sched.state import JobState
+from miso.workloads import catalogue
+
+SpeedTable = dict[str, dict[str, float]]
+
+
+def true_speeds(geom: Geometry, job: JobState) -> dict[str, float]:
+    """Real speeds of a job with a known workload on ``geom``."""
+    wl = job.spec.workload
+    if wl is None:
+        raise ValueError(f"job {job.id} has no workload: ground truth is unknown")
+    return workload_speeds(geom, catalogue()[wl])
+
+
+class TrueSpeeds:
+    """Ground truth from the workload catalogue (no profiling needed)."""
+
+    needs_profile = False
+
+    def estimate(self, geom: Geometry, jobs: Sequence[JobState],
+                 profile: Mapping[str, tuple[float, ...]] | None = None) -> SpeedTable:
+        return {j.id: true_speeds(geom, j) for j in jobs}
+
+
+class NoisyOracle:
+    """True speeds + N(mean, std) error with a random sign, clipped to (0.01, 1.5].
+
+    The error of a (job, profile) pair is drawn from a generator seeded by ``seed`` and the job
+    id, so it does not depend on call order. The full profile keeps speed 1.0 (it is the
+    normalisation reference).
+    """
+
+    needs_profile = True
+
+    def __init__(self, mean: float = 0.016, std: float = 0.0032, seed: int = 0) -> None:
+        self.mean, self.std, self.seed = mean, std, seed
+        self._cache: dict[tuple[str, str], dict[str, float]] = {}
+
+    def estimate(self, geom: Geometry, jobs: Sequence[JobState],
+                 profile: Mapping[str, tuple[float, ...]] | None = None) -> SpeedTable:
+        out: SpeedTable = {}
+        full = geom.model.full_profile().name
+        for j in jobs:
+            key = (geom.model.name, j.id)
+            got = self._cache.get(key)
+            if got is None:
+                rng = np.random.default_rng([self.seed, zlib.crc32(j.id.encode())])
+                got = {}
+                for prof, s in sorted(true_speeds(geom, j).items()):
+                    e = rng.normal(self.mean, self.std) * (1 if rng.random() < 0.5 else -1)
+                    got[prof] = 1.0 if prof == full else float(np.clip(s + e, 0.01, 1.5))
+                self._cache[key] = got
+            out[j.id] = dict(got)
+        return out
+
+
+class PredictorEstimator:
+    """The learned MPS->MIG predictor on the mix's raw MPS profile.
+
+    ``predictor`` is any object with ``predict_mix(raw: ndarray (3, n)) -> ndarray (5, n)`` of
+    speeds relative to the full GPU on 7/4/3/2/1 compute slices (NaN = unknown), or a callable
+    of that shape. Memory fit comes from the job's ``memory_gb``; slices that the prediction
+    marks unknown are dropped.
+    """
+
+    needs_profile = True
+    SLICES = (7, 4, 3, 2, 1)
+
+    def __init__(self, predictor: Any) -> None:
+        self.predictor = predictor
+
+    def _predict(self, raw: np.ndarray) -> np.ndarray:
+        p = self.predictor
+        if hasattr(p, "predict_mix"):
+            return np.asarray(p.predict_mix(raw))
+        return np.asarray(p(raw))
+
+    def estimate(self, geom: Geometry, jobs: Sequence[JobState],
+                 profile: Mapping[str, tuple[float, ...]] | None = None) -> SpeedTable:
+        if profile is None:
+            raise ValueError("the predictor needs an MPS profile of the mix")
+        mix = list(profile)
+        raw = np.array([profile[j] for j in mix], dtype=float).T  # (3, n)
+        pred = self._predict(raw)
+        col = {j: i for i, j in enumerate(mix)}
+        full = geom.model.full_profile()
+        out: SpeedTable = {}
+        for js in jobs:
+            i = col[js.id]
+            by = {g: float(pred[k, i]) for k, g in enumerate(self.SLICES)
+                  if np.isfinite(pred[k, i]) and pred[k, i] > 0}
+            sp: dict[str, float] = {}
+            for p in geom.profiles:
+                if p.memory_gib + 1e-9 < js.spec.memory_gb:
+                    continue
+                x = 7.0 * p.compute_slices / full.compute_slices
+                s = by.get(round(x)) if abs(x - round(x)) < 1e-9 else None
+                if s is None and by:
+                    lo = [g for g in by if g <= x]
+                    hi = [g for g in by if g >= x]
+                    if lo and hi:
+                        g0, g1 = max(lo), min(hi)
+                        s = by[g0] if g0 == g1 else by[g0] + (by[g1] - by[g0]) * (x - g0) / (
+                            g1 - g0)
+                if s is not None:
+                    sp[p.name] = float(np.clip(s, 0.01, 1.5))
+            sp[full.name] = 1.0
+            out[js.id] = sp
+        return out

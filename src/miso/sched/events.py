@@ -1,0 +1,153 @@
+"""Events: what a driver (simulator or live controller) tells a policy.
+
+Plain frozen dataclasses, no behaviour. Times are seconds (the driver's clock), speeds are raw
+rates in any per-job unit (iterations/s, samples/s) unless a field says "relative"; GPU and job
+ids are strings chosen by the driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from miso.mig import Placement
+
+#: MPS active-thread percentages of a profiling run, in the order speeds are reported.
+MPS_LEVELS: tuple[int, ...] = (100, 50, 14)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A submitted training job.
+
+    ``memory_gb`` is the job's peak GPU memory (GB); a slice with less memory cannot hold it.
+    ``workload`` names a catalogue workload (:func:`miso.workloads.catalogue`) when it is known
+    (simulation, emulated runs); only ground-truth estimators may read it.
+    ``duration_hint_s`` is an optional user estimate of the run time alone on a full GPU.
+    """
+
+    id: str
+    name: str
+    memory_gb: float
+    workload: str | None = None
+    duration_hint_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Event:
+    """Base class of all events."""
+
+
+@dataclass(frozen=True)
+class JobSubmitted(Event):
+    """A job entered the system (it is queued until a policy places it)."""
+
+    job: JobSpec
+
+
+@dataclass(frozen=True)
+class ProfilingFinished(Event):
+    """An MPS profiling run (decision :class:`~miso.sched.decisions.StartProfiling`) ended.
+
+    ``speeds[job]`` are the job's raw rates at each level of ``levels`` (same order), measured
+    with all the profiled jobs running together under MPS on the full slice. The jobs keep
+    running under MPS (100 %) until the policy applies a layout.
+    """
+
+    gpu: str
+    plan_id: int
+    speeds: Mapping[str, tuple[float, ...]]
+    levels: tuple[int, ...] = MPS_LEVELS
+
+
+@dataclass(frozen=True)
+class LayoutApplied(Event):
+    """The GPU now has the layout (or MPS shares) of plan ``plan_id``; its jobs run there."""
+
+    gpu: str
+    plan_id: int
+
+
+@dataclass(frozen=True)
+class LayoutFailed(Event):
+    """Plan ``plan_id`` could not be applied (or a profiling run could not start).
+
+    The GPU is left with no instances and its jobs checkpointed but still resident on it (the
+    policy decides: retry, other layout or requeue).
+    """
+
+    gpu: str
+    plan_id: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class JobFinished(Event):
+    """The job completed; its instance stays in the layout, idle."""
+
+    job: str
+
+
+@dataclass(frozen=True)
+class JobFailed(Event):
+    """The job crashed or was killed; it leaves the system like a finished job."""
+
+    job: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class SpeedObserved(Event):
+    """First steady raw rate of a job on a MIG instance (once per job and placement run).
+
+    Lets policies learn true MIG speeds: a rate on the full profile gives the job's reference
+    rate, rates on other profiles divided by it give relative speeds.
+    """
+
+    job: str
+    gpu: str
+    placement: Placement
+    rate: float
+
+
+@dataclass(frozen=True)
+class JobSpeedChanged(Event):
+    """The job's observed rate departs from ``baseline``, the rate first seen on its slice.
+
+    Drivers emit it when ``|observed / baseline - 1|`` exceeds their report threshold (the
+    policy applies its own threshold and cool-down on top).
+    """
+
+    job: str
+    gpu: str
+    observed: float
+    baseline: float
+
+
+@dataclass(frozen=True)
+class GpuAdded(Event):
+    """A GPU joined (at start-up every GPU is announced this way).
+
+    ``model`` is a :mod:`miso.mig` model name; ``profiles``/``driver`` restrict the geometry
+    (None = the model's default profiles, current driver).
+    """
+
+    gpu: str
+    model: str
+    profiles: tuple[str, ...] | None = None
+    driver: int | None = None
+
+
+@dataclass(frozen=True)
+class GpuRemoved(Event):
+    """The GPU left; its resident jobs are back in the queue (checkpointed)."""
+
+    gpu: str
+
+
+@dataclass(frozen=True)
+class Tick(Event):
+    """A timer fired (requested with :class:`~miso.sched.decisions.WakeUp`)."""
+
+    tag: str = ""
+

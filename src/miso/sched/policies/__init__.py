@@ -1,0 +1,6 @@
+"""Built-in policies (importing this module registers them)."""
+
+from miso.sched.policies.baselines import MpsOnly, NoPart, OptSta
+from miso.sched.policies.miso import Miso, MisoPlus, oracle
+
+__all__ = ["Miso", "MisoPlus", "MpsOnly", "NoPart", "OptSta", "oracle"]

@@ -1,0 +1,157 @@
+"""Shared machinery of the built-in policies: event dispatch, per-call scratch, feasibility."""
+
+from __future__ import annotations
+
+from functools import cache
+
+from miso.mig import Geometry
+from miso.optimize import OptimizerError, optimizer_for
+from miso.sched.decisions import Decision, PlaceJob, RequeueJob
+from miso.sched.events import (
+    Event,
+    GpuAdded,
+    GpuRemoved,
+    JobFailed,
+    JobFinished,
+    JobSpeedChanged,
+    JobSubmitted,
+    LayoutApplied,
+    LayoutFailed,
+    ProfilingFinished,
+    SpeedObserved,
+    Tick,
+)
+from miso.sched.state import ClusterState
+
+
+@cache
+def _fit_signature(geom: Geometry, memory_gb: float) -> tuple[str, ...]:
+    return tuple(p.name for p in geom.profiles if p.memory_gib + 1e-9 >= memory_gb)
+
+
+def fitting_profiles(geom: Geometry, memory_gb: float) -> tuple[str, ...]:
+    """Profiles of ``geom`` with enough memory for the job (cached)."""
+    return _fit_signature(geom, round(memory_gb, 3))
+
+
+@cache
+def _feasible(geom: Geometry, sigs: tuple[tuple[str, ...], ...]) -> bool:
+    if not sigs or any(not s for s in sigs):
+        return bool(sigs) and all(sigs)
+    opt = optimizer_for(geom)
+    if len(sigs) > opt.max_jobs:
+        return False
+    try:
+        opt.solve({str(i): dict.fromkeys(s, 1.0) for i, s in enumerate(sigs)})
+    except OptimizerError:
+        return False
+    return True
+
+
+def mix_feasible(geom: Geometry, memories: list[float]) -> bool:
+    """True when some valid layout gives every job its own instance with enough memory."""
+    sigs = tuple(sorted(fitting_profiles(geom, m) for m in memories))
+    return _feasible(geom, sigs)
+
+
+class Scratch:
+    """Decisions of the current ``decide`` call that the state does not show yet."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self.out: list[Decision] = []
+        self.extra: dict[str, list[str]] = {}    # gpu -> jobs placed during this call
+        self.placed: set[str] = set()
+        self.requeued: set[str] = set()
+
+    def jobs_on(self, gpu: str) -> list[str]:
+        base = [j for j in self.state.gpus[gpu].jobs if j not in self.requeued]
+        return base + self.extra.get(gpu, [])
+
+    def memory_on(self, gpu: str) -> float:
+        jobs = self.state.jobs
+        return sum(jobs[j].spec.memory_gb for j in self.jobs_on(gpu))
+
+    def place(self, job: str, gpu: str) -> None:
+        self.out.append(PlaceJob(job, gpu))
+        self.extra.setdefault(gpu, []).append(job)
+        self.placed.add(job)
+
+    def requeue(self, job: str, reason: str) -> None:
+        self.out.append(RequeueJob(job, reason))
+        self.requeued.add(job)
+
+    def queue(self) -> list[str]:
+        q = [j for j in self.state.queue if j not in self.placed]
+        # Requeued jobs re-enter in submission order.
+        if self.requeued:
+            q = sorted(set(q) | self.requeued,
+                       key=lambda x: (self.state.jobs[x].submitted_at, x))
+        return q
+
+
+class BasePolicy:
+    """Dispatches events to ``on_*`` hooks; subclasses fill ``Scratch.out``."""
+
+    name = "base"
+
+    def decide(self, now: float, event: Event, state: ClusterState) -> list[Decision]:
+        sc = Scratch(state)
+        match event:
+            case JobSubmitted():
+                self.on_submit(now, event, sc)
+            case JobFinished(job=j) | JobFailed(job=j):
+                self.on_finish(now, j, state.jobs[j].gpu, sc)
+            case ProfilingFinished():
+                if state.gpus.get(event.gpu) is not None and \
+                        state.gpus[event.gpu].applied_plan_id == event.plan_id:
+                    self.on_profiled(now, event, sc)
+            case LayoutApplied():
+                gs = state.gpus.get(event.gpu)
+                if gs is not None and gs.applied_plan_id == event.plan_id:
+                    self.on_applied(now, event.gpu, sc)
+            case LayoutFailed():
+                gs = state.gpus.get(event.gpu)
+                if gs is not None and gs.pending is None:
+                    for j in list(gs.jobs):
+                        sc.requeue(j, f"layout failed: {event.reason}")
+                    self.on_capacity(now, sc)
+            case GpuAdded():
+                self.on_gpu_added(now, event.gpu, sc)
+            case GpuRemoved():
+                self.on_capacity(now, sc)
+            case JobSpeedChanged():
+                self.on_speed_changed(now, event, sc)
+            case SpeedObserved():
+                self.on_speed_observed(now, event, sc)
+            case Tick():
+                self.on_tick(now, event, sc)
+        return sc.out
+
+    # hooks --------------------------------------------------------------------------------
+    def on_submit(self, now: float, ev: JobSubmitted, sc: Scratch) -> None:
+        self.on_capacity(now, sc)
+
+    def on_finish(self, now: float, job: str, gpu: str | None, sc: Scratch) -> None:
+        self.on_capacity(now, sc)
+
+    def on_profiled(self, now: float, ev: ProfilingFinished, sc: Scratch) -> None:
+        pass
+
+    def on_applied(self, now: float, gpu: str, sc: Scratch) -> None:
+        pass
+
+    def on_gpu_added(self, now: float, gpu: str, sc: Scratch) -> None:
+        self.on_capacity(now, sc)
+
+    def on_capacity(self, now: float, sc: Scratch) -> None:
+        pass
+
+    def on_speed_changed(self, now: float, ev: JobSpeedChanged, sc: Scratch) -> None:
+        pass
+
+    def on_speed_observed(self, now: float, ev: SpeedObserved, sc: Scratch) -> None:
+        pass
+
+    def on_tick(self, now: float, ev: Tick, sc: Scratch) -> None:
+        pass

@@ -1,0 +1,70 @@
+"""Per-profile speeds of catalogue workloads on any MIG GPU model (an approximation).
+
+The catalogue holds real A100-40GB speeds by compute-slice count (7, 4, 3, 2, 1). For another
+model, a profile with ``g`` of the model's ``G`` compute slices gets the A100 speed at
+``7 * g / G`` slices, interpolated linearly between measured slice counts (exact on 7-slice
+models; on an A30 a 2g of 4 gets the A100 figure at 3.5 slices). A profile fits a job when its
+memory (GiB) holds the job's peak memory; on the A100-40GB the measured "does not fit" entries
+are kept. Where the A100 did not fit but a bigger-memory model does, the speed is extrapolated
+proportionally to compute from the smallest measured slice. Documented as an approximation:
+no non-A100 speeds were measured.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from miso.mig import Geometry
+from miso.workloads import Workload, catalogue
+
+_A100 = "A100-40GB"
+
+
+def _interp(by: dict[int, float], x: float) -> float | None:
+    pts = sorted(by.items())
+    if not pts:
+        return None
+    if x <= pts[0][0]:
+        g0, s0 = pts[0]
+        return s0 * x / g0
+    for (g0, s0), (g1, s1) in zip(pts, pts[1:], strict=False):
+        if g0 <= x <= g1:
+            return s0 + (s1 - s0) * (x - g0) / (g1 - g0)
+    return pts[-1][1]
+
+
+def workload_speeds(geom: Geometry, wl: Workload) -> dict[str, float]:
+    """Speed relative to the full GPU per profile of ``geom`` that fits ``wl`` (missing = no)."""
+    return dict(_workload_speeds(geom, wl.name))
+
+
+@cache
+def _workload_speeds(geom: Geometry, name: str) -> tuple[tuple[str, float], ...]:
+    wl = catalogue()[name]
+    full = geom.model.full_profile()
+    out: list[tuple[str, float]] = []
+    exact = geom.model.name == _A100
+    for p in geom.profiles:
+        if p.memory_gib + 1e-9 < wl.memory_gb:
+            continue
+        x = 7.0 * p.compute_slices / full.compute_slices
+        if exact:
+            s = wl.speed_by_slices.get(p.compute_slices)
+            if s is None:
+                continue
+        else:
+            if abs(x - round(x)) < 1e-9 and round(x) in wl.speed_by_slices:
+                s = wl.speed_by_slices[round(x)]
+            else:
+                s = _interp(wl.speed_by_slices, x)
+                if s is None:
+                    continue
+        out.append((p.name, float(min(1.0, max(1e-3, s)))))
+    if not any(n == full.name for n, _ in out) and full.memory_gib + 1e-9 >= wl.memory_gb:
+        out.append((full.name, 1.0))
+    return tuple(out)
+
+
+def fits(geom: Geometry, memory_gb: float) -> list[str]:
+    """Profiles of ``geom`` whose memory holds ``memory_gb``."""
+    return [p.name for p in geom.profiles if p.memory_gib + 1e-9 >= memory_gb]

@@ -1,0 +1,359 @@
+"""ClusterState: the bookkeeping both drivers keep identically, and policies read.
+
+Drivers call :meth:`ClusterState.observe` with every event *before* handing it to the policy,
+and :meth:`ClusterState.apply` with every decision the policy returns, in order, *before*
+executing it. ``apply`` validates the decision (valid layout, resident jobs, memory, at most one
+instance per job) and raises :class:`ContractError` when a policy breaks the contract. The only
+change a policy makes itself is drawing plan ids with :meth:`ClusterState.new_plan_id`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from miso.mig import Geometry, Placement, geometry, violations
+from miso.sched.decisions import (
+    ApplyLayout,
+    Decision,
+    PlaceJob,
+    RequeueJob,
+    RunMps,
+    StartProfiling,
+    WakeUp,
+)
+from miso.sched.events import (
+    Event,
+    GpuAdded,
+    GpuRemoved,
+    JobFailed,
+    JobFinished,
+    JobSpec,
+    JobSubmitted,
+    LayoutApplied,
+    LayoutFailed,
+    ProfilingFinished,
+    SpeedObserved,
+)
+
+
+class ContractError(RuntimeError):
+    """A decision that breaks the scheduling contract (a policy bug)."""
+
+
+class Phase(StrEnum):
+    """What a GPU is doing."""
+
+    IDLE = "idle"                    # no pending plan and nothing running
+    PROFILING = "profiling"          # MPS profiling of its mix (or waiting for a layout after it)
+    RECONFIGURING = "reconfiguring"  # a layout / MPS plan is being applied
+    RUNNING = "running"              # the last plan is applied, jobs run
+
+
+class JobStatus(StrEnum):
+    QUEUED = "queued"
+    PLACED = "placed"      # resident on a GPU, not running yet (or checkpointed)
+    RUNNING = "running"
+    FINISHED = "finished"
+    FAILED = "failed"
+
+
+@dataclass
+class JobState:
+    """One job as the scheduler knows it."""
+
+    spec: JobSpec
+    submitted_at: float
+    status: JobStatus = JobStatus.QUEUED
+    gpu: str | None = None
+    placement: Placement | None = None        # current MIG instance (None under MPS / not running)
+    restarts: int = 0                         # checkpoint-restarts caused by decisions
+    mps_profile: tuple[float, ...] | None = None   # raw rates of the last profiling run
+    profiled_with: tuple[str, ...] = ()       # the mix of that run (column order)
+    observed: dict[str, float] = field(default_factory=dict)  # profile -> first raw rate seen
+    finished_at: float | None = None
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+
+@dataclass
+class GpuState:
+    """One GPU: geometry, resident jobs, applied and pending plans."""
+
+    id: str
+    geom: Geometry
+    jobs: list[str] = field(default_factory=list)            # resident jobs, placement order
+    phase: Phase = Phase.IDLE
+    layout: tuple[Placement, ...] = ()                       # applied MIG layout
+    assignment: dict[str, Placement] = field(default_factory=dict)   # applied, running jobs
+    mps_shares: dict[str, int] = field(default_factory=dict)  # applied MPS shares (MPS mode)
+    pending: Decision | None = None                          # plan issued, not acknowledged
+    applied_plan_id: int = 0
+
+    @property
+    def model(self) -> str:
+        return self.geom.model.name
+
+    @property
+    def pending_plan_id(self) -> int | None:
+        return getattr(self.pending, "plan_id", None)
+
+    @property
+    def busy(self) -> bool:
+        """A plan is in flight (profiling or reconfiguring)."""
+        return self.pending is not None
+
+    def free_instances(self) -> list[Placement]:
+        """Instances of the applied layout that hold no job."""
+        used = set(self.assignment.values())
+        return [pl for pl in self.layout if pl not in used]
+
+
+class ClusterState:
+    """GPUs, jobs and the queue; updated by drivers from events and decisions."""
+
+    def __init__(self) -> None:
+        self.gpus: dict[str, GpuState] = {}
+        self.jobs: dict[str, JobState] = {}
+        self.queue: list[str] = []        # queued job ids, FIFO (submission order)
+        self._plan = 0
+        self.now = 0.0
+
+    # -- policy helpers --------------------------------------------------------------------
+    def new_plan_id(self) -> int:
+        """Next cluster-wide plan id (strictly increasing)."""
+        self._plan += 1
+        return self._plan
+
+    @property
+    def last_plan_id(self) -> int:
+        return self._plan
+
+    def active_jobs(self) -> list[str]:
+        return [j for j, s in self.jobs.items()
+                if s.status not in (JobStatus.FINISHED, JobStatus.FAILED)]
+
+    def memory_used(self, gpu: str) -> float:
+        return sum(self.jobs[j].spec.memory_gb for j in self.gpus[gpu].jobs)
+
+    # -- events ----------------------------------------------------------------------------
+    def observe(self, now: float, event: Event) -> None:
+        """Update from an event (driver calls this before ``policy.decide``)."""
+        self.now = now
+        match event:
+            case JobSubmitted(job=spec):
+                if spec.id in self.jobs:
+                    raise ContractError(f"job {spec.id} submitted twice")
+                self.jobs[spec.id] = JobState(spec, now)
+                self.queue.append(spec.id)
+            case GpuAdded(gpu=g, model=m, profiles=p, driver=d):
+                if g in self.gpus:
+                    raise ContractError(f"GPU {g} added twice")
+                self.gpus[g] = GpuState(g, geometry(m, p, d))
+            case GpuRemoved(gpu=g):
+                gs = self.gpus.pop(g)
+                for j in gs.jobs:
+                    self._to_queue(j)
+            case JobFinished(job=j) | JobFailed(job=j):
+                js = self.jobs[j]
+                js.status = JobStatus.FINISHED if isinstance(event, JobFinished) \
+                    else JobStatus.FAILED
+                js.finished_at = now
+                if js.gpu is not None and js.gpu in self.gpus:
+                    gs = self.gpus[js.gpu]
+                    gs.jobs.remove(j)
+                    gs.assignment.pop(j, None)
+                    gs.mps_shares.pop(j, None)
+                    if not gs.jobs and gs.pending is None:
+                        gs.phase = Phase.IDLE
+                elif j in self.queue:
+                    self.queue.remove(j)
+                js.placement = None  # js.gpu keeps the last GPU (policies read it)
+            case ProfilingFinished(gpu=g, plan_id=pid, speeds=sp):
+                gs = self.gpus.get(g)
+                if gs is None or gs.pending_plan_id != pid:
+                    return  # stale
+                mix = tuple(sp)
+                for j, v in sp.items():
+                    if j in self.jobs:
+                        self.jobs[j].mps_profile = tuple(v)
+                        self.jobs[j].profiled_with = mix
+                gs.pending = None
+                gs.applied_plan_id = pid
+                gs.phase = Phase.PROFILING if gs.jobs else Phase.IDLE
+            case LayoutApplied(gpu=g, plan_id=pid):
+                gs = self.gpus.get(g)
+                if gs is None or gs.pending_plan_id != pid:
+                    return  # stale or superseded
+                self._ack(gs)
+            case LayoutFailed(gpu=g, plan_id=pid):
+                gs = self.gpus.get(g)
+                if gs is None or gs.pending_plan_id != pid:
+                    return
+                gs.pending = None
+                gs.layout = ()
+                gs.assignment = {}
+                gs.mps_shares = {}
+                gs.phase = Phase.IDLE
+                for j in gs.jobs:
+                    self.jobs[j].status = JobStatus.PLACED
+                    self.jobs[j].placement = None
+            case SpeedObserved(job=j, placement=pl, rate=r):
+                if j in self.jobs:
+                    self.jobs[j].observed.setdefault(pl.profile, r)
+            case _:
+                pass
+
+    def _ack(self, gs: GpuState) -> None:
+        d = gs.pending
+        gs.pending = None
+        assert d is not None
+        gs.applied_plan_id = d.plan_id  # type: ignore[attr-defined]
+        if isinstance(d, ApplyLayout):
+            gs.layout = tuple(sorted(d.layout))
+            gs.assignment = {j: pl for j, pl in d.assignment.items() if j in gs.jobs}
+            gs.mps_shares = {}
+            for j, pl in gs.assignment.items():
+                self.jobs[j].status = JobStatus.RUNNING
+                self.jobs[j].placement = pl
+        elif isinstance(d, RunMps):
+            gs.layout = (Placement(0, gs.geom.model.full_profile().name),)
+            gs.assignment = {}
+            gs.mps_shares = {j: s for j, s in d.shares.items() if j in gs.jobs}
+            for j in gs.mps_shares:
+                self.jobs[j].status = JobStatus.RUNNING
+                self.jobs[j].placement = None
+        gs.phase = Phase.RUNNING if gs.jobs else Phase.IDLE
+
+    def _to_queue(self, j: str) -> None:
+        js = self.jobs[j]
+        js.gpu = None
+        js.placement = None
+        js.status = JobStatus.QUEUED
+        # Keep the queue in submission order.
+        self.queue.append(j)
+        self.queue.sort(key=lambda x: (self.jobs[x].submitted_at, x))
+
+    # -- decisions -------------------------------------------------------------------------
+    def apply(self, now: float, d: Decision) -> None:
+        """Validate and record a decision (driver calls this before executing it)."""
+        self.now = now
+        match d:
+            case PlaceJob(job=j, gpu=g):
+                js = self._job(j)
+                gs = self._gpu(g)
+                if js.status is not JobStatus.QUEUED:
+                    raise ContractError(f"PlaceJob {j}: job is {js.status}, not queued")
+                cap = gs.geom.model.max_instances
+                if len(gs.jobs) >= cap:
+                    raise ContractError(f"PlaceJob {j} on {g}: GPU already holds {cap} jobs")
+                mem = gs.geom.model.full_profile().memory_gib
+                if self.memory_used(g) + js.spec.memory_gb > mem + 1e-9:
+                    raise ContractError(f"PlaceJob {j} on {g}: memory {js.spec.memory_gb:.1f} GB "
+                                        f"over the GPU's {mem} GiB with resident jobs")
+                self.queue.remove(j)
+                gs.jobs.append(j)
+                js.gpu = g
+                js.status = JobStatus.PLACED
+            case StartProfiling(gpu=g, plan_id=pid, jobs=jobs):
+                gs = self._gpu(g)
+                self._check_plan(gs, pid)
+                if sorted(jobs) != sorted(gs.jobs):
+                    raise ContractError(f"StartProfiling on {g}: jobs {sorted(jobs)} are not the "
+                                        f"resident jobs {sorted(gs.jobs)}")
+                self._stop_running(gs)
+                gs.layout = (Placement(0, gs.geom.model.full_profile().name),)
+                gs.pending = d
+                gs.phase = Phase.PROFILING
+            case ApplyLayout(gpu=g, plan_id=pid, layout=lay, assignment=asg):
+                gs = self._gpu(g)
+                self._check_plan(gs, pid)
+                probs = violations(gs.geom, lay)
+                if probs:
+                    raise ContractError(f"ApplyLayout plan {pid} on {g}: invalid layout: "
+                                        + "; ".join(probs))
+                if set(asg) != set(gs.jobs):
+                    raise ContractError(f"ApplyLayout plan {pid} on {g}: assignment covers "
+                                        f"{sorted(asg)}, resident jobs are {sorted(gs.jobs)}")
+                if len(set(asg.values())) != len(asg):
+                    raise ContractError(f"ApplyLayout plan {pid} on {g}: two jobs share an "
+                                        f"instance")
+                lay_set = set(lay)
+                for j, pl in asg.items():
+                    if pl not in lay_set:
+                        raise ContractError(f"ApplyLayout plan {pid} on {g}: {j} on {pl}, not "
+                                            f"in the layout")
+                    mem = gs.geom.model.profile(pl.profile).memory_gib
+                    if self.jobs[j].spec.memory_gb > mem + 1e-9:
+                        raise ContractError(f"ApplyLayout plan {pid} on {g}: {j} needs "
+                                            f"{self.jobs[j].spec.memory_gb:.1f} GB, {pl} has "
+                                            f"{mem} GiB")
+                for j, pl in asg.items():
+                    js = self.jobs[j]
+                    if js.placement != pl or js.status is not JobStatus.RUNNING:
+                        if js.status is JobStatus.RUNNING:
+                            js.restarts += 1
+                        js.status = JobStatus.PLACED
+                        js.placement = None
+                gs.pending = d
+                gs.phase = Phase.RECONFIGURING
+            case RunMps(gpu=g, plan_id=pid, shares=shares):
+                gs = self._gpu(g)
+                self._check_plan(gs, pid)
+                if set(shares) != set(gs.jobs):
+                    raise ContractError(f"RunMps plan {pid} on {g}: shares cover {sorted(shares)}"
+                                        f", resident jobs are {sorted(gs.jobs)}")
+                for j in shares:
+                    js = self.jobs[j]
+                    if js.status is not JobStatus.RUNNING or gs.mps_shares.get(j) != shares[j]:
+                        if js.status is JobStatus.RUNNING:
+                            js.restarts += 1
+                        js.status = JobStatus.PLACED
+                gs.pending = d
+                gs.phase = Phase.RECONFIGURING
+            case RequeueJob(job=j):
+                js = self._job(j)
+                if js.gpu is None:
+                    raise ContractError(f"RequeueJob {j}: job is not on a GPU")
+                gs = self.gpus[js.gpu]
+                if js.status is JobStatus.RUNNING:
+                    js.restarts += 1
+                gs.jobs.remove(j)
+                gs.assignment.pop(j, None)
+                gs.mps_shares.pop(j, None)
+                self._to_queue(j)
+            case WakeUp():
+                pass
+            case _:
+                raise ContractError(f"unknown decision {d!r}")
+
+    def _stop_running(self, gs: GpuState) -> None:
+        for j in gs.jobs:
+            js = self.jobs[j]
+            if js.status is JobStatus.RUNNING:
+                js.restarts += 1
+            js.status = JobStatus.PLACED
+            js.placement = None
+        gs.assignment = {}
+        gs.mps_shares = {}
+
+    def _check_plan(self, gs: GpuState, pid: int) -> None:
+        if pid <= gs.applied_plan_id or (gs.pending_plan_id is not None
+                                         and pid <= gs.pending_plan_id):
+            raise ContractError(f"plan id {pid} on {gs.id} does not increase")
+        if pid > self._plan:
+            raise ContractError(f"plan id {pid} was not drawn with new_plan_id()")
+
+    def _job(self, j: str) -> JobState:
+        try:
+            return self.jobs[j]
+        except KeyError:
+            raise ContractError(f"unknown job {j}") from None
+
+    def _gpu(self, g: str) -> GpuState:
+        try:
+            return self.gpus[g]
+        except KeyError:
+            raise ContractError(f"unknown GPU {g}") from None
