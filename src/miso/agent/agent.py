@@ -1,0 +1,407 @@
+"""Per-node agent: changes MIG layouts through a GPU backend and runs jobs as real processes.
+
+The agent takes orders (apply a layout, start/stop MPS on an instance, launch, checkpoint, kill)
+and answers :meth:`Agent.report` with the state of every job attempt it runs: progress read from
+the job's progress file, steady rate, speed changes (phase changes), exit status. It keeps no
+scheduling logic; the controller decides. All methods return plain data (dicts/lists of
+str/int/float), so the same object serves in-process and behind a Ray actor.
+
+A job attempt is started with ``CUDA_VISIBLE_DEVICES=<MIG UUID>`` (from the backend) and, under
+MPS, ``CUDA_MPS_PIPE_DIRECTORY`` and ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``, plus the ``MISO_*``
+variables of :mod:`miso.job`. Processes run in their own session and are killed as a group.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from miso.backend.base import BackendError, GpuBackend, MpsHandle, ReconfigurationError
+from miso.job import CHECKPOINT_SIGNAL, EXIT_CHECKPOINTED, read_json
+from miso.mig import Placement, canonical
+
+log = logging.getLogger(__name__)
+
+
+def placement_of(data: Any) -> Placement:
+    """Placement from ``[start, profile]`` / ``{"start":..,"profile":..}`` / a Placement."""
+    if isinstance(data, Placement):
+        return data
+    if isinstance(data, dict):
+        return Placement(int(data["start"]), str(data["profile"]))
+    start, profile = data
+    return Placement(int(start), str(profile))
+
+
+def layout_data(layout: Any) -> list[list[Any]]:
+    """A layout as JSON-friendly ``[[start, profile], ...]``."""
+    return [[p.start, p.profile] for p in canonical(placement_of(x) for x in layout)]
+
+
+@dataclass
+class RateTracker:
+    """Iteration-rate bookkeeping of one attempt: steady rate and phase-change detection.
+
+    ``window`` seconds of progress (job-side timestamps) give a rate; the first full window
+    after ``warmup`` seconds is the steady rate (the baseline). A rate that stays more than
+    ``threshold`` away from the baseline for a further window is a speed change; the baseline
+    then moves to the new rate.
+    """
+
+    window: float
+    threshold: float
+    warmup: float = 0.2
+    samples: list[tuple[float, float]] = field(default_factory=list)
+    steady: float | None = None
+    baseline: float | None = None
+    deviating_since: float | None = None
+    change_seq: int = 0
+    change: tuple[float, float] | None = None  # (observed, baseline) of the last change
+
+    def add(self, t: float, it: float) -> None:
+        if self.samples and (t <= self.samples[-1][0] or it < self.samples[-1][1]):
+            return
+        self.samples.append((t, it))
+        t0 = self.samples[0][0]
+        while len(self.samples) > 2 and self.samples[1][0] < t - 4 * self.window and \
+                self.samples[1][0] > t0 + self.warmup:
+            self.samples.pop(0)
+            t0 = self.samples[0][0]
+        self._update()
+
+    def rate(self, span: float) -> float | None:
+        """Rate over the last ``span`` seconds of samples (None if too short)."""
+        if len(self.samples) < 2:
+            return None
+        t1, i1 = self.samples[-1]
+        old = [s for s in self.samples if s[0] <= t1 - span]
+        if not old:
+            return None
+        t0, i0 = old[-1]
+        return (i1 - i0) / (t1 - t0) if t1 > t0 else None
+
+    def _update(self) -> None:
+        t_first = self.samples[0][0]
+        t_last = self.samples[-1][0]
+        if self.steady is None:
+            if t_last - t_first >= self.warmup + self.window:
+                self.steady = self.rate(self.window)
+                self.baseline = self.steady
+            return
+        cur = self.rate(self.window)
+        if cur is None or not self.baseline:
+            return
+        if abs(cur / self.baseline - 1.0) > self.threshold:
+            if self.deviating_since is None:
+                self.deviating_since = t_last
+            elif t_last - self.deviating_since >= self.window:
+                self.change_seq += 1
+                self.change = (cur, self.baseline)
+                self.baseline = cur
+                self.deviating_since = None
+        else:
+            self.deviating_since = None
+
+
+@dataclass
+class Attempt:
+    """One process run of one job."""
+
+    job: str
+    attempt: int
+    command: list[str]
+    gpu: int
+    placement: Placement
+    mps_pct: int | None
+    proc: subprocess.Popen[bytes]
+    dir: Path
+    progress_file: Path
+    flag_file: Path
+    log_file: Path
+    started: float
+    rates: RateTracker
+    checkpoint_requested: bool = False
+    killed: bool = False
+    returncode: int | None = None
+    ended: float | None = None
+    progress: dict[str, Any] = field(default_factory=dict)
+
+
+class Agent:
+    """The agent of one node: its GPU backend and the job processes it runs.
+
+    ``workdir`` holds per-attempt logs, progress and flag files and MPS directories.
+    """
+
+    def __init__(self, node: str, backend: GpuBackend, workdir: str | Path, *,
+                 rate_window: float = 1.0, change_threshold: float = 0.25,
+                 python: str | None = None) -> None:
+        self.node = node
+        self.backend = backend
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.rate_window = rate_window
+        self.change_threshold = change_threshold
+        self.python = python or sys.executable
+        self._lock = threading.RLock()
+        self._attempts: dict[tuple[str, int], Attempt] = {}
+        self._mps: dict[tuple[int, Placement], MpsHandle] = {}
+        self._closed = False
+
+    # ---- description and layouts --------------------------------------------------------
+
+    def ping(self) -> str:
+        return self.node
+
+    def describe(self) -> dict[str, Any]:
+        """Node id, backend and each GPU's model, MIG mode and current layout."""
+        gpus = []
+        for g in self.backend.gpus():
+            devs = self.backend.devices(g.index)
+            gpus.append({
+                "index": g.index, "uuid": g.uuid, "model": g.model, "mig": g.mig_enabled,
+                "layout": layout_data(devs),
+                "devices": {f"{p.profile}@{p.start}": d.uuid for p, d in devs.items()},
+                "driver": self.backend.geometry(g.index).driver,
+                "profiles": [p.name for p in self.backend.geometry(g.index).profiles],
+            })
+        return {"node": self.node, "backend": self.backend.name, "pid": os.getpid(),
+                "gpus": gpus}
+
+    def apply_layout(self, gpu: int, layout: list[Any]) -> dict[str, Any]:
+        """Apply a layout; ``{"ok", "layout", "error", "kind"}`` (layout read back)."""
+        target = canonical(placement_of(x) for x in layout)
+        with self._lock:
+            self._stop_mps_not_in(gpu, set(target))
+            try:
+                now = self.backend.apply_layout(gpu, target)
+                return {"ok": True, "layout": layout_data(now), "error": "", "kind": ""}
+            except ReconfigurationError as e:
+                log.warning("%s: %s", self.node, e)
+                return {"ok": False, "layout": layout_data(e.layout), "error": str(e),
+                        "kind": e.kind}
+            except BackendError as e:
+                return {"ok": False, "layout": layout_data(self.backend.read_layout(gpu)),
+                        "error": str(e), "kind": e.kind}
+
+    def read_layout(self, gpu: int) -> list[list[Any]]:
+        return layout_data(self.backend.read_layout(gpu))
+
+    # ---- MPS ----------------------------------------------------------------------------
+
+    def start_mps(self, gpu: int, placement: Any) -> str:
+        """Start (or reuse) the MPS daemon of one MIG device; returns its pipe directory."""
+        pl = placement_of(placement)
+        with self._lock:
+            h = self._mps.get((gpu, pl))
+            if h is None:
+                h = self.backend.start_mps(gpu, pl, str(self.workdir / "mps"))
+                self._mps[(gpu, pl)] = h
+            return h.pipe_dir
+
+    def stop_mps(self, gpu: int) -> None:
+        """Stop every MPS daemon on ``gpu``."""
+        with self._lock:
+            self._stop_mps_not_in(gpu, set())
+
+    def _stop_mps_not_in(self, gpu: int, keep: set[Placement]) -> None:
+        for key in [k for k in self._mps if k[0] == gpu and k[1] not in keep]:
+            try:
+                self.backend.stop_mps(self._mps.pop(key))
+            except BackendError as e:
+                log.warning("%s: stopping MPS on GPU %d: %s", self.node, gpu, e)
+
+    # ---- jobs ---------------------------------------------------------------------------
+
+    def launch(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """Start one attempt. ``spec`` keys: job, attempt, command, gpu, placement, mps_pct
+        (None = plain MIG), checkpoint_dir, resume_from, env, cwd.
+
+        Returns ``{"ok", "pid", "error", "log"}``; a command that cannot start is an error,
+        not an exception.
+        """
+        job, attempt = str(spec["job"]), int(spec["attempt"])
+        gpu, pl = int(spec["gpu"]), placement_of(spec["placement"])
+        d = self.workdir / "jobs" / job / f"attempt-{attempt}"
+        d.mkdir(parents=True, exist_ok=True)
+        log_file = d / "output.log"
+        with self._lock:
+            if (job, attempt) in self._attempts:
+                a = self._attempts[(job, attempt)]
+                return {"ok": True, "pid": a.proc.pid, "error": "", "log": str(log_file)}
+            try:
+                env = dict(os.environ)
+                env.update({str(k): str(v) for k, v in (spec.get("env") or {}).items()})
+                env.update(self.backend.job_env(gpu, pl))
+                env.update({
+                    "MISO_JOB_ID": job, "MISO_ATTEMPT": str(attempt),
+                    "MISO_PROGRESS_FILE": str(d / "progress.json"),
+                    "MISO_CHECKPOINT_FLAG": str(d / "checkpoint.request"),
+                    "MISO_AGENT_PID": str(os.getpid()),
+                    "MISO_NODE": self.node,
+                })
+                if spec.get("checkpoint_dir"):
+                    Path(spec["checkpoint_dir"]).mkdir(parents=True, exist_ok=True)
+                    env["MISO_CHECKPOINT_DIR"] = str(spec["checkpoint_dir"])
+                if spec.get("resume_from"):
+                    env["MISO_RESUME_FROM"] = str(spec["resume_from"])
+                mps = spec.get("mps_pct")
+                if mps is not None:
+                    env["CUDA_MPS_PIPE_DIRECTORY"] = self.start_mps(gpu, pl)
+                    env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(int(mps))
+                cmd = [str(c) for c in spec["command"]]
+                if cmd and cmd[0] in ("python", "python3") and self.python:
+                    cmd[0] = self.python
+                with open(log_file, "ab") as out:
+                    proc = subprocess.Popen(
+                        cmd, env=env, cwd=spec.get("cwd") or None, stdout=out,
+                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                        start_new_session=True)
+            except (OSError, BackendError, ValueError) as e:
+                msg = f"cannot start {spec.get('command')!r} on GPU {gpu} {pl}: {e}"
+                log_file.write_text(msg + "\n")
+                return {"ok": False, "pid": None, "error": msg, "log": str(log_file)}
+            self._attempts[(job, attempt)] = Attempt(
+                job, attempt, cmd, gpu, pl, None if mps is None else int(mps), proc, d,
+                d / "progress.json", d / "checkpoint.request", log_file, time.time(),
+                RateTracker(self.rate_window, self.change_threshold))
+            return {"ok": True, "pid": proc.pid, "error": "", "log": str(log_file)}
+
+    def checkpoint(self, job: str, attempt: int) -> bool:
+        """Ask an attempt to save and exit (signal + flag file). False if not running."""
+        with self._lock:
+            a = self._attempts.get((job, attempt))
+            if a is None or a.proc.poll() is not None:
+                return False
+            a.checkpoint_requested = True
+            a.flag_file.touch()
+            try:
+                os.kill(a.proc.pid, CHECKPOINT_SIGNAL)
+            except ProcessLookupError:
+                pass
+            return True
+
+    def kill(self, job: str, attempt: int) -> bool:
+        """SIGKILL an attempt's process group; waits for it to be gone."""
+        with self._lock:
+            a = self._attempts.get((job, attempt))
+            if a is None:
+                return False
+            self._kill(a)
+            return True
+
+    def _kill(self, a: Attempt) -> None:
+        if a.proc.poll() is None:
+            a.killed = True
+            try:
+                os.killpg(a.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                a.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                log.error("%s: pid %d survived SIGKILL", self.node, a.proc.pid)
+        else:  # the leader exited: still kill leftovers of its group
+            try:
+                os.killpg(a.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def forget(self, job: str, attempt: int) -> None:
+        """Drop a finished attempt from reports (the controller has recorded its end)."""
+        with self._lock:
+            a = self._attempts.get((job, attempt))
+            if a is not None and a.proc.poll() is not None:
+                del self._attempts[(job, attempt)]
+
+    def _refresh(self, a: Attempt) -> None:
+        data = read_json(a.progress_file)
+        if isinstance(data, dict):
+            a.progress = data
+            if "time" in data and "iteration" in data:
+                a.rates.add(float(data["time"]), float(data["iteration"]))
+        if a.returncode is None:
+            rc = a.proc.poll()
+            if rc is not None:
+                a.returncode, a.ended = rc, time.time()
+                data = read_json(a.progress_file)  # final words
+                if isinstance(data, dict):
+                    a.progress = data
+
+    def report(self) -> dict[str, Any]:
+        """Every attempt's state (see :func:`attempt_report`) plus the node's layouts."""
+        with self._lock:
+            jobs = []
+            for a in list(self._attempts.values()):
+                self._refresh(a)
+                jobs.append(attempt_report(a))
+            return {"node": self.node, "time": time.time(), "jobs": jobs}
+
+    def logs(self, job: str, tail: int = 200) -> str:
+        """The last ``tail`` lines of every attempt log of ``job`` on this node."""
+        root = self.workdir / "jobs" / job
+        out = []
+        for d in sorted(root.glob("attempt-*"), key=lambda p: int(p.name.split("-")[1])):
+            f = d / "output.log"
+            if f.exists():
+                lines = f.read_text(errors="replace").splitlines()[-tail:]
+                out.append(f"--- {job} {d.name} on {self.node} ---")
+                out.extend(lines)
+        return "\n".join(out)
+
+    def running_pids(self) -> list[int]:
+        with self._lock:
+            return [a.proc.pid for a in self._attempts.values() if a.proc.poll() is None]
+
+    def shutdown(self, *, destroy_instances: bool = False) -> None:
+        """Kill every job process, stop MPS daemons, optionally clear the GPUs."""
+        with self._lock:
+            for a in self._attempts.values():
+                self._kill(a)
+            for g in {k[0] for k in self._mps}:
+                self._stop_mps_not_in(g, set())
+            if destroy_instances:
+                for g in self.backend.gpus():
+                    try:
+                        self.backend.apply_layout(g.index, ())
+                    except BackendError as e:
+                        log.warning("%s: clearing GPU %d: %s", self.node, g.index, e)
+            self._closed = True
+
+
+def attempt_report(a: Attempt) -> dict[str, Any]:
+    """Plain-data state of an attempt."""
+    p = a.progress
+    ck = p.get("checkpoint") if isinstance(p.get("checkpoint"), dict) else None
+    status = "running" if a.returncode is None else (
+        "finished" if a.returncode == 0 else
+        "checkpointed" if a.returncode == EXIT_CHECKPOINTED else
+        "killed" if a.killed else "failed")
+    tail = ""
+    if status == "failed":
+        try:
+            tail = "\n".join(a.log_file.read_text(errors="replace").splitlines()[-5:])
+        except OSError:
+            tail = ""
+    return {
+        "job": a.job, "attempt": a.attempt, "pid": a.proc.pid, "gpu": a.gpu,
+        "placement": [a.placement.start, a.placement.profile], "mps_pct": a.mps_pct,
+        "status": status, "returncode": a.returncode,
+        "iteration": p.get("iteration"), "total": p.get("total"), "time": p.get("time"),
+        "start_iteration": p.get("start_iteration"),
+        "checkpoint_iteration": ck.get("iteration") if ck else None,
+        "checkpoint_path": ck.get("path") if ck else None,
+        "steady_rate": a.rates.steady, "rate": a.rates.rate(a.rates.window),
+        "change_seq": a.rates.change_seq,
+        "change": list(a.rates.change) if a.rates.change else None,
+        "checkpoint_requested": a.checkpoint_requested,
+        "started": a.started, "ended": a.ended, "log": str(a.log_file), "log_tail": tail,
+    }

@@ -1,0 +1,196 @@
+"""Reference emulated training workload: "trains" at the speed the A100 table gives.
+
+``python -m miso.emuworkload --workload resnet_train128 --iterations 300 --ips 50``
+
+* On a MIG slice (``MISO_EMULATED_PROFILE``/``MISO_EMULATED_COMPUTE_SLICES`` set by the emulated
+  backend) it runs at ``ips * speed(slices)`` iterations/s, ``speed`` from the catalogue
+  (:mod:`miso.workloads`); a slice with too little memory fails like CUDA does (out of memory,
+  exit 1).
+* Under MPS (``CUDA_MPS_PIPE_DIRECTORY`` and ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``) it registers
+  itself in the pipe directory, reads its co-runners from there and runs at the speed of the MPS
+  contention model (:func:`mps_speed`), re-read every 0.2 s.
+* Otherwise it runs at full speed (``--ips``).
+
+``--ips`` is the time scale: iterations per second alone on a full GPU. ``--phase-at F
+--phase-factor X`` multiplies the speed by X after fraction F of the iterations (a phase change).
+``--crash-at-start`` exits 1 at once; ``--checkpoint-every S`` saves every S seconds besides the
+saves miso requests. Uses :mod:`miso.job` to report progress, checkpoint and resume.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from miso import job as jobhelper
+from miso.workloads import Workload, workload
+
+#: Speed lost to MPS itself (context switching) relative to the same SM share under MIG.
+_MPS_OVERHEAD = 0.92
+
+
+def _interp_speed(wl: Workload, slices: float) -> float:
+    """Table speed at a fractional compute-slice count (linear between measured points)."""
+    pts = sorted((s, v) for s, v in wl.speed_by_slices.items())
+    if not pts:
+        return 1.0
+    if slices <= pts[0][0]:
+        return pts[0][1] * slices / pts[0][0]
+    for (s0, v0), (s1, v1) in zip(pts, pts[1:], strict=False):
+        if s0 <= slices <= s1:
+            return v0 + (v1 - v0) * (slices - s0) / (s1 - s0)
+    return pts[-1][1]
+
+
+def placeholder_mps_speed(name: str, level_pct: float,
+                          co_runners: Sequence[tuple[str, float]]) -> float:
+    """Simple contention model used until :mod:`miso.predict.mps_model` is available.
+
+    Each runner asks for ``level`` % of the SMs; when the asks add up to more than 100 % they
+    are scaled down proportionally. Speed is the table speed at that SM share, times an MPS
+    overhead factor.
+    """
+    wl = workload(name)
+    demand = level_pct / 100.0 + sum(min(1.0, lv / 100.0) for _, lv in co_runners)
+    share = min(1.0, level_pct / 100.0) / max(1.0, demand)
+    return max(0.01, _interp_speed(wl, 7.0 * share) * _MPS_OVERHEAD)
+
+
+def mps_speed(name: str, level_pct: float, co_runners: Sequence[tuple[str, float]]) -> float:
+    """Speed (relative to alone on the full GPU) of ``name`` at ``level_pct`` with co-runners.
+
+    Uses the calibrated contention model of :mod:`miso.predict.mps_model` when installed,
+    otherwise :func:`placeholder_mps_speed`.
+    """
+    try:
+        from miso.predict.mps_model import mps_speed as model  # noqa: PLC0415
+    except ImportError:
+        return placeholder_mps_speed(name, level_pct, co_runners)
+    try:
+        return float(model(name, level_pct, list(co_runners)))
+    except (TypeError, ValueError, KeyError):
+        return placeholder_mps_speed(name, level_pct, co_runners)
+
+
+class _MpsRegistry:
+    """Registration of emulated MPS clients in the daemon's pipe directory."""
+
+    def __init__(self, pipe_dir: str, name: str, level: float) -> None:
+        self.dir = Path(pipe_dir) / "miso-clients"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.me = self.dir / f"{os.getpid()}.json"
+        jobhelper.write_json_atomic(self.me, {"workload": name, "level": level})
+
+    def co_runners(self) -> list[tuple[str, float]]:
+        out = []
+        for f in self.dir.glob("*.json"):
+            if f == self.me:
+                continue
+            try:
+                os.kill(int(f.stem), 0)
+            except (ProcessLookupError, ValueError):
+                f.unlink(missing_ok=True)
+                continue
+            except PermissionError:
+                pass
+            data = jobhelper.read_json(f)
+            if isinstance(data, dict):
+                out.append((str(data["workload"]), float(data["level"])))
+        return sorted(out)
+
+    def close(self) -> None:
+        self.me.unlink(missing_ok=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m miso.emuworkload", description=__doc__.split(
+        "\n")[0])
+    ap.add_argument("--workload", required=True, help="catalogue workload, e.g. bert_train2")
+    ap.add_argument("--iterations", type=int, required=True)
+    ap.add_argument("--ips", type=float, default=20.0,
+                    help="iterations per second alone on a full GPU (time scale)")
+    ap.add_argument("--checkpoint-every", type=float, default=0.0, help="seconds (0: only "
+                    "when asked)")
+    ap.add_argument("--phase-at", type=float, default=None)
+    ap.add_argument("--phase-factor", type=float, default=1.0)
+    ap.add_argument("--crash-at-start", action="store_true")
+    a = ap.parse_args(argv)
+    try:
+        wl = workload(a.workload)
+    except KeyError as e:
+        print(f"emuworkload: {e.args[0]}", file=sys.stderr)
+        return 2
+    if a.crash_at_start:
+        print("emuworkload: crashing at start as asked (--crash-at-start)", file=sys.stderr)
+        return 1
+
+    ctx = jobhelper.context()
+    env = os.environ
+    profile = env.get("MISO_EMULATED_PROFILE")
+    pipe = env.get("CUDA_MPS_PIPE_DIRECTORY")
+    registry = None
+    if pipe and env.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"):
+        level = float(env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"])
+        registry = _MpsRegistry(pipe, wl.name, level)
+
+        def base_speed() -> float:
+            return mps_speed(wl.name, level, registry.co_runners())
+        where = f"MPS {level:g}% on {profile or 'GPU'}"
+    elif profile:
+        slices = int(env.get("MISO_EMULATED_COMPUTE_SLICES", profile.split("g")[0]))
+        mem = float(env.get("MISO_EMULATED_MEMORY_GIB", "1e9"))
+        sp = wl.speed(slices)
+        if sp is None or wl.memory_gb > mem:
+            print(f"emuworkload: CUDA out of memory: {wl.name} needs {wl.memory_gb:.1f} GB, "
+                  f"{profile} has {mem:g} GiB", file=sys.stderr)
+            return 1
+        fixed = sp
+
+        def base_speed() -> float:
+            return fixed
+        where = f"MIG {profile}"
+    else:
+        def base_speed() -> float:
+            return 1.0
+        where = "whole GPU"
+
+    state = ctx.load() or {}
+    done = float(state.get("iteration", 0))
+    ctx.started(int(done), a.iterations)
+    print(f"emuworkload {wl.name}: {where}, resuming at {int(done)}/{a.iterations}", flush=True)
+    speed = base_speed()
+    last_speed_read = last_save = t = time.monotonic()
+    try:
+        while done < a.iterations:
+            time.sleep(0.02)
+            now = time.monotonic()
+            if registry is not None and now - last_speed_read > 0.2:
+                speed, last_speed_read = base_speed(), now
+            factor = a.phase_factor if a.phase_at is not None and \
+                done >= a.phase_at * a.iterations else 1.0
+            done = min(float(a.iterations), done + (now - t) * a.ips * speed * factor)
+            t = now
+            ctx.report(int(done), a.iterations)
+            if a.checkpoint_every and now - last_save >= a.checkpoint_every:
+                ctx.save_json({"iteration": int(done)}, iteration=int(done))
+                last_save = now
+            if ctx.checkpoint_requested() and done < a.iterations:
+                ctx.save_json({"iteration": int(done)}, iteration=int(done))
+                print(f"emuworkload {wl.name}: checkpointed at {int(done)}", flush=True)
+                ctx.exit_checkpointed()
+    finally:
+        if registry is not None:
+            registry.close()
+    ctx.report(a.iterations, a.iterations, force=True)
+    ctx.finish()
+    print(json.dumps({"workload": wl.name, "iterations": a.iterations, "done": True}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
