@@ -13,6 +13,7 @@ variables of :mod:`miso.job`. Processes run in their own session and are killed 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -283,10 +284,8 @@ class Agent:
                 return False
             a.checkpoint_requested = True
             a.flag_file.touch()
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(a.proc.pid, CHECKPOINT_SIGNAL)
-            except ProcessLookupError:
-                pass
             return True
 
     def kill(self, job: str, attempt: int) -> bool:
@@ -301,19 +300,15 @@ class Agent:
     def _kill(self, a: Attempt) -> None:
         if a.proc.poll() is None:
             a.killed = True
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(a.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
             try:
                 a.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 log.error("%s: pid %d survived SIGKILL", self.node, a.proc.pid)
         else:  # the leader exited: still kill leftovers of its group
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(a.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
 
     def forget(self, job: str, attempt: int) -> None:
         """Drop a finished attempt from reports (the controller has recorded its end)."""

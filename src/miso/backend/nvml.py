@@ -23,6 +23,7 @@ What it does, with the pynvml names (see the project's MIG notes, section 4):
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import threading
 from typing import Any
@@ -236,10 +237,9 @@ class NvmlBackend(GpuBackend):
                 self._call(n.nvmlGpuInstanceCreateComputeInstance, what + " (CI)", gi,
                            ci_info.id)
             except BackendError:
-                try:  # do not leave a GI without a compute instance behind
+                # do not leave a GI without a compute instance behind
+                with contextlib.suppress(n.NVMLError):
                     n.nvmlGpuInstanceDestroy(gi)
-                except n.NVMLError:
-                    pass
                 raise
             return self.devices(gpu)[placement]
 
@@ -287,7 +287,5 @@ class NvmlBackend(GpuBackend):
         self._mps.stop(handle)
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(Exception):
             self._n.nvmlShutdown()
-        except Exception:  # noqa: BLE001
-            pass
