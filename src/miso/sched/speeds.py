@@ -44,8 +44,9 @@ def _workload_speeds(geom: Geometry, name: str) -> tuple[tuple[str, float], ...]
     full = geom.model.full_profile()
     out: list[tuple[str, float]] = []
     exact = geom.model.name == _A100
+    mem = workload_memory_gb(wl.name)
     for p in geom.profiles:
-        if p.memory_gib + 1e-9 < wl.memory_gb:
+        if not exact and p.memory_gib + 1e-9 < mem:
             continue
         x = 7.0 * p.compute_slices / full.compute_slices
         if exact:
@@ -63,6 +64,20 @@ def _workload_speeds(geom: Geometry, name: str) -> tuple[tuple[str, float], ...]
     if not any(n == full.name for n, _ in out) and full.memory_gib + 1e-9 >= wl.memory_gb:
         out.append((full.name, 1.0))
     return tuple(out)
+
+
+@cache
+def workload_memory_gb(name: str) -> float:
+    """Memory (GB) a workload needs: its measured peak, capped by the memory of the smallest
+    A100-40GB profile it ran on (peaks measured on big slices overstate the need: bert_train4
+    peaks at 10.2 GB on 7g but ran on the 9.62 GiB 2g.10gb)."""
+    from miso.mig import gpu_model
+
+    wl = catalogue()[name]
+    a100 = gpu_model(_A100)
+    by_g = {p.compute_slices: p.memory_gib for p in a100.default_profiles()}
+    ran = [by_g[g] for g in wl.speed_by_slices if g in by_g]
+    return min([wl.memory_gb, *ran])
 
 
 def fits(geom: Geometry, memory_gb: float) -> list[str]:

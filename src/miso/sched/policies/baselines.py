@@ -71,20 +71,33 @@ class OptSta(BasePolicy):
 
     def on_capacity(self, now: float, sc: Scratch) -> None:
         st = sc.state
+        queue = sc.queue()[:BACKFILL_WINDOW]
+        if not queue:
+            return
+        # (gpu index, gpu, free instances) of GPUs with a free instance; one pass per event.
+        free: dict[str, list[Placement]] = {}
+        order: dict[str, int] = {}
+        for gi, (g, gs) in enumerate(st.gpus.items()):
+            f = self._free(sc, g, gs.assignment)
+            if f:
+                free[g] = f
+                order[g] = gi
+        if not free:
+            return
         new_asg: dict[str, dict[str, Placement]] = {}
-        compute = {}
-        for j in sc.queue()[:BACKFILL_WINDOW]:
+        for j in queue:
+            if not free:
+                break
             mem = st.jobs[j].spec.memory_gb
             best: tuple[tuple[int, int, int], str, Placement] | None = None
-            for gi, (g, gs) in enumerate(st.gpus.items()):
-                if g not in compute:
-                    compute[g] = {p.name: p.compute_slices for p in gs.geom.profiles}
-                asg = new_asg.get(g, gs.assignment)
-                fits = set(fitting_profiles(gs.geom, mem))
-                for pl in self._free(sc, g, asg):
+            for g, insts in free.items():
+                gs = st.gpus[g]
+                fits = fitting_profiles(gs.geom, mem)
+                n = len(new_asg.get(g, gs.assignment))
+                for pl in insts:
                     if pl.profile not in fits:
                         continue
-                    key = (-compute[g][pl.profile], len(asg), gi)
+                    key = (-gs.geom.model.profile(pl.profile).compute_slices, n, order[g])
                     if best is None or key < best[0]:
                         best = (key, g, pl)
             if best is None:
@@ -94,6 +107,9 @@ class OptSta(BasePolicy):
             asg = dict(new_asg.get(g, st.gpus[g].assignment))
             asg[j] = pl
             new_asg[g] = asg
+            free[g].remove(pl)
+            if not free[g]:
+                del free[g]
         for g, asg in new_asg.items():
             sc.out.append(ApplyLayout(g, st.new_plan_id(), self._layout(sc, g), asg))
 

@@ -1,0 +1,469 @@
+"""Discrete-event simulator: drives a scheduling policy against a simulated MIG cluster.
+
+The engine is a driver of :mod:`miso.sched` exactly like the live controller: it owns a
+:class:`~miso.sched.ClusterState`, delivers events one at a time (``observe`` -> ``decide`` ->
+``apply`` each decision -> execute it), and acknowledges plans with the same events. The world
+(true speeds, overheads) is private to the engine.
+
+Efficiency: a binary-heap event queue with a sequence tie-break; each job's progress is updated
+only when its own rate changes (rate x elapsed time), with version numbers invalidating stale
+completion events; the optimizer is cached per geometry (:func:`miso.optimize.optimizer_for`).
+"""
+
+from __future__ import annotations
+
+import heapq
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from miso.mig import Placement, canonical, geometry, plan_transition
+from miso.sched import (
+    ApplyLayout,
+    ClusterState,
+    Decision,
+    Event,
+    GpuAdded,
+    JobFinished,
+    JobSpec,
+    JobSpeedChanged,
+    JobSubmitted,
+    LayoutApplied,
+    PlaceJob,
+    Policy,
+    ProfilingFinished,
+    RequeueJob,
+    RunMps,
+    SpeedObserved,
+    StartProfiling,
+    Tick,
+    WakeUp,
+)
+from miso.sched.speeds import workload_memory_gb, workload_speeds
+from miso.sim.traces import TraceJob
+from miso.sim.world import WorldConfig, mps_only_speed, mps_profile_speeds
+from miso.workloads import catalogue
+
+_ARRIVE, _COMPLETE, _RESUME, _PLAN_DONE, _PROF_START, _PROF_DONE, _TICK, _PHASE = range(8)
+
+
+class _Job:
+    __slots__ = ("id", "spec", "duration", "work_left", "rate", "t_last", "version", "token",
+                 "truth", "workload", "base_rate", "started", "mode", "placement", "waiting",
+                 "submit", "first_start", "finish", "milestone", "alt")
+
+    def __init__(self, tj: TraceJob, spec: JobSpec, truth: dict[str, float], base_rate: float):
+        self.id = tj.id
+        self.spec = spec
+        self.duration = tj.duration_s
+        self.work_left = tj.duration_s
+        self.rate = 0.0
+        self.t_last = 0.0
+        self.version = 0
+        self.token = 0
+        self.truth = truth
+        self.workload = tj.workload
+        self.base_rate = base_rate
+        self.started = False
+        self.mode: str | None = None      # mig | mps | prof | None
+        self.placement: Placement | None = None
+        self.waiting = False
+        self.submit = tj.submit_s
+        self.first_start: float | None = None
+        self.finish: float | None = None
+        self.milestone: float | None = None
+        self.alt: str | None = None
+
+
+class _Gpu:
+    __slots__ = ("id", "geom", "full", "layout", "mig_asg", "mode", "plan", "mps",
+                 "prof_jobs", "prof_speeds", "busy", "busy_t", "busy_total")
+
+    def __init__(self, gid: str, geom) -> None:  # noqa: ANN001
+        self.id = gid
+        self.geom = geom
+        self.full = Placement(0, geom.model.full_profile().name)
+        self.layout: tuple[Placement, ...] = ()
+        self.mig_asg: dict[str, Placement] = {}
+        self.mode = "mig"
+        self.plan = 0
+        self.mps: dict[str, int] = {}
+        self.prof_jobs: list[str] = []
+        self.prof_speeds: dict[str, tuple[float, ...]] = {}
+        self.busy = False
+        self.busy_t = 0.0
+        self.busy_total = 0.0
+
+
+@dataclass
+class SimResult:
+    """Per-job outcomes and cluster figures of one run."""
+
+    policy: str
+    job_ids: list[str]
+    submit: np.ndarray
+    finish: np.ndarray
+    duration: np.ndarray
+    restarts: np.ndarray
+    busy_gpu_s: float
+    n_gpus: int
+    events: int
+    decisions: int
+    wall_s: float = 0.0
+    log: list[tuple[float, object]] = field(default_factory=list)
+
+    @property
+    def jct(self) -> np.ndarray:
+        return self.finish - self.submit
+
+
+class Simulator:
+    """One run of one policy over one trace."""
+
+    def __init__(self, policy: Policy, jobs: Sequence[TraceJob], config: WorldConfig,
+                 *, seed: int = 1, record: bool = False) -> None:
+        self.policy = policy
+        self.cfg = config
+        self.seed = seed
+        self.record = record
+        self.log: list[tuple[float, object]] = []
+        self.state = ClusterState()
+        self.geom = geometry(config.gpu_model)
+        self.gpus = {f"gpu{i}": _Gpu(f"gpu{i}", self.geom) for i in range(config.n_gpus)}
+        self.heap: list[tuple[float, int, int, object, object]] = []
+        self.seq = 0
+        self.n_events = 0
+        self.n_decisions = 0
+        cat = catalogue()
+        full_mem = self.geom.model.full_profile().memory_gib
+        self.jobs: dict[str, _Job] = {}
+        rng = np.random.default_rng([seed, 99])
+        alts = self._alternatives() if config.phase_change_prob > 0 else {}
+        for tj in jobs:
+            if tj.id in self.jobs:
+                raise ValueError(f"duplicate job id {tj.id} in trace")
+            mem = workload_memory_gb(tj.workload)
+            if mem > full_mem:
+                raise ValueError(f"job {tj.id}: workload {tj.workload} needs {mem:.1f} GB, more "
+                                 f"than a whole {self.geom.model.name}")
+            spec = JobSpec(tj.id, f"job-{tj.id}", mem, tj.workload)
+            jrng = np.random.default_rng([seed, zlib.crc32(tj.id.encode())])
+            base = float(jrng.lognormal(2.0, 0.8))
+            j = _Job(tj, spec, workload_speeds(self.geom, cat[tj.workload]), base)
+            if config.phase_change_prob > 0 and rng.random() < config.phase_change_prob:
+                cands = alts.get(tj.workload, [])
+                if cands:
+                    j.alt = cands[int(rng.integers(len(cands)))]
+                    j.milestone = tj.duration_s * float(rng.uniform(0.2, 0.8))
+            self.jobs[tj.id] = j
+
+    def _alternatives(self) -> dict[str, list[str]]:
+        cat = catalogue()
+        out = {}
+        for w in cat:
+            have = set(workload_speeds(self.geom, cat[w]))
+            out[w] = [o for o in cat if o != w and have <= set(workload_speeds(self.geom, cat[o]))]
+        return out
+
+    # -- heap ---------------------------------------------------------------------------------
+    def _push(self, t: float, kind: int, a: object = None, b: object = None) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, kind, a, b))
+
+    # -- driver loop --------------------------------------------------------------------------
+    def run(self, progress: Callable[[int], None] | None = None) -> SimResult:
+        import time
+
+        t_wall = time.perf_counter()
+        for g in self.gpus:
+            self._deliver(0.0, GpuAdded(g, self.cfg.gpu_model))
+        for j in self.jobs.values():
+            self._push(j.submit, _ARRIVE, j.id)
+        done = 0
+        heap = self.heap
+        while heap:
+            t, _, kind, a, b = heapq.heappop(heap)
+            if kind == _COMPLETE:
+                j = self.jobs[a]  # type: ignore[index]
+                if b != j.version or j.finish is not None:
+                    continue
+                self._finish(t, j)
+                done += 1
+                if progress is not None and done % 50 == 0:
+                    progress(done)
+            elif kind == _ARRIVE:
+                j = self.jobs[a]  # type: ignore[index]
+                self._deliver(t, JobSubmitted(j.spec))
+            elif kind == _RESUME:
+                self._resume(t, a, b)  # type: ignore[arg-type]
+            elif kind == _PLAN_DONE:
+                g = self.gpus[a]  # type: ignore[index]
+                if g.plan == b:
+                    self._deliver(t, LayoutApplied(g.id, b))  # type: ignore[arg-type]
+            elif kind == _PROF_START:
+                self._prof_start(t, a, b)  # type: ignore[arg-type]
+            elif kind == _PROF_DONE:
+                self._prof_done(t, a, b)  # type: ignore[arg-type]
+            elif kind == _TICK:
+                self._deliver(t, Tick(a))  # type: ignore[arg-type]
+            elif kind == _PHASE:
+                self._phase(t, a, b)  # type: ignore[arg-type]
+        if progress is not None:
+            progress(done)
+        unfinished = [j.id for j in self.jobs.values() if j.finish is None]
+        if unfinished:
+            raise RuntimeError(f"{len(unfinished)} jobs never finished under "
+                               f"{self.policy.name} (first: {unfinished[:5]})")
+        end = max(j.finish for j in self.jobs.values())  # type: ignore[type-var]
+        for g in self.gpus.values():
+            self._touch(g, end)
+        ids = list(self.jobs)
+        js = [self.jobs[i] for i in ids]
+        return SimResult(
+            policy=self.policy.name, job_ids=ids,
+            submit=np.array([j.submit for j in js]), finish=np.array([j.finish for j in js]),
+            duration=np.array([j.duration for j in js]),
+            restarts=np.array([self.state.jobs[i].restarts for i in ids]),
+            busy_gpu_s=sum(g.busy_total for g in self.gpus.values()), n_gpus=len(self.gpus),
+            events=self.n_events, decisions=self.n_decisions,
+            wall_s=time.perf_counter() - t_wall, log=self.log)
+
+    def _deliver(self, now: float, ev: Event) -> None:
+        self.n_events += 1
+        st = self.state
+        st.observe(now, ev)
+        if self.record:
+            self.log.append((now, ev))
+        for d in self.policy.decide(now, ev, st):
+            self.n_decisions += 1
+            gid = self._gpu_of(d)
+            if gid is not None:
+                self._touch(self.gpus[gid], now)
+            st.apply(now, d)
+            if self.record:
+                self.log.append((now, d))
+            self._exec(now, d)
+            if gid is not None:
+                self.gpus[gid].busy = bool(st.gpus[gid].jobs)
+
+    def _gpu_of(self, d: Decision) -> str | None:
+        if isinstance(d, PlaceJob):
+            return d.gpu
+        if isinstance(d, RequeueJob):
+            return self.state.jobs[d.job].gpu
+        return None
+
+    def _touch(self, g: _Gpu, now: float) -> None:
+        if g.busy:
+            g.busy_total += now - g.busy_t
+        g.busy_t = now
+
+    # -- job physics --------------------------------------------------------------------------
+    def _set_rate(self, j: _Job, now: float, rate: float) -> None:
+        if j.rate > 0:
+            j.work_left -= j.rate * (now - j.t_last)
+            if j.work_left < 0:
+                j.work_left = 0.0
+        j.t_last = now
+        j.rate = rate
+        j.version += 1
+        if rate > 0:
+            self._push(now + j.work_left / rate, _COMPLETE, j.id, j.version)
+            if j.milestone is not None and j.work_left > j.milestone:
+                self._push(now + (j.work_left - j.milestone) / rate, _PHASE, j.id, j.version)
+
+    def _stop(self, j: _Job, now: float) -> None:
+        self._set_rate(j, now, 0.0)
+        j.token += 1
+        j.waiting = False
+
+    def _schedule_resume(self, j: _Job, at: float) -> None:
+        j.token += 1
+        j.waiting = True
+        self._push(at, _RESUME, j.id, j.token)
+
+    def _target_rate(self, j: _Job, g: _Gpu) -> float:
+        if j.mode == "mig":
+            assert j.placement is not None
+            s = j.truth.get(j.placement.profile)
+            if s is None:  # cannot happen with validated decisions; be conservative
+                s = min(j.truth.values())
+            return s
+        if j.mode == "mps":
+            return mps_only_speed(j.workload, g.mps[j.id], len(g.mps), self.cfg.mps_penalty)
+        if j.mode == "prof":
+            sp = g.prof_speeds.get(j.id)
+            return sp[0] if sp else 0.0
+        return 0.0
+
+    def _resume(self, now: float, jid: str, token: int) -> None:
+        j = self.jobs[jid]
+        if token != j.token or j.finish is not None or not j.waiting:
+            return
+        j.waiting = False
+        gid = self.state.jobs[jid].gpu
+        if gid is None:
+            return
+        g = self.gpus[gid]
+        j.started = True
+        if j.first_start is None:
+            j.first_start = now
+        self._set_rate(j, now, self._target_rate(j, g))
+        if j.mode == "mig" and self.cfg.observe_speeds and j.placement is not None:
+            self._deliver(now, SpeedObserved(jid, gid, j.placement, j.rate * j.base_rate))
+
+    def _finish(self, now: float, j: _Job) -> None:
+        j.work_left = 0.0
+        j.rate = 0.0
+        j.finish = now
+        gid = self.state.jobs[j.id].gpu
+        g = self.gpus[gid] if gid is not None else None
+        if g is not None:
+            self._touch(g, now)
+            g.mig_asg.pop(j.id, None)
+            in_mps = g.mps.pop(j.id, None) is not None
+        self._deliver(now, JobFinished(j.id))
+        if g is not None:
+            g.busy = bool(self.state.gpus[g.id].jobs)
+            if in_mps:
+                self._refresh_mps(g, now)
+
+    def _refresh_mps(self, g: _Gpu, now: float) -> None:
+        for jid in g.mps:
+            j = self.jobs[jid]
+            if j.mode == "mps" and not j.waiting and j.finish is None:
+                self._set_rate(j, now, self._target_rate(j, g))
+
+    def _phase(self, now: float, jid: str, version: int) -> None:
+        j = self.jobs[jid]
+        if version != j.version or j.finish is None and j.alt is None:
+            return
+        if j.finish is not None or j.alt is None:
+            return
+        old = j.rate
+        j.truth = workload_speeds(self.geom, catalogue()[j.alt])
+        j.workload = j.alt
+        j.alt = None
+        j.milestone = None
+        gid = self.state.jobs[jid].gpu
+        if gid is None or j.waiting or old <= 0:
+            return
+        g = self.gpus[gid]
+        self._set_rate(j, now, self._target_rate(j, g))
+        if old > 0 and abs(j.rate / old - 1.0) > self.cfg.speed_report_threshold:
+            self._deliver(now, JobSpeedChanged(jid, gid, j.rate * j.base_rate,
+                                               old * j.base_rate))
+
+    # -- decisions ----------------------------------------------------------------------------
+    def _exec(self, now: float, d: Decision) -> None:
+        cfg = self.cfg
+        if isinstance(d, PlaceJob):
+            return
+        if isinstance(d, ApplyLayout):
+            g = self.gpus[d.gpu]
+            resident = set(self.state.gpus[d.gpu].jobs)
+            cur = {j: pl for j, pl in g.mig_asg.items() if j in resident} \
+                if g.mode == "mig" else {}
+            cur_layout = g.layout if g.mode == "mig" else (g.full,)
+            plan = plan_transition(self.geom, cur_layout, cur, d.layout, d.assignment)
+            reconf = cfg.reconfig_s if (plan.destroy or plan.create) else 0.0
+            for jid, pl in plan.start:
+                j = self.jobs[jid]
+                self._stop(j, now)
+                j.mode = "mig"
+                j.placement = pl
+                self._schedule_resume(j, now + reconf + (cfg.restart_s if j.started else 0.0))
+            g.layout = canonical(d.layout)
+            g.mig_asg = dict(d.assignment)
+            g.mode = "mig"
+            g.mps = {}
+            g.plan = d.plan_id
+            self._push(now + reconf, _PLAN_DONE, g.id, d.plan_id)
+        elif isinstance(d, StartProfiling):
+            g = self.gpus[d.gpu]
+            reconf = cfg.reconfig_s if (g.mode != "mig" or g.layout != (g.full,)) else 0.0
+            if g.mode == "prof":
+                reconf = 0.0
+            any_started = False
+            for jid in d.jobs:
+                j = self.jobs[jid]
+                any_started |= j.started
+                self._stop(j, now)
+                j.mode = "prof"
+                j.placement = None
+            g.layout = (g.full,)
+            g.mig_asg = {}
+            g.mps = {}
+            g.mode = "prof"
+            g.plan = d.plan_id
+            g.prof_jobs = list(d.jobs)
+            g.prof_speeds = {}
+            t0 = now + reconf + (cfg.restart_s if any_started else 0.0)
+            self._push(t0, _PROF_START, g.id, d.plan_id)
+            self._push(t0 + len(d.levels) * d.seconds_per_level, _PROF_DONE, g.id,
+                       (d.plan_id, d.levels))
+        elif isinstance(d, RunMps):
+            g = self.gpus[d.gpu]
+            old = g.mps if g.mode == "mps" else {}
+            g.mode = "mps"
+            g.layout = (g.full,)
+            g.mig_asg = {}
+            g.mps = dict(d.shares)
+            g.plan = d.plan_id
+            for jid, share in d.shares.items():
+                j = self.jobs[jid]
+                if old.get(jid) != share or j.mode != "mps":
+                    self._stop(j, now)
+                    j.mode = "mps"
+                    j.placement = None
+                    self._schedule_resume(j, now + (cfg.restart_s if j.started else 0.0))
+            self._refresh_mps(g, now)
+            self._push(now, _PLAN_DONE, g.id, d.plan_id)
+        elif isinstance(d, RequeueJob):
+            j = self.jobs[d.job]
+            self._stop(j, now)
+            j.mode = None
+            j.placement = None
+            for g in self.gpus.values():
+                g.mig_asg.pop(d.job, None)
+                if g.mps.pop(d.job, None) is not None:
+                    self._refresh_mps(g, now)
+        elif isinstance(d, WakeUp):
+            self._push(max(now, d.at), _TICK, d.tag)
+
+    def _prof_start(self, now: float, gid: str, pid: int) -> None:
+        g = self.gpus[gid]
+        if g.plan != pid or g.mode != "prof":
+            return
+        resident = set(self.state.gpus[gid].jobs)
+        jobs = [j for j in g.prof_jobs if j in resident and self.jobs[j].finish is None]
+        g.prof_jobs = jobs
+        levels = (100, 50, 14)
+        sp = mps_profile_speeds([self.jobs[j].workload for j in jobs], levels,
+                                self.cfg.mps_penalty)
+        g.prof_speeds = dict(zip(jobs, sp, strict=True))
+        for jid in jobs:
+            j = self.jobs[jid]
+            j.started = True
+            if j.first_start is None:
+                j.first_start = now
+            # Progress over the profiling window at the mean of the level speeds.
+            self._set_rate(j, now, float(np.mean(g.prof_speeds[jid])))
+
+    def _prof_done(self, now: float, gid: str, info: tuple[int, tuple[int, ...]]) -> None:
+        pid, levels = info
+        g = self.gpus[gid]
+        if g.plan != pid or g.mode != "prof":
+            return
+        resident = set(self.state.gpus[gid].jobs)
+        speeds = {}
+        for jid in g.prof_jobs:
+            j = self.jobs[jid]
+            if jid not in resident or j.finish is not None:
+                continue
+            sp = g.prof_speeds[jid]
+            speeds[jid] = tuple(s * j.base_rate for s in sp)
+            self._set_rate(j, now, sp[0])  # keep running under MPS at 100 %
+        self._deliver(now, ProfilingFinished(gid, pid, speeds, levels))

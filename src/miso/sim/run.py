@@ -1,0 +1,106 @@
+"""Run policies on a trace: policy construction (estimators, OptSta's offline search),
+comparisons and sweeps. Used by the CLI and the benchmarks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from miso.mig import enumerate_layouts, geometry, multiset
+from miso.sched import NoisyOracle, Policy, PredictorEstimator, TrueSpeeds, make_policy
+from miso.sched.speeds import workload_speeds
+from miso.sim.engine import SimResult, Simulator
+from miso.sim.metrics import summarize
+from miso.sim.traces import TraceJob
+from miso.workloads import catalogue
+
+ALL_POLICIES = ("nopart", "optsta", "mps", "oracle", "miso", "miso+")
+
+
+def make_estimator(cfg: Any, seed: int) -> Any:
+    """The speed estimator of MISO-like policies for a world config."""
+    if cfg.predictor == "true":
+        return TrueSpeeds()
+    if cfg.predictor == "unet":
+        from miso.sim.unet import unet_predictor
+
+        return PredictorEstimator(unet_predictor())
+    return NoisyOracle(cfg.error_mean, cfg.error_std, seed)
+
+
+def optsta_candidates(gpu_model: str) -> list[tuple]:
+    """One maximal layout per distinct profile multiset (placement does not matter for a
+    static partition), excluding the single full-GPU layout (that is NoPart)."""
+    geom = geometry(gpu_model)
+    seen: dict[tuple[str, ...], tuple] = {}
+    for lay in enumerate_layouts(geom, maximal=True):
+        ms = multiset(geom, lay)
+        if len(lay) > 1 and ms not in seen:
+            seen[ms] = lay
+    return list(seen.values())
+
+
+def optsta_search(jobs: Sequence[TraceJob], cfg: Any, seed: int,
+                  sample: int = 300) -> tuple:
+    """OptSta's exhaustive offline search: simulate the first ``sample`` jobs of the trace on
+    every candidate static layout (GPU count scaled to keep the load) and keep the layout with
+    the lowest average JCT. OptSta is allowed this offline knowledge (paper: "exhaustive offline
+    search")."""
+    sub = list(jobs[:sample])
+    n_gpus = max(1, round(cfg.n_gpus * len(sub) / max(1, len(jobs)))) if len(jobs) > sample \
+        else cfg.n_gpus
+    scfg = replace(cfg, n_gpus=n_gpus)
+    best = None
+    geom = geometry(cfg.gpu_model)
+    need = {j.workload for j in sub}
+    for lay in optsta_candidates(cfg.gpu_model):
+        profs = {pl.profile for pl in lay}
+        if any(not profs & set(workload_speeds(geom, catalogue()[w])) for w in need):
+            continue  # some job of the trace fits no instance of this layout
+        pol = make_policy("optsta", layout=lay)
+        try:
+            r = Simulator(pol, sub, scfg, seed=seed).run()
+        except Exception:  # noqa: BLE001  (a layout whose slices hold no job of the trace)
+            continue
+        jct = float(r.jct.mean())
+        if best is None or jct < best[0]:
+            best = (jct, lay)
+    if best is None:
+        raise RuntimeError("no static layout can run this trace")
+    return best[1]
+
+
+def build_policy(name: str, jobs: Sequence[TraceJob], cfg: Any, seed: int,
+                 **kw: Any) -> Policy:
+    """A ready policy for a run (estimator injected, OptSta layout searched)."""
+    if name in ("miso", "miso+"):
+        kw.setdefault("estimator", make_estimator(cfg, seed))
+        kw.setdefault("profile_seconds_per_level", cfg.profile_s_per_level)
+    if name == "miso+":
+        kw.setdefault("restart_s", cfg.restart_s)
+    if name == "optsta" and "layout" not in kw:
+        kw["layout"] = optsta_search(jobs, cfg, seed)
+    return make_policy(name, **kw)
+
+
+def run_policy(name: str, jobs: Sequence[TraceJob], cfg: Any, seed: int = 1,
+               progress: Callable[[int], None] | None = None, record: bool = False,
+               **kw: Any) -> SimResult:
+    """Build and simulate one policy."""
+    pol = build_policy(name, jobs, cfg, seed, **kw)
+    return Simulator(pol, jobs, cfg, seed=seed, record=record).run(progress)
+
+
+def compare(policies: Sequence[str], jobs: Sequence[TraceJob], cfg: Any, seed: int = 1,
+            progress: Callable[[str, int], None] | None = None
+            ) -> tuple[dict[str, dict[str, float]], dict[str, SimResult]]:
+    """Run several policies on the same trace; returns (summaries, raw results)."""
+    out: dict[str, dict[str, float]] = {}
+    raw: dict[str, SimResult] = {}
+    for p in policies:
+        cb = (lambda n, p=p: progress(p, n)) if progress else None
+        r = run_policy(p, jobs, cfg, seed, progress=cb)
+        out[p] = summarize(r)
+        raw[p] = r
+    return out, raw
