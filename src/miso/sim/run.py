@@ -104,3 +104,44 @@ def compare(policies: Sequence[str], jobs: Sequence[TraceJob], cfg: Any, seed: i
         out[p] = summarize(r)
         raw[p] = r
     return out, raw
+
+
+def fixed_jobs(k: int, *, seed: int = 1, duration_s: float = 600.0) -> list[TraceJob]:
+    """``k`` jobs submitted at time 0, each ``duration_s`` long on a full GPU, workloads drawn
+    from the MISO trace (the paper's single-GPU experiment, Fig. 13)."""
+    import numpy as np
+
+    from miso.sim.traces import load_trace
+
+    base = load_trace("miso100", seed=seed)
+    rng = np.random.default_rng([seed, 13])
+    pick = rng.integers(len(base), size=k)
+    return [TraceJob(str(i), 0.0, duration_s, base[int(p)].workload) for i, p in enumerate(pick)]
+
+
+def sweep_interarrival(values: Sequence[float], policies: Sequence[str], n_jobs: int, cfg: Any,
+                       seed: int = 1, progress: Callable[[str], None] | None = None
+                       ) -> dict[str, dict[str, dict[str, float]]]:
+    """{str(mean inter-arrival): {policy: summary}} over Poisson traces."""
+    from miso.sim.traces import poisson_jobs
+
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for v in values:
+        jobs = poisson_jobs(n_jobs, seed=seed, mean_interarrival_s=v)
+        out[f"{v:g}"], _ = compare(policies, jobs, cfg, seed)
+        if progress:
+            progress(f"inter-arrival {v:g} s")
+    return out
+
+
+def sweep_jobs_per_gpu(ks: Sequence[int], policies: Sequence[str], cfg: Any, seed: int = 1,
+                       progress: Callable[[str], None] | None = None
+                       ) -> dict[str, dict[str, dict[str, float]]]:
+    """{str(k): {policy: summary}}: one GPU, k jobs of 10 minutes submitted together."""
+    one = replace(cfg, n_gpus=1)
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for k in ks:
+        out[str(k)], _ = compare(policies, fixed_jobs(k, seed=seed), one, seed)
+        if progress:
+            progress(f"{k} jobs per GPU")
+    return out

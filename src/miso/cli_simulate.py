@@ -1,0 +1,165 @@
+"""``miso simulate``: run scheduling policies on a simulated MIG cluster (registered by
+:mod:`miso.cli` as ``app.command("simulate")(simulate)``)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+SWEEP_IAT = (20.0, 30.0, 45.0, 60.0, 90.0, 120.0)
+SWEEP_K = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+
+
+def _fail(msg: str) -> None:
+    typer.echo(f"error: {msg}", err=True)
+    raise typer.Exit(2)
+
+
+def simulate(
+    gpu: Annotated[str, typer.Option(help="GPU model (see miso.mig).")] = "A100-40GB",
+    gpus: Annotated[int, typer.Option(min=1, help="Number of GPUs.")] = 40,
+    jobs: Annotated[int, typer.Option(min=1, help="Jobs (Poisson; max jobs of a trace).")] = 1000,
+    arrival: Annotated[str, typer.Option(help="poisson (or use --trace).")] = "poisson",
+    mean_interarrival: Annotated[float, typer.Option(help="Mean inter-arrival time (s).")] = 60.0,
+    trace: Annotated[str | None, typer.Option(
+        help="CSV file (job_id,submit_time_s,duration_s[,workload]) or miso100 / philly.")] = None,
+    policies: Annotated[str, typer.Option(help="Comma-separated policies.")] = (
+        "nopart,optsta,mps,oracle,miso,miso+"),
+    seed: Annotated[int, typer.Option(help="Seed (runs are deterministic per seed).")] = 1,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+    plot: Annotated[Path | None, typer.Option(help="Write figures into this directory.")] = None,
+    sweep: Annotated[str | None, typer.Option(
+        help="interarrival or jobs-per-gpu: run a sweep instead of one comparison.")] = None,
+    predictor: Annotated[str, typer.Option(
+        help="Predictor error model: noisy (Gaussian, paper), unet (learned), true.")] = "noisy",
+    restart_s: Annotated[float, typer.Option(help="Lost progress per restart (s).")] = 30.0,
+    reconfig_s: Annotated[float, typer.Option(help="MIG reconfiguration time (s).")] = 4.0,
+    window: Annotated[str | None, typer.Option(
+        help="Trace window START:END in seconds of submit time.")] = None,
+    time_scale: Annotated[float, typer.Option(help="Multiply trace submit times.")] = 1.0,
+    duration_scale: Annotated[float, typer.Option(help="Multiply job durations.")] = 1.0,
+) -> None:
+    """Simulate MIG scheduling policies and report JCT, makespan, STP and restarts."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from miso.mig import gpu_model
+    from miso.sched import policy_names
+    from miso.sim.run import compare, sweep_interarrival, sweep_jobs_per_gpu
+    from miso.sim.traces import TraceError, load_trace, poisson_jobs
+    from miso.sim.world import WorldConfig
+
+    try:
+        model = gpu_model(gpu).name
+    except KeyError as e:
+        _fail(str(e.args[0]))
+    pols = [p.strip() for p in policies.split(",") if p.strip()]
+    known = policy_names()
+    bad = [p for p in pols if p not in known]
+    if bad or not pols:
+        _fail(f"unknown policy {', '.join(bad) or '(none)'}; known: {', '.join(known)}")
+    if predictor not in ("noisy", "unet", "true"):
+        _fail(f"--predictor must be noisy, unet or true, not {predictor!r}")
+    if arrival != "poisson" and trace is None:
+        _fail(f"--arrival {arrival!r}: only poisson is built in; give a --trace")
+    win = None
+    if window:
+        try:
+            a, b = (float(x) for x in window.split(":"))
+            win = (a, b)
+        except ValueError:
+            _fail(f"--window {window!r} is not START:END")
+    cfg = WorldConfig(gpu_model=model, n_gpus=gpus, restart_s=restart_s, reconfig_s=reconfig_s,
+                      predictor=predictor)
+    out: dict[str, object] = {"config": asdict(cfg) | {"seed": seed, "jobs": jobs,
+                                                        "trace": trace or "poisson",
+                                                        "mean_interarrival_s":
+                                                            mean_interarrival}}
+    cols = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/"
+            "{task.total}"), TimeElapsedColumn())
+    if sweep is not None:
+        if sweep not in ("interarrival", "jobs-per-gpu"):
+            _fail(f"--sweep must be interarrival or jobs-per-gpu, not {sweep!r}")
+        xs = SWEEP_IAT if sweep == "interarrival" else SWEEP_K
+        with Progress(*cols, transient=True) as prog:
+            task = prog.add_task(f"sweep {sweep}", total=len(xs))
+
+            def tick(_: str) -> None:
+                prog.advance(task)
+
+            if sweep == "interarrival":
+                data = sweep_interarrival(xs, pols, jobs, cfg, seed, progress=tick)
+            else:
+                data = sweep_jobs_per_gpu(xs, pols, cfg, seed, progress=tick)
+        out["sweep"] = {"kind": sweep, "results": data}
+        _print_sweep(data)
+        if plot is not None:
+            from miso.sim.plots import sweep as sweep_plot
+
+            plot.mkdir(parents=True, exist_ok=True)
+            label = "mean inter-arrival time (s)" if sweep == "interarrival" else "jobs on the GPU"
+            sweep_plot(data, plot / f"sweep_{sweep}.png", label)
+        _write(json_out, out)
+        return
+    try:
+        if trace is not None:
+            tjobs = load_trace(trace, seed=seed, mean_interarrival_s=mean_interarrival,
+                               max_jobs=jobs, window_s=win, time_scale=time_scale,
+                               duration_scale=duration_scale)
+        else:
+            tjobs = poisson_jobs(jobs, seed=seed, mean_interarrival_s=mean_interarrival,
+                                 duration_scale=duration_scale)
+    except TraceError as e:
+        _fail(str(e))
+    with Progress(*cols, transient=True) as prog:
+        tasks = {p: prog.add_task(p, total=len(tjobs)) for p in pols}
+
+        def cb(p: str, n: int) -> None:
+            prog.update(tasks[p], completed=n)
+
+        try:
+            summary, raw = compare(pols, tjobs, cfg, seed, progress=cb)
+        except ValueError as e:
+            _fail(str(e))
+    out["policies"] = summary
+    _print_table(summary)
+    if plot is not None:
+        from miso.sim.plots import bars, rel_jct_cdf
+
+        plot.mkdir(parents=True, exist_ok=True)
+        bars(summary, plot / "bars.png")
+        rel_jct_cdf(raw, plot / "relative_jct_cdf.png")
+    _write(json_out, out)
+
+
+def _write(path: Path | None, out: dict[str, object]) -> None:
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(out, indent=2, sort_keys=False))
+
+
+def _print_table(summary: dict[str, dict[str, float]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table("policy", "avg JCT s", "p95 JCT s", "makespan s", "STP", "restarts/job",
+              "GPU util", "sim s")
+    for p, s in summary.items():
+        t.add_row(p, f"{s['avg_jct_s']:.0f}", f"{s['p95_jct_s']:.0f}", f"{s['makespan_s']:.0f}",
+                  f"{s['stp']:.3f}", f"{s['restarts_per_job']:.2f}",
+                  f"{s['gpu_utilisation']:.2f}", f"{s['wall_s']:.2f}")
+    Console().print(t)
+
+
+def _print_sweep(data: dict[str, dict[str, dict[str, float]]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table("x", "policy", "avg JCT s", "makespan s", "STP")
+    for x, res in data.items():
+        for p, s in res.items():
+            t.add_row(x, p, f"{s['avg_jct_s']:.0f}", f"{s['makespan_s']:.0f}", f"{s['stp']:.3f}")
+    Console().print(t)
