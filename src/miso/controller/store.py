@@ -1,0 +1,327 @@
+"""Durable job store (SQLite, schema-versioned): jobs, their attempts, applied layouts, events.
+
+Job states: ``queued`` (waiting, or resident on a GPU but not running), ``profiling`` (running
+under MPS to be profiled), ``running``, ``checkpointing`` (asked to save and stop),
+``finished``, ``failed``, ``cancelled``. Terminal states never change again, which is what makes
+"every job finishes exactly once" checkable: :meth:`JobStore.finish` is a conditional update.
+
+Thread-safe (one connection, one lock); WAL mode so a crash loses at most the last transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+STATES = ("queued", "profiling", "running", "checkpointing", "finished", "failed", "cancelled")
+TERMINAL = ("finished", "failed", "cancelled")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  id TEXT UNIQUE NOT NULL,
+  name TEXT NOT NULL,
+  command TEXT NOT NULL,
+  memory_gb REAL NOT NULL,
+  workload TEXT,
+  env TEXT NOT NULL DEFAULT '{}',
+  cwd TEXT,
+  state TEXT NOT NULL,
+  reason TEXT NOT NULL DEFAULT '',
+  submitted_at REAL NOT NULL,
+  started_at REAL,
+  ended_at REAL,
+  gpu TEXT,
+  placement TEXT,
+  mps_pct INTEGER,
+  attempts INTEGER NOT NULL DEFAULT 0,
+  restarts INTEGER NOT NULL DEFAULT 0,
+  iteration INTEGER,
+  total INTEGER,
+  rate REAL,
+  checkpoint_iteration INTEGER,
+  checkpoint_path TEXT
+);
+CREATE TABLE IF NOT EXISTS attempts (
+  job TEXT NOT NULL,
+  attempt INTEGER NOT NULL,
+  node TEXT NOT NULL,
+  gpu TEXT NOT NULL,
+  placement TEXT NOT NULL,
+  mps_pct INTEGER,
+  resume_iteration INTEGER,
+  start_iteration INTEGER,
+  started_at REAL NOT NULL,
+  ended_at REAL,
+  status TEXT NOT NULL DEFAULT 'running',
+  end_iteration INTEGER,
+  checkpoint_iteration INTEGER,
+  log TEXT,
+  PRIMARY KEY (job, attempt)
+);
+CREATE TABLE IF NOT EXISTS layouts (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  at REAL NOT NULL,
+  gpu TEXT NOT NULL,
+  model TEXT NOT NULL,
+  plan_id INTEGER,
+  layout TEXT NOT NULL,
+  ok INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS events (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  at REAL NOT NULL,
+  kind TEXT NOT NULL,
+  body TEXT NOT NULL
+);
+"""
+
+
+class StoreError(ValueError):
+    """Bad request to the store (unknown job, duplicate name, schema mismatch)."""
+
+
+@dataclass
+class JobRecord:
+    """One row of ``jobs`` as plain data."""
+
+    id: str
+    name: str
+    command: list[str]
+    memory_gb: float
+    workload: str | None
+    env: dict[str, str]
+    cwd: str | None
+    state: str
+    reason: str
+    submitted_at: float
+    started_at: float | None
+    ended_at: float | None
+    gpu: str | None
+    placement: str | None
+    mps_pct: int | None
+    attempts: int
+    restarts: int
+    iteration: int | None
+    total: int | None
+    rate: float | None
+    checkpoint_iteration: int | None
+    checkpoint_path: str | None
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class JobStore:
+    """SQLite-backed store; ``path=":memory:"`` for a throw-away store."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.row_factory = sqlite3.Row
+        self._lock = threading.RLock()
+        with self._lock:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+            v = self._meta("schema_version")
+            if v is None:
+                self._set_meta("schema_version", str(SCHEMA_VERSION))
+                self._set_meta("epoch", repr(time.time()))
+                self._set_meta("next_job", "1")
+            elif int(v) != SCHEMA_VERSION:
+                raise StoreError(f"{self.path}: schema version {v}, this miso reads "
+                                 f"{SCHEMA_VERSION}; migrate or use a new state directory")
+
+    # ---- meta ---------------------------------------------------------------------------
+
+    def _meta(self, key: str) -> str | None:
+        row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def _set_meta(self, key: str, value: str) -> None:
+        self._db.execute("INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO "
+                         "UPDATE SET value=excluded.value", (key, value))
+
+    @property
+    def epoch(self) -> float:
+        """Wall-clock time (s) of the store's creation: the controller clock's zero."""
+        return float(self._meta("epoch") or 0.0)
+
+    @property
+    def schema_version(self) -> int:
+        return int(self._meta("schema_version") or 0)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # ---- jobs ---------------------------------------------------------------------------
+
+    def submit(self, *, command: list[str], name: str | None, memory_gb: float,
+               workload: str | None = None, env: dict[str, str] | None = None,
+               cwd: str | None = None, at: float | None = None) -> JobRecord:
+        """Add a queued job; names must be unique among jobs that are not terminal."""
+        if not command:
+            raise StoreError("empty command")
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                n = int(self._meta("next_job") or 1)
+                jid = f"j{n:04d}"
+                name = name or jid
+                dup = self._db.execute(
+                    f"SELECT id FROM jobs WHERE name=? AND state NOT IN {TERMINAL}", (name,)
+                ).fetchone()
+                if dup is not None:
+                    raise StoreError(f"a job named {name!r} is already active ({dup[0]})")
+                self._db.execute(
+                    "INSERT INTO jobs(id, name, command, memory_gb, workload, env, cwd, state, "
+                    "submitted_at) VALUES(?,?,?,?,?,?,?,?,?)",
+                    (jid, name, json.dumps(list(command)), float(memory_gb), workload,
+                     json.dumps(env or {}), cwd, "queued",
+                     time.time() - self.epoch if at is None else at))
+                self._set_meta("next_job", str(n + 1))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        return self.get(jid)
+
+    def _row(self, r: sqlite3.Row) -> JobRecord:
+        d = dict(r)
+        d.pop("seq", None)
+        d["command"] = json.loads(d["command"])
+        d["env"] = json.loads(d["env"])
+        return JobRecord(**d)
+
+    def get(self, job: str) -> JobRecord:
+        with self._lock:
+            r = self._db.execute("SELECT * FROM jobs WHERE id=? OR name=? ORDER BY "
+                                 "(id=?) DESC, seq DESC LIMIT 1", (job, job, job)).fetchone()
+        if r is None:
+            raise StoreError(f"no job {job!r}")
+        return self._row(r)
+
+    def jobs(self, *, active_only: bool = False) -> list[JobRecord]:
+        q = "SELECT * FROM jobs"
+        if active_only:
+            q += f" WHERE state NOT IN {TERMINAL}"
+        with self._lock:
+            return [self._row(r) for r in self._db.execute(q + " ORDER BY seq")]
+
+    def update(self, job: str, **fields: Any) -> None:
+        """Set fields of a job that is not terminal (terminal jobs are frozen)."""
+        if not fields:
+            return
+        if "state" in fields and fields["state"] not in STATES:
+            raise StoreError(f"unknown state {fields['state']!r}")
+        if "placement" in fields and fields["placement"] is not None and \
+                not isinstance(fields["placement"], str):
+            fields["placement"] = str(fields["placement"])
+        cols = ", ".join(f"{k}=?" for k in fields)
+        with self._lock:
+            self._db.execute(f"UPDATE jobs SET {cols} WHERE id=? AND state NOT IN {TERMINAL}",
+                             (*fields.values(), job))
+
+    def progress(self, job: str, **fields: Any) -> None:
+        """Progress fields (iteration, total, rate, checkpoint_*), allowed in any state."""
+        cols = ", ".join(f"{k}=?" for k in fields)
+        with self._lock:
+            self._db.execute(f"UPDATE jobs SET {cols} WHERE id=?", (*fields.values(), job))
+
+    def finish(self, job: str, state: str, *, reason: str = "", at: float) -> bool:
+        """Move a job to a terminal state; False (no change) if it already is terminal."""
+        if state not in TERMINAL:
+            raise StoreError(f"{state!r} is not a terminal state")
+        with self._lock:
+            cur = self._db.execute(
+                f"UPDATE jobs SET state=?, reason=?, ended_at=? WHERE id=? AND state NOT IN "
+                f"{TERMINAL}", (state, reason, at, job))
+            return cur.rowcount == 1
+
+    # ---- attempts -----------------------------------------------------------------------
+
+    def new_attempt(self, job: str, *, node: str, gpu: str, placement: str,
+                    mps_pct: int | None, resume_iteration: int | None, at: float,
+                    restart: bool) -> int:
+        """Record a new attempt of ``job`` and return its number (1, 2, ...)."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                n = int(self._db.execute("SELECT attempts FROM jobs WHERE id=?",
+                                         (job,)).fetchone()[0]) + 1
+                self._db.execute(
+                    "UPDATE jobs SET attempts=?, restarts=restarts+? WHERE id=?",
+                    (n, 1 if restart else 0, job))
+                self._db.execute(
+                    "INSERT INTO attempts(job, attempt, node, gpu, placement, mps_pct, "
+                    "resume_iteration, started_at) VALUES(?,?,?,?,?,?,?,?)",
+                    (job, n, node, gpu, placement, mps_pct, resume_iteration, at))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            return n
+
+    def end_attempt(self, job: str, attempt: int, *, status: str, at: float,
+                    end_iteration: int | None, checkpoint_iteration: int | None,
+                    start_iteration: int | None, log: str | None = None) -> None:
+        with self._lock:
+            self._db.execute(
+                "UPDATE attempts SET status=?, ended_at=?, end_iteration=?, "
+                "checkpoint_iteration=?, start_iteration=COALESCE(?, start_iteration), "
+                "log=COALESCE(?, log) WHERE job=? AND attempt=? AND ended_at IS NULL",
+                (status, at, end_iteration, checkpoint_iteration, start_iteration, log, job,
+                 attempt))
+
+    def attempts(self, job: str | None = None) -> list[dict[str, Any]]:
+        q, args = "SELECT * FROM attempts", ()
+        if job is not None:
+            q, args = q + " WHERE job=?", (job,)
+        with self._lock:
+            return [dict(r) for r in self._db.execute(q + " ORDER BY job, attempt", args)]
+
+    # ---- layouts and events -------------------------------------------------------------
+
+    def record_layout(self, gpu: str, model: str, layout: list[list[Any]], *,
+                      plan_id: int | None, ok: bool, at: float) -> None:
+        with self._lock:
+            self._db.execute("INSERT INTO layouts(at, gpu, model, plan_id, layout, ok) "
+                             "VALUES(?,?,?,?,?,?)",
+                             (at, gpu, model, plan_id, json.dumps(layout), int(ok)))
+
+    def layouts(self) -> list[dict[str, Any]]:
+        with self._lock:
+            rows = [dict(r) for r in self._db.execute("SELECT * FROM layouts ORDER BY seq")]
+        for r in rows:
+            r["layout"] = json.loads(r["layout"])
+        return rows
+
+    def log_event(self, at: float, kind: str, body: dict[str, Any]) -> None:
+        with self._lock:
+            self._db.execute("INSERT INTO events(at, kind, body) VALUES(?,?,?)",
+                             (at, kind, json.dumps(body, default=str)))
+
+    def events(self, kind: str | None = None) -> list[dict[str, Any]]:
+        q, args = "SELECT * FROM events", ()
+        if kind:
+            q, args = q + " WHERE kind=?", (kind,)
+        with self._lock:
+            rows = [dict(r) for r in self._db.execute(q + " ORDER BY seq", args)]
+        for r in rows:
+            r["body"] = json.loads(r["body"])
+        return rows
