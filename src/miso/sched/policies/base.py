@@ -85,7 +85,7 @@ class Scratch:
         q = [j for j in self.state.queue if j not in self.placed]
         # Requeued jobs re-enter in submission order.
         if self.requeued:
-            q = sorted(set(q) | self.requeued,
+            q = sorted((set(q) | self.requeued) - self.placed,
                        key=lambda x: (self.state.jobs[x].submitted_at, x))
         return q
 

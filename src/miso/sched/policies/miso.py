@@ -19,7 +19,7 @@ from miso.optimize import OptimizerError, optimizer_for
 from miso.sched.decisions import ApplyLayout, StartProfiling, WakeUp
 from miso.sched.estimators import NoisyOracle, TrueSpeeds
 from miso.sched.events import JobSpeedChanged, ProfilingFinished, SpeedObserved, Tick
-from miso.sched.policies.base import BasePolicy, Scratch, mix_feasible
+from miso.sched.policies.base import BasePolicy, Scratch, fitting_profiles, mix_feasible
 from miso.sched.policy import SpeedEstimator, register
 
 
@@ -213,8 +213,18 @@ class MisoPlus(Miso):
 
     def __init__(self, restart_aware: bool = True, restart_s: float = 30.0,
                  horizon_s: float = 1800.0, observed_correction: bool = True,
+                 las_scale_s: float | None = None, las_power: float = 1.0,
+                 rebalance: bool = True, rebalance_min_gain: float = 0.2,
+                 marginal_placement: bool = True, marginal_candidates: int = 16,
                  **kw: object) -> None:
         super().__init__(**kw)  # type: ignore[arg-type]
+        self.marginal_placement = marginal_placement
+        self.marginal_candidates = marginal_candidates
+        self.rebalance = rebalance
+        self.rebalance_min_gain = rebalance_min_gain
+        self.las_scale_s = las_scale_s
+        self.las_power = las_power
+        self.placed_at: dict[str, float] = {}
         self.restart_aware = restart_aware
         self.restart_s = restart_s
         self.horizon_s = horizon_s
@@ -247,4 +257,116 @@ class MisoPlus(Miso):
 
     def on_finish(self, now: float, job: str, gpu: str | None, sc: Scratch) -> None:
         self.ref_rate.pop(job, None)
+        self.placed_at.pop(job, None)
         super().on_finish(now, job, gpu, sc)
+        if self.rebalance:
+            self.fill_idle_gpus(now, sc)
+
+    def _prior(self, gs_geom: object, mem: float) -> dict[str, float]:
+        """Catalogue-average speed per fitting profile: the guess for a job not profiled yet."""
+        from miso.sched.speeds import workload_speeds
+        from miso.workloads import catalogue
+
+        key = (id(gs_geom), round(mem, 3))
+        got = self._priors.get(key) if hasattr(self, "_priors") else None
+        if got is None:
+            if not hasattr(self, "_priors"):
+                self._priors: dict[tuple[int, float], dict[str, float]] = {}
+            acc: dict[str, list[float]] = {}
+            for w in catalogue().values():
+                for p, s in workload_speeds(gs_geom, w).items():  # type: ignore[arg-type]
+                    acc.setdefault(p, []).append(s)
+            fit = set(fitting_profiles(gs_geom, mem))  # type: ignore[arg-type]
+            got = {p: sum(v) / len(v) for p, v in acc.items() if p in fit}
+            self._priors[key] = got
+        return got
+
+    def choose_gpu(self, now: float, job: str, sc: Scratch) -> str | None:
+        """Among the least crowded GPUs that can hold the job, the one where the predicted
+        throughput gain of adding it (catalogue-average prior for the new job, estimates for
+        the residents) is largest."""
+        if not self.marginal_placement:
+            return super().choose_gpu(now, job, sc)
+        st = sc.state
+        mem = st.jobs[job].spec.memory_gb
+        cands = sorted((len(sc.jobs_on(g)), self._order.get(g, 0), g) for g in st.gpus)
+        best: tuple[float, str] | None = None
+        seen = 0
+        level = None
+        for n, _, g in cands:
+            gs = st.gpus[g]
+            if n >= min(self.max_jobs, gs.geom.model.max_instances):
+                break
+            if level is not None and n > level:
+                break
+            jobs = sc.jobs_on(g)
+            mems = [st.jobs[j].spec.memory_gb for j in jobs] + [mem]
+            if not mix_feasible(gs.geom, mems):
+                continue
+            level = n
+            if n == 0:
+                return g
+            if any(j not in self.est for j in jobs):
+                gain = -1.0  # unknown residents: least preferred among equals
+            else:
+                opt = optimizer_for(gs.geom)
+                sp = {j: self.est[j] for j in jobs}
+                try:
+                    before = opt.solve(sp).throughput
+                    sp[job] = self._prior(gs.geom, mem)
+                    gain = opt.solve(sp).throughput - before
+                except OptimizerError:
+                    continue
+            if best is None or gain > best[0] + 1e-9:
+                best = (gain, g)
+            seen += 1
+            if seen >= self.marginal_candidates:
+                break
+        return best[1] if best else None
+
+    def fill_idle_gpus(self, now: float, sc: Scratch) -> None:
+        """Move the slowest job of a crowded GPU onto a GPU that became empty (while nothing
+        queues): it gets the whole GPU and its old neighbours grow into the freed slices."""
+        st = sc.state
+        if sc.queue():
+            return
+        idle = [g for g, gs in st.gpus.items() if not gs.busy and not sc.jobs_on(g)]
+        if not idle:
+            return
+        donors: list[tuple[float, int, str, str]] = []
+        for g, gs in st.gpus.items():
+            jobs = sc.jobs_on(g)
+            if len(jobs) < 2 or gs.busy or any(j not in self.est for j in jobs):
+                continue
+            for j in jobs:
+                pl = gs.assignment.get(j)
+                if pl is None:
+                    continue
+                gain = 1.0 - self.est[j].get(pl.profile, 1.0)
+                if gain >= self.rebalance_min_gain:
+                    donors.append((-gain, -len(jobs), j, g))
+        donors.sort()
+        used: set[str] = set()
+        for target in idle:
+            while donors and donors[0][3] in used:
+                donors.pop(0)
+            if not donors:
+                return
+            _, _, j, src = donors.pop(0)
+            used.add(src)
+            sc.requeue(j, f"rebalance to idle {target}")
+            sc.place(j, target)
+            full = Placement(0, st.gpus[target].geom.model.full_profile().name)
+            sc.out.append(ApplyLayout(target, st.new_plan_id(), (full,), {j: full}))
+            self.replan(now, src, sc)
+
+    def solve_and_apply(self, now: float, g: str, jobs: list[str],
+                        speeds: dict[str, dict[str, float]], sc: Scratch) -> None:
+        if self.las_scale_s:
+            w = {}
+            for j in jobs:
+                age = max(0.0, now - self.placed_at.setdefault(j, now))
+                w[j] = (1.0 + age / self.las_scale_s) ** (-self.las_power)
+            speeds = {j: {p: max(1e-3, s * w[j]) for p, s in sp.items()}
+                      for j, sp in speeds.items()}
+        super().solve_and_apply(now, g, jobs, speeds, sc)
