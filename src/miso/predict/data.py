@@ -131,6 +131,17 @@ def load_pairs(path: str | Path) -> PairData:
     return PairData(mps, mig, mix.astype(np.int64))
 
 
+def canonical_order(mps: np.ndarray) -> np.ndarray:
+    """Column order (..., 7) that sorts each mix by its jobs' MPS profile.
+
+    The U-Net is not permutation-equivariant, the task is: feeding columns in a canonical order
+    (by t100 - t14, then t50) makes predictions independent of the order jobs are given in.
+    """
+    a = np.asarray(mps, dtype=np.float64)
+    key = (a[..., 0, :] - a[..., 2, :]) * 4.0 + a[..., 1, :] * 1e-3
+    return np.argsort(key, axis=-1, kind="stable")
+
+
 def dummy_columns(mig: np.ndarray, tol: float = 2e-3) -> np.ndarray:
     """Boolean (N, 7): which columns are the padding dummy (identified by its MIG column)."""
     return np.all(np.abs(np.asarray(mig) - DUMMY_MIG[None, :, None]) < tol, axis=1)

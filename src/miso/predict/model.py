@@ -23,7 +23,6 @@ class UNet(nn.Module):
 
     Encoder 4x8 -> 2x4 -> centre 1x2, decoder with transposed convolutions and skip connections,
     1x1 output convolution. ``width`` is the channel count of the first level (doubling per level).
-    The network predicts the residual from the input-independent mean MIG profile ``bias``.
     """
 
     def __init__(self, width: int = 32) -> None:

@@ -1,0 +1,45 @@
+"""MPS-to-MIG performance predictor (MISO U-Net ensemble) and the MPS contention model.
+
+Quick use::
+
+    from miso.predict import Predictor
+    pred = Predictor.load()                      # shipped weights, loaded once
+    out = pred.predict(raw_mps_speeds)           # (3, n) iterations/s at MPS 100/50/14 %
+    out.by_slices()                              # [{7: 1.0, 4: .., 3: .., 2: .., 1: ..}, ...]
+    out.by_profile()                             # [{"7g.40gb": 1.0, ...}, ...]
+
+See :mod:`miso.predict.predictor` for conventions and :mod:`miso.predict.mps_model` for the
+contention model used by the simulator and the emulated backend.
+"""
+
+from miso.predict.data import (
+    DUMMY,
+    MAX_JOBS,
+    MPS_LEVELS,
+    SLICES,
+    DataError,
+    pad_mix,
+    speeds_to_normalised,
+)
+from miso.predict.predictor import (
+    A100_40GB_PROFILES,
+    Prediction,
+    Predictor,
+    Profile,
+    map_to_profiles,
+)
+
+__all__ = [
+    "A100_40GB_PROFILES",
+    "DUMMY",
+    "MAX_JOBS",
+    "MPS_LEVELS",
+    "SLICES",
+    "DataError",
+    "Prediction",
+    "Predictor",
+    "Profile",
+    "map_to_profiles",
+    "pad_mix",
+    "speeds_to_normalised",
+]
