@@ -105,6 +105,13 @@ class GpuState:
         """A plan is in flight (profiling or reconfiguring)."""
         return self.pending is not None
 
+    def target_assignment(self) -> dict[str, Placement]:
+        """The assignment being applied (pending ``ApplyLayout``) or else the applied one,
+        restricted to resident jobs."""
+        src = self.pending.assignment if isinstance(self.pending, ApplyLayout) \
+            else self.assignment
+        return {j: pl for j, pl in src.items() if j in self.jobs}
+
     def free_instances(self) -> list[Placement]:
         """Instances of the applied layout that hold no job."""
         used = set(self.assignment.values())

@@ -85,7 +85,7 @@ class _Gpu:
         self.id = gid
         self.geom = geom
         self.full = Placement(0, geom.model.full_profile().name)
-        self.layout: tuple[Placement, ...] = ()
+        self.layout: tuple[Placement, ...] = (self.full,)  # GPUs start with MIG on, one 7g
         self.mig_asg: dict[str, Placement] = {}
         self.mode = "mig"
         self.plan = 0

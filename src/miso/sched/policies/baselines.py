@@ -65,6 +65,10 @@ class OptSta(BasePolicy):
         sc.out.append(ApplyLayout(gpu, sc.state.new_plan_id(), self._layout(sc, gpu), {}))
         self.on_capacity(now, sc)
 
+    def _asg(self, sc: Scratch, gpu: str) -> dict[str, Placement]:
+        gs = sc.state.gpus[gpu]
+        return {j: pl for j, pl in gs.target_assignment().items() if j not in sc.requeued}
+
     def _free(self, sc: Scratch, gpu: str, asg: dict[str, Placement]) -> list[Placement]:
         used = set(asg.values())
         return [pl for pl in self._layout(sc, gpu) if pl not in used]
@@ -78,7 +82,7 @@ class OptSta(BasePolicy):
         free: dict[str, list[Placement]] = {}
         order: dict[str, int] = {}
         for gi, (g, gs) in enumerate(st.gpus.items()):
-            f = self._free(sc, g, gs.assignment)
+            f = self._free(sc, g, self._asg(sc, g))
             if f:
                 free[g] = f
                 order[g] = gi
@@ -93,7 +97,7 @@ class OptSta(BasePolicy):
             for g, insts in free.items():
                 gs = st.gpus[g]
                 fits = fitting_profiles(gs.geom, mem)
-                n = len(new_asg.get(g, gs.assignment))
+                n = len(new_asg.get(g) or self._asg(sc, g))
                 for pl in insts:
                     if pl.profile not in fits:
                         continue
@@ -104,7 +108,7 @@ class OptSta(BasePolicy):
                 continue
             _, g, pl = best
             sc.place(j, g)
-            asg = dict(new_asg.get(g, st.gpus[g].assignment))
+            asg = dict(new_asg.get(g) or self._asg(sc, g))
             asg[j] = pl
             new_asg[g] = asg
             free[g].remove(pl)

@@ -1,0 +1,166 @@
+"""Scheduling core: state bookkeeping, contract enforcement, policy invariants on random streams."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from miso.mig import Placement, is_valid
+from miso.sched import (
+    ApplyLayout,
+    ClusterState,
+    ContractError,
+    GpuAdded,
+    JobFinished,
+    JobSpec,
+    JobSpeedChanged,
+    JobSubmitted,
+    LayoutApplied,
+    LayoutFailed,
+    PlaceJob,
+    ProfilingFinished,
+    RequeueJob,
+    RunMps,
+    StartProfiling,
+    TrueSpeeds,
+    make_policy,
+    policy_names,
+)
+from miso.sched.speeds import workload_memory_gb
+from miso.workloads import catalogue
+
+
+def _state(n_gpus: int = 1) -> ClusterState:
+    st = ClusterState()
+    for i in range(n_gpus):
+        st.observe(0.0, GpuAdded(f"g{i}", "A100-40GB"))
+    return st
+
+
+def _spec(i: int, wl: str = "resnet_train64") -> JobSpec:
+    return JobSpec(str(i), f"j{i}", workload_memory_gb(wl), wl)
+
+
+def test_registry__has_the_six_policies():
+    assert {"nopart", "optsta", "mps", "oracle", "miso", "miso+"} <= set(policy_names())
+    with pytest.raises(KeyError, match="unknown policy"):
+        make_policy("nope")
+
+
+def test_state__rejects_invalid_layout_and_unknown_plan_ids():
+    st = _state()
+    st.observe(0.0, JobSubmitted(_spec(1)))
+    st.apply(0.0, PlaceJob("1", "g0"))
+    bad = (Placement(0, "4g.20gb"), Placement(2, "3g.20gb"))
+    with pytest.raises(ContractError, match="invalid layout"):
+        st.apply(0.0, ApplyLayout("g0", st.new_plan_id(), bad, {"1": bad[0]}))
+    with pytest.raises(ContractError, match="new_plan_id"):
+        st.apply(0.0, ApplyLayout("g0", 99, (Placement(0, "7g.40gb"),),
+                                  {"1": Placement(0, "7g.40gb")}))
+
+
+def test_state__rejects_memory_overflow_and_partial_assignment():
+    st = _state()
+    big = "bert_train8"  # needs a 3g/4g slice (18 GB)
+    st.observe(0.0, JobSubmitted(_spec(1, big)))
+    st.observe(0.0, JobSubmitted(_spec(2)))
+    st.apply(0.0, PlaceJob("1", "g0"))
+    pl = Placement(0, "1g.5gb")
+    with pytest.raises(ContractError, match="needs"):
+        st.apply(0.0, ApplyLayout("g0", st.new_plan_id(), (pl,), {"1": pl}))
+    st.apply(0.0, PlaceJob("2", "g0"))
+    full = Placement(0, "7g.40gb")
+    with pytest.raises(ContractError, match="assignment covers"):
+        st.apply(0.0, ApplyLayout("g0", st.new_plan_id(), (full,), {"1": full}))
+
+
+def test_state__stale_acks_are_ignored_and_failure_leaves_jobs_resident():
+    st = _state()
+    st.observe(0.0, JobSubmitted(_spec(1)))
+    st.apply(0.0, PlaceJob("1", "g0"))
+    full = Placement(0, "7g.40gb")
+    p1 = st.new_plan_id()
+    st.apply(0.0, ApplyLayout("g0", p1, (full,), {"1": full}))
+    p2 = st.new_plan_id()
+    st.apply(0.0, StartProfiling("g0", p2, ("1",)))
+    st.observe(1.0, LayoutApplied("g0", p1))  # superseded
+    assert st.gpus["g0"].pending_plan_id == p2
+    st.observe(2.0, LayoutFailed("g0", p2, "boom"))
+    gs = st.gpus["g0"]
+    assert gs.pending is None and gs.layout == () and gs.jobs == ["1"]
+    st.apply(2.0, RequeueJob("1"))
+    assert st.queue == ["1"] and st.jobs["1"].gpu is None
+
+
+def _random_driver(policy_name: str, seed: int, n_jobs: int = 40, n_gpus: int = 3) -> None:
+    """Feed a policy random events (arrivals, finishes, acks, profiles, speed changes) and check
+    the invariants after every step: no job on two GPUs, <= 7 jobs per GPU, memory respected,
+    valid layouts, plan ids strictly increasing."""
+    rng = random.Random(seed)
+    names = sorted(catalogue())
+    kw = {"estimator": TrueSpeeds()} if policy_name in ("miso", "miso+") else {}
+    if policy_name == "optsta":
+        kw["layout"] = (Placement(0, "4g.20gb"), Placement(4, "3g.20gb"))
+    pol = make_policy(policy_name, **kw)
+    st = ClusterState()
+    pending: list[object] = []
+    last_pid = 0
+    now = 0.0
+
+    def deliver(ev: object) -> None:
+        nonlocal last_pid
+        st.observe(now, ev)  # type: ignore[arg-type]
+        for d in pol.decide(now, ev, st):  # type: ignore[arg-type]
+            st.apply(now, d)
+            pid = getattr(d, "plan_id", None)
+            if pid is not None:
+                assert pid > last_pid
+                last_pid = pid
+            if isinstance(d, ApplyLayout):
+                assert is_valid(st.gpus[d.gpu].geom, d.layout)
+            if isinstance(d, (ApplyLayout, StartProfiling, RunMps)):
+                pending.append(d)
+        where: dict[str, str] = {}
+        for g, gs in st.gpus.items():
+            assert len(gs.jobs) <= 7
+            assert st.memory_used(g) <= gs.geom.model.full_profile().memory_gib + 1e-9
+            for j in gs.jobs:
+                assert j not in where, f"job {j} on {where[j]} and {g}"
+                where[j] = g
+        assert not set(where) & set(st.queue)
+
+    for i in range(n_gpus):
+        deliver(GpuAdded(f"g{i}", "A100-40GB"))
+    submitted = 0
+    for _ in range(400):
+        now += rng.random() * 10
+        r = rng.random()
+        if r < 0.3 and submitted < n_jobs:
+            wl = names[rng.randrange(len(names))]
+            deliver(JobSubmitted(JobSpec(str(submitted), "x", workload_memory_gb(wl), wl)))
+            submitted += 1
+        elif r < 0.6 and pending:
+            d = pending.pop(rng.randrange(len(pending)))
+            if isinstance(d, StartProfiling):
+                deliver(ProfilingFinished(d.gpu, d.plan_id,
+                                          {j: (1.0, 0.8, 0.3) for j in d.jobs}))
+            elif rng.random() < 0.1:
+                deliver(LayoutFailed(d.gpu, d.plan_id, "injected"))  # type: ignore[attr-defined]
+            else:
+                deliver(LayoutApplied(d.gpu, d.plan_id))  # type: ignore[attr-defined]
+        elif r < 0.85:
+            running = [j for gs in st.gpus.values() for j in gs.jobs]
+            if running:
+                deliver(JobFinished(rng.choice(running)))
+        else:
+            running = [(j, g) for g, gs in st.gpus.items() for j in gs.jobs]
+            if running:
+                j, g = rng.choice(running)
+                deliver(JobSpeedChanged(j, g, 0.5, 1.0))
+
+
+@pytest.mark.parametrize("name", ["nopart", "optsta", "mps", "oracle", "miso", "miso+"])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_policy__invariants_hold_on_random_event_streams(name: str, seed: int):
+    _random_driver(name, seed)

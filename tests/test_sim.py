@@ -1,0 +1,205 @@
+"""Simulator: exact small cases, determinism, invariants over whole runs, traces, CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from miso.mig import is_valid
+from miso.sched import ApplyLayout, JobSpeedChanged, StartProfiling
+from miso.sim.engine import Simulator
+from miso.sim.metrics import summarize
+from miso.sim.run import ALL_POLICIES, build_policy, run_policy
+from miso.sim.traces import TraceError, TraceJob, load_trace, poisson_jobs
+from miso.sim.world import WorldConfig
+
+
+def test_nopart__tiny_case_gives_hand_computed_jcts():
+    jobs = [TraceJob("a", 0.0, 100.0, "resnet_train64"),
+            TraceJob("b", 0.0, 200.0, "bert_train2"),
+            TraceJob("c", 10.0, 50.0, "gnn_train128")]
+    r = run_policy("nopart", jobs, WorldConfig(n_gpus=2), seed=1)
+    jct = dict(zip(r.job_ids, r.jct, strict=True))
+    # a on gpu0 [0,100], b on gpu1 [0,200], c waits for gpu0: [100,150] -> JCT 140.
+    assert jct == pytest.approx({"a": 100.0, "b": 200.0, "c": 140.0})
+    s = summarize(r)
+    assert s["makespan_s"] == pytest.approx(200.0)
+    assert s["stp"] == pytest.approx(1.0)
+    assert s["restarts"] == 0
+
+
+def test_mig_speed__a_job_alone_on_a_3g_slice_runs_at_its_table_speed():
+    # OptSta with one 3g instance per GPU: a resnet job runs at its measured 3g speed.
+    from miso.mig import Placement, geometry
+    from miso.sched.speeds import workload_speeds
+    from miso.workloads import catalogue
+
+    lay = (Placement(0, "4g.20gb"), Placement(4, "3g.20gb"))
+    jobs = [TraceJob("a", 0.0, 100.0, "resnet_train64"), TraceJob("b", 0.0, 100.0,
+                                                                   "resnet_train64")]
+    cfg = WorldConfig(n_gpus=1, reconfig_s=0.0)
+    r = run_policy("optsta", jobs, cfg, seed=1, layout=lay, promote=False)
+    sp = workload_speeds(geometry("A100-40GB"), catalogue()["resnet_train64"])
+    assert sorted(r.jct) == pytest.approx(sorted([100 / sp["4g.20gb"], 100 / sp["3g.20gb"]]))
+
+
+@pytest.fixture(scope="module")
+def small_jobs() -> list[TraceJob]:
+    return poisson_jobs(120, seed=3, mean_interarrival_s=20.0)
+
+
+def test_runs_are_deterministic_per_seed(small_jobs):
+    cfg = WorldConfig(n_gpus=6)
+    a = summarize(run_policy("miso", small_jobs, cfg, seed=5))
+    b = summarize(run_policy("miso", small_jobs, cfg, seed=5))
+    a.pop("wall_s"), b.pop("wall_s")
+    assert a == b
+    c = summarize(run_policy("miso", poisson_jobs(120, seed=4, mean_interarrival_s=20.0),
+                             cfg, seed=4))
+    assert c["avg_jct_s"] != a["avg_jct_s"]
+
+
+@pytest.mark.parametrize("name", ALL_POLICIES)
+def test_every_policy__finishes_all_jobs_with_valid_layouts_and_limits(name, small_jobs):
+    cfg = WorldConfig(n_gpus=6, phase_change_prob=0.2)
+    pol = build_policy(name, small_jobs, cfg, seed=2)
+    sim = Simulator(pol, small_jobs, cfg, seed=2, record=True)
+    r = sim.run()
+    assert len(r.job_ids) == len(small_jobs)
+    assert (r.finish >= r.submit + r.duration * 0.3).all()
+    geom = sim.geom
+    for _, item in r.log:
+        if isinstance(item, ApplyLayout):
+            assert is_valid(geom, item.layout)
+    assert summarize(r)["stp"] > 0
+
+
+def test_state_limits_never_exceeded_during_a_run(small_jobs):
+    cfg = WorldConfig(n_gpus=2)  # crowded: up to 7 jobs per GPU and a queue
+    pol = build_policy("miso", small_jobs, cfg, seed=1)
+    sim = Simulator(pol, small_jobs, cfg, seed=1)
+    orig = sim._deliver
+    peak = [0]
+
+    def checked(now, ev):
+        orig(now, ev)
+        for g, gs in sim.state.gpus.items():
+            assert len(gs.jobs) <= 7
+            assert sim.state.memory_used(g) <= 40.0
+            peak[0] = max(peak[0], len(gs.jobs))
+
+    sim._deliver = checked  # type: ignore[method-assign]
+    sim.run()
+    assert peak[0] == 7
+
+
+def test_miso__reprofiles_after_a_speed_change():
+    jobs = poisson_jobs(60, seed=1, mean_interarrival_s=30.0)
+    cfg = WorldConfig(n_gpus=4, phase_change_prob=1.0)
+    pol = build_policy("miso", jobs, cfg, seed=1, reprofile_cooldown_s=0.0,
+                       speed_change_threshold=0.05)
+    r = Simulator(pol, jobs, cfg, seed=1, record=True).run()
+    changed = [(t, e) for t, e in r.log if isinstance(e, JobSpeedChanged)]
+    assert changed
+    t0, ev = changed[0]
+    assert any(isinstance(d, StartProfiling) and t == t0 and ev.job in d.jobs
+               for t, d in r.log)
+
+
+def test_paper_setting__miso_beats_nopart_and_optsta_and_misoplus_beats_miso():
+    jobs = poisson_jobs(400, seed=1)
+    cfg = WorldConfig(n_gpus=16)
+    s = {p: summarize(run_policy(p, jobs, cfg, seed=1)) for p in
+         ("nopart", "optsta", "oracle", "miso", "miso+")}
+    assert s["miso"]["avg_jct_s"] < 0.6 * s["nopart"]["avg_jct_s"]
+    assert s["miso"]["avg_jct_s"] < s["optsta"]["avg_jct_s"]
+    assert s["miso"]["avg_jct_s"] < 1.1 * s["oracle"]["avg_jct_s"]
+    assert s["miso+"]["avg_jct_s"] < s["miso"]["avg_jct_s"]
+
+
+def test_non_a100_model_runs(small_jobs):
+    r = run_policy("miso", small_jobs[:40], WorldConfig(gpu_model="H100", n_gpus=4), seed=1)
+    assert len(r.job_ids) == 40
+
+
+# -- traces ---------------------------------------------------------------------------------
+def _csv(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "t.csv"
+    p.write_text(text)
+    return p
+
+
+@pytest.mark.parametrize(("text", "msg"), [
+    ("job_id,duration_s\n1,10\n", "missing column 'submit_time_s'"),
+    ("job_id,submit_time_s,duration_s\n1,0,10\n2,5,-3\n", ":3: duration_s -3 is not positive"),
+    ("job_id,submit_time_s,duration_s\n1,abc,10\n", ":2: submit_time_s 'abc' is not a number"),
+    ("job_id,submit_time_s,duration_s,workload\n1,0,10,nope\n", "unknown workload 'nope'"),
+    ("job_id,submit_time_s,duration_s\n1,,10\n2,3,10\n", "submit_time_s is empty in 1 of 2"),
+])
+def test_trace__malformed_rows_are_reported_with_row_and_problem(tmp_path, text, msg):
+    with pytest.raises(TraceError, match=msg.replace("(", r"\(")):
+        load_trace(_csv(tmp_path, text))
+
+
+def test_trace__extra_columns_sampled_workloads_window_and_shipped(tmp_path):
+    p = _csv(tmp_path, "job_id,submit_time_s,duration_s,user\n1,100,10,x\n2,50,20,y\n"
+                       "3,500,5,z\n")
+    a = load_trace(p, seed=3)
+    assert [j.id for j in a] == ["2", "1", "3"] and a[0].submit_s == 0.0
+    assert a == load_trace(p, seed=3)
+    w = load_trace(p, window_s=(60, 600), time_scale=0.5)
+    assert [(j.id, j.submit_s) for j in w] == [("1", 0.0), ("3", 200.0)]
+    m = load_trace("miso100")
+    assert len(m) == 100 and m[-1].submit_s > 0
+    ph = load_trace("philly", max_jobs=50)
+    assert len(ph) == 50
+
+
+# -- CLI ------------------------------------------------------------------------------------
+@pytest.fixture()
+def app() -> typer.Typer:
+    from miso.cli_simulate import simulate
+
+    a = typer.Typer()
+    a.command("simulate")(simulate)
+    a.command("noop")(lambda: None)
+    return a
+
+
+def test_cli__json_shape_and_determinism(app, tmp_path):
+    out1, out2 = tmp_path / "a.json", tmp_path / "b.json"
+    args = ["simulate", "--gpus", "4", "--jobs", "40", "--mean-interarrival", "30",
+            "--policies", "nopart,miso,miso+", "--seed", "3"]
+    r = CliRunner().invoke(app, [*args, "--json", str(out1), "--plot", str(tmp_path / "fig")])
+    assert r.exit_code == 0, r.output
+    CliRunner().invoke(app, [*args, "--json", str(out2)])
+    d1, d2 = json.loads(out1.read_text()), json.loads(out2.read_text())
+    assert set(d1["policies"]) == {"nopart", "miso", "miso+"}
+    for s in d1["policies"].values():
+        assert {"avg_jct_s", "p95_jct_s", "makespan_s", "stp", "restarts"} <= set(s)
+    for p in d1["policies"]:
+        for k in ("avg_jct_s", "makespan_s", "stp", "restarts"):
+            assert d1["policies"][p][k] == d2["policies"][p][k]
+    assert (tmp_path / "fig" / "bars.png").stat().st_size > 0
+    assert (tmp_path / "fig" / "relative_jct_cdf.png").stat().st_size > 0
+
+
+def test_cli__malformed_trace_exits_nonzero_with_one_line(app, tmp_path):
+    p = _csv(tmp_path, "job_id,submit_time_s,duration_s\n1,0,10\n2,x,5\n")
+    r = CliRunner().invoke(app, ["simulate", "--trace", str(p), "--gpus", "2"])
+    assert r.exit_code != 0
+    assert ":3: submit_time_s 'x' is not a number" in r.output
+    assert "Traceback" not in r.output
+
+
+def test_cli__sweep_jobs_per_gpu(app, tmp_path):
+    out = tmp_path / "s.json"
+    r = CliRunner().invoke(app, ["simulate", "--sweep", "jobs-per-gpu", "--policies",
+                                 "nopart,miso", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    d = json.loads(out.read_text())["sweep"]
+    assert d["kind"] == "jobs-per-gpu" and set(d["results"]) == {str(k) for k in range(1, 11)}
