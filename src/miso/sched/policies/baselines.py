@@ -81,7 +81,7 @@ class OptSta(BasePolicy):
         # (gpu index, gpu, free instances) of GPUs with a free instance; one pass per event.
         free: dict[str, list[Placement]] = {}
         order: dict[str, int] = {}
-        for gi, (g, gs) in enumerate(st.gpus.items()):
+        for gi, g in enumerate(st.gpus):
             f = self._free(sc, g, self._asg(sc, g))
             if f:
                 free[g] = f
