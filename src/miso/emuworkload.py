@@ -145,9 +145,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         slices = int(env.get("MISO_EMULATED_COMPUTE_SLICES", profile.split("g")[0]))
         mem = float(env.get("MISO_EMULATED_MEMORY_GIB", "1e9"))
         sp = wl.speed(slices)
-        if sp is None or wl.memory_gb > mem:
-            print(f"emuworkload: CUDA out of memory: {wl.name} needs {wl.memory_gb:.1f} GB, "
-                  f"{profile} has {mem:g} GiB", file=sys.stderr)
+        if sp is None:  # the A100 table has no speed there: it did not fit
+            print(f"emuworkload: CUDA out of memory: {wl.name} (peak {wl.memory_gb:.1f} GB) "
+                  f"does not fit {profile} ({mem:g} GiB)", file=sys.stderr)
             return 1
         fixed = sp
 
@@ -167,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     last_speed_read = last_save = t = time.monotonic()
     try:
         while done < a.iterations:
-            time.sleep(0.02)
+            time.sleep(0.05)
             now = time.monotonic()
             if registry is not None and now - last_speed_read > 0.2:
                 speed, last_speed_read = base_speed(), now

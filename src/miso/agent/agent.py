@@ -144,8 +144,9 @@ class Agent:
 
     def __init__(self, node: str, backend: GpuBackend, workdir: str | Path, *,
                  rate_window: float = 1.0, change_threshold: float = 0.25,
-                 python: str | None = None) -> None:
+                 python: str | None = None, no_helper_after: float = 3.0) -> None:
         self.node = node
+        self.no_helper_after = no_helper_after
         self.backend = backend
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -284,8 +285,14 @@ class Agent:
                 return False
             a.checkpoint_requested = True
             a.flag_file.touch()
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(a.proc.pid, CHECKPOINT_SIGNAL)
+            if a.progress_file.exists():
+                # The helper is up (its handler is installed): signal it.
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(a.proc.pid, CHECKPOINT_SIGNAL)
+            elif time.time() - a.started > self.no_helper_after:
+                # Never reported progress: it does not use miso.job and cannot save.
+                self._kill(a)
+            # else: still starting; the helper will see the flag file when it starts.
             return True
 
     def kill(self, job: str, attempt: int) -> bool:

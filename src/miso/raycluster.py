@@ -1,0 +1,373 @@
+"""miso on Ray: the controller is a named detached actor, each GPU node runs one agent actor.
+
+* Agent actors (``miso-agent:<node>``, namespace ``miso``) are pinned to their node with a
+  node-affinity strategy and take one unit of the custom resource ``miso_agent`` (so at most one
+  per node). Nodes offer that resource when started with
+  ``ray start ... --resources '{"miso_agent": 1}'``; if no node offers it, every node with a
+  ``GPU`` resource gets an agent.
+* The controller actor (``miso-controller``) is detached and restarts after a crash
+  (``max_restarts=-1``); it is pinned to the node that holds its state directory and recovers from
+  its SQLite store on every start.
+* ``miso cluster up --emulated`` runs a private local Ray head inside a small supervisor process
+  (``python -m miso.raycluster head ...``) that owns it: ``miso cluster down`` signals that
+  process, which stops the jobs and shuts its Ray down. Nothing else on the machine is touched.
+
+All Ray traffic stays on 127.0.0.1 for local clusters; no dashboard, no usage stats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+NAMESPACE = "miso"
+CONTROLLER = "miso-controller"
+AGENT_PREFIX = "miso-agent:"
+AGENT_RESOURCE = "miso_agent"
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+
+def _ray() -> Any:
+    import ray  # noqa: PLC0415
+
+    return ray
+
+
+# ---- actors ---------------------------------------------------------------------------------
+
+
+class AgentActor:
+    """Ray actor around :class:`miso.agent.Agent` (same method names, plain data)."""
+
+    def __init__(self, node: str, backend: dict[str, Any], workdir: str,
+                 rate_window: float = 1.0, change_threshold: float = 0.25) -> None:
+        from miso.agent import Agent  # noqa: PLC0415
+
+        self.agent = Agent(node, make_backend(backend, node), workdir,
+                           rate_window=rate_window, change_threshold=change_threshold)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def ping(self) -> str:
+        return self.agent.ping()
+
+    def describe(self) -> dict[str, Any]:
+        return self.agent.describe()
+
+    def apply_layout(self, gpu: int, layout: list[Any]) -> dict[str, Any]:
+        return self.agent.apply_layout(gpu, layout)
+
+    def read_layout(self, gpu: int) -> list[list[Any]]:
+        return self.agent.read_layout(gpu)
+
+    def start_mps(self, gpu: int, placement: Any) -> str:
+        return self.agent.start_mps(gpu, placement)
+
+    def stop_mps(self, gpu: int) -> None:
+        self.agent.stop_mps(gpu)
+
+    def launch(self, spec: dict[str, Any]) -> dict[str, Any]:
+        return self.agent.launch(spec)
+
+    def checkpoint(self, job: str, attempt: int) -> bool:
+        return self.agent.checkpoint(job, attempt)
+
+    def kill(self, job: str, attempt: int) -> bool:
+        return self.agent.kill(job, attempt)
+
+    def forget(self, job: str, attempt: int) -> None:
+        self.agent.forget(job, attempt)
+
+    def report(self) -> dict[str, Any]:
+        return self.agent.report()
+
+    def logs(self, job: str, tail: int = 200) -> str:
+        return self.agent.logs(job, tail)
+
+    def running_pids(self) -> list[int]:
+        return self.agent.running_pids()
+
+    def shutdown(self) -> None:
+        self.agent.shutdown(destroy_instances=True)
+
+
+class ControllerActor:
+    """Ray actor around :class:`miso.controller.Controller` with a :class:`RayTransport`."""
+
+    def __init__(self, state_dir: str, config: dict[str, Any]) -> None:
+        import logging  # noqa: PLC0415
+
+        from miso.controller import Controller, ControllerConfig, JobStore  # noqa: PLC0415
+        from miso.controller.transport import RayTransport  # noqa: PLC0415
+
+        logging.basicConfig(level=logging.INFO)
+        d = Path(state_dir)
+        d.mkdir(parents=True, exist_ok=True)
+        self.ctl = Controller(JobStore(d / "miso.db"), RayTransport(NAMESPACE),
+                              ControllerConfig(**config), checkpoint_root=d / "checkpoints")
+        self.ctl.start()
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def ping(self) -> str:
+        return "ok"
+
+    def submit(self, command: list[str], name: str | None = None,
+               memory_gb: float | None = None, workload: str | None = None,
+               env: dict[str, str] | None = None, cwd: str | None = None) -> dict[str, Any]:
+        """``{"ok": True, "id": ...}`` or ``{"ok": False, "error": ...}`` (no exceptions)."""
+        from miso.controller import SubmitError  # noqa: PLC0415
+
+        try:
+            return {"ok": True, "id": self.ctl.submit(command, name=name, memory_gb=memory_gb,
+                                                      workload=workload, env=env, cwd=cwd)}
+        except SubmitError as e:
+            return {"ok": False, "error": str(e)}
+
+    def cancel(self, job: str) -> dict[str, Any]:
+        from miso.controller import StoreError, SubmitError  # noqa: PLC0415
+
+        try:
+            return {"ok": True, "job": self.ctl.cancel(job)}
+        except (SubmitError, StoreError) as e:
+            return {"ok": False, "error": str(e)}
+
+    def status(self) -> dict[str, Any]:
+        return self.ctl.status()
+
+    def attempts(self) -> list[dict[str, Any]]:
+        return self.ctl.store.attempts()
+
+    def layouts(self) -> list[dict[str, Any]]:
+        return self.ctl.store.layouts()
+
+    def logs(self, job: str, tail: int = 200) -> dict[str, Any]:
+        from miso.controller import StoreError  # noqa: PLC0415
+
+        try:
+            return {"ok": True, "text": self.ctl.logs(job, tail)}
+        except StoreError as e:
+            return {"ok": False, "error": str(e)}
+
+    def shutdown(self) -> None:
+        """Stop the controller and every job on every node."""
+        self.ctl.stop(stop_jobs=True)
+
+
+def make_backend(spec: dict[str, Any], node: str) -> Any:
+    """Build a GPU backend from ``{"kind": "emulated"|"nvml", ...}``."""
+    kind = spec.get("kind", "emulated")
+    if kind == "emulated":
+        from miso.backend import EmulatedBackend  # noqa: PLC0415
+
+        return EmulatedBackend(int(spec.get("gpus", 1)), spec.get("model", "A100-40GB"),
+                               node=node)
+    if kind == "nvml":
+        from miso.backend.nvml import NvmlBackend  # noqa: PLC0415
+
+        return NvmlBackend(model=spec.get("model"))
+    raise ValueError(f"unknown backend kind {kind!r}")
+
+
+# ---- starting actors in a running Ray -------------------------------------------------------
+
+
+def agent_nodes() -> list[dict[str, Any]]:
+    """Alive Ray nodes that should run an agent (``miso_agent`` resource, else ``GPU``)."""
+    ray = _ray()
+    alive = [n for n in ray.nodes() if n.get("Alive")]
+    tagged = [n for n in alive if n.get("Resources", {}).get(AGENT_RESOURCE, 0) >= 1]
+    return tagged or [n for n in alive if n.get("Resources", {}).get("GPU", 0) > 0]
+
+
+def start_agents(backend: dict[str, Any], workdir: str, *, names: list[str] | None = None,
+                 rate_window: float = 1.0, change_threshold: float = 0.25) -> list[str]:
+    """Start one detached agent actor on every agent node; returns the node names."""
+    ray = _ray()
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: PLC0415
+
+    cls = ray.remote(AgentActor)
+    out = []
+    for i, n in enumerate(sorted(agent_nodes(), key=lambda n: n["NodeID"])):
+        name = names[i] if names and i < len(names) else f"node-{n['NodeID'][:8]}"
+        res = {AGENT_RESOURCE: 1} if n.get("Resources", {}).get(AGENT_RESOURCE) else {}
+        h = cls.options(
+            name=AGENT_PREFIX + name, namespace=NAMESPACE, lifetime="detached",
+            get_if_exists=True, num_cpus=0, resources=res, max_concurrency=16,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False),
+        ).remote(name, backend, str(Path(workdir) / name), rate_window, change_threshold)
+        ray.get(h.ping.remote(), timeout=120)
+        out.append(name)
+    return out
+
+
+def start_controller(state_dir: str, config: dict[str, Any] | None = None) -> Any:
+    """Start (or find) the detached controller actor, pinned to this node."""
+    ray = _ray()
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: PLC0415
+
+    here = ray.get_runtime_context().get_node_id()
+    h = ray.remote(ControllerActor).options(
+        name=CONTROLLER, namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
+        num_cpus=0, max_restarts=-1, max_concurrency=8,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
+    ).remote(state_dir, config or {})
+    ray.get(h.ping.remote(), timeout=120)
+    return h
+
+
+def controller() -> Any:
+    """Handle of the running controller actor (raises ValueError when there is none)."""
+    return _ray().get_actor(CONTROLLER, namespace=NAMESPACE)
+
+
+def stop_actors(*, stop_jobs: bool = True) -> None:
+    """Stop jobs, then kill the controller and agent actors of the ``miso`` namespace."""
+    ray = _ray()
+    from ray.util import list_named_actors  # noqa: PLC0415
+
+    try:
+        h = controller()
+        if stop_jobs:
+            ray.get(h.shutdown.remote(), timeout=60)
+        ray.kill(h, no_restart=True)
+    except Exception:  # noqa: BLE001, S110 - no controller: nothing to stop
+        pass
+    for n in list_named_actors(all_namespaces=True):
+        name, ns = (n["name"], n["namespace"]) if isinstance(n, dict) else (n, NAMESPACE)
+        if ns == NAMESPACE and name.startswith(AGENT_PREFIX):
+            try:
+                a = ray.get_actor(name, namespace=NAMESPACE)
+                if stop_jobs:
+                    ray.get(a.shutdown.remote(), timeout=60)
+                ray.kill(a, no_restart=True)
+            except Exception:  # noqa: BLE001, S110
+                pass
+
+
+def init_local(num_cpus: int | None = None, *, resources: dict[str, float] | None = None
+               ) -> str:
+    """Start a private local Ray on 127.0.0.1 (no dashboard, no usage stats); its address."""
+    ray = _ray()
+    ray.init(num_cpus=num_cpus or max(2, os.cpu_count() or 2), include_dashboard=False,
+             _node_ip_address="127.0.0.1", namespace=NAMESPACE, log_to_driver=False,
+             resources={AGENT_RESOURCE: 1, **(resources or {})}, configure_logging=False)
+    return str(ray.get_runtime_context().gcs_address)
+
+
+def connect(address: str) -> None:
+    """Connect this process to a running Ray cluster."""
+    ray = _ray()
+    if not ray.is_initialized():
+        ray.init(address=address, namespace=NAMESPACE, log_to_driver=False,
+                 configure_logging=False)
+
+
+# ---- the local head supervisor (``miso cluster up --emulated``) -----------------------------
+
+
+def cluster_file(state_dir: str | Path) -> Path:
+    return Path(state_dir) / "cluster.json"
+
+
+def spawn_local_head(state_dir: str, *, gpus: int, model: str, config: dict[str, Any],
+                     timeout: float = 180.0) -> dict[str, Any]:
+    """Start the supervisor process in its own session; wait for ``cluster.json``."""
+    f = cluster_file(state_dir)
+    Path(state_dir).mkdir(parents=True, exist_ok=True)
+    f.unlink(missing_ok=True)
+    log = open(Path(state_dir) / "head.log", "ab")  # noqa: SIM115 - handed to the child
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "miso.raycluster", "head", "--state-dir", state_dir,
+         "--gpus", str(gpus), "--model", model, "--config", json.dumps(config)],
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        start_new_session=True, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+    log.close()
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if f.exists():
+            return json.loads(f.read_text())
+        if proc.poll() is not None:
+            raise RuntimeError(f"the local Ray head exited with {proc.returncode}; see "
+                               f"{Path(state_dir) / 'head.log'}")
+        time.sleep(0.5)
+    proc.kill()
+    raise RuntimeError(f"the local Ray head did not come up within {timeout:.0f}s")
+
+
+def stop_local_head(state_dir: str, timeout: float = 60.0) -> bool:
+    """Signal the supervisor of ``state_dir`` and wait for it to exit; False if none."""
+    f = cluster_file(state_dir)
+    if not f.exists():
+        return False
+    info = json.loads(f.read_text())
+    pid = int(info.get("pid", 0))
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        f.unlink(missing_ok=True)
+        return False
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.3)
+    else:
+        os.kill(pid, signal.SIGKILL)
+    f.unlink(missing_ok=True)
+    return True
+
+
+def _head_main(a: argparse.Namespace) -> int:
+    stop = {"flag": False}
+
+    def on_term(*_: object) -> None:
+        stop["flag"] = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    address = init_local(resources=None)
+    workdir = str(Path(a.state_dir) / "agents")
+    start_agents({"kind": "emulated", "gpus": a.gpus, "model": a.model}, workdir,
+                 names=["node0"])
+    start_controller(a.state_dir, json.loads(a.config))
+    info = {"address": address, "pid": os.getpid(), "state_dir": a.state_dir,
+            "host": socket.gethostname(), "gpus": a.gpus, "model": a.model, "emulated": True}
+    tmp = cluster_file(a.state_dir).with_suffix(".tmp")
+    tmp.write_text(json.dumps(info))
+    os.replace(tmp, cluster_file(a.state_dir))
+    while not stop["flag"]:
+        time.sleep(0.3)
+    stop_actors(stop_jobs=True)
+    _ray().shutdown()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m miso.raycluster")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    h = sub.add_parser("head", help="run a private local Ray head with an emulated cluster")
+    h.add_argument("--state-dir", required=True)
+    h.add_argument("--gpus", type=int, default=4)
+    h.add_argument("--model", default="A100-40GB")
+    h.add_argument("--config", default="{}")
+    a = ap.parse_args(argv)
+    return _head_main(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
