@@ -54,18 +54,28 @@ class Miso(BasePolicy):
         self._order: dict[str, int] = {}
 
     # -- placement ------------------------------------------------------------------------
+    def levels(self, sc: Scratch) -> list[list[str]]:
+        """GPUs bucketed by resident job count (0..7), each bucket in GPU order; O(GPUs)."""
+        st = sc.state
+        slow = bool(sc.extra or sc.requeued)
+        buckets: list[list[str]] = [[] for _ in range(8)]
+        for g, gs in st.gpus.items():
+            n = len(sc.jobs_on(g)) if slow else len(gs.jobs)
+            buckets[min(n, 7)].append(g)
+        return buckets
+
     def choose_gpu(self, now: float, job: str, sc: Scratch) -> str | None:
         """Least crowded GPU that can hold the job (count, then GPU order)."""
         st = sc.state
         mem = st.jobs[job].spec.memory_gb
-        cands = sorted((len(sc.jobs_on(g)), self._order.get(g, 0), g) for g in st.gpus)
-        for n, _, g in cands:
-            gs = st.gpus[g]
-            if n >= min(self.max_jobs, gs.geom.model.max_instances):
-                break
-            mems = [st.jobs[j].spec.memory_gb for j in sc.jobs_on(g)] + [mem]
-            if mix_feasible(gs.geom, mems):
-                return g
+        for n, bucket in enumerate(self.levels(sc)):
+            for g in bucket:
+                gs = st.gpus[g]
+                if n >= min(self.max_jobs, gs.geom.model.max_instances):
+                    continue
+                mems = [st.jobs[j].spec.memory_gb for j in sc.jobs_on(g)] + [mem]
+                if mix_feasible(gs.geom, mems):
+                    return g
         return None
 
     def on_capacity(self, now: float, sc: Scratch) -> None:
@@ -289,40 +299,38 @@ class MisoPlus(Miso):
             return super().choose_gpu(now, job, sc)
         st = sc.state
         mem = st.jobs[job].spec.memory_gb
-        cands = sorted((len(sc.jobs_on(g)), self._order.get(g, 0), g) for g in st.gpus)
-        best: tuple[float, str] | None = None
-        seen = 0
-        level = None
-        for n, _, g in cands:
-            gs = st.gpus[g]
-            if n >= min(self.max_jobs, gs.geom.model.max_instances):
-                break
-            if level is not None and n > level:
-                break
-            jobs = sc.jobs_on(g)
-            mems = [st.jobs[j].spec.memory_gb for j in jobs] + [mem]
-            if not mix_feasible(gs.geom, mems):
-                continue
-            level = n
-            if n == 0:
-                return g
-            if any(j not in self.est for j in jobs):
-                gain = -1.0  # unknown residents: least preferred among equals
-            else:
-                opt = optimizer_for(gs.geom)
-                sp = {j: self.est[j] for j in jobs}
-                try:
-                    before = opt.solve(sp).throughput
-                    sp[job] = self._prior(gs.geom, mem)
-                    gain = opt.solve(sp).throughput - before
-                except OptimizerError:
+        for n, bucket in enumerate(self.levels(sc)):
+            best: tuple[float, str] | None = None
+            seen = 0
+            for g in bucket:
+                gs = st.gpus[g]
+                if n >= min(self.max_jobs, gs.geom.model.max_instances):
                     continue
-            if best is None or gain > best[0] + 1e-9:
-                best = (gain, g)
-            seen += 1
-            if seen >= self.marginal_candidates:
-                break
-        return best[1] if best else None
+                jobs = sc.jobs_on(g)
+                mems = [st.jobs[j].spec.memory_gb for j in jobs] + [mem]
+                if not mix_feasible(gs.geom, mems):
+                    continue
+                if n == 0:
+                    return g
+                if any(j not in self.est for j in jobs):
+                    gain = -1.0  # unknown residents: least preferred among equals
+                else:
+                    opt = optimizer_for(gs.geom)
+                    sp = {j: self.est[j] for j in jobs}
+                    try:
+                        before = opt.solve(sp).throughput
+                        sp[job] = self._prior(gs.geom, mem)
+                        gain = opt.solve(sp).throughput - before
+                    except OptimizerError:
+                        continue
+                if best is None or gain > best[0] + 1e-9:
+                    best = (gain, g)
+                seen += 1
+                if seen >= self.marginal_candidates:
+                    break
+            if best is not None:
+                return best[1]
+        return None
 
     def fill_idle_gpus(self, now: float, sc: Scratch) -> None:
         """Move the slowest job of a crowded GPU onto a GPU that became empty (while nothing
