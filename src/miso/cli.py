@@ -153,6 +153,20 @@ def optimize(
     console.print(t)
 
 
+def _mount() -> None:
+    """Attach the predictor, simulator and live-cluster commands (imported lazily inside)."""
+    from miso import cli_cluster, cli_predictor, cli_simulate
+
+    app.add_typer(cli_predictor.app, name="predictor")
+    app.command("simulate")(cli_simulate.simulate)
+    app.add_typer(cli_cluster.cluster_app, name="cluster")
+    for name in ("submit", "status", "logs", "cancel", "demo"):
+        app.command(name)(getattr(cli_cluster, name))
+
+
+_mount()
+
+
 def main() -> None:  # pragma: no cover - console entry
     app(prog_name="miso")
 
