@@ -441,8 +441,13 @@ class Simulator:
         jobs = [j for j in g.prof_jobs if j in resident and self.jobs[j].finish is None]
         g.prof_jobs = jobs
         levels = (100, 50, 14)
-        sp = mps_profile_speeds([self.jobs[j].workload for j in jobs], levels,
-                                self.cfg.mps_penalty)
+        wls = [self.jobs[j].workload for j in jobs]
+        if self.cfg.predictor == "unet" and jobs:
+            from miso.sim.unet import synthetic_mps
+
+            sp = synthetic_mps(wls, np.random.default_rng([self.seed, pid]))
+        else:
+            sp = mps_profile_speeds(wls, levels, self.cfg.mps_penalty)
         g.prof_speeds = dict(zip(jobs, sp, strict=True))
         for jid in jobs:
             j = self.jobs[jid]

@@ -25,7 +25,11 @@ def make_estimator(cfg: Any, seed: int) -> Any:
     if cfg.predictor == "unet":
         from miso.sim.unet import unet_predictor
 
-        return PredictorEstimator(unet_predictor())
+        try:
+            return PredictorEstimator(unet_predictor())
+        except (OSError, ImportError, ValueError) as e:
+            raise ValueError(f"--predictor unet: the learned predictor is not usable here "
+                             f"({type(e).__name__}: {e})") from None
     return NoisyOracle(cfg.error_mean, cfg.error_std, seed)
 
 
