@@ -87,7 +87,7 @@ def _interp_rows(x: np.ndarray, ys: np.ndarray) -> np.ndarray:
 
 
 def widths(c: np.ndarray, theta: float) -> np.ndarray:
-    """Fraction of the GPU each curve (..., 6), non-decreasing, needs for ``theta`` of full speed."""
+    """GPU fraction each non-decreasing curve (..., 6) needs for ``theta`` of its full speed."""
     k = np.clip((c < theta).sum(axis=-1) - 1, 0, len(_X) - 2)
     y0 = np.take_along_axis(c, k[..., None], axis=-1)[..., 0]
     y1 = np.take_along_axis(c, (k + 1)[..., None], axis=-1)[..., 0]

@@ -123,7 +123,9 @@ class Prediction:
             for row, srow in zip(self.speed, self.std, strict=True)
         ]
 
-    def by_profile(self, profiles: Sequence[Profile] | None = None) -> list[dict[str, float | None]]:
+    def by_profile(
+        self, profiles: Sequence[Profile] | None = None
+    ) -> list[dict[str, float | None]]:
         """Per job {profile name: speed}; defaults to the GPU model given at prediction time."""
         profs = tuple(profiles) if profiles is not None else self.profiles
         return [
