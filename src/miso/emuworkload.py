@@ -72,7 +72,8 @@ def mps_speed(name: str, level_pct: float, co_runners: Sequence[tuple[str, float
     except ImportError:
         return placeholder_mps_speed(name, level_pct, co_runners)
     try:
-        return float(model(name, level_pct, list(co_runners)))
+        # the calibrated model takes co-runner names (its co-runners share the same level)
+        return float(model(name, level_pct, [n for n, _ in co_runners]))
     except (TypeError, ValueError, KeyError):
         return placeholder_mps_speed(name, level_pct, co_runners)
 
@@ -138,8 +139,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         level = float(env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"])
         registry = _MpsRegistry(pipe, wl.name, level)
 
+        cache: dict[tuple[tuple[str, float], ...], float] = {}
+
         def base_speed() -> float:
-            return mps_speed(wl.name, level, registry.co_runners())
+            key = tuple(registry.co_runners())
+            if key not in cache:
+                cache[key] = mps_speed(wl.name, level, key)
+            return cache[key]
         where = f"MPS {level:g}% on {profile or 'GPU'}"
     elif profile:
         slices = int(env.get("MISO_EMULATED_COMPUTE_SLICES", profile.split("g")[0]))

@@ -801,8 +801,14 @@ class Controller:
                     rates[j][lvl] = r
             if i < len(order) - 1:
                 self._stop_runs([r for r in runs if not r.done.is_set()])
-        speeds = {j: tuple(rates[j][lv] for lv in levels) for j in d.jobs
-                  if all(lv in rates[j] for lv in levels)}
+        speeds: dict[str, tuple[float, ...]] = {}
+        for j in d.jobs:
+            got = rates[j]
+            if not got:
+                continue  # finished, failed or never started during the run
+            # a level that could not be measured takes the nearest measured level's rate
+            speeds[j] = tuple(got[lv] if lv in got else
+                              got[min(got, key=lambda x, lv=lv: abs(x - lv))] for lv in levels)
         self.store.log_event(self.now(), "profile", {"gpu": d.gpu, "plan_id": d.plan_id,
                                                      "speeds": speeds})
         self._post_event(ProfilingFinished(d.gpu, d.plan_id, speeds, tuple(levels)))
@@ -817,20 +823,33 @@ class Controller:
 
     def _measure(self, runs: list[Run], seconds: float, worker: _GpuWorker,
                  d: Decision) -> dict[str, float]:
-        def sample() -> dict[str, tuple[float, float]]:
-            return {r.job: (float(r.last["iteration"]), float(r.last["time"])) for r in runs
-                    if not r.done.is_set() and r.last.get("iteration") is not None}
-        s0 = sample()
-        end = time.time() + seconds
-        while time.time() < end and not worker.superseded(d) and not self._stop.is_set():
-            time.sleep(min(0.1, max(0.0, end - time.time())))
-        time.sleep(self.cfg.poll_interval)  # let the poller fetch the last samples
-        s1 = sample()
-        out = {}
-        for j, (i1, t1) in s1.items():
-            if j in s0 and t1 > s0[j][1]:
-                out[j] = (i1 - s0[j][0]) / (t1 - s0[j][1])
-        return out
+        """Rate of each run over (at least) ``seconds``: first to last progress sample seen.
+
+        The window is stretched (up to 4x) until every live run has two distinct samples, so a
+        loaded node still yields a measurement for every job.
+        """
+        first: dict[str, tuple[float, float]] = {}
+        last: dict[str, tuple[float, float]] = {}
+
+        def sample() -> None:
+            for r in runs:
+                if r.done.is_set() or r.last.get("iteration") is None:
+                    continue
+                pt = (float(r.last["iteration"]), float(r.last["time"]))
+                first.setdefault(r.job, pt)
+                if pt[1] > first[r.job][1]:
+                    last[r.job] = pt
+
+        start = time.time()
+        while not worker.superseded(d) and not self._stop.is_set():
+            sample()
+            waited = time.time() - start
+            live = [r for r in runs if not r.done.is_set()]
+            if waited >= seconds and (all(r.job in last for r in live) or
+                                      waited >= 4 * seconds + 2.0):
+                break
+            time.sleep(min(0.05, self.cfg.poll_interval / 2))
+        return {j: (last[j][0] - first[j][0]) / (last[j][1] - first[j][1]) for j in last}
 
     def _exec_requeue(self, d: RequeueJob, gpu: str) -> None:
         with self._lock:

@@ -58,21 +58,24 @@ class MpsProfileHeuristic:
 
 
 def load_predictor() -> Any | None:
-    """The packaged, trained MPS->MIG predictor, or None when unavailable."""
+    """The packaged MPS->MIG predictor as ``raw (3, n) -> speeds (5, n)``, or None.
+
+    Uses ``miso.predict.Predictor.load()`` (shipped weights); rows of the result are the 7, 4,
+    3, 2, 1 compute-slice speeds relative to the full GPU, as
+    :class:`miso.sched.PredictorEstimator` expects.
+    """
     try:
-        import miso.predict as pred  # noqa: PLC0415
-    except Exception as e:  # noqa: BLE001 - optional component
-        log.info("miso.predict unavailable: %s", e)
+        from miso.predict import Predictor  # noqa: PLC0415
+
+        pred = Predictor.load()
+    except Exception as e:  # noqa: BLE001 - optional component (weights may be missing)
+        log.info("MPS->MIG predictor unavailable: %s", e)
         return None
-    for name in ("default_predictor", "load_default", "load_predictor"):
-        fn = getattr(pred, name, None)
-        if callable(fn):
-            try:
-                return fn()
-            except Exception as e:  # noqa: BLE001
-                log.warning("miso.predict.%s() failed: %s", name, e)
-                return None
-    return None
+
+    def predict(raw: Any) -> Any:
+        return pred.predict(raw).speed.T
+
+    return predict
 
 
 def make_estimator(name: str) -> Any:
