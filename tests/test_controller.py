@@ -88,8 +88,8 @@ def test_controller__twenty_jobs_arriving_over_time_on_four_gpus(make_cluster) -
     wls = ["resnet_train128", "bert_train2", "gnn_train512", "mobilenet_train128",
            "transformer_train32", "cyclegan_train1", "embedding_train128"]
     for i in range(20):
-        c.submit(emu(wls[i % len(wls)], 2.0 + (i % 3)), name=f"job{i}")
-        time.sleep(0.3)
+        c.submit(emu(wls[i % len(wls)], 1.0 + 0.5 * (i % 3)), name=f"job{i}")
+        time.sleep(0.2)
     ctl = c.controller
     assert ctl.wait_all(150), ctl.status()
     check_run(c, ctl.store)
@@ -137,11 +137,11 @@ def test_controller__failed_reconfiguration_ends_valid_and_jobs_finish(make_clus
     c = make_cluster(gpus_per_node=1)
     be = c.backends["node0"]
     ctl = c.controller
-    c.submit(emu("resnet_train128", 3.0))
+    c.submit(emu("resnet_train128", 2.0))
     wait_for(lambda: any(j.state == "running" for j in ctl.store.jobs()), 20)
     be.fail_next(op, "INSUFFICIENT_RESOURCES" if op == "create" else "UNKNOWN")
-    c.submit(emu("bert_train2", 3.0))
-    c.submit(emu("gnn_train512", 3.0))
+    c.submit(emu("bert_train2", 1.5))
+    c.submit(emu("gnn_train512", 1.5))
     assert ctl.wait_all(90), ctl.status()
     check_run(c, ctl.store)
     assert ctl.store.events("layout-failed")
@@ -190,7 +190,7 @@ def test_controller__cancel_kills_the_job(make_cluster) -> None:
 def test_controller__phase_change_is_reported_to_the_policy(make_cluster) -> None:
     c = make_cluster(gpus_per_node=1, config={"reprofile_cooldown_s": 0.0})
     ctl = c.controller
-    c.submit(emu("resnet_train128", 6.0, "--phase-at", "0.3", "--phase-factor", "0.4"))
+    c.submit(emu("resnet_train128", 3.0, "--phase-at", "0.4", "--phase-factor", "0.4"))
     assert ctl.wait_all(60)
     ev = ctl.store.events("JobSpeedChanged")
     assert ev and ev[0]["body"]["observed"] < 0.7 * ev[0]["body"]["baseline"]
