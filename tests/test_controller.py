@@ -71,8 +71,9 @@ def check_run(c: LocalCluster, store: JobStore) -> None:
         saved = None
         for a in atts:
             if a["start_iteration"] is not None and saved is not None:
-                # each attempt resumes exactly from the last checkpoint saved before it
-                assert a["start_iteration"] == saved, (j.id, atts)
+                # each attempt resumes from the last checkpoint saved before it (or a later
+                # one the dying attempt wrote after its last report): no progress is lost
+                assert a["start_iteration"] >= saved, (j.id, atts)
             if a["checkpoint_iteration"] is not None:
                 saved = a["checkpoint_iteration"]
     for row in store.layouts():

@@ -41,6 +41,19 @@ def _ray() -> Any:
     return ray
 
 
+def _local_only() -> None:
+    """Keep Ray on the loopback interface (must run before ``ray`` is imported).
+
+    Ray otherwise resolves 127.0.0.1 to the machine's outward IP; this switch (Ray's own, for
+    single-machine clusters) makes every component bind and advertise 127.0.0.1.
+    """
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    if "ray" in sys.modules:
+        from ray._private import ray_constants  # noqa: PLC0415
+
+        ray_constants.ENABLE_RAY_CLUSTER = False
+
+
 # ---- actors ---------------------------------------------------------------------------------
 
 
@@ -198,7 +211,10 @@ def start_agents(backend: dict[str, Any], workdir: str, *, names: list[str] | No
 
     cls = ray.remote(AgentActor)
     out = []
-    for i, n in enumerate(sorted(agent_nodes(), key=lambda n: n["NodeID"])):
+    def order(n: dict[str, Any]) -> tuple[bool, str]:  # the head node first
+        return ("node:__internal_head__" not in n.get("Resources", {}), n["NodeID"])
+
+    for i, n in enumerate(sorted(agent_nodes(), key=order)):
         name = names[i] if names and i < len(names) else f"node-{n['NodeID'][:8]}"
         res = {AGENT_RESOURCE: 1} if n.get("Resources", {}).get(AGENT_RESOURCE) else {}
         h = cls.options(
@@ -258,6 +274,7 @@ def stop_actors(*, stop_jobs: bool = True) -> None:
 def init_local(num_cpus: int | None = None, *, resources: dict[str, float] | None = None
                ) -> str:
     """Start a private local Ray on 127.0.0.1 (no dashboard, no usage stats); its address."""
+    _local_only()
     ray = _ray()
     ray.init(num_cpus=num_cpus or max(2, os.cpu_count() or 2), include_dashboard=False,
              _node_ip_address="127.0.0.1", namespace=NAMESPACE, log_to_driver=False,
@@ -267,6 +284,8 @@ def init_local(num_cpus: int | None = None, *, resources: dict[str, float] | Non
 
 def connect(address: str) -> None:
     """Connect this process to a running Ray cluster."""
+    if address.split(":")[0] in ("127.0.0.1", "localhost"):
+        _local_only()
     ray = _ray()
     if not ray.is_initialized():
         ray.init(address=address, namespace=NAMESPACE, log_to_driver=False,
