@@ -48,6 +48,9 @@ def _local_only() -> None:
     single-machine clusters) makes every component bind and advertise 127.0.0.1.
     """
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    # Loopback-only private cluster: the CLI, the head and its workers must agree on auth;
+    # Ray's default token mode for new local clusters is switched off unless set explicitly.
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     if "ray" in sys.modules:
         from ray._private import ray_constants  # noqa: PLC0415
 
