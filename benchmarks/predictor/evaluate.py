@@ -59,7 +59,7 @@ def baselines(tr, va, quick: bool) -> dict[str, np.ndarray]:
     out["least squares (own + mean of others)"] = unflat(lin.predict(xva[:, own]), len(va))
     lin2 = LinearRegression().fit(xtr, ytr)
     out["linear regression (own + others + mix context)"] = unflat(lin2.predict(xva), len(va))
-    mlp = MLPRegressor((64, 64), max_iter=60 if quick else 200, random_state=0,
+    mlp = MLPRegressor(hidden_layer_sizes=(64, 64), max_iter=60 if quick else 200, random_state=0,
                        early_stopping=False, learning_rate_init=3e-3)
     out["MLP 64-64 (same features)"] = unflat(mlp.fit(xtr, ytr).predict(xva), len(va))
     hgb = [HistGradientBoostingRegressor(max_iter=150 if quick else 300, loss="absolute_error",
