@@ -21,7 +21,7 @@ ray = pytest.importorskip("ray")
 from miso import raycluster as rc  # noqa: E402
 from miso.backend.emulated import pids_with_env  # noqa: E402
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 FAST = {"profile_seconds_per_level": 0.3, "profile_warmup_s": 0.15, "checkpoint_timeout": 3.0,
         "poll_interval": 0.1}

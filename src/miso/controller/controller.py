@@ -806,9 +806,13 @@ class Controller:
             got = rates[j]
             if not got:
                 continue  # finished, failed or never started during the run
-            # a level that could not be measured takes the nearest measured level's rate
-            speeds[j] = tuple(got[lv] if lv in got else
-                              got[min(got, key=lambda x, lv=lv: abs(x - lv))] for lv in levels)
+            # a level that could not be measured takes the nearest measured level's rate; a
+            # job that made no progress at a level gets a tiny positive rate (predictors need
+            # positive rates)
+            floor = 1e-3 * max(max(got.values()), 1e-3)
+            speeds[j] = tuple(max(floor, got[lv] if lv in got else
+                                  got[min(got, key=lambda x, lv=lv: abs(x - lv))])
+                              for lv in levels)
         self.store.log_event(self.now(), "profile", {"gpu": d.gpu, "plan_id": d.plan_id,
                                                      "speeds": speeds})
         self._post_event(ProfilingFinished(d.gpu, d.plan_id, speeds, tuple(levels)))
