@@ -164,3 +164,27 @@ def _random_driver(policy_name: str, seed: int, n_jobs: int = 40, n_gpus: int = 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_policy__invariants_hold_on_random_event_streams(name: str, seed: int):
     _random_driver(name, seed)
+
+
+def test_predictor_estimator__survives_a_level_with_no_progress():
+    """A job that made no progress at one MPS level (e.g. still starting) must not make the
+    estimator raise: the GPU would stay in profiling forever."""
+    import numpy as np
+
+    from miso.mig import geometry as _geometry
+    from miso.sched import JobSpec, JobState, PredictorEstimator
+
+    seen = []
+
+    def predictor(raw):
+        assert np.all(raw > 0) and np.all(np.isfinite(raw))
+        seen.append(raw)
+        return np.full((5, raw.shape[1]), 0.5)
+
+    est = PredictorEstimator(predictor)
+    jobs = [JobState(JobSpec(id=j, name=j, memory_gb=1.0), submitted_at=0.0) for j in ("a", "b")]
+    out = est.estimate(_geometry("A100-40GB"), jobs,
+                       {"a": (10.0, 0.0, 4.0), "b": (0.0, 0.0, float("nan"))})
+    assert set(out) == {"a", "b"}
+    assert seen[0][:, 0].tolist() == [10.0, 4.0, 4.0]
+    assert seen[0][:, 1].tolist() == [1.0, 1.0, 1.0]

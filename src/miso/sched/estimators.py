@@ -75,6 +75,20 @@ class NoisyOracle:
         return out
 
 
+def _complete_profile(raw: np.ndarray) -> np.ndarray:
+    """Fill levels where a job showed no progress (a short window on a busy node, a job still
+    starting) so one bad reading cannot stall the GPU: a missing level is taken to be as slow as
+    the job's slowest measured level; a job with no reading at all gets a flat profile."""
+    ok = np.isfinite(raw) & (raw > 0)
+    if ok.all():
+        return raw
+    out = raw.copy()
+    for i in range(raw.shape[1]):
+        good = raw[ok[:, i], i]
+        out[~ok[:, i], i] = good.min() if good.size else 1.0
+    return out
+
+
 class PredictorEstimator:
     """The learned MPS->MIG predictor on the mix's raw MPS profile.
 
@@ -101,7 +115,7 @@ class PredictorEstimator:
         if profile is None:
             raise ValueError("the predictor needs an MPS profile of the mix")
         mix = list(profile)
-        raw = np.array([profile[j] for j in mix], dtype=float).T  # (3, n)
+        raw = _complete_profile(np.array([profile[j] for j in mix], dtype=float).T)  # (3, n)
         pred = self._predict(raw)
         col = {j: i for i, j in enumerate(mix)}
         full = geom.model.full_profile()
