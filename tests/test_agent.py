@@ -14,7 +14,7 @@ import pytest
 
 from miso.agent import Agent, RateTracker
 from miso.backend import EmulatedBackend
-from miso.emuworkload import mps_speed, placeholder_mps_speed
+from miso.emuworkload import mps_speed
 from miso.job import EXIT_CHECKPOINTED, JobContext
 from miso.workloads import workload
 
@@ -194,6 +194,5 @@ def test_mps_speed__contention_lowers_speed() -> None:
     alone = mps_speed("resnet_train128", 100, [])
     crowded = mps_speed("resnet_train128", 100, [("bert_train2", 100.0)] * 3)
     assert 0 < crowded < alone <= 1.0
-    assert placeholder_mps_speed("bert_train2", 14, []) < placeholder_mps_speed(
-        "bert_train2", 50, [])
+    assert mps_speed("bert_train2", 14, []) < mps_speed("bert_train2", 50, [])
     assert workload("bert_train2").speed(7) == 1.0

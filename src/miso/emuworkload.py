@@ -28,54 +28,18 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from miso import job as jobhelper
-from miso.workloads import Workload, workload
-
-#: Speed lost to MPS itself (context switching) relative to the same SM share under MIG.
-_MPS_OVERHEAD = 0.92
-
-
-def _interp_speed(wl: Workload, slices: float) -> float:
-    """Table speed at a fractional compute-slice count (linear between measured points)."""
-    pts = sorted((s, v) for s, v in wl.speed_by_slices.items())
-    if not pts:
-        return 1.0
-    if slices <= pts[0][0]:
-        return pts[0][1] * slices / pts[0][0]
-    for (s0, v0), (s1, v1) in zip(pts, pts[1:], strict=False):
-        if s0 <= slices <= s1:
-            return v0 + (v1 - v0) * (slices - s0) / (s1 - s0)
-    return pts[-1][1]
-
-
-def placeholder_mps_speed(name: str, level_pct: float,
-                          co_runners: Sequence[tuple[str, float]]) -> float:
-    """Simple contention model used until :mod:`miso.predict.mps_model` is available.
-
-    Each runner asks for ``level`` % of the SMs; when the asks add up to more than 100 % they
-    are scaled down proportionally. Speed is the table speed at that SM share, times an MPS
-    overhead factor.
-    """
-    wl = workload(name)
-    demand = level_pct / 100.0 + sum(min(1.0, lv / 100.0) for _, lv in co_runners)
-    share = min(1.0, level_pct / 100.0) / max(1.0, demand)
-    return max(0.01, _interp_speed(wl, 7.0 * share) * _MPS_OVERHEAD)
+from miso.workloads import workload
 
 
 def mps_speed(name: str, level_pct: float, co_runners: Sequence[tuple[str, float]]) -> float:
     """Speed (relative to alone on the full GPU) of ``name`` at ``level_pct`` with co-runners.
 
-    Uses the calibrated contention model of :mod:`miso.predict.mps_model` when installed,
-    otherwise :func:`placeholder_mps_speed`.
+    The calibrated contention model of :mod:`miso.predict.mps_model` (its co-runners share
+    the same thread level, so only their names matter).
     """
-    try:
-        from miso.predict.mps_model import mps_speed as model  # noqa: PLC0415
-    except ImportError:
-        return placeholder_mps_speed(name, level_pct, co_runners)
-    try:
-        # the calibrated model takes co-runner names (its co-runners share the same level)
-        return float(model(name, level_pct, [n for n, _ in co_runners]))
-    except (TypeError, ValueError, KeyError):
-        return placeholder_mps_speed(name, level_pct, co_runners)
+    from miso.predict.mps_model import mps_speed as calibrated  # noqa: PLC0415 - only under MPS
+
+    return float(calibrated(name, level_pct, [n for n, _ in co_runners]))
 
 
 class _MpsRegistry:

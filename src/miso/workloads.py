@@ -35,6 +35,23 @@ class Workload:
         """Speed on a slice with this many compute slices, or None if it was not measured."""
         return self.speed_by_slices.get(compute_slices)
 
+    def speed_at(self, slices: float) -> float:
+        """Speed with a fractional number of A100 compute slices (an SM share of ``slices/7``).
+
+        Linear between measured slice counts; below the smallest measured slice, proportional
+        to compute; the one model of "speed for a share of the SMs" that the simulator, the
+        per-model speed mapping and the emulated workload all use.
+        """
+        pts = sorted(self.speed_by_slices.items())
+        if not pts:
+            return 1.0
+        if slices <= pts[0][0]:
+            return pts[0][1] * slices / pts[0][0]
+        for (g0, s0), (g1, s1) in zip(pts, pts[1:], strict=False):
+            if g0 <= slices <= g1:
+                return s0 + (s1 - s0) * (slices - g0) / (g1 - g0)
+        return pts[-1][1]
+
 
 @cache
 def catalogue() -> dict[str, Workload]:

@@ -20,19 +20,6 @@ from miso.workloads import Workload, catalogue
 _A100 = "A100-40GB"
 
 
-def _interp(by: dict[int, float], x: float) -> float | None:
-    pts = sorted(by.items())
-    if not pts:
-        return None
-    if x <= pts[0][0]:
-        g0, s0 = pts[0]
-        return s0 * x / g0
-    for (g0, s0), (g1, s1) in zip(pts, pts[1:], strict=False):
-        if g0 <= x <= g1:
-            return s0 + (s1 - s0) * (x - g0) / (g1 - g0)
-    return pts[-1][1]
-
-
 def workload_speeds(geom: Geometry, wl: Workload) -> dict[str, float]:
     """Speed relative to the full GPU per profile of ``geom`` that fits ``wl`` (missing = no)."""
     return dict(_workload_speeds(geom, wl.name))
@@ -57,9 +44,7 @@ def _workload_speeds(geom: Geometry, name: str) -> tuple[tuple[str, float], ...]
             if abs(x - round(x)) < 1e-9 and round(x) in wl.speed_by_slices:
                 s = wl.speed_by_slices[round(x)]
             else:
-                s = _interp(wl.speed_by_slices, x)
-                if s is None:
-                    continue
+                s = wl.speed_at(x)
         out.append((p.name, float(min(1.0, max(1e-3, s)))))
     if not any(n == full.name for n, _ in out) and full.memory_gib + 1e-9 >= wl.memory_gb:
         out.append((full.name, 1.0))

@@ -38,21 +38,11 @@ class WorldConfig:
     observe_speeds: bool = True        # emit SpeedObserved events
 
 
-def _interp(by: dict[int, float], x: float) -> float:
-    pts = sorted(by.items())
-    if x <= pts[0][0]:
-        return pts[0][1] * x / pts[0][0]
-    for (g0, s0), (g1, s1) in zip(pts, pts[1:], strict=False):
-        if g0 <= x <= g1:
-            return s0 + (s1 - s0) * (x - g0) / (g1 - g0)
-    return pts[-1][1]
-
-
 @cache
 def sm_fraction_speed(workload: str, frac: float) -> float:
     """Speed (vs the full GPU) with a fraction ``frac`` of the SMs, interpolated in the A100
     slice table (7 slices = all SMs)."""
-    return max(1e-3, min(1.0, _interp(catalogue()[workload].speed_by_slices, 7.0 * frac)))
+    return max(1e-3, min(1.0, catalogue()[workload].speed_at(7.0 * frac)))
 
 
 def mps_only_speed(workload: str, share_pct: int, n_jobs: int, penalty: float) -> float:
