@@ -279,3 +279,19 @@ def test_cli_train_is_deterministic(tmp_path):
 def test_cli_train_bad_data(tmp_path):
     r = runner.invoke(app, ["train", "--data", str(tmp_path / "nope.npz"), "--out", str(tmp_path)])
     assert r.exit_code != 0 and "Traceback" not in r.output
+
+
+@pytest.mark.skipif(not SHARED.is_file(), reason="shared MISO data not mounted")
+def test_dummy_snap_only_touches_columns_near_the_dummy(pred):
+    from miso.predict.data import DUMMY_MIG
+
+    with np.load(SHARED) as z:
+        mps = z["mps"][:200]
+    raw = pred.predict_mig_normalised(mps, snap=False)
+    snapped = pred.predict_mig_normalised(mps)
+    changed = np.any(raw != snapped, axis=1)  # N, 7
+    assert changed.any()
+    near = np.abs(raw - DUMMY_MIG[None, :, None]).max(axis=1) < pred.snap_tol
+    assert not (changed & ~near).any()
+    np.testing.assert_array_equal(snapped.transpose(0, 2, 1)[changed], np.broadcast_to(
+        DUMMY_MIG, (int(changed.sum()), 3)))

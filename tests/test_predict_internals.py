@@ -93,3 +93,40 @@ def test_errors_and_constants():
         mps_speed("bert_train8", 0, [])
     assert DUMMY.shape == (3,) and (DUMMY > 0).all()
     assert 0 < params().theta < 1
+
+
+def test_grouped_ensemble_splits_into_equal_unets():
+    """EnsembleUNet (grouped convs, one member per group) equals K separate UNets."""
+    from miso.predict.model import EnsembleUNet
+
+    torch.manual_seed(0)
+    ens = EnsembleUNet(4, 3)
+    for mod in ens.modules():
+        if isinstance(mod, torch.nn.BatchNorm2d):
+            mod.running_mean.uniform_(-0.5, 0.5)
+            mod.running_var.uniform_(0.5, 2.0)
+            mod.weight.data.uniform_(0.5, 2.0)
+            mod.bias.data.uniform_(-0.5, 0.5)
+    ens.eval()
+    x = torch.rand(5, 3, 3, 7)
+    with torch.no_grad():
+        y = ens(x)
+        for i, sd in enumerate(ens.member_state_dicts()):
+            m = UNet(4)
+            m.load_state_dict(sd, strict=False)
+            m.eval()
+            np.testing.assert_allclose(m(x[:, i]).numpy(), y[:, i].numpy(), atol=1e-5)
+
+
+def test_train_ensemble_members_differ_and_learn():
+    from miso.predict.data import PairData
+    from miso.predict.train import TrainConfig, train_ensemble
+
+    rng = np.random.default_rng(0)
+    mps = rng.uniform(0.3, 1.0, size=(40, 3, 7)).astype(np.float32)
+    mig = np.clip(mps[:, ::-1] * 0.8 + 0.1, 0.01, 1.0).astype(np.float32)
+    d = PairData(mps, mig, np.arange(40))
+    models = train_ensemble(d, TrainConfig(width=4, epochs=2, members=2, batch_size=16))
+    assert len(models) == 2
+    w0, w1 = (m.state_dict()["enc1.0.weight"] for m in models)
+    assert not torch.equal(w0, w1)

@@ -1,6 +1,7 @@
 """Honest evaluation of the MPS-to-MIG predictor against baselines (grouped split, LOWO, timing).
 
-usage: python benchmarks/predictor/evaluate.py [--data NPZ] [--lowo N] [--quick]
+usage: python benchmarks/predictor/evaluate.py [--data NPZ] [--lowo N] [--quick] [--only-lowo]
+LOWO holds out, per model family, every mix containing any workload of that family.
 Needs the bench extra (scikit-learn). Prints a markdown-ready summary.
 """
 
@@ -22,7 +23,7 @@ from miso.predict.data import (
     load_pairs,
 )
 from miso.predict.predictor import Predictor, save_ensemble
-from miso.predict.train import TrainConfig, train_member
+from miso.predict.train import TrainConfig, train_ensemble
 
 print = functools.partial(print, flush=True)  # noqa: A001
 
@@ -79,7 +80,8 @@ def report(name: str, p: np.ndarray, y: np.ndarray, dm: np.ndarray) -> str:
 
 def unet(tr, cfg: TrainConfig, members: int) -> tuple[Predictor, float]:
     t0 = time.perf_counter()
-    models = [train_member(tr, cfg, cfg.seed * 1000 + k) for k in range(members)]
+    cfg = TrainConfig(**{**cfg.as_dict(), "members": members})
+    models = train_ensemble(tr, cfg)
     dt = time.perf_counter() - t0
     with tempfile.TemporaryDirectory() as tmp:
         save_ensemble(models, tmp, {"config": cfg.as_dict()})
@@ -89,11 +91,16 @@ def unet(tr, cfg: TrainConfig, members: int) -> tuple[Predictor, float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default="/work/shared/data/miso-a100/mps_mig_pairs.npz")
-    ap.add_argument("--lowo", type=int, default=8, help="workloads to hold out (0 = skip)")
+    ap.add_argument("--lowo", type=int, default=8, help="families to hold out (0 = skip)")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--members", type=int, default=TrainConfig().members)
+    ap.add_argument("--lowo-members", type=int, default=TrainConfig().members)
+    ap.add_argument("--only-lowo", action="store_true")
     args = ap.parse_args()
     d = load_pairs(args.data)
+    if args.only_lowo:
+        lowo(d, TrainConfig(), args.lowo, args.lowo_members)
+        return
     tri, vai = grouped_split(d.mix_id, 0.2, 0)
     tr, va = d.subset(tri), d.subset(vai)
     dm = dummy_columns(va.mig)
@@ -132,33 +139,37 @@ def main() -> None:
     print(f"inference, one 4-job mix via Predictor.predict: {ms:.3f} ms")
 
     if args.lowo > 0:
-        lab, names = identify_workloads(d.mig)
-        fams = {}
-        for i, nme in enumerate(names[:-1]):
-            fams.setdefault(nme.split("_")[0], i)
-        held = list(fams.values())[: args.lowo]
-        print(f"\nleave-one-workload-out ({len(held)} workloads, one per model family; "
-              "single U-Net member, 40 epochs):\n")
-        print("| held-out workload | mixes held out | U-Net MAE (its columns) | "
-              "GBT MAE (its columns) | least squares MAE (its columns) |")
-        print("|---|---|---|---|---|")
-        tot = {"u": [], "g": [], "l": []}
-        for w in held:
-            has = (lab == w).any(1)
-            dtr, dte = d.subset(np.flatnonzero(~has)), d.subset(np.flatnonzero(has))
-            p1, _ = unet(dtr, cfg, 1)
-            pu = p1.predict_mig_normalised(dte.mps)
-            bl = baselines(dtr, dte, quick=True)
-            cm = (lab[has] == w)[:, None, :].repeat(3, 1)
-            eu = np.abs(pu - dte.mig)[cm].mean()
-            eg = np.abs(bl["gradient-boosted trees (same features)"] - dte.mig)[cm].mean()
-            el = np.abs(bl["least squares (own + mean of others)"] - dte.mig)[cm].mean()
-            tot["u"].append(eu)
-            tot["g"].append(eg)
-            tot["l"].append(el)
-            print(f"| {names[w]} | {len(np.unique(dte.mix_id))} | {eu:.4f} | {eg:.4f} | {el:.4f} |")
-        print(f"| **mean** | | {np.mean(tot['u']):.4f} | {np.mean(tot['g']):.4f} | "
-              f"{np.mean(tot['l']):.4f} |")
+        lowo(d, cfg, args.lowo, args.lowo_members)
+
+
+def lowo(d, cfg: TrainConfig, n_fam: int, members: int) -> None:
+    """Leave one model family out: hold out every mix with any workload of the family."""
+    lab, names = identify_workloads(d.mig)
+    fam_of = np.array([n.split("_")[0] for n in names[:-1]] + ["DUMMY"])
+    fams = list(dict.fromkeys(fam_of[:-1]))[:n_fam]
+    print(f"\nleave-one-family-out ({len(fams)} model families; U-Net ensemble x{members}, "
+          f"{cfg.epochs} epochs; MAE over the held-out family's columns):\n")
+    print("| held-out family | mixes held out | U-Net MAE | GBT MAE | least squares MAE |")
+    print("|---|---|---|---|---|")
+    tot = {"u": [], "g": [], "l": []}
+    labf = np.where(lab >= 0, fam_of[np.maximum(lab, 0)], "?")
+    for fam in fams:
+        colf = labf == fam
+        has = colf.any(1)
+        dtr, dte = d.subset(np.flatnonzero(~has)), d.subset(np.flatnonzero(has))
+        p1, _ = unet(dtr, cfg, members)
+        pu = p1.predict_mig_normalised(dte.mps)
+        bl = baselines(dtr, dte, quick=True)
+        cm = colf[has][:, None, :].repeat(3, 1)
+        eu = np.abs(pu - dte.mig)[cm].mean()
+        eg = np.abs(bl["gradient-boosted trees (same features)"] - dte.mig)[cm].mean()
+        el = np.abs(bl["least squares (own + mean of others)"] - dte.mig)[cm].mean()
+        tot["u"].append(eu)
+        tot["g"].append(eg)
+        tot["l"].append(el)
+        print(f"| {fam} | {len(np.unique(dte.mix_id))} | {eu:.4f} | {eg:.4f} | {el:.4f} |")
+    print(f"| **mean** | | {np.mean(tot['u']):.4f} | {np.mean(tot['g']):.4f} | "
+          f"{np.mean(tot['l']):.4f} |")
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ def train(
 
     from miso.predict.data import DataError, grouped_split, load_pairs
     from miso.predict.predictor import Predictor, save_ensemble
-    from miso.predict.train import TrainConfig, train_member
+    from miso.predict.train import TrainConfig, train_ensemble
 
     try:
         d = load_pairs(data)
@@ -60,24 +60,25 @@ def train(
         train_idx, val_idx = grouped_split(d.mix_id, val_frac, seed)
     dtr = d.subset(train_idx) if train_idx is not None else d
     t0 = time.perf_counter()
-    models = []
+    c0 = time.process_time()
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         TextColumn("{task.completed}/{task.total} epochs  loss {task.fields[loss]:.4f}"),
         TimeElapsedColumn(),
     ) as prog:
-        for k in range(cfg.members):
-            task = prog.add_task(f"member {k + 1}/{cfg.members}", total=cfg.epochs, loss=0.0)
+        task = prog.add_task(f"{cfg.members} member(s)", total=cfg.epochs, loss=0.0)
 
-            def on_epoch(_e: int, loss: float, task=task) -> None:
-                prog.update(task, advance=1, loss=loss)
+        def on_epoch(_e: int, loss: float) -> None:
+            prog.update(task, advance=1, loss=loss)
 
-            models.append(train_member(dtr, cfg, seed * 1000 + k, on_epoch))
+        models = train_ensemble(dtr, cfg, seed, on_epoch)
     elapsed = time.perf_counter() - t0
+    cpu = time.process_time() - c0
     meta = {
         "config": cfg.as_dict(),
         "train_seconds": round(elapsed, 1),
+        "train_cpu_seconds": round(cpu, 1),
         "train_samples": len(dtr),
         "data": str(data.name),
     }
@@ -89,7 +90,9 @@ def train(
         meta["val_mae"] = round(mae, 5)
         save_ensemble(models, out, meta)
         typer.echo(f"validation MAE ({len(val_idx)} samples, grouped by mix): {mae:.4f}")
-    typer.echo(f"trained {cfg.members} member(s) in {elapsed:.1f} s -> {out}")
+    typer.echo(
+        f"trained {cfg.members} member(s) in {elapsed:.1f} s (CPU {cpu:.1f} s) -> {out}"
+    )
 
 
 @app.command("eval")
