@@ -19,7 +19,7 @@ class TrainConfig:
     """Hyper-parameters (defaults chosen by the search in ``benchmarks/README.md``)."""
 
     width: int = 16
-    epochs: int = 40
+    epochs: int = 80
     lr: float = 1e-2
     batch_size: int = 64
     weight_decay: float = 0.0
@@ -28,7 +28,7 @@ class TrainConfig:
     dummy_replace: float = 0.5
     #: random column permutation of each training sample (the task is permutation-equivariant).
     permute: bool = True
-    members: int = 4
+    members: int = 3
     #: learning-rate schedule: "onecycle" (warm-up then cosine decay) or "cosine" (decay only).
     schedule: str = "onecycle"
     #: feed columns in :func:`canonical_order` (makes the net permutation-equivariant).
