@@ -19,7 +19,7 @@ class TrainConfig:
     """Hyper-parameters (defaults chosen by the search in ``benchmarks/README.md``)."""
 
     width: int = 16
-    epochs: int = 80
+    epochs: int = 60
     lr: float = 1e-2
     batch_size: int = 64
     weight_decay: float = 0.0
