@@ -631,6 +631,9 @@ class Controller:
             run.status = a["status"]
             self._record_end(a, now)
             if a["status"] == "finished":
+                # Terminal in the store at once, not when the loop gets to the event: a GPU
+                # worker between two MPS profiling levels must not relaunch a finished job.
+                self.store.finish(job, "finished", at=now)
                 self._post_event(JobFinished(job))
             elif not run.stopping:
                 why = f"exit code {a['returncode']}" if a["status"] != "checkpointed" else \
