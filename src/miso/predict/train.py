@@ -71,46 +71,6 @@ def _augment(
     return x, y
 
 
-def train_member(
-    data: PairData,
-    cfg: TrainConfig,
-    seed: int,
-    on_epoch: Callable[[int, float], None] | None = None,
-) -> UNet:
-    """Train one U-Net on ``data``; ``on_epoch(epoch, train_mae)`` is called after each epoch."""
-    set_determinism(seed)
-    rng = np.random.default_rng(seed)
-    if cfg.unique_mixes:
-        data = data.subset(np.unique(data.mix_id, return_index=True)[1])
-    model = UNet(cfg.width)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    n = len(data)
-    steps = max(1, (n + cfg.batch_size - 1) // cfg.batch_size)
-    sched = _scheduler(opt, cfg, cfg.epochs * steps)
-    dmask = dummy_columns(data.mig)
-    model.train()
-    for epoch in range(cfg.epochs):
-        x_all, y_all = _augment(data.mps, data.mig, dmask, cfg, rng)
-        order = rng.permutation(n)
-        total = 0.0
-        for s in range(steps):
-            idx = order[s * cfg.batch_size : (s + 1) * cfg.batch_size]
-            if len(idx) < 2:  # batch norm needs two samples
-                continue
-            xb = torch.from_numpy(x_all[idx])
-            yb = torch.from_numpy(y_all[idx])
-            loss = (model(xb) - yb).abs().mean()
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            sched.step()
-            total += float(loss.detach()) * len(idx)
-        if on_epoch is not None:
-            on_epoch(epoch, total / n)
-    model.eval()
-    return model
-
-
 def _scheduler(opt: torch.optim.Optimizer, cfg: TrainConfig, total: int):
     if cfg.schedule == "cosine":
         return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total)
