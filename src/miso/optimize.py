@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from functools import cache
 
@@ -56,7 +56,7 @@ class Solution:
     objective: float
     throughput: float
     restarted: tuple[str, ...] = ()
-    kept: tuple[str, ...] = field(default=())
+    kept: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, object]:
         job_of = {pl: j for j, pl in self.assignment.items()}
@@ -163,7 +163,9 @@ class PartitionOptimizer:
             # Among (near-)equal scores prefer more kept jobs; first in canonical order otherwise.
             score, _, a, lay = max((s for s in scored if s[0] >= top - 1e-9),
                                    key=lambda s: s[1])
-            assignment = self._assign(jobs, t.arrangements[a], lay, cur)
+            placed = _place(self.profile_names, t.arrangements[a], lay,
+                            [cur.get(j) for j in jobs])
+            assignment = dict(zip(jobs, placed, strict=True))
         restarted = tuple(j for j in cur if assignment[j] != cur[j])
         kept_jobs = tuple(j for j in cur if assignment[j] == cur[j])
         thr = float(sum(speeds[j][pl.profile] for j, pl in assignment.items()))
@@ -179,24 +181,6 @@ class PartitionOptimizer:
         return sum(1 for i, j in enumerate(jobs)
                    if j in cur and cur[j] in lay_set and cur[j].profile == names[arr[i]])
 
-    def _assign(self, jobs: Sequence[str], arr: np.ndarray, lay: Layout,
-                cur: Mapping[str, Placement]) -> dict[str, Placement]:
-        free = list(lay)
-        out: dict[str, Placement] = {}
-        names = self.profile_names
-        # Jobs that can stay where they are keep their instance; the rest take free ones in order.
-        for i, j in enumerate(jobs):
-            c = cur.get(j)
-            if c is not None and c in free and c.profile == names[arr[i]]:
-                out[j] = c
-                free.remove(c)
-        for i, j in enumerate(jobs):
-            if j not in out:
-                pl = next(p for p in free if p.profile == names[arr[i]])
-                out[j] = pl
-                free.remove(pl)
-        return out
-
     def _infeasible_reason(self, jobs: Sequence[str], w: np.ndarray) -> str:
         for i, j in enumerate(jobs):
             if np.all(w[i] <= _NEG / 2):
@@ -205,8 +189,26 @@ class PartitionOptimizer:
                 f"instance each (memory limits leave too few fitting slices)")
 
 
-@cache
-def _build_tables_cached(geom: Geometry, n: int) -> _Tables:
+def _place(names: Sequence[str], arr: Sequence[int], lay: Layout,
+           current: Sequence[Placement | None]) -> tuple[Placement, ...]:
+    """Instances of ``lay`` for jobs whose profiles are ``arr`` (indexes into ``names``), in job
+    order: a job whose current instance is in the layout with its profile keeps it; the others
+    take the free instances of their profile in canonical order."""
+    free = list(lay)
+    out: list[Placement | None] = [None] * len(arr)
+    for i, c in enumerate(current):
+        if c is not None and c in free and c.profile == names[arr[i]]:
+            out[i] = c
+            free.remove(c)
+    for i, pi in enumerate(arr):
+        if out[i] is None:
+            pl = next(p for p in free if p.profile == names[pi])
+            out[i] = pl
+            free.remove(pl)
+    return tuple(pl for pl in out if pl is not None)
+
+
+def _build_tables(geom: Geometry, n: int) -> _Tables:
     names = tuple(p.name for p in geom.profiles)
     idx = {nm: i for i, nm in enumerate(names)}
     by_ms: dict[tuple[str, ...], list[Layout]] = {}
@@ -222,21 +224,11 @@ def _build_tables_cached(geom: Geometry, n: int) -> _Tables:
             rows.append(perm)
             ms_ids.append(mi)
     arr = np.array(rows, dtype=np.intp).reshape(len(rows), n)
-    default_assign = []
-    for row, mi in zip(rows, ms_ids, strict=True):
-        free = list(layouts[mi][0])
-        placed = []
-        for pi in row:
-            pl = next(p for p in free if p.profile == names[pi])
-            free.remove(pl)
-            placed.append(pl)
-        default_assign.append(tuple(placed))
-    return _Tables(arr, np.array(ms_ids, dtype=np.intp), tuple(layouts), tuple(default_assign),
+    no_current = [None] * n
+    default_assign = tuple(_place(names, row, layouts[mi][0], no_current)
+                           for row, mi in zip(rows, ms_ids, strict=True))
+    return _Tables(arr, np.array(ms_ids, dtype=np.intp), tuple(layouts), default_assign,
                    np.arange(n))
-
-
-def _build_tables(geom: Geometry, n: int) -> _Tables:
-    return _build_tables_cached(geom, n)
 
 
 @cache
