@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.console import Console
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from miso.mig import Geometry
 
 app = typer.Typer(
     help="miso: share NVIDIA GPUs among ML jobs with MIG (MPS profiling, prediction, "
@@ -27,7 +30,7 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
-def _geometry(gpu: str, profiles: str | None = None, driver: int | None = None):  # noqa: ANN202
+def _geometry(gpu: str, profiles: str | None = None, driver: int | None = None) -> Geometry:
     from miso.mig import geometry
 
     names = [p.strip() for p in profiles.split(",") if p.strip()] if profiles else None

@@ -162,13 +162,12 @@ def _enumerate(geom: Geometry) -> tuple[tuple[Layout, ...], tuple[Layout, ...]]:
         return not (geom.legacy_ban and ((g == 4 and 3 in gs) or (g == 3 and 4 in gs)))
 
     def rec(i: int, used: int, chosen: list[Placement], counts: Counter[str]) -> None:
+        gs = {g_of[c.profile] for c in chosen}
         if chosen:
             layout = tuple(chosen)
             results.append(layout)
-            gs = {g_of[c.profile] for c in chosen}
             if not any(fits(pl, m, used, counts, gs) for pl, m in cands):
                 maximal.append(layout)
-        gs = {g_of[c.profile] for c in chosen}
         for j in range(i, len(cands)):
             pl, m = cands[j]
             if fits(pl, m, used, counts, gs):
