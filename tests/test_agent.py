@@ -6,11 +6,11 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from waiting import wait_for
 
 from miso.agent import Agent, RateTracker
 from miso.backend import EmulatedBackend
@@ -35,16 +35,6 @@ def agent(tmp_path: Path):  # noqa: ANN201
     for p in pids:  # no orphans
         with pytest.raises(ProcessLookupError):
             os.kill(p, 0)
-
-
-def wait_for(pred: Callable[[], Any], timeout: float = 20.0) -> Any:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 def job_report(a: Agent, job: str, attempt: int = 1) -> dict[str, Any]:

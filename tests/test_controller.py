@@ -9,11 +9,11 @@ import sqlite3
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from waiting import wait_for
 
 from miso.controller import ControllerConfig, JobStore, StoreError, SubmitError
 from miso.controller.local import LocalCluster
@@ -26,16 +26,6 @@ FAST = dict(profile_seconds_per_level=0.3, profile_warmup_s=0.15, checkpoint_tim
 def emu(wl: str, work_s: float, *extra: str, ips: float = 40.0) -> list[str]:
     return [sys.executable, "-m", "miso.emuworkload", "--workload", wl, "--iterations",
             str(int(work_s * ips)), "--ips", str(ips), *extra]
-
-
-def wait_for(pred: Callable[[], Any], timeout: float) -> Any:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.1)
-    raise AssertionError("condition not met in time")
 
 
 @pytest.fixture
