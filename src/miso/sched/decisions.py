@@ -1,5 +1,12 @@
 """Decisions: what a policy asks a driver to do. Plain frozen dataclasses.
 
+Explanations: ``ApplyLayout``, ``StartProfiling`` and ``RequeueJob`` carry an optional ``why``
+(not part of equality), filled by the policies that optimise: ``trigger`` (arrival, completion,
+profiled, speed_change, node_change, rebalance, ...), ``speeds`` {job: {profile: predicted
+speed}}, ``std`` {job: {profile: std}} when known, ``objective`` (of the chosen plan),
+``current_objective`` (of the current layout for the same jobs, or None), ``restarts`` (jobs the
+plan restarts), ``expected_gain`` and ``note`` (words). Drivers log it; nothing depends on it.
+
 Plan ids come from :meth:`miso.sched.state.ClusterState.new_plan_id` (a cluster-wide monotone
 counter); acknowledgements carry them back (:class:`~miso.sched.events.LayoutApplied`,
 :class:`~miso.sched.events.LayoutFailed`, :class:`~miso.sched.events.ProfilingFinished`).
@@ -8,7 +15,8 @@ counter); acknowledgements carry them back (:class:`~miso.sched.events.LayoutApp
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from miso.mig import Placement
 from miso.sched.events import MPS_LEVELS
@@ -42,6 +50,7 @@ class StartProfiling(Decision):
     jobs: tuple[str, ...]
     levels: tuple[int, ...] = MPS_LEVELS
     seconds_per_level: float = 10.0
+    why: Mapping[str, Any] | None = field(default=None, compare=False, hash=False)
 
 
 @dataclass(frozen=True)
@@ -56,6 +65,7 @@ class ApplyLayout(Decision):
     plan_id: int
     layout: tuple[Placement, ...]
     assignment: Mapping[str, Placement]
+    why: Mapping[str, Any] | None = field(default=None, compare=False, hash=False)
 
 
 @dataclass(frozen=True)
@@ -74,6 +84,7 @@ class RequeueJob(Decision):
 
     job: str
     reason: str = ""
+    why: Mapping[str, Any] | None = field(default=None, compare=False, hash=False)
 
 
 @dataclass(frozen=True)

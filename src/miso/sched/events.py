@@ -24,6 +24,9 @@ class JobSpec:
     ``workload`` names a catalogue workload (:func:`miso.workloads.catalogue`) when it is known
     (simulation, emulated runs); only ground-truth estimators may read it.
     ``duration_hint_s`` is an optional user estimate of the run time alone on a full GPU.
+    ``checkpointable`` is False for a job that cannot save and resume its progress (no
+    ``miso.job`` helper): a restart throws all its progress away, so restart-economy policies
+    pin it once it has made progress.
     """
 
     id: str
@@ -31,6 +34,7 @@ class JobSpec:
     memory_gb: float
     workload: str | None = None
     duration_hint_s: float | None = None
+    checkpointable: bool = True
 
 
 @dataclass(frozen=True)
