@@ -11,7 +11,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from miso.cli_cluster import cancel, cluster_app, demo, demo_jobs, logs, status, submit, summarize
+from miso.cli_cluster import cancel, cluster_app, logs, status, submit
+from miso.cli_demo import demo
+from miso.demo import demo_jobs, summarize
 
 app = typer.Typer()
 app.add_typer(cluster_app, name="cluster")
@@ -46,7 +48,7 @@ def test_demo__stream_and_summary() -> None:
 
 
 def test_demo__in_process_json(monkeypatch) -> None:  # noqa: ANN001
-    monkeypatch.setattr("miso.cli_cluster.demo_jobs",
+    monkeypatch.setattr("miso.cli_demo.demo_jobs",
                         lambda n, seed=0: [(0.3 * i, f"d{i}", [
                             sys.executable, "-m", "miso.emuworkload", "--workload",
                             "gnn_train64", "--iterations", "40", "--ips", "40"])

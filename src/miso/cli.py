@@ -158,13 +158,14 @@ def optimize(
 
 def _mount() -> None:
     """Attach the predictor, simulator and live-cluster commands (imported lazily inside)."""
-    from miso import cli_cluster, cli_predictor, cli_simulate
+    from miso import cli_cluster, cli_demo, cli_predictor, cli_simulate
 
     app.add_typer(cli_predictor.app, name="predictor")
     app.command("simulate")(cli_simulate.simulate)
     app.add_typer(cli_cluster.cluster_app, name="cluster")
-    for name in ("submit", "status", "logs", "cancel", "demo"):
+    for name in ("submit", "status", "logs", "cancel"):
         app.command(name)(getattr(cli_cluster, name))
+    app.command("demo")(cli_demo.demo)
 
 
 _mount()

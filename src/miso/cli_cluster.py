@@ -1,4 +1,4 @@
-"""``miso cluster up|down``, ``submit``, ``status``, ``logs``, ``cancel`` and ``demo``.
+"""``miso cluster up|down``, ``submit``, ``status``, ``logs``, and ``cancel``.
 
 The lead mounts these on the main app::
 
@@ -7,7 +7,6 @@ The lead mounts these on the main app::
     app.command("status")(status)
     app.command("logs")(logs)
     app.command("cancel")(cancel)
-    app.command("demo")(demo)
 
 Every command reaches the cluster through Ray: the address comes from ``--address``, else the
 ``cluster.json`` that ``miso cluster up`` writes in the state directory (``--state-dir``,
@@ -18,10 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
-import shutil
-import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -270,191 +265,3 @@ def cancel(
     if not res["ok"]:
         _fail(res["error"])
     typer.echo(f"{res['job']['id']} {res['job']['state']}")
-
-
-# ---- demo -----------------------------------------------------------------------------------
-
-#: Workloads of the demo stream (a mix of small and large jobs from the A100 table).
-DEMO_WORKLOADS = ("resnet_train128", "bert_train2", "transformer_train32", "gnn_train512",
-                  "mobilenet_train128", "cyclegan_train1", "pointnet_train64", "bert_train8")
-
-
-def demo_jobs(n: int, seed: int = 0, *, ips: float = 20.0, mean_work_s: float = 10.0,
-              spread_s: float = 25.0) -> list[tuple[float, str, list[str]]]:
-    """``n`` (arrival time, name, command) of emulated jobs: ~``mean_work_s`` of full-GPU work
-    each, arriving over ``spread_s`` seconds."""
-    from miso.workloads import catalogue
-
-    cat = catalogue()
-    names = [w for w in DEMO_WORKLOADS if w in cat] or sorted(cat)[:8]
-    rng = random.Random(seed)
-    out = []
-    for i in range(n):
-        wl = names[rng.randrange(len(names))]
-        work = mean_work_s * rng.uniform(0.5, 1.5)
-        at = spread_s * i / max(1, n - 1) if n > 1 else 0.0
-        cmd = [sys.executable, "-m", "miso.emuworkload", "--workload", wl,
-               "--iterations", str(int(work * ips)), "--ips", str(ips)]
-        out.append((at, f"demo-{i:02d}-{wl}", cmd))
-    return out
-
-
-def summarize(jobs: list[dict[str, Any]]) -> dict[str, Any]:
-    """``{"completed", "failed", "avg_jct_s", "makespan_s", "restarts"}`` of finished runs."""
-    done = [j for j in jobs if j["state"] == "finished"]
-    jct = [j["ended_at"] - j["submitted_at"] for j in done if j.get("ended_at") is not None]
-    ends = [j["ended_at"] for j in jobs if j.get("ended_at") is not None]
-    start = min((j["submitted_at"] for j in jobs), default=0.0)
-    return {
-        "completed": len(done),
-        "failed": sum(j["state"] in ("failed", "cancelled") for j in jobs),
-        "avg_jct_s": round(sum(jct) / len(jct), 2) if jct else None,
-        "makespan_s": round(max(ends) - start, 2) if ends else None,
-        "restarts": sum(int(j.get("restarts") or 0) for j in jobs),
-    }
-
-
-class _DemoLocal:
-    """The demo cluster without Ray (in-process agents and controller)."""
-
-    def __init__(self, d: str, gpus: int, model: str, cfg: dict[str, Any]) -> None:
-        from miso.controller import ControllerConfig
-        from miso.controller.local import LocalCluster
-
-        self.c = LocalCluster(d, gpus_per_node=gpus, model=model,
-                              config=ControllerConfig(**cfg))
-
-    def submit(self, cmd: list[str], name: str) -> str:
-        assert self.c.controller is not None
-        return self.c.controller.submit(cmd, name=name)
-
-    def status(self) -> dict[str, Any]:
-        assert self.c.controller is not None
-        return self.c.controller.status()
-
-    def close(self) -> None:
-        self.c.close()
-
-
-class _DemoRay:
-    """The demo cluster in a private local Ray started by this process."""
-
-    def __init__(self, d: str, gpus: int, model: str, cfg: dict[str, Any]) -> None:
-        from miso import raycluster as rc
-
-        self.rc = rc
-        rc.init_local()
-        rc.start_agents({"kind": "emulated", "gpus": gpus, "model": model},
-                        str(Path(d) / "agents"), names=["node0"])
-        self.h = rc.start_controller(d, cfg)
-
-    def submit(self, cmd: list[str], name: str) -> str:
-        import ray
-
-        res = ray.get(self.h.submit.remote(cmd, name), timeout=60)
-        if not res["ok"]:
-            raise RuntimeError(res["error"])
-        return str(res["id"])
-
-    def status(self) -> dict[str, Any]:
-        import ray
-
-        return dict(ray.get(self.h.status.remote(), timeout=60))
-
-    def close(self) -> None:
-        import ray
-
-        try:
-            self.rc.stop_actors(stop_jobs=True)
-        finally:
-            ray.shutdown()
-
-
-def demo(
-    gpus: Annotated[int, typer.Option("--gpus", help="Emulated GPUs.")] = 4,
-    jobs: Annotated[int, typer.Option("--jobs", help="Jobs to submit.")] = 20,
-    json_out: Annotated[bool, typer.Option("--json", help="Print only the JSON summary.")]
-    = False,
-    gpu_model: Annotated[str, typer.Option("--gpu-model")] = "A100-40GB",
-    policy: Annotated[str, typer.Option("--policy")] = "miso",
-    seed: Annotated[int, typer.Option("--seed")] = 0,
-    no_ray: Annotated[bool, typer.Option("--no-ray", help="Run in-process, without Ray.")]
-    = False,
-    timeout: Annotated[float, typer.Option("--timeout", help="Give up after (s).")] = 600.0,
-) -> None:
-    """Run an emulated cluster, submit a mixed stream of jobs, show progress and a summary."""
-    from miso.mig import gpu_model as find_model
-
-    try:
-        model = find_model(gpu_model).name
-    except KeyError as e:
-        _fail(str(e.args[0]))
-    if gpus < 1 or jobs < 1:
-        _fail("--gpus and --jobs must be at least 1")
-    out = err_console if json_out else console
-    d = tempfile.mkdtemp(prefix="miso-demo-")
-    cfg = _config(policy, 1.0, 10.0, "auto")
-    stream = demo_jobs(jobs, seed)
-    cluster: Any = None
-    t_start = time.time()
-    try:
-        if not no_ray:
-            try:
-                out.print(f"starting a local Ray with {gpus} emulated {model} GPUs ...")
-                cluster = _DemoRay(d, gpus, model, cfg)
-            except Exception as e:  # noqa: BLE001 - fall back to the in-process cluster
-                out.print(f"[yellow]Ray did not start ({type(e).__name__}: {e}); running "
-                          f"in-process[/yellow]")
-                import ray
-
-                ray.shutdown()
-                cluster = None
-        if cluster is None:
-            cluster = _DemoLocal(d, gpus, model, cfg)
-        out.print(f"cluster up in {time.time() - t_start:.1f}s; submitting {jobs} jobs")
-        t0 = time.time()
-        pending = list(stream)
-        last_print = 0.0
-        st: dict[str, Any] = {}
-        while True:
-            now = time.time() - t0
-            while pending and pending[0][0] <= now:
-                _, name, cmd = pending.pop(0)
-                cluster.submit(cmd, name)
-            st = cluster.status()
-            active = [j for j in st["jobs"] if j["state"] not in
-                      ("finished", "failed", "cancelled")]
-            if time.time() - last_print >= 5.0:
-                last_print = time.time()
-                counts: dict[str, int] = {}
-                for j in st["jobs"]:
-                    counts[j["state"]] = counts.get(j["state"], 0) + 1
-                lays = "  ".join(f"{g['id']}: {' '.join(g['layout']) or '-'}"
-                                 for g in st["gpus"])
-                out.print(f"[{now:5.1f}s] " + ", ".join(f"{k} {v}" for k, v in
-                                                       sorted(counts.items())) + f" | {lays}")
-            if not pending and not active:
-                break
-            if time.time() - t0 > timeout:
-                out.print("[red]demo timed out[/red]")
-                break
-            time.sleep(0.5)
-        summary = summarize(st["jobs"])
-    finally:
-        if cluster is not None:
-            cluster.close()
-        shutil.rmtree(d, ignore_errors=True)
-    if json_out:
-        typer.echo(json.dumps(summary))
-    else:
-        t = Table(title="Jobs")
-        for c in ("id", "name", "state", "JCT s", "restarts"):
-            t.add_column(c)
-        for j in st["jobs"]:
-            jct = j["ended_at"] - j["submitted_at"] if j.get("ended_at") is not None else None
-            t.add_row(j["id"], j["name"], j["state"], f"{jct:.1f}" if jct else "-",
-                      str(j.get("restarts", 0)))
-        console.print(t)
-        console.print(f"summary: {json.dumps(summary)}  (wall {time.time() - t_start:.0f}s)")
-    if summary["completed"] != jobs:
-        raise typer.Exit(1)

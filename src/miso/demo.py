@@ -1,0 +1,106 @@
+"""The demo: an emulated job stream, its clusters (in-process or a private local Ray) and its
+summary. The ``miso demo`` command is :mod:`miso.cli_demo`."""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+#: Workloads of the demo stream (a mix of small and large jobs from the A100 table).
+DEMO_WORKLOADS = ("resnet_train128", "bert_train2", "transformer_train32", "gnn_train512",
+                  "mobilenet_train128", "cyclegan_train1", "pointnet_train64", "bert_train8")
+
+
+def demo_jobs(n: int, seed: int = 0, *, ips: float = 20.0, mean_work_s: float = 10.0,
+              spread_s: float = 25.0) -> list[tuple[float, str, list[str]]]:
+    """``n`` (arrival time, name, command) of emulated jobs: ~``mean_work_s`` of full-GPU work
+    each, arriving over ``spread_s`` seconds."""
+    from miso.workloads import catalogue
+
+    cat = catalogue()
+    names = [w for w in DEMO_WORKLOADS if w in cat] or sorted(cat)[:8]
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        wl = names[rng.randrange(len(names))]
+        work = mean_work_s * rng.uniform(0.5, 1.5)
+        at = spread_s * i / max(1, n - 1) if n > 1 else 0.0
+        cmd = [sys.executable, "-m", "miso.emuworkload", "--workload", wl,
+               "--iterations", str(int(work * ips)), "--ips", str(ips)]
+        out.append((at, f"demo-{i:02d}-{wl}", cmd))
+    return out
+
+
+def summarize(jobs: list[dict[str, Any]]) -> dict[str, Any]:
+    """``{"completed", "failed", "avg_jct_s", "makespan_s", "restarts"}`` of finished runs."""
+    done = [j for j in jobs if j["state"] == "finished"]
+    jct = [j["ended_at"] - j["submitted_at"] for j in done if j.get("ended_at") is not None]
+    ends = [j["ended_at"] for j in jobs if j.get("ended_at") is not None]
+    start = min((j["submitted_at"] for j in jobs), default=0.0)
+    return {
+        "completed": len(done),
+        "failed": sum(j["state"] in ("failed", "cancelled") for j in jobs),
+        "avg_jct_s": round(sum(jct) / len(jct), 2) if jct else None,
+        "makespan_s": round(max(ends) - start, 2) if ends else None,
+        "restarts": sum(int(j.get("restarts") or 0) for j in jobs),
+    }
+
+
+class DemoLocal:
+    """The demo cluster without Ray (in-process agents and controller)."""
+
+    def __init__(self, d: str, gpus: int, model: str, cfg: dict[str, Any]) -> None:
+        from miso.controller import ControllerConfig
+        from miso.controller.local import LocalCluster
+
+        self.c = LocalCluster(d, gpus_per_node=gpus, model=model,
+                              config=ControllerConfig(**cfg))
+
+    def submit(self, cmd: list[str], name: str) -> str:
+        assert self.c.controller is not None
+        return self.c.controller.submit(cmd, name=name)
+
+    def status(self) -> dict[str, Any]:
+        assert self.c.controller is not None
+        return self.c.controller.status()
+
+    def close(self) -> None:
+        self.c.close()
+
+
+class DemoRay:
+    """The demo cluster in a private local Ray started by this process."""
+
+    def __init__(self, d: str, gpus: int, model: str, cfg: dict[str, Any]) -> None:
+        from miso import raycluster as rc
+
+        self.rc = rc
+        rc.init_local()
+        rc.start_agents({"kind": "emulated", "gpus": gpus, "model": model},
+                        str(Path(d) / "agents"), names=["node0"])
+        self.h = rc.start_controller(d, cfg)
+
+    def submit(self, cmd: list[str], name: str) -> str:
+        import ray
+
+        res = ray.get(self.h.submit.remote(cmd, name), timeout=60)
+        if not res["ok"]:
+            raise RuntimeError(res["error"])
+        return str(res["id"])
+
+    def status(self) -> dict[str, Any]:
+        import ray
+
+        return dict(ray.get(self.h.status.remote(), timeout=60))
+
+    def close(self) -> None:
+        import ray
+
+        try:
+            self.rc.stop_actors(stop_jobs=True)
+        finally:
+            ray.shutdown()
+
+
