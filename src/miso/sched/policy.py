@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -70,6 +71,23 @@ def make_policy(name: str, **kwargs: Any) -> Policy:
     except KeyError:
         raise KeyError(f"unknown policy {name!r}; known: {', '.join(_REGISTRY)}") from None
     return f(**kwargs)
+
+
+def build_policy(name: str, **options: Any) -> Policy:
+    """Like :func:`make_policy`, but drop the options the policy's factory does not take.
+
+    For drivers (the live controller) that pass one set of knobs to whatever policy is named.
+    """
+    _load_builtin()
+    f = _REGISTRY.get(name)
+    if f is not None:
+        try:
+            params = inspect.signature(f).parameters
+        except (TypeError, ValueError):
+            params = None
+        if params is not None and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            options = {k: v for k, v in options.items() if k in params}
+    return make_policy(name, **options)
 
 
 def _load_builtin() -> None:

@@ -1,0 +1,168 @@
+"""Agent poller: finds agents, asks each for its report every ``poll_interval`` seconds.
+
+Reports become store progress and events for the loop: process exits (``JobFinished`` /
+``JobFailed``), steady rates (``SpeedObserved``) and speed changes (``JobSpeedChanged``). A new
+agent's GPUs are cleared and announced (``GpuAdded``); an agent that stops answering is handed to
+the loop as a lost node.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from miso.controller.executor import PlanExecutor
+from miso.controller.runtime import GpuRef, Runtime
+from miso.controller.transport import NodeUnavailable
+from miso.mig import geometry
+from miso.sched import GpuAdded, JobFailed, JobFinished, JobSpeedChanged, SpeedObserved
+
+log = logging.getLogger(__name__)
+
+
+class AgentPoller:
+    """Discovery and polling of agents (see the module docstring)."""
+
+    def __init__(self, rt: Runtime, executor: PlanExecutor) -> None:
+        self.rt = rt
+        self.executor = executor
+        self._node_fail: dict[str, int] = {}
+        self._last_discover = 0.0
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="miso-poll", daemon=True)
+        self._thread.start()
+
+    def join(self, timeout: float) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout=timeout)
+
+    # ---- discovery ----------------------------------------------------------------------
+
+    def discover(self, force: bool = False) -> None:
+        """Add agents not known yet: clear their GPUs, announce them to the loop."""
+        rt = self.rt
+        if not force and time.time() - self._last_discover < rt.cfg.discover_interval:
+            return
+        self._last_discover = time.time()
+        try:
+            nodes = rt.transport.nodes()
+        except Exception as e:  # noqa: BLE001 - a flaky listing must not kill the poller
+            log.warning("listing nodes: %s", e)
+            return
+        for node in nodes:
+            if node not in rt.nodes:
+                self._add_node(node)
+
+    def _add_node(self, node: str) -> None:
+        rt = self.rt
+        try:
+            desc = rt.call(node, "describe")
+            for g in desc["gpus"]:
+                if g["layout"]:
+                    res = rt.call(node, "apply_layout", g["index"], [])
+                    if not res["ok"]:
+                        log.warning("node %s GPU %s not cleared: %s", node, g["index"],
+                                    res["error"])
+        except NodeUnavailable as e:
+            log.warning("new node %s: %s", node, e)
+            return
+        with rt.lock:
+            rt.nodes.add(node)
+            self._node_fail[node] = 0
+        for g in desc["gpus"]:
+            if not g.get("mig", True):
+                log.warning("node %s GPU %d: MIG is off; not used", node, g["index"])
+                continue
+            gid = f"{node}/{g['index']}"
+            profiles = tuple(g["profiles"]) if g.get("profiles") else None
+            geom = geometry(g["model"], profiles, g.get("driver"))
+            self.executor.add_gpu(GpuRef(gid, node, g["index"], g["model"], geom))
+            rt.post_event(GpuAdded(gid, g["model"], profiles, g.get("driver")))
+        rt.store.log_event(rt.now(), "node-joined", {"node": node})
+
+    # ---- polling ------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        rt = self.rt
+        while not rt.stopping.is_set():
+            t0 = time.time()
+            try:
+                self.discover()
+                for node in sorted(rt.nodes):
+                    self._poll(node)
+            except Exception as e:  # noqa: BLE001
+                log.exception("poll failed")
+                rt.error(f"poll: {e}")
+            rt.stopping.wait(max(0.0, rt.cfg.poll_interval - (time.time() - t0)))
+
+    def _poll(self, node: str) -> None:
+        rt = self.rt
+        try:
+            rep = rt.call(node, "report")
+        except NodeUnavailable as e:
+            n = self._node_fail.get(node, 0) + 1
+            self._node_fail[node] = n
+            log.warning("poll %s failed (%d): %s", node, n, e)
+            if n >= rt.cfg.node_failures_to_lose or node not in rt.transport.nodes():
+                rt.queue.put(("node_lost", node))
+            return
+        self._node_fail[node] = 0
+        self.on_report(node, rep)
+
+    def on_report(self, node: str, rep: dict[str, Any]) -> None:
+        """Turn one agent report into store progress and loop events."""
+        rt = self.rt
+        now = rt.now()
+        for a in rep["jobs"]:
+            job, attempt = a["job"], a["attempt"]
+            with rt.lock:
+                run = rt.runs.get(job)
+                current = run is not None and run.attempt == attempt and run.node == node
+            if not current:
+                if a["status"] == "running":
+                    rec = rt.job(job)
+                    if rec is None or rec.terminal or rec.attempts > attempt:
+                        rt.try_call(node, "kill", job, attempt)
+                else:
+                    rt.try_call(node, "forget", job, attempt)
+                continue
+            assert run is not None
+            run.last = a
+            prog: dict[str, Any] = {}
+            if a.get("iteration") is not None:
+                prog.update(iteration=a["iteration"], total=a.get("total"), rate=a.get("rate"))
+            if a.get("checkpoint_iteration") is not None:
+                prog.update(checkpoint_iteration=a["checkpoint_iteration"],
+                            checkpoint_path=a["checkpoint_path"])
+            if prog:
+                rt.store.progress(job, **prog)
+            if a["status"] == "running":
+                if run.mps_pct is None and not run.stopping:
+                    if a.get("steady_rate") and not run.observed_sent:
+                        run.observed_sent = True
+                        rt.post_event(SpeedObserved(job, run.gpu, run.placement,
+                                                    float(a["steady_rate"])))
+                    if a.get("change_seq", 0) > run.change_seq_sent and a.get("change"):
+                        run.change_seq_sent = a["change_seq"]
+                        obs, base = a["change"]
+                        rt.post_event(JobSpeedChanged(job, run.gpu, float(obs), float(base)))
+                continue
+            rt.drop_run(run)
+            run.status = a["status"]
+            rt.record_end(a, now)
+            if a["status"] == "finished":
+                # Terminal in the store at once, not when the loop gets to the event: a GPU
+                # worker between two MPS profiling levels must not relaunch a finished job.
+                rt.store.finish(job, "finished", at=now)
+                rt.post_event(JobFinished(job))
+            elif not run.stopping:
+                why = f"exit code {a['returncode']}" if a["status"] != "checkpointed" else \
+                    "exited with the checkpoint code although no checkpoint was asked"
+                tail = (a.get("log_tail") or "").strip()
+                rt.post_event(JobFailed(job, why + (f": {tail}" if tail else "")))
+            run.done.set()
+            rt.try_call(node, "forget", job, attempt)

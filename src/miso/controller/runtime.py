@@ -1,0 +1,148 @@
+"""Shared live state of one controller: its config, the runs, GPUs and nodes it knows, the
+event queue to the loop, and the store and transport every part talks through.
+
+The parts of the controller (:mod:`~miso.controller.loop`, :mod:`~miso.controller.executor`,
+:mod:`~miso.controller.poller`, :mod:`~miso.controller.recovery`) share one :class:`Runtime`;
+``Runtime.lock`` guards ``runs``, ``gpus`` and ``nodes``.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from miso.controller.store import JobRecord, JobStore, StoreError
+from miso.controller.transport import NodeUnavailable, Transport
+from miso.mig import Geometry, Placement
+from miso.sched import Event
+
+log = logging.getLogger(__name__)
+
+
+class SubmitError(ValueError):
+    """A job was refused at submission (clear message for the user)."""
+
+
+@dataclass
+class ControllerConfig:
+    """Knobs of the live controller. Times in seconds."""
+
+    policy: str = "miso"
+    policy_args: dict[str, Any] = field(default_factory=dict)
+    estimator: str = "auto"
+    poll_interval: float = 0.2
+    checkpoint_timeout: float = 10.0
+    call_timeout: float = 30.0
+    profile_seconds_per_level: float = 10.0
+    profile_warmup_s: float = 0.3
+    reprofile_cooldown_s: float = 600.0
+    discover_interval: float = 2.0
+    node_failures_to_lose: int = 2
+    check_commands: bool = True
+
+
+@dataclass
+class GpuRef:
+    """A GPU the controller drives: ``id`` is ``<node>/<index>``."""
+
+    id: str
+    node: str
+    index: int
+    model: str
+    geom: Geometry
+
+
+@dataclass
+class Run:
+    """The live attempt of a job."""
+
+    job: str
+    attempt: int
+    node: str
+    gpu: str
+    index: int
+    placement: Placement
+    mps_pct: int | None
+    launched: float
+    stopping: bool = False
+    status: str = "running"
+    last: dict[str, Any] = field(default_factory=dict)
+    observed_sent: bool = False
+    change_seq_sent: int = 0
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class Runtime:
+    """What the controller's threads share. See the module docstring."""
+
+    def __init__(self, store: JobStore, transport: Transport, cfg: ControllerConfig,
+                 checkpoint_root: Path) -> None:
+        self.store = store
+        self.transport = transport
+        self.cfg = cfg
+        self.checkpoint_root = checkpoint_root
+        self.lock = threading.RLock()
+        self.runs: dict[str, Run] = {}
+        self.gpus: dict[str, GpuRef] = {}
+        self.nodes: set[str] = set()
+        self.queue: queue.Queue[tuple[Any, ...]] = queue.Queue()
+        self.stopping = threading.Event()
+        self.errors: list[str] = []
+
+    def now(self) -> float:
+        """Controller clock: seconds since the store was created (survives restarts)."""
+        return time.time() - self.store.epoch
+
+    def post_event(self, ev: Event) -> None:
+        """Hand an event to the loop thread."""
+        self.queue.put(("event", ev))
+
+    def error(self, msg: str) -> None:
+        """Record an error shown in ``status()["errors"]``."""
+        self.errors.append(msg)
+        del self.errors[:-100]
+
+    def call(self, node: str, method: str, *args: Any) -> Any:
+        """Call an agent method; raises :class:`NodeUnavailable`."""
+        return self.transport.call(node, method, *args, timeout=self.cfg.call_timeout)
+
+    def try_call(self, node: str, method: str, *args: Any) -> Any:
+        """Call an agent method; None when the node cannot be reached."""
+        try:
+            return self.call(node, method, *args)
+        except NodeUnavailable:
+            return None
+
+    def job(self, job: str) -> JobRecord | None:
+        """The job's record, or None when the store does not know it."""
+        try:
+            return self.store.get(job)
+        except StoreError:
+            return None
+
+    def runs_on(self, gpu: str) -> list[Run]:
+        with self.lock:
+            return [r for r in self.runs.values() if r.gpu == gpu]
+
+    def drop_run(self, run: Run) -> None:
+        """Forget ``run`` if it is still the job's live attempt."""
+        with self.lock:
+            if self.runs.get(run.job) is run:
+                del self.runs[run.job]
+
+    def record_end(self, a: dict[str, Any], at: float) -> None:
+        """Store the end of an attempt from an agent's report of it."""
+        if a.get("checkpoint_iteration") is not None:
+            self.store.progress(a["job"], checkpoint_iteration=a["checkpoint_iteration"],
+                                checkpoint_path=a["checkpoint_path"])
+        if a.get("iteration") is not None:
+            self.store.progress(a["job"], iteration=a["iteration"], total=a.get("total"))
+        self.store.end_attempt(a["job"], a["attempt"], status=a["status"], at=at,
+                               end_iteration=a.get("iteration"),
+                               checkpoint_iteration=a.get("checkpoint_iteration"),
+                               start_iteration=a.get("start_iteration"), log=a.get("log"))
