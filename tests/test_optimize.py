@@ -128,3 +128,30 @@ def test_errors_are_clear():
         opt.solve({"a": {"7g.40gb": float("nan")}})
     with pytest.raises(OptimizerError, match="not one of"):
         opt.solve({"a": {"9g.90gb": 0.5}})
+
+
+@pytest.mark.parametrize("model", ["A100-40GB", "A30-24GB"])
+def test_per_job_penalties_and_pinned_match_brute_force(model):
+    """Per-job restart costs and pinned jobs (hard constraints) agree with the brute force, and
+    a pinned job never leaves its instance."""
+
+    @settings(max_examples=150, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(problems(model), st.data())
+    def run(problem, data):
+        g, speeds, current = problem
+        pen = {j: data.draw(st.floats(0.0, 0.8)) for j in current}
+        pinned = {j for j in current if data.draw(st.booleans())}
+        ref = brute_force(g, speeds, current=current, objective="restart-aware",
+                          restart_penalty=pen, pinned=pinned)
+        try:
+            sol = optimizer_for(g).solve(speeds, current=current, objective="restart-aware",
+                                         restart_penalty=pen, pinned=pinned)
+        except OptimizerError:
+            assert ref == -math.inf
+            return
+        assert sol.objective == pytest.approx(ref, abs=1e-9)
+        assert all(sol.assignment[j] == current[j] for j in pinned)
+        assert is_valid(g, sol.layout)
+
+    run()

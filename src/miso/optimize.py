@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cache
@@ -118,13 +118,17 @@ class PartitionOptimizer:
         *,
         current: Mapping[str, Placement] | None = None,
         objective: Objective | str = Objective.THROUGHPUT,
-        restart_penalty: float = 0.1,
+        restart_penalty: float | Mapping[str, float] = 0.1,
+        pinned: Collection[str] = (),
     ) -> Solution:
         """Best layout and assignment for the jobs of ``speeds``.
 
         ``current`` maps running jobs to their instance now. With the throughput and fairness
         objectives it only breaks ties (fewest restarted jobs); the restart-aware objective
-        subtracts ``restart_penalty`` per running job whose instance changes.
+        subtracts ``restart_penalty`` per running job whose instance changes (one value for
+        all, or a value per job: the cost of restarting that job). Jobs of ``pinned`` (a
+        subset of ``current``) must keep their instance: a hard constraint (jobs that cannot
+        checkpoint lose all progress when moved); OptimizerError when no layout keeps them.
         """
         if objective is not Objective.THROUGHPUT:
             objective = Objective(objective)
@@ -143,7 +147,23 @@ class PartitionOptimizer:
         if best_val <= _NEG / 2:
             raise OptimizerError(self._infeasible_reason(jobs, w))
         cur = {j: current[j] for j in jobs if j in current} if current else {}
-        penalty = restart_penalty if objective is Objective.RESTART_AWARE else 0.0
+        pin = {j: cur[j] for j in pinned if j in cur}
+        if objective is Objective.RESTART_AWARE:
+            pen = {j: float(restart_penalty.get(j, 0.0)) if isinstance(restart_penalty, Mapping)
+                   else float(restart_penalty) for j in cur if j not in pin}
+        else:
+            pen = dict.fromkeys((j for j in cur if j not in pin), 0.0)
+        if pin:
+            mask = np.ones(len(vals), dtype=bool)
+            for i, j in enumerate(jobs):
+                if j in pin:
+                    mask &= t.arrangements[:, i] == self.profile_index[pin[j].profile]
+            vals = np.where(mask, vals, _NEG)
+            a = int(vals.argmax())
+            best_val = float(vals[a])
+            if best_val <= _NEG / 2:
+                raise OptimizerError(f"no valid {self.geom.model.name} layout keeps the pinned "
+                                     f"jobs {', '.join(sorted(pin))} on their instances")
         if not cur:
             # Nothing runs yet, so no restarts to break ties: the first best arrangement wins.
             lay = t.multiset_layouts[t.arr_multiset[a]][0]
@@ -152,13 +172,28 @@ class PartitionOptimizer:
         else:
             # A move costs at most penalty * len(cur), so only arrangements within that margin
             # of the best can win; with no penalty only exact ties remain, broken by restarts.
-            margin = penalty * len(cur) + 1e-9
+            margin = sum(pen.values()) + 1e-9
+            pin_set = set(pin.values())
+            if pin_set:
+                # The best arrangement that some layout holding the pinned instances realises.
+                for a in np.argsort(-vals, kind="stable"):
+                    if vals[a] <= _NEG / 2:
+                        break
+                    if any(pin_set <= set(lay) for lay in t.multiset_layouts[t.arr_multiset[a]]):
+                        best_val = float(vals[a])
+                        break
             cand = np.flatnonzero(vals >= best_val - margin)
             scored = []
             for a in cand:
                 for lay in t.multiset_layouts[t.arr_multiset[a]]:
-                    kept = self._kept(jobs, t.arrangements[a], lay, cur)
-                    scored.append((float(vals[a]) - penalty * (len(cur) - kept), kept, int(a), lay))
+                    if pin_set and not pin_set <= set(lay):
+                        continue
+                    kept = self._kept_jobs(jobs, t.arrangements[a], lay, cur)
+                    cost = sum(p for j, p in pen.items() if j not in kept)
+                    scored.append((float(vals[a]) - cost, len(kept), int(a), lay))
+            if not scored:
+                raise OptimizerError(f"no valid {self.geom.model.name} layout keeps the pinned "
+                                     f"jobs {', '.join(sorted(pin))} on their instances")
             top = max(s[0] for s in scored)
             # Among (near-)equal scores prefer more kept jobs; first in canonical order otherwise.
             score, _, a, lay = max((s for s in scored if s[0] >= top - 1e-9),
@@ -172,14 +207,14 @@ class PartitionOptimizer:
         return Solution(lay, assignment, score, thr, restarted, kept_jobs)
 
     # -- helpers ------------------------------------------------------------------------
-    def _kept(self, jobs: Sequence[str], arr: np.ndarray, lay: Layout,
-              cur: Mapping[str, Placement]) -> int:
+    def _kept_jobs(self, jobs: Sequence[str], arr: np.ndarray, lay: Layout,
+                   cur: Mapping[str, Placement]) -> set[str]:
         if not cur:
-            return 0
+            return set()
         names = self.profile_names
         lay_set = set(lay)
-        return sum(1 for i, j in enumerate(jobs)
-                   if j in cur and cur[j] in lay_set and cur[j].profile == names[arr[i]])
+        return {j for i, j in enumerate(jobs)
+                if j in cur and cur[j] in lay_set and cur[j].profile == names[arr[i]]}
 
     def _infeasible_reason(self, jobs: Sequence[str], w: np.ndarray) -> str:
         for i, j in enumerate(jobs):
@@ -243,7 +278,8 @@ def brute_force(
     *,
     current: Mapping[str, Placement] | None = None,
     objective: Objective | str = Objective.THROUGHPUT,
-    restart_penalty: float = 0.1,
+    restart_penalty: float | Mapping[str, float] = 0.1,
+    pinned: Collection[str] = (),
 ) -> float:
     """Reference solver: the best objective value over all layouts and all permutations.
 
@@ -267,11 +303,13 @@ def brute_force(
                     ok = False
                     break
                 total += math.log(s) if objective is Objective.FAIRNESS else s
-            if not ok:
+            if not ok or any(j in cur and cur[j] != pl
+                             for j, pl in zip(jobs, perm, strict=True) if j in pinned):
                 continue
             if objective is Objective.RESTART_AWARE:
-                moved = sum(1 for j, pl in zip(jobs, perm, strict=True)
-                            if j in cur and cur[j] != pl)
-                total -= restart_penalty * moved
+                for j, pl in zip(jobs, perm, strict=True):
+                    if j in cur and cur[j] != pl:
+                        total -= (restart_penalty.get(j, 0.0)
+                                  if isinstance(restart_penalty, Mapping) else restart_penalty)
             best = max(best, total)
     return best
