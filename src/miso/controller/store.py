@@ -11,6 +11,7 @@ Thread-safe (one connection, one lock); WAL mode so a crash loses at most the la
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -47,7 +48,9 @@ CREATE TABLE IF NOT EXISTS jobs (
   total INTEGER,
   rate REAL,
   checkpoint_iteration INTEGER,
-  checkpoint_path TEXT
+  checkpoint_path TEXT,
+  owner TEXT,
+  unix_user TEXT
 );
 CREATE TABLE IF NOT EXISTS attempts (
   job TEXT NOT NULL,
@@ -114,6 +117,8 @@ class JobRecord:
     rate: float | None
     checkpoint_iteration: int | None
     checkpoint_path: str | None
+    owner: str | None = None
+    unix_user: str | None = None
 
     @property
     def terminal(self) -> bool:
@@ -130,6 +135,9 @@ class JobStore:
         self.path = str(path)
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            # Private: SQLite gives the -wal and -shm files the database file's mode.
+            Path(self.path).touch(mode=0o600, exist_ok=True)
+            os.chmod(self.path, 0o600)
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.row_factory = sqlite3.Row
         self._lock = threading.RLock()
@@ -137,6 +145,12 @@ class JobStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_SCHEMA)
+            # Columns added after schema version 1 (nullable, so older readers still work).
+            cols = {r[1] for r in self._db.execute("PRAGMA table_info(jobs)")}
+            for col in ("owner", "unix_user"):
+                if col not in cols:
+                    self._db.execute(f"ALTER TABLE jobs ADD COLUMN {col} TEXT")
+            self._db.execute("CREATE INDEX IF NOT EXISTS jobs_owner ON jobs(owner, seq)")
             v = self._meta("schema_version")
             if v is None:
                 self._set_meta("schema_version", str(SCHEMA_VERSION))
@@ -173,8 +187,11 @@ class JobStore:
 
     def submit(self, *, command: list[str], name: str | None, memory_gb: float,
                workload: str | None = None, env: dict[str, str] | None = None,
-               cwd: str | None = None, at: float | None = None) -> JobRecord:
-        """Add a queued job; names must be unique among jobs that are not terminal."""
+               cwd: str | None = None, at: float | None = None, owner: str | None = None,
+               unix_user: str | None = None) -> JobRecord:
+        """Add a queued job; names must be unique among an owner's jobs that are not
+        terminal. ``owner`` is the API user who submitted it (None: the local operator),
+        ``unix_user`` the account its processes run as when the agent is root."""
         if not command:
             raise StoreError("empty command")
         with self._lock:
@@ -184,16 +201,16 @@ class JobStore:
                 jid = f"j{n:04d}"
                 name = name or jid
                 dup = self._db.execute(
-                    f"SELECT id FROM jobs WHERE name=? AND state NOT IN {TERMINAL}", (name,)
-                ).fetchone()
+                    f"SELECT id FROM jobs WHERE name=? AND owner IS ? AND state NOT IN "
+                    f"{TERMINAL}", (name, owner)).fetchone()
                 if dup is not None:
                     raise StoreError(f"a job named {name!r} is already active ({dup[0]})")
                 self._db.execute(
                     "INSERT INTO jobs(id, name, command, memory_gb, workload, env, cwd, state, "
-                    "submitted_at) VALUES(?,?,?,?,?,?,?,?,?)",
+                    "submitted_at, owner, unix_user) VALUES(?,?,?,?,?,?,?,?,?,?,?)",
                     (jid, name, json.dumps(list(command)), float(memory_gb), workload,
                      json.dumps(env or {}), cwd, "queued",
-                     time.time() - self.epoch if at is None else at))
+                     time.time() - self.epoch if at is None else at, owner, unix_user))
                 self._set_meta("next_job", str(n + 1))
                 self._db.execute("COMMIT")
             except BaseException:
@@ -208,20 +225,43 @@ class JobStore:
         d["env"] = json.loads(d["env"])
         return JobRecord(**d)
 
-    def get(self, job: str) -> JobRecord:
+    def get(self, job: str, *, owner: str | None = None) -> JobRecord:
+        """A job by id, else by name (the latest of that name); with ``owner``, names are
+        looked up among that owner's jobs only."""
+        q = "SELECT * FROM jobs WHERE id=? OR (name=?"
+        args: tuple[Any, ...] = (job, job)
+        if owner is not None:
+            q, args = q + " AND owner=?", (*args, owner)
         with self._lock:
-            r = self._db.execute("SELECT * FROM jobs WHERE id=? OR name=? ORDER BY "
-                                 "(id=?) DESC, seq DESC LIMIT 1", (job, job, job)).fetchone()
+            r = self._db.execute(q + ") ORDER BY (id=?) DESC, seq DESC LIMIT 1",
+                                 (*args, job)).fetchone()
         if r is None:
             raise StoreError(f"no job {job!r}")
         return self._row(r)
 
-    def jobs(self, *, active_only: bool = False) -> list[JobRecord]:
-        q = "SELECT * FROM jobs"
+    def jobs(self, *, active_only: bool = False, owner: str | None = None,
+             limit: int | None = None) -> list[JobRecord]:
+        """Jobs in submission order; ``owner`` keeps one owner's, ``limit`` the latest."""
+        where, args = [], []
         if active_only:
-            q += f" WHERE state NOT IN {TERMINAL}"
+            where.append(f"state NOT IN {TERMINAL}")
+        if owner is not None:
+            where.append("owner=?")
+            args.append(owner)
+        q = "SELECT * FROM jobs" + (" WHERE " + " AND ".join(where) if where else "")
+        if limit is not None:
+            q = f"SELECT * FROM ({q} ORDER BY seq DESC LIMIT ?)"
+            args.append(int(limit))
         with self._lock:
-            return [self._row(r) for r in self._db.execute(q + " ORDER BY seq")]
+            return [self._row(r) for r in self._db.execute(q + " ORDER BY seq", args)]
+
+    def counts(self, *, owner: str | None = None) -> dict[str, int]:
+        """Number of jobs in each state (of one owner, or of everyone)."""
+        q, args = "SELECT state, count(*) FROM jobs", ()
+        if owner is not None:
+            q, args = q + " WHERE owner=?", (owner,)
+        with self._lock:
+            return {str(s): int(n) for s, n in self._db.execute(q + " GROUP BY state", args)}
 
     def update(self, job: str, **fields: Any) -> None:
         """Set fields of a job that is not terminal (terminal jobs are frozen)."""

@@ -1,0 +1,303 @@
+"""The HTTP API of a miso cluster (FastAPI): versioned JSON under ``/api/v1/``.
+
+``create_app(controller, users)`` builds the app over any object with the
+:class:`~miso.controller.Controller`'s public methods (``submit``, ``cancel``, ``status``,
+``logs``) and its job store (``controller.store``), and a :class:`~miso.api.users.UserStore`.
+It is served by the cluster head (:mod:`miso.api.server`) and tested in-process.
+
+Every endpoint needs ``Authorization: Bearer <token>``: no or an unknown token is 401. A user
+sees and acts on their own jobs only (another user's job is 403); admins see and act on all.
+The cluster view shows every GPU and layout, with other users' jobs as counts. Errors are
+``{"error": "..."}`` with the status code; bodies are size-limited (413) and validated (422).
+
+Endpoints::
+
+    POST   /api/v1/jobs                 submit            -> 201 {"id", "name"}
+    GET    /api/v1/jobs                 list own jobs     ?active=1&limit=N (admin: &all=1)
+    GET    /api/v1/jobs/{job}           one job (id, or name among the user's own)
+    GET    /api/v1/jobs/{job}/logs      its output        ?tail=N -> {"job", "text"}
+    POST   /api/v1/jobs/{job}/cancel    cancel            -> {"job": record}
+    GET    /api/v1/status               cluster view, own jobs, counts, "api_url"
+    GET    /api/v1/users/me             who am I
+    GET    /api/v1/users                (admin) list users
+    POST   /api/v1/users                (admin) add a user -> 201 {..., "token"} (shown once)
+    DELETE /api/v1/users/{name}         (admin) remove a user
+    POST   /api/v1/users/{name}/rotate  (admin, or the user itself) new token
+    GET    /api/v1/audit                (admin) who submitted / cancelled what, when
+
+More routes (metrics, web page, events) are mounted with ``create_app(...,
+extra_routers=[router])`` or ``app.include_router(router)``; such routes can require a user
+with the :func:`require_user` / :func:`require_admin` dependencies.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable
+from typing import Annotated, Any, Protocol
+
+from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from miso.api.limits import BodySizeLimit
+from miso.api.models import SubmitRequest, UserRequest
+from miso.api.users import User, UserError, UserStore
+
+API = "/api/v1"
+#: Largest request body accepted (bytes).
+MAX_BODY_BYTES = 1 << 20
+
+
+class ControllerLike(Protocol):
+    """What the API needs of a controller: its public methods and its job store."""
+
+    store: Any
+
+    def submit(self, command: list[str], *, name: str | None = None,
+               memory_gb: float | None = None, workload: str | None = None,
+               env: dict[str, str] | None = None, cwd: str | None = None,
+               owner: str | None = None, unix_user: str | None = None) -> str: ...
+
+    def cancel(self, job: str) -> dict[str, Any]: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+    def logs(self, job: str, tail: int = 200) -> str: ...
+
+
+class ApiError(HTTPException):
+    """An error answered as ``{"error": message}`` with ``status``."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(status, message)
+
+
+# ---- authentication (dependencies, usable by mounted routers too) ---------------------------
+
+
+def require_user(request: Request) -> User:
+    """The user of the request's bearer token; 401 without a valid one."""
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise HTTPException(401, "missing token: send 'Authorization: Bearer <token>' "
+                                 "(miso login)", headers={"WWW-Authenticate": "Bearer"})
+    user = request.app.state.users.authenticate(token.strip())
+    if user is None:
+        raise HTTPException(401, "invalid token", headers={"WWW-Authenticate": "Bearer"})
+    return user
+
+
+def require_admin(user: Annotated[User, Depends(require_user)]) -> User:
+    """As :func:`require_user`, and 403 unless the user is an admin."""
+    if not user.admin:
+        raise ApiError(403, f"user {user.name!r} is not an admin")
+    return user
+
+
+UserDep = Annotated[User, Depends(require_user)]
+AdminDep = Annotated[User, Depends(require_admin)]
+
+
+# ---- views ----------------------------------------------------------------------------------
+
+
+class _Snapshot:
+    """The controller's cluster snapshot, re-read at most every ``ttl`` seconds."""
+
+    def __init__(self, ctl: ControllerLike, ttl: float) -> None:
+        self.ctl, self.ttl = ctl, ttl
+        self._lock = threading.Lock()
+        self._at = 0.0
+        self._snap: dict[str, Any] = {}
+
+    def get(self) -> dict[str, Any]:
+        with self._lock:
+            if time.monotonic() - self._at > self.ttl:
+                st = self.ctl.status()
+                st.pop("jobs", None)
+                self._snap, self._at = st, time.monotonic()
+            return self._snap
+
+
+def gpu_view(gpu: dict[str, Any], mine: set[str] | None) -> dict[str, Any]:
+    """One GPU of the snapshot as a user sees it: own jobs by id, the others as a count
+    (``mine`` None: everything, for admins)."""
+    if mine is None:
+        return {**gpu, "other_jobs": 0}
+    jobs = [j for j in gpu.get("jobs", []) if j in mine]
+    return {**gpu, "jobs": jobs,
+            "assignment": {j: p for j, p in gpu.get("assignment", {}).items() if j in mine},
+            "mps_shares": {j: s for j, s in gpu.get("mps_shares", {}).items() if j in mine},
+            "other_jobs": len(gpu.get("jobs", [])) - len(jobs)}
+
+
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    parts = []
+    for e in exc.errors()[:5]:
+        where = ".".join(str(x) for x in e.get("loc", ()) if x != "body")
+        parts.append(f"{where}: {e.get('msg')}" if where else str(e.get("msg")))
+    return "invalid request: " + "; ".join(parts)
+
+
+# ---- the app --------------------------------------------------------------------------------
+
+
+def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | None = None,
+               extra_routers: Iterable[APIRouter] = (), max_body_bytes: int = MAX_BODY_BYTES,
+               snapshot_ttl: float = 0.2) -> FastAPI:
+    """The API app over ``controller`` and ``users`` (see the module docstring)."""
+    from miso.controller.store import StoreError  # noqa: PLC0415
+
+    app = FastAPI(title="miso", version="1", docs_url=None, redoc_url=None,
+                  openapi_url=f"{API}/openapi.json")
+    app.state.controller = controller
+    app.state.users = users
+    app.state.api_url = api_url
+    app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes)
+    store = controller.store
+    snapshot = _Snapshot(controller, snapshot_ttl)
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(_: Request, exc: HTTPException) -> JSONResponse:
+        return _error(exc.status_code, str(exc.detail), getattr(exc, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return _error(422, _validation_message(exc))
+
+    @app.exception_handler(Exception)
+    async def _internal(_: Request, exc: Exception) -> JSONResponse:
+        return _error(500, f"internal error: {type(exc).__name__}")
+
+    def find_job(job: str, user: User) -> Any:
+        try:
+            rec = store.get(job, owner=None if user.admin else user.name)
+        except StoreError:
+            raise ApiError(404, f"no job {job!r}") from None
+        if not user.admin and rec.owner != user.name:
+            raise ApiError(403, f"job {rec.id} belongs to another user")
+        return rec
+
+    r = APIRouter(prefix=API)
+
+    @r.post("/jobs", status_code=201)
+    def submit(body: SubmitRequest, user: UserDep) -> dict[str, Any]:
+        from miso.controller import SubmitError  # noqa: PLC0415
+
+        try:
+            jid = controller.submit(list(body.command), name=body.name,
+                                    memory_gb=body.memory_gb, workload=body.workload,
+                                    env=dict(body.env), cwd=body.cwd, owner=user.name,
+                                    unix_user=user.unix_user)
+        except SubmitError as e:
+            raise ApiError(409 if "already active" in str(e) else 400, str(e)) from None
+        users.record(user.name, "submit", jid, {"name": body.name, "argv0": body.command[0]})
+        return {"id": jid, "name": body.name or jid}
+
+    @r.get("/jobs")
+    def jobs(user: UserDep, active: bool = False,
+             limit: Annotated[int | None, Query(ge=1, le=100_000)] = None,
+             all_users: Annotated[bool, Query(alias="all")] = False) -> dict[str, Any]:
+        if all_users and not user.admin:
+            raise ApiError(403, "only admins list every user's jobs")
+        owner = None if all_users else user.name
+        recs = store.jobs(active_only=active, owner=owner, limit=limit)
+        return {"jobs": [x.to_json() for x in recs]}
+
+    @r.get("/jobs/{job}")
+    def job(job: str, user: UserDep) -> dict[str, Any]:
+        return {"job": find_job(job, user).to_json()}
+
+    @r.get("/jobs/{job}/logs")
+    def logs(job: str, user: UserDep,
+             tail: Annotated[int, Query(ge=1, le=100_000)] = 200) -> dict[str, Any]:
+        rec = find_job(job, user)
+        return {"job": rec.id, "text": controller.logs(rec.id, tail)}
+
+    @r.post("/jobs/{job}/cancel")
+    def cancel(job: str, user: UserDep) -> dict[str, Any]:
+        from miso.controller import SubmitError  # noqa: PLC0415
+
+        rec = find_job(job, user)
+        try:
+            out = controller.cancel(rec.id)
+        except SubmitError as e:
+            raise ApiError(409, str(e)) from None
+        users.record(user.name, "cancel", rec.id, {"owner": rec.owner})
+        return {"job": out}
+
+    @r.get("/status")
+    def status(user: UserDep, limit: Annotated[int, Query(ge=1, le=100_000)] = 200
+               ) -> dict[str, Any]:
+        snap = snapshot.get()
+        own = None if user.admin else user.name
+        recs = store.jobs(owner=own, limit=limit)
+        mine = None if user.admin else {x.id for x in store.jobs(active_only=True, owner=own)}
+        out: dict[str, Any] = {
+            "api_url": app.state.api_url, "user": user.name, "admin": user.admin,
+            "time": snap.get("time"), "policy": snap.get("policy"),
+            "nodes": snap.get("nodes", []),
+            "gpus": [gpu_view(g, mine) for g in snap.get("gpus", [])],
+            "queue": [j for j in snap.get("queue", []) if mine is None or j in mine],
+            "jobs": [x.to_json() for x in recs],
+            "counts": {"mine": store.counts(owner=user.name), "all": store.counts()},
+        }
+        if user.admin:
+            out["errors"] = snap.get("errors", [])
+        return out
+
+    @r.get("/users/me")
+    def me(user: UserDep) -> dict[str, Any]:
+        return user.to_json()
+
+    @r.get("/users")
+    def list_users(_: AdminDep) -> dict[str, Any]:
+        return {"users": users.list()}
+
+    @r.post("/users", status_code=201)
+    def add_user(body: UserRequest, admin: AdminDep) -> dict[str, Any]:
+        try:
+            token = users.add(body.name, admin=body.admin, unix_user=body.unix_user)
+        except UserError as e:
+            raise ApiError(409 if "exists" in str(e) else 400, str(e)) from None
+        users.record(admin.name, "user-add", None, {"name": body.name, "admin": body.admin,
+                                                   "unix_user": body.unix_user})
+        return {**users.get(body.name).to_json(), "token": token}
+
+    @r.delete("/users/{name}")
+    def remove_user(name: str, admin: AdminDep) -> dict[str, Any]:
+        try:
+            users.remove(name)
+        except UserError as e:
+            raise ApiError(404 if "no user" in str(e) else 409, str(e)) from None
+        users.record(admin.name, "user-remove", None, {"name": name})
+        return {"removed": name}
+
+    @r.post("/users/{name}/rotate")
+    def rotate(name: str, user: UserDep) -> dict[str, Any]:
+        if not user.admin and name != user.name:
+            raise ApiError(403, "only admins rotate another user's token")
+        try:
+            token = users.rotate(name)
+        except UserError as e:
+            raise ApiError(404, str(e)) from None
+        users.record(user.name, "token-rotate", None, {"name": name})
+        return {"name": name, "token": token}
+
+    @r.get("/audit")
+    def audit(_: AdminDep, user: str | None = None,
+              limit: Annotated[int, Query(ge=1, le=100_000)] = 1000) -> dict[str, Any]:
+        return {"audit": users.audit(user=user, limit=limit)}
+
+    app.include_router(r)
+    for extra in extra_routers:
+        app.include_router(extra)
+    return app

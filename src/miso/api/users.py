@@ -1,0 +1,177 @@
+"""Users of a miso cluster, their token hashes and the audit record (SQLite, private file).
+
+A user has a name, an admin flag, an optional Unix account its jobs run as (when the agent runs
+as root) and the SHA-256 hash of its current token; the token itself is returned once by
+:meth:`UserStore.add` / :meth:`UserStore.rotate` and never stored. Every submit and cancel
+(and every change to the users) is appended to ``audit`` with who and when.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from miso.api.tokens import matches, new_token, token_hash
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS users (
+  name TEXT PRIMARY KEY,
+  admin INTEGER NOT NULL,
+  unix_user TEXT,
+  token_hash TEXT UNIQUE NOT NULL,
+  created_at REAL NOT NULL,
+  rotated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS audit (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  at REAL NOT NULL,
+  user TEXT NOT NULL,
+  action TEXT NOT NULL,
+  job TEXT,
+  detail TEXT NOT NULL DEFAULT '{}'
+);
+"""
+
+
+class UserError(ValueError):
+    """Bad request about users (bad or duplicate name, unknown user, last admin)."""
+
+
+@dataclass(frozen=True)
+class User:
+    name: str
+    admin: bool
+    unix_user: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "admin": self.admin, "unix_user": self.unix_user}
+
+
+def _private_file(path: Path) -> None:
+    for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        if p.exists():
+            os.chmod(p, 0o600)
+
+
+class UserStore:
+    """Users and audit in ``path`` (mode 0600); ``":memory:"`` for tests."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            Path(self.path).touch(mode=0o600, exist_ok=True)
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.row_factory = sqlite3.Row
+        self._lock = threading.Lock()
+        with self._lock:
+            if self.path != ":memory:":
+                self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.executescript(_SCHEMA)
+        if self.path != ":memory:":
+            _private_file(Path(self.path))
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # ---- users --------------------------------------------------------------------------
+
+    def add(self, name: str, *, admin: bool = False, unix_user: str | None = None) -> str:
+        """Create a user; returns its token (the only time it is known)."""
+        if not NAME_RE.match(name):
+            raise UserError(f"bad user name {name!r}: use letters, digits, '_', '.', '-' "
+                            "(at most 64, starting with a letter or digit)")
+        if unix_user is not None and not re.match(r"^[A-Za-z0-9_.][A-Za-z0-9_.-]{0,31}$",
+                                                  unix_user):
+            raise UserError(f"bad Unix user {unix_user!r}")
+        token = new_token()
+        now = time.time()
+        with self._lock:
+            try:
+                self._db.execute(
+                    "INSERT INTO users(name, admin, unix_user, token_hash, created_at, "
+                    "rotated_at) VALUES(?,?,?,?,?,?)",
+                    (name, int(admin), unix_user, token_hash(token), now, now))
+            except sqlite3.IntegrityError:
+                raise UserError(f"user {name!r} already exists") from None
+        return token
+
+    def get(self, name: str) -> User:
+        with self._lock:
+            r = self._db.execute("SELECT * FROM users WHERE name=?", (name,)).fetchone()
+        if r is None:
+            raise UserError(f"no user {name!r}")
+        return User(r["name"], bool(r["admin"]), r["unix_user"])
+
+    def list(self) -> list[dict[str, Any]]:
+        with self._lock:
+            rows = self._db.execute("SELECT name, admin, unix_user, created_at, rotated_at "
+                                    "FROM users ORDER BY name").fetchall()
+        return [{**dict(r), "admin": bool(r["admin"])} for r in rows]
+
+    def count(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT count(*) FROM users").fetchone()[0])
+
+    def remove(self, name: str) -> None:
+        """Delete a user (its token stops working at once); the last admin stays."""
+        with self._lock:
+            r = self._db.execute("SELECT admin FROM users WHERE name=?", (name,)).fetchone()
+            if r is None:
+                raise UserError(f"no user {name!r}")
+            admins = self._db.execute("SELECT count(*) FROM users WHERE admin=1").fetchone()[0]
+            if r["admin"] and admins <= 1:
+                raise UserError(f"{name!r} is the last admin; add another admin first")
+            self._db.execute("DELETE FROM users WHERE name=?", (name,))
+
+    def rotate(self, name: str) -> str:
+        """Give ``name`` a new token (the old one stops working); returns it."""
+        token = new_token()
+        with self._lock:
+            cur = self._db.execute("UPDATE users SET token_hash=?, rotated_at=? WHERE name=?",
+                                   (token_hash(token), time.time(), name))
+        if cur.rowcount != 1:
+            raise UserError(f"no user {name!r}")
+        return token
+
+    def authenticate(self, token: str | None) -> User | None:
+        """The user holding ``token``, or None (missing, malformed or unknown token)."""
+        if not token or len(token) > 256:
+            return None
+        h = token_hash(token)
+        with self._lock:
+            r = self._db.execute("SELECT * FROM users WHERE token_hash=?", (h,)).fetchone()
+        if r is None or not matches(token, r["token_hash"]):
+            return None
+        return User(r["name"], bool(r["admin"]), r["unix_user"])
+
+    # ---- audit --------------------------------------------------------------------------
+
+    def record(self, user: str, action: str, job: str | None = None,
+               detail: dict[str, Any] | None = None) -> None:
+        """Append an audit entry (wall-clock time)."""
+        with self._lock:
+            self._db.execute("INSERT INTO audit(at, user, action, job, detail) "
+                             "VALUES(?,?,?,?,?)", (time.time(), user, action, job,
+                                                   json.dumps(detail or {}, default=str)))
+
+    def audit(self, *, user: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:
+        q, args = "SELECT * FROM audit", ()
+        if user is not None:
+            q, args = q + " WHERE user=?", (user,)
+        with self._lock:
+            rows = [dict(r) for r in self._db.execute(
+                q + " ORDER BY seq DESC LIMIT ?", (*args, int(limit)))]
+        for r in rows:
+            r["detail"] = json.loads(r["detail"])
+        return rows[::-1]
