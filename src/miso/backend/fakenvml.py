@@ -7,7 +7,10 @@ placement (occupancy ignored); creating a GPU instance checks the placement tabl
 instances or processes, gives ``IN_USE``. Handles of GPU/compute instances are real ctypes
 pointers (to fake addresses, never dereferenced) so they fit in the ctypes arrays pynvml uses.
 Errors are pynvml's own ``NVMLError`` classes. Test hooks: :meth:`FakeNvml.add_process`,
-:meth:`FakeNvml.fail_next`. Nothing here touches a GPU or loads the NVML library.
+:meth:`FakeNvml.fail_next`, :meth:`FakeNvml.report_profile` / :meth:`FakeNvml.hide_profile`
+(make the reported profile tables disagree with miso's), ``pending_mig`` and
+``driver_loaded=False`` (``nvmlInit`` fails as on a machine without the NVIDIA driver).
+Nothing here touches a GPU or loads the NVML library.
 """
 
 from __future__ import annotations
@@ -15,13 +18,13 @@ from __future__ import annotations
 import ctypes
 import itertools
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import Any
 
 import pynvml as _p
 
-from miso.mig import gpu_model
+from miso.mig import Profile, gpu_model
 
 
 @dataclass
@@ -51,6 +54,7 @@ class _Gpu:
     model: Any
     mig_mode: int
     uuid: str
+    pending_mig: int = 0
     gis: dict[int, _Gi] = field(default_factory=dict)
     next_gi: int = 1
 
@@ -70,15 +74,24 @@ class FakeNvml:
     c_nvmlComputeInstance_t = _p.c_nvmlComputeInstance_t
 
     def __init__(self, count: int = 1, model: str = "A100-40GB", *,
-                 driver: str = "550.54.15", mig_enabled: bool = True) -> None:
+                 driver: str = "550.54.15", mig_enabled: bool = True,
+                 pending_mig: bool | None = None, driver_loaded: bool = True,
+                 nvml_version: str | None = None) -> None:
         for k in dir(_p):
             if k.startswith(("NVML_ERROR_", "NVML_DEVICE_MIG_", "NVML_COMPUTE_INSTANCE_",
                              "NVML_GPU_INSTANCE_")):
                 setattr(self, k, getattr(_p, k))
         self._model = gpu_model(model)
         self._driver = driver
-        self._gpus = [_Gpu(i, self._model, int(mig_enabled), f"GPU-{uuid.uuid4()}")
-                      for i in range(count)]
+        self._driver_loaded = driver_loaded
+        self._nvml_version = nvml_version or f"12.{driver}"
+        drv = int(driver.split(".")[0])
+        # What this fake "driver" reports: the table's profiles that exist on this driver.
+        self._profiles: list[Profile] = [p for p in self._model.profiles
+                                         if p.min_driver is None or drv >= p.min_driver]
+        pending = int(mig_enabled if pending_mig is None else pending_mig)
+        self._gpus = [_Gpu(i, self._model, int(mig_enabled), f"GPU-{uuid.uuid4()}",
+                           pending_mig=pending) for i in range(count)]
         self._addr = itertools.count(0x1000, 0x10)
         self._handles: dict[int, Any] = {}
         self._faults: list[tuple[str, int]] = []
@@ -95,6 +108,15 @@ class FakeNvml:
         """Pretend ``pid`` runs on the compute instance of the GI placed at ``start``."""
         gi = next(g for g in self._gpus[gpu].gis.values() if g.start == start)
         next(iter(gi.cis.values())).pids.append(pid)
+
+    def report_profile(self, name: str, **changes: Any) -> None:
+        """Report profile ``name`` with some fields changed (``sm_count=..., starts=...``)."""
+        i = next(i for i, p in enumerate(self._profiles) if p.name == name)
+        self._profiles[i] = replace(self._profiles[i], **changes)
+
+    def hide_profile(self, name: str) -> None:
+        """Stop reporting profile ``name`` (as a driver without it would)."""
+        self._profiles = [p for p in self._profiles if p.name != name]
 
     def clear_processes(self) -> None:
         for g in self._gpus:
@@ -126,7 +148,7 @@ class FakeNvml:
             raise _p.NVMLError(_p.NVML_ERROR_INVALID_ARGUMENT) from None
 
     def _profile_by_id(self, pid: int) -> Any:
-        for p in self._model.profiles:
+        for p in self._profiles:
             if p.profile_id == pid:
                 return p
         raise _p.NVMLError(_p.NVML_ERROR_INVALID_ARGUMENT)
@@ -135,6 +157,8 @@ class FakeNvml:
 
     def nvmlInit(self) -> None:
         self._enter("nvmlInit")
+        if not self._driver_loaded:
+            raise _p.NVMLError(_p.NVML_ERROR_LIBRARY_NOT_FOUND)
         self.initialised = True
 
     def nvmlShutdown(self) -> None:
@@ -144,6 +168,10 @@ class FakeNvml:
     def nvmlSystemGetDriverVersion(self) -> str:
         self._enter("nvmlSystemGetDriverVersion")
         return self._driver
+
+    def nvmlSystemGetNVMLVersion(self) -> str:
+        self._enter("nvmlSystemGetNVMLVersion")
+        return self._nvml_version
 
     def nvmlDeviceGetCount(self) -> int:
         self._enter("nvmlDeviceGetCount")
@@ -157,11 +185,15 @@ class FakeNvml:
 
     def nvmlDeviceGetPciInfo(self, h: _Gpu) -> Any:
         self._enter("nvmlDeviceGetPciInfo")
-        return SimpleNamespace(pciDeviceId=(int(h.model.pci_device_ids[0], 16) << 16) | 0x10DE)
+        ids = h.model.pci_device_ids
+        dev = int(ids[0], 16) if ids else 0xFFFF  # models the tables know by name only
+        return SimpleNamespace(pciDeviceId=(dev << 16) | 0x10DE)
 
     def nvmlDeviceGetName(self, h: _Gpu) -> str:
         self._enter("nvmlDeviceGetName")
-        return "NVIDIA " + h.model.full_name
+        if h.model.device_names:
+            return "NVIDIA " + h.model.device_names[0]
+        return h.model.full_name
 
     def nvmlDeviceGetUUID(self, h: Any) -> str:
         self._enter("nvmlDeviceGetUUID")
@@ -169,13 +201,13 @@ class FakeNvml:
 
     def nvmlDeviceGetMigMode(self, h: _Gpu) -> list[int]:
         self._enter("nvmlDeviceGetMigMode")
-        return [h.mig_mode, h.mig_mode]
+        return [h.mig_mode, h.pending_mig]
 
     # ---- GPU instances ------------------------------------------------------------------
 
     def nvmlDeviceGetGpuInstanceProfileInfo(self, h: _Gpu, index: int, version: int = 2) -> Any:
         self._enter("nvmlDeviceGetGpuInstanceProfileInfo")
-        for p in h.model.profiles:
+        for p in self._profiles:
             if p.nvml_index == index:
                 return SimpleNamespace(id=p.profile_id, sliceCount=p.compute_slices,
                                        instanceCount=p.max_count,

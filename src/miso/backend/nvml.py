@@ -41,18 +41,11 @@ from miso.backend.base import (
     NotSupported,
 )
 from miso.backend.mps import MpsManager
-from miso.mig import GPU_MODELS, Geometry, GpuModel, Placement, geometry, gpu_model
+from miso.mig import Geometry, GpuModel, Placement, geometry, gpu_model
+from miso.mig.tables import model_for_name, model_for_pci
 
 #: GPU-instance compute slices -> NVML compute-instance profile index of the full CI.
 CI_INDEX_BY_SLICES = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
-
-
-def model_for_pci(device_id: int) -> GpuModel | None:
-    """The table model whose PCI device ids contain ``device_id`` (e.g. 0x20B0)."""
-    for m in GPU_MODELS.values():
-        if any(int(p, 16) == device_id for p in m.pci_device_ids):
-            return m
-    return None
 
 
 def _text(v: Any) -> str:
@@ -115,8 +108,10 @@ class NvmlBackend(GpuBackend):
         m = model_for_pci(dev_id)
         if m is None:
             name = _text(self._call(self._n.nvmlDeviceGetName, f"GPU {i}: read name", h))
-            raise NotSupported(f"GPU {i} ({name}, PCI 0x{dev_id:04X}) is not in miso's MIG "
-                               f"tables; pass model=... to force one")
+            m = model_for_name(name)
+            if m is None:
+                raise NotSupported(f"GPU {i} ({name}, PCI 0x{dev_id:04X}) is not in miso's MIG "
+                                   f"tables; pass model=... to force one")
         return m
 
     def _discover_geometry(self, i: int, h: Any, m: GpuModel) -> Geometry:
