@@ -161,3 +161,110 @@ def test_transition_rejects_invalid_target():
         plan_transition(g, (), {}, L("4g.20gb@0", "2g.10gb@2"), {})
     with pytest.raises(TransitionError, match="not in the target"):
         plan_transition(g, (), {}, L("7g.40gb@0"), {"a": P("3g.20gb@0")})
+
+
+# ---- every model: profile count, enumeration counts (default profiles), minimum driver ----------
+
+# model: (profiles, valid layouts, maximal layouts, maximal multisets, MIG user guide min driver)
+EVERY_MODEL = {
+    "A100-40GB": (7, 297, 19, 14, "450.80.02"),
+    "A100-80GB": (7, 297, 19, 14, "450.80.02"),
+    "A30-24GB": (5, 25, 5, 4, "460.73.01"),
+    "H100-80GB": (7, 297, 19, 14, "525.85.12"),
+    "H100-PCIE-80GB": (7, 297, 19, 14, "525.85.12"),
+    "H100-94GB": (7, 297, 19, 14, "525.85.12"),
+    "H100-96GB": (7, 297, 19, 14, "525.85.12"),
+    "GH200-144GB": (7, 297, 19, 14, ""),
+    "H200-141GB": (7, 297, 19, 14, "550.90.07"),
+    "B200-180GB": (7, 297, 19, 14, "570.133.20"),
+    "GB200-186GB": (7, 297, 19, 14, "570.133.20"),
+    "B300-288GB": (7, 297, 19, 14, "580.82.07"),
+    "GB300-288GB": (7, 297, 19, 14, "595.58.03"),
+    "RTX-PRO-6000": (11, 25, 5, 4, "575.51.03"),
+    "RTX-PRO-5000": (7, 4, 2, 2, "575.57.08"),
+    "RTX-PRO-4500": (6, 4, 2, 2, "575.64"),
+}
+
+
+def test_every_model_is_counted():
+    assert set(EVERY_MODEL) == set(GPU_MODELS)
+
+
+@pytest.mark.parametrize("model", list(EVERY_MODEL))
+def test_every_model_profiles_layouts_and_min_driver(model):
+    n_prof, valid, maximal, msets, min_drv = EVERY_MODEL[model]
+    m = gpu_model(model)
+    g = geometry(m)
+    assert len(m.profiles) == n_prof
+    assert len(enumerate_layouts(g)) == valid
+    assert len(enumerate_layouts(g, maximal=True)) == maximal
+    assert len(multisets(g, maximal=True)) == msets
+    assert m.min_driver == min_drv
+    assert m.sources, "every model cites its sources"
+    assert len({p.nvml_index for p in m.profiles}) == n_prof
+    assert len({p.profile_id for p in m.profiles}) == n_prof
+
+
+@pytest.mark.parametrize(("model", "me"), [("A100-40GB", "1g.5gb+me"), ("A100-80GB", "1g.10gb+me"),
+                                            ("A30-24GB", "1g.6gb+me")])
+def test_media_extension_profiles_need_r470(model, me):
+    assert gpu_model(model).profile(me).min_driver == 470
+    with pytest.raises(ValueError, match="R470"):
+        geometry(model, [me], driver=460)
+    assert geometry(model, [me], driver=470).profiles[0].name == me
+
+
+def test_other_profile_minimum_drivers():
+    assert gpu_model("A100-40GB").profile("1g.10gb").min_driver == 525
+    assert gpu_model("A100-80GB").profile("1g.20gb").min_driver == 525
+    assert gpu_model("A30-24GB").profile("2g.12gb+me").min_driver == 525
+    with pytest.raises(ValueError, match="R525"):
+        geometry("A30-24GB", ["2g.12gb+me"], driver=470)
+
+
+def test_pci_ids_and_shared_profile_groups():
+    from miso.mig.tables import model_for_name, model_for_pci
+
+    # mig-parted's A100-40GB / A800-40GB filter, including the 0x20B1 miso used to lack
+    for dev in (0x20B0, 0x20B1, 0x20F1, 0x20F6):
+        assert model_for_pci(dev).name == "A100-40GB"
+    for dev in (0x20B2, 0x20B5, 0x20F3, 0x20F5):
+        assert model_for_pci(dev).name == "A100-80GB"
+    for dev in (0x2342, 0x233D, 0x20B6, 0x2329):
+        assert model_for_pci(dev).name == "H100-96GB"
+    assert model_for_pci(0x233A).name == "H100-94GB"  # H800 NVL
+    assert model_for_pci(0x3182).name == "B300-288GB"
+    assert model_for_pci(0x31C2).name == "GB300-288GB"
+    assert model_for_pci(0x1234) is None
+    ids = [d for m in GPU_MODELS.values() for d in m.pci_device_ids]
+    assert len(ids) == len(set(ids)), "a PCI id belongs to one model"
+    for alias in ("A800-40GB", "A800-80GB", "H800-80GB", "H800-NVL", "H20", "GH200"):
+        assert gpu_model(alias).name in GPU_MODELS
+    assert model_for_name("NVIDIA RTX PRO 4500 Blackwell").name == "RTX-PRO-4500"
+    assert model_for_name("NVIDIA RTX PRO 5000 Ada Generation") is None
+
+
+def test_rtx_pro_6000_variants():
+    m = gpu_model("RTX-PRO-6000")
+    ids = {p.name: p.profile_id for p in m.profiles}
+    assert ids == {"1g.24gb": 14, "1g.24gb+me": 21, "1g.24gb+gfx": 47, "1g.24gb+me.all": 65,
+                   "1g.24gb-me": 67, "2g.48gb": 5, "2g.48gb+gfx": 35, "2g.48gb+me.all": 64,
+                   "2g.48gb-me": 66, "4g.96gb": 0, "4g.96gb+gfx": 32}
+    assert not any(p.inferred for p in m.profiles)
+    # the variants share the plain rows' placements, so a gfx layout is valid
+    g = geometry(m, ["1g.24gb+gfx", "2g.48gb-me"])
+    assert is_valid(g, L("1g.24gb+gfx@0", "1g.24gb+gfx@3", "2g.48gb-me@6"))
+
+
+def test_inferred_values_are_marked():
+    assert gpu_model("H100-80GB").profile("3g.40gb").inferred == ()
+    assert "placements" in gpu_model("H200-141GB").profile("3g.71gb").inferred
+    gb200 = gpu_model("GB200-186GB")
+    assert gb200.profile("2g.47gb").inferred == ("placements",)
+    assert {"sm_count", "memory_gib"} <= set(gb200.profile("7g.186gb").inferred)
+    assert "profile_id" in gpu_model("RTX-PRO-5000").profile("1g.24gb").inferred
+    with pytest.raises(ValueError, match="infers unknown"):
+        from miso.mig.tables import GpuModel, Profile
+
+        GpuModel("X", "X", (), 1, 1, 1, (Profile("1g.1gb", 0, 0, 1, 1, 1.0, 1, (0,), 1,
+                                                 inferred=("colour",)),))

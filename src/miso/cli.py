@@ -159,6 +159,7 @@ def optimize(
 def _mount() -> None:
     """Attach the predictor, simulator and live-cluster commands (imported lazily inside)."""
     from miso import cli_cluster, cli_demo, cli_predictor, cli_simulate
+    from miso.doctor import doctor
 
     app.add_typer(cli_predictor.app, name="predictor")
     app.command("simulate")(cli_simulate.simulate)
@@ -166,6 +167,7 @@ def _mount() -> None:
     for name in ("submit", "status", "logs", "cancel"):
         app.command(name)(getattr(cli_cluster, name))
     app.command("demo")(cli_demo.demo)
+    app.command("doctor")(doctor)
 
 
 _mount()

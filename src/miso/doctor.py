@@ -16,6 +16,7 @@ command (exit 0 all match, 1 mismatches, 2 no NVIDIA driver).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -267,10 +268,8 @@ def collect(n: Any, *, which: Callable[[str], str | None] = shutil.which,
         rep.gpus = [_gpu(n, i, driver) for i in range(int(n.nvmlDeviceGetCount()))]
         return rep
     finally:
-        try:
+        with contextlib.suppress(n.NVMLError):
             n.nvmlShutdown()
-        except n.NVMLError:
-            pass
 
 
 # ---- the command ----------------------------------------------------------------------------

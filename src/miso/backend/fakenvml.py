@@ -109,14 +109,14 @@ class FakeNvml:
         gi = next(g for g in self._gpus[gpu].gis.values() if g.start == start)
         next(iter(gi.cis.values())).pids.append(pid)
 
-    def report_profile(self, name: str, **changes: Any) -> None:
-        """Report profile ``name`` with some fields changed (``sm_count=..., starts=...``)."""
-        i = next(i for i, p in enumerate(self._profiles) if p.name == name)
+    def report_profile(self, profile: str, /, **changes: Any) -> None:
+        """Report ``profile`` with some fields changed (``sm_count=..., starts=...``)."""
+        i = next(i for i, p in enumerate(self._profiles) if p.name == profile)
         self._profiles[i] = replace(self._profiles[i], **changes)
 
-    def hide_profile(self, name: str) -> None:
-        """Stop reporting profile ``name`` (as a driver without it would)."""
-        self._profiles = [p for p in self._profiles if p.name != name]
+    def hide_profile(self, profile: str) -> None:
+        """Stop reporting ``profile`` (as a driver without it would)."""
+        self._profiles = [p for p in self._profiles if p.name != profile]
 
     def clear_processes(self) -> None:
         for g in self._gpus:
