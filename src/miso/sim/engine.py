@@ -16,6 +16,7 @@ import heapq
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -123,8 +124,9 @@ class Simulator:
     """One run of one policy over one trace."""
 
     def __init__(self, policy: Policy, jobs: Sequence[TraceJob], config: WorldConfig,
-                 *, seed: int = 1, record: bool = False) -> None:
+                 *, seed: int = 1, record: bool = False, observer: Any = None) -> None:
         self.policy = policy
+        self.observer = observer  # miso.observe.Observer-like: on_event / on_decision
         self.cfg = config
         self.seed = seed
         self.record = record
@@ -233,6 +235,8 @@ class Simulator:
     def _deliver(self, now: float, ev: Event) -> None:
         self.n_events += 1
         st = self.state
+        if self.observer is not None:
+            self.observer.on_event(now, ev, st)
         st.observe(now, ev)
         if self.record:
             self.log.append((now, ev))
@@ -242,6 +246,8 @@ class Simulator:
             if gid is not None:
                 self._touch(self.gpus[gid], now)
             st.apply(now, d)
+            if self.observer is not None:
+                self.observer.on_decision(now, d, st)
             if self.record:
                 self.log.append((now, d))
             self._exec(now, d)

@@ -90,21 +90,25 @@ def build_policy(name: str, jobs: Sequence[TraceJob], cfg: Any, seed: int,
 
 def run_policy(name: str, jobs: Sequence[TraceJob], cfg: Any, seed: int = 1,
                progress: Callable[[int], None] | None = None, record: bool = False,
-               **kw: Any) -> SimResult:
-    """Build and simulate one policy."""
+               observer: Callable[[Policy], Any] | None = None, **kw: Any) -> SimResult:
+    """Build and simulate one policy (``observer(policy)`` builds an observer for the run)."""
     pol = build_policy(name, jobs, cfg, seed, **kw)
-    return Simulator(pol, jobs, cfg, seed=seed, record=record).run(progress)
+    obs = observer(pol) if observer is not None else None
+    return Simulator(pol, jobs, cfg, seed=seed, record=record, observer=obs).run(progress)
 
 
 def compare(policies: Sequence[str], jobs: Sequence[TraceJob], cfg: Any, seed: int = 1,
-            progress: Callable[[str, int], None] | None = None
+            progress: Callable[[str, int], None] | None = None,
+            observer: Callable[[str, Policy], Any] | None = None
             ) -> tuple[dict[str, dict[str, float]], dict[str, SimResult]]:
-    """Run several policies on the same trace; returns (summaries, raw results)."""
+    """Run several policies on the same trace; returns (summaries, raw results).
+    ``observer(name, policy)`` builds an observer per run (e.g. for the decision log)."""
     out: dict[str, dict[str, float]] = {}
     raw: dict[str, SimResult] = {}
     for p in policies:
         cb = (lambda n, p=p: progress(p, n)) if progress else None
-        r = run_policy(p, jobs, cfg, seed, progress=cb)
+        mk = (lambda pol, p=p: observer(p, pol)) if observer else None
+        r = run_policy(p, jobs, cfg, seed, progress=cb, observer=mk)
         out[p] = summarize(r)
         raw[p] = r
     return out, raw

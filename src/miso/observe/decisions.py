@@ -1,0 +1,304 @@
+"""Explanation records of scheduling decisions, and their text in words and numbers.
+
+:func:`explain` turns one decision of the core (right after ``state.apply``) into a plain JSON
+record: what was decided, what triggered it, the mix and its predicted speeds (and std), the
+chosen layout and assignment with its objective, the current layout's objective for the same
+jobs, the jobs it restarts and the expected gain. It prefers the policy's own ``why`` (see
+:mod:`miso.sched.decisions`) and falls back to what the decision and the state show, with
+speeds from an optional estimate table (the policy's). :func:`describe` renders a record as a
+few lines for ``miso events`` and the web page. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from miso.sched import (
+    ApplyLayout,
+    ClusterState,
+    Decision,
+    Event,
+    GpuAdded,
+    GpuRemoved,
+    JobFailed,
+    JobFinished,
+    JobSpeedChanged,
+    JobSubmitted,
+    LayoutApplied,
+    LayoutFailed,
+    PlaceJob,
+    ProfilingFinished,
+    RequeueJob,
+    RunMps,
+    SpeedObserved,
+    StartProfiling,
+    Tick,
+    WakeUp,
+)
+
+Speeds = Mapping[str, Mapping[str, float]]
+
+#: What kind of event triggered a decision, as the ``trigger`` field names it.
+TRIGGERS: dict[type, str] = {
+    JobSubmitted: "arrival", JobFinished: "completion", JobFailed: "completion",
+    ProfilingFinished: "profiled", JobSpeedChanged: "speed_change",
+    SpeedObserved: "speed_observed", GpuAdded: "node_change", GpuRemoved: "node_change",
+    LayoutApplied: "layout_applied", LayoutFailed: "layout_failed", Tick: "timer",
+}
+
+
+def trigger_of(ev: Event | None) -> tuple[str, dict[str, Any]]:
+    """(trigger name, {"event": type, "job"/"gpu": ...}) of the event being handled."""
+    if ev is None:
+        return "unknown", {}
+    cause: dict[str, Any] = {"event": type(ev).__name__}
+    job = getattr(ev, "job", None)
+    if job is not None:
+        cause["job"] = job if isinstance(job, str) else job.id
+    gpu = getattr(ev, "gpu", None)
+    if gpu is not None:
+        cause["gpu"] = gpu
+    if isinstance(ev, (JobFailed, LayoutFailed)):
+        cause["reason"] = ev.reason
+    if isinstance(ev, Tick):
+        cause["tag"] = ev.tag
+    return TRIGGERS.get(type(ev), type(ev).__name__), cause
+
+
+@dataclass
+class Context:
+    """What the explainer knows besides the decision and the state.
+
+    ``event``: the event whose handling produced the decision; ``restarted``: jobs the decision
+    restarted (from the state's restart counters); ``speeds``: predicted speeds (the policy's
+    estimates) when the decision carries none; ``origin``: words on what started the chain
+    (e.g. the arrival that led to the profiling run this layout follows); ``gpu_before``: the
+    GPU a requeued job was on.
+    """
+
+    event: Event | None = None
+    restarted: list[str] = field(default_factory=list)
+    speeds: Speeds | None = None
+    origin: str | None = None
+    gpu_before: str | None = None
+
+
+def _fmt(x: float | None) -> float | None:
+    return None if x is None else round(float(x), 4)
+
+
+def _objective(assignment: Mapping[str, Any], speeds: Speeds) -> float | None:
+    """Sum of predicted speeds of an assignment (None when a speed is unknown)."""
+    tot = 0.0
+    for j, pl in assignment.items():
+        s = speeds.get(j, {}).get(pl.profile)
+        if s is None:
+            return None
+        tot += s
+    return tot
+
+
+def explain(now: float, d: Decision, state: ClusterState, ctx: Context) -> dict[str, Any]:
+    """The explanation record of ``d`` (called right after ``state.apply(now, d)``)."""
+    trig, cause = trigger_of(ctx.event)
+    rec: dict[str, Any] = {"time": round(now, 3), "kind": type(d).__name__, "trigger": trig,
+                           "cause": cause}
+    if ctx.origin:
+        rec["origin"] = ctx.origin
+    why = getattr(d, "why", None)
+    match d:
+        case ApplyLayout():
+            rec.update(_apply_layout(d, state, ctx))
+        case StartProfiling():
+            rec.update(gpu=d.gpu, plan_id=d.plan_id, jobs=list(d.jobs), levels=list(d.levels),
+                       seconds_per_level=d.seconds_per_level, restarts=list(ctx.restarted))
+            unknown = [j for j in d.jobs if not (ctx.speeds and j in ctx.speeds)]
+            rec["note"] = (f"speeds of {_jobs_words(unknown or list(d.jobs))} unknown: profile "
+                           f"the mix of {len(d.jobs)} jobs under MPS at "
+                           f"{'/'.join(map(str, d.levels))} % for "
+                           f"{len(d.levels)} x {d.seconds_per_level:g} s")
+        case RunMps():
+            rec.update(gpu=d.gpu, plan_id=d.plan_id, jobs=sorted(d.shares),
+                       shares=dict(d.shares), restarts=list(ctx.restarted),
+                       note="share the full GPU under MPS: "
+                       + ", ".join(f"{j} {s} %" for j, s in sorted(d.shares.items())))
+        case PlaceJob():
+            gs = state.gpus.get(d.gpu)
+            js = state.jobs.get(d.job)
+            rec.update(job=d.job, gpu=d.gpu)
+            if gs is not None and js is not None:
+                cap = gs.geom.model.full_profile().memory_gib
+                used = state.memory_used(d.gpu)
+                rec.update(resident=list(gs.jobs), memory_gb=js.spec.memory_gb,
+                           memory_used_gb=round(used, 3), memory_total_gb=cap,
+                           queue_after=len(state.queue))
+                others = [j for j in gs.jobs if j != d.job]
+                rec["note"] = (f"job {d.job} ({js.spec.memory_gb:.1f} GB) goes to {d.gpu}, "
+                               f"which held {len(others)} job{'s' if len(others) != 1 else ''} "
+                               f"(least crowded GPU that fits it; {used:.1f} of {cap:g} GiB "
+                               f"now used)")
+        case RequeueJob():
+            rec.update(job=d.job, gpu=ctx.gpu_before, reason=d.reason,
+                       restarts=list(ctx.restarted))
+            if "rebalance" in d.reason:
+                rec["trigger"] = "rebalance"
+            rec["note"] = f"job {d.job} back to the queue: {d.reason or 'no reason given'}"
+        case WakeUp():
+            rec.update(at=round(d.at, 3), tag=d.tag,
+                       note=f"timer {d.tag or '(untagged)'} at t={d.at:.1f}s")
+        case _:
+            rec["note"] = repr(d)
+    if isinstance(why, Mapping):
+        for k, v in why.items():
+            if v is not None or k not in rec:
+                rec[k] = _plain(v)
+    return rec
+
+
+def _apply_layout(d: ApplyLayout, state: ClusterState, ctx: Context) -> dict[str, Any]:
+    gs = state.gpus.get(d.gpu)
+    cur_asg = dict(gs.assignment) if gs is not None else {}
+    cur_layout = list(gs.layout) if gs is not None else []
+    jobs = sorted(d.assignment)
+    out: dict[str, Any] = {
+        "gpu": d.gpu, "plan_id": d.plan_id, "jobs": jobs,
+        "layout": [str(p) for p in sorted(d.layout)],
+        "assignment": {j: str(d.assignment[j]) for j in jobs},
+        "current_layout": [str(p) for p in sorted(cur_layout)],
+        "current_assignment": {j: str(p) for j, p in sorted(cur_asg.items())},
+        "restarts": list(ctx.restarted),
+    }
+    why = getattr(d, "why", None) or {}
+    speeds: Speeds | None = why.get("speeds") or (
+        {j: dict(ctx.speeds[j]) for j in jobs if j in ctx.speeds} if ctx.speeds else None)
+    if speeds:
+        out["speeds"] = {j: {p: _fmt(s) for p, s in sorted(speeds[j].items())}
+                         for j in jobs if j in speeds}
+        obj = _objective(d.assignment, speeds)
+        kept = {j: pl for j, pl in cur_asg.items() if j in d.assignment}
+        cur = _objective(kept, speeds) if kept else None
+        out["objective"] = _fmt(obj)
+        out["current_objective"] = _fmt(cur)
+        out["expected_gain"] = _fmt(obj - cur) if obj is not None and cur is not None else None
+    else:
+        out.update(objective=None, current_objective=None, expected_gain=None)
+    moved = [j for j in jobs if j in cur_asg and cur_asg[j] != d.assignment[j]]
+    new = [j for j in jobs if j not in cur_asg]
+    words = []
+    if out.get("objective") is not None:
+        words.append(f"maximises the total predicted speed of the {len(jobs)} job"
+                     f"{'s' if len(jobs) != 1 else ''} among the valid layouts "
+                     f"({out['objective']:.3f}")
+        if out.get("current_objective") is not None:
+            words[-1] += (f" vs {out['current_objective']:.3f} for the current layout, gain "
+                          f"{out['expected_gain']:+.3f})")
+        else:
+            words[-1] += "; the current layout does not run them)"
+    elif len(jobs) == 1:
+        words.append(f"job {jobs[0]} is alone on the GPU: the full slice is best")
+    if new:
+        words.append(f"starts {_jobs_words(new)}")
+    if moved:
+        words.append(f"moves {_jobs_words(moved)} (checkpoint and restart)")
+    out["note"] = "; ".join(words) if words else "layout change"
+    return out
+
+
+def _jobs_words(jobs: list[str]) -> str:
+    if not jobs:
+        return "no job"
+    return ("job " if len(jobs) == 1 else "jobs ") + ", ".join(jobs)
+
+
+def _plain(v: Any) -> Any:
+    """JSON-ready copy of a ``why`` value (mappings, sequences, placements, numbers)."""
+    if isinstance(v, Mapping):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple, set, frozenset)):
+        return [_plain(x) for x in v]
+    if isinstance(v, float):
+        return round(v, 6)
+    if isinstance(v, (str, int, bool)) or v is None:
+        return v
+    return str(v)
+
+
+# ---- words ----------------------------------------------------------------------------------
+
+
+def describe(rec: Mapping[str, Any]) -> str:
+    """A record in words and numbers (first line: time, GPU/job, what; then why)."""
+    kind = rec.get("kind", "?")
+    t = rec.get("time", 0.0)
+    where = rec.get("gpu") or "-"
+    trig = rec.get("trigger", "?")
+    cause = rec.get("cause") or {}
+    because = trig
+    if cause.get("job"):
+        because += f" of job {cause['job']}" if trig in ("arrival", "completion") else \
+            f" (job {cause['job']})"
+    head = f"t={t:9.1f}s  {where:<10} {_headline(rec)}  [trigger: {because}]"
+    lines = [head]
+    if rec.get("origin"):
+        lines.append(f"    after {rec['origin']}")
+    if kind == "ApplyLayout":
+        sp = rec.get("speeds") or {}
+        std = rec.get("std") or {}
+        cur = rec.get("current_assignment") or {}
+        for j, pl in (rec.get("assignment") or {}).items():
+            prof = str(pl).split("@")[0]
+            s = sp.get(j, {}).get(prof)
+            e = std.get(j, {}).get(prof) if isinstance(std, Mapping) else None
+            pred = f"predicted speed {s:.3f}" if isinstance(s, (int, float)) else \
+                "predicted speed unknown"
+            if isinstance(e, (int, float)):
+                pred += f" +/- {e:.3f}"
+            was = f" (was on {cur[j]})" if j in cur and cur[j] != pl else \
+                (" (kept)" if j in cur else " (new on this GPU)")
+            lines.append(f"    job {j:<8} -> {pl:<12} {pred}{was}")
+        cl = rec.get("current_layout") or []
+        lines.append(f"    current layout: {' + '.join(cl) if cl else '(none)'}")
+        obj, cobj, gain = (rec.get("objective"), rec.get("current_objective"),
+                           rec.get("expected_gain"))
+        if obj is not None:
+            s = f"    objective {obj:.3f}"
+            s += f", current {cobj:.3f}" if cobj is not None else ", current: none"
+            if gain is not None:
+                s += f", expected gain {gain:+.3f}"
+            lines.append(s)
+    if rec.get("restarts"):
+        lines.append(f"    restarts: {', '.join(map(str, rec['restarts']))}")
+    if rec.get("note"):
+        lines.append(f"    why: {rec['note']}")
+    return "\n".join(lines)
+
+
+def _headline(rec: Mapping[str, Any]) -> str:
+    kind = rec.get("kind")
+    if kind == "ApplyLayout":
+        return f"plan {rec.get('plan_id')}: MIG layout {' + '.join(rec.get('layout') or [])}"
+    if kind == "StartProfiling":
+        return f"plan {rec.get('plan_id')}: profile {', '.join(rec.get('jobs') or [])} under MPS"
+    if kind == "RunMps":
+        return f"plan {rec.get('plan_id')}: MPS shares"
+    if kind == "PlaceJob":
+        return f"place job {rec.get('job')}"
+    if kind == "RequeueJob":
+        return f"requeue job {rec.get('job')}"
+    if kind == "WakeUp":
+        return f"timer {rec.get('tag')}"
+    return str(kind)
+
+
+def mentions(rec: Mapping[str, Any], *, job: str | None = None, gpu: str | None = None) -> bool:
+    """True when the record concerns ``job`` (decided on, restarted, in the mix) / ``gpu``."""
+    if gpu is not None and rec.get("gpu") != gpu:
+        return False
+    if job is None:
+        return True
+    if rec.get("job") == job or job in (rec.get("jobs") or []) or \
+            job in (rec.get("restarts") or []):
+        return True
+    return (rec.get("cause") or {}).get("job") == job

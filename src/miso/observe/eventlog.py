@@ -1,0 +1,111 @@
+"""The decision log: explanation records appended to a JSONL file, plus the recent ones in memory.
+
+One JSON object per line (see :mod:`miso.observe.decisions` for the fields, and
+``docs/observe.md``), each with a ``seq`` number increasing within the file. The live
+controller writes ``<state dir>/decisions.jsonl`` (mode 0600); ``miso simulate --events FILE``
+writes the same records. :func:`read_records` filters a file by job, GPU and time; a torn last
+line (a crash mid-write) is skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections import deque
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+from miso.observe.decisions import mentions
+
+LOG_NAME = "decisions.jsonl"
+
+
+class DecisionLog:
+    """Append-only record log; ``path=None`` keeps records in memory only.
+
+    Thread-safe: the controller loop appends, HTTP handlers read :meth:`recent`.
+    """
+
+    def __init__(self, path: str | Path | None = None, *, keep: int = 500,
+                 extra: Mapping[str, Any] | None = None) -> None:
+        self.path = Path(path) if path is not None else None
+        self.extra = dict(extra or {})
+        self._recent: deque[dict[str, Any]] = deque(maxlen=keep)
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._fh: IO[str] | None = None
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._seq = _last_seq(self.path)
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            self._fh = os.fdopen(fd, "a", encoding="utf-8")
+
+    def append(self, rec: Mapping[str, Any]) -> dict[str, Any]:
+        """Store one record (adds ``seq`` and the log's extra fields); returns it."""
+        with self._lock:
+            self._seq += 1
+            out = {"seq": self._seq, **self.extra, **rec}
+            self._recent.append(out)
+            if self._fh is not None:
+                self._fh.write(json.dumps(out, separators=(",", ":")) + "\n")
+                self._fh.flush()
+        return out
+
+    def recent(self, n: int | None = None, *, job: str | None = None, gpu: str | None = None,
+               since: float | None = None) -> list[dict[str, Any]]:
+        """The last ``n`` records kept in memory that match (oldest first)."""
+        with self._lock:
+            recs = list(self._recent)
+        out = [r for r in recs if _match(r, job, gpu, since)]
+        return out[-n:] if n else out
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fh is not None:
+                self._fh.close()
+                self._fh = None
+
+
+def _match(r: Mapping[str, Any], job: str | None, gpu: str | None,
+           since: float | None) -> bool:
+    if since is not None and float(r.get("time", 0.0)) < since:
+        return False
+    return mentions(r, job=job, gpu=gpu)
+
+
+def iter_records(path: str | Path) -> Iterator[dict[str, Any]]:
+    """Every well-formed record of a log file, in file order (torn lines skipped)."""
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(rec, dict):
+                yield rec
+
+
+def read_records(path: str | Path, *, job: str | None = None, gpu: str | None = None,
+                 since: float | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+    """Records of ``path`` that match; with ``limit`` only the last ``limit`` of them."""
+    keep: deque[dict[str, Any]] | list[dict[str, Any]] = deque(maxlen=limit) if limit else []
+    for r in iter_records(path):
+        if _match(r, job, gpu, since):
+            keep.append(r)
+    return list(keep)
+
+
+def _last_seq(path: Path) -> int:
+    if not path.exists():
+        return 0
+    last = 0
+    for r in iter_records(path):
+        s = r.get("seq")
+        if isinstance(s, int) and s > last:
+            last = s
+    return last

@@ -1,0 +1,252 @@
+"""The observer a driver (live controller or simulator) calls while it runs the scheduling core.
+
+Three calls, in the driver's event loop (see the contract in :mod:`miso.sched`):
+
+* ``on_event(now, ev, state)`` just *before* ``state.observe(now, ev)`` (the state still shows
+  what the event changes: the pending plan an ack answers, the jobs of a GPU that is removed);
+* ``on_decision(now, d, state)`` just *after* ``state.apply(now, d)`` and before executing it;
+* ``on_timing(name, seconds)`` from any thread, for durations the driver measures
+  (``checkpoint``, ``loop_lag``, ``event_handling``).
+
+From these it keeps the Prometheus counters and histograms (:class:`~miso.observe.metrics.Metrics`)
+and writes one explanation record per decision (:mod:`~miso.observe.decisions`) to the
+decision log (:class:`~miso.observe.eventlog.DecisionLog`). Either part may be left out.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from miso.mig import Placement
+from miso.observe.decisions import Context, explain
+from miso.observe.eventlog import DecisionLog
+from miso.observe.metrics import Metrics
+from miso.sched import (
+    ApplyLayout,
+    ClusterState,
+    Decision,
+    Event,
+    GpuRemoved,
+    JobFailed,
+    JobFinished,
+    JobStatus,
+    JobSubmitted,
+    LayoutApplied,
+    LayoutFailed,
+    PlaceJob,
+    ProfilingFinished,
+    RequeueJob,
+    RunMps,
+    SpeedObserved,
+    StartProfiling,
+)
+
+Estimates = Callable[[], Mapping[str, Mapping[str, float]] | None]
+
+_RESTART_REASON = {StartProfiling: "profiling", ApplyLayout: "repartition",
+                   RunMps: "repartition", RequeueJob: "preemption"}
+
+
+def policy_estimates(policy: Any) -> Estimates:
+    """The predicted-speed table of a built-in MISO-like policy (its public ``est``), used
+    when a decision carries no ``why``; an empty table for other policies."""
+    return lambda: getattr(policy, "est", None)
+
+
+class Observer:
+    """Metrics and decision log of one driver. Not thread-safe except :meth:`on_timing`:
+    ``on_event``/``on_decision`` come from the driver's single loop thread."""
+
+    def __init__(self, metrics: Metrics | None = None, log: DecisionLog | None = None, *,
+                 estimates: Estimates | None = None) -> None:
+        self.metrics = metrics
+        self.log = log
+        self.estimates = estimates
+        self._event: Event | None = None
+        self._issued: dict[int, float] = {}          # plan id -> decision time
+        self._restarts: dict[str, int] = {}          # job -> restarts seen in the state
+        self._started: set[str] = set()              # jobs a plan has run at least once
+        self._gpu_of: dict[str, str] = {}            # job -> GPU it was placed on
+        self._origin: dict[str, str] = {}            # gpu -> words on what started its plan
+        self._predicted: dict[str, dict[str, float]] = {}   # job -> profile -> speed
+        self._speed: dict[str, dict[str, float | None]] = {}  # job -> observed/predicted
+        self._lock = threading.Lock()
+
+    # ---- hooks ----------------------------------------------------------------------------
+
+    def on_event(self, now: float, ev: Event, state: ClusterState) -> None:
+        """Called before ``state.observe(now, ev)``."""
+        self._event = ev
+        m = self.metrics
+        if m is not None:
+            m.events.labels(type(ev).__name__).inc()
+        match ev:
+            case JobFinished(job=j) | JobFailed(job=j):
+                js = state.jobs.get(j)
+                if js is not None and js.status not in (JobStatus.FINISHED, JobStatus.FAILED):
+                    ok = isinstance(ev, JobFinished)
+                    if m is not None:
+                        m.completed.labels("finished" if ok else "failed").inc()
+                        if ok:
+                            m.jct_s.observe(max(0.0, now - js.submitted_at))
+                        else:
+                            m.failures.labels("job").inc()
+                for d in (self._restarts, self._gpu_of, self._predicted):
+                    d.pop(j, None)
+                self._started.discard(j)
+                with self._lock:
+                    self._speed.pop(j, None)
+            case GpuRemoved(gpu=g):
+                gs = state.gpus.get(g)
+                if gs is not None and m is not None:
+                    lost = [j for j in gs.jobs if state.jobs[j].status is JobStatus.RUNNING]
+                    if lost:
+                        m.restarts.labels("node_loss").inc(len(lost))
+            case LayoutApplied(gpu=g, plan_id=pid):
+                gs = state.gpus.get(g)
+                if gs is not None and gs.pending_plan_id == pid and m is not None:
+                    t0 = self._issued.pop(pid, None)
+                    if t0 is not None:
+                        m.reconfig_s.observe(max(0.0, now - t0))
+                    d = gs.pending
+                    full = Placement(0, gs.geom.model.full_profile().name)
+                    new = tuple(sorted(d.layout)) if isinstance(d, ApplyLayout) else (full,)
+                    if new != tuple(sorted(gs.layout)):
+                        m.reconfigurations.inc()
+            case LayoutFailed(gpu=g, plan_id=pid):
+                gs = state.gpus.get(g)
+                if gs is not None and gs.pending_plan_id == pid:
+                    self._issued.pop(pid, None)
+                    if m is not None:
+                        m.failures.labels("layout").inc()
+            case ProfilingFinished(gpu=g, plan_id=pid):
+                gs = state.gpus.get(g)
+                if gs is not None and gs.pending_plan_id == pid:
+                    t0 = self._issued.pop(pid, None)
+                    if t0 is not None and m is not None:
+                        m.profiling_s.observe(max(0.0, now - t0))
+            case SpeedObserved():
+                self._speed_observed(ev, state)
+            case _:
+                pass
+
+    def on_decision(self, now: float, d: Decision, state: ClusterState) -> None:
+        """Called after ``state.apply(now, d)``."""
+        m = self.metrics
+        if m is not None:
+            m.decisions.labels(type(d).__name__).inc()
+        involved = _jobs_of(d)
+        restarted = []
+        for j in involved:
+            js = state.jobs.get(j)
+            if js is None:
+                continue
+            if js.restarts > self._restarts.get(j, 0):
+                restarted.append(j)
+            self._restarts[j] = js.restarts
+        if m is not None and restarted:
+            m.restarts.labels(_RESTART_REASON.get(type(d), "repartition")).inc(len(restarted))
+        pid = getattr(d, "plan_id", None)
+        if pid is not None:
+            self._issued[pid] = now
+        if isinstance(d, (StartProfiling, ApplyLayout, RunMps)):
+            for j in involved:
+                if j not in self._started:
+                    self._started.add(j)
+                    js = state.jobs.get(j)
+                    if js is not None and m is not None:
+                        m.queueing_s.observe(max(0.0, now - js.submitted_at))
+        gpu_before = self._gpu_of.get(d.job) if isinstance(d, RequeueJob) else None
+        if isinstance(d, PlaceJob):
+            self._gpu_of[d.job] = d.gpu
+        elif isinstance(d, RequeueJob):
+            self._gpu_of.pop(d.job, None)
+        speeds = self._speeds_for(d)
+        if isinstance(d, ApplyLayout) and speeds:
+            for j in d.assignment:
+                if j in speeds:
+                    self._predicted[j] = dict(speeds[j])
+        if self.log is None:
+            return
+        gpu = getattr(d, "gpu", None)
+        origin = self._origin.get(gpu) if gpu else None
+        ctx = Context(event=self._event, restarted=restarted, speeds=speeds, origin=origin,
+                      gpu_before=gpu_before)
+        self.log.append(explain(now, d, state, ctx))
+        self._track_origin(now, d)
+
+    def on_timing(self, name: str, seconds: float) -> None:
+        """A duration measured by the driver (any thread)."""
+        if self.metrics is not None:
+            self.metrics.timing(name, seconds)
+
+    # ---- read side ------------------------------------------------------------------------
+
+    def job_speeds(self) -> dict[str, dict[str, float | None]]:
+        """job -> {"observed": relative speed seen on its slice, "predicted": ...}."""
+        with self._lock:
+            return {j: dict(v) for j, v in self._speed.items()}
+
+    # ---- internals ------------------------------------------------------------------------
+
+    def _speeds_for(self, d: Decision) -> Mapping[str, Mapping[str, float]] | None:
+        why = getattr(d, "why", None)
+        if isinstance(why, Mapping) and why.get("speeds"):
+            return why["speeds"]  # type: ignore[no-any-return]
+        if self.estimates is None:
+            return None
+        try:
+            est = self.estimates()
+        except Exception:  # noqa: BLE001 - explanations must never break the driver
+            return None
+        if not est:
+            return None
+        jobs = _jobs_of(d)
+        return {j: dict(est[j]) for j in jobs if j in est}
+
+    def _track_origin(self, now: float, d: Decision) -> None:
+        ev = self._event
+        if isinstance(d, StartProfiling):
+            what = "a profiling run"
+            if isinstance(ev, JobSubmitted):
+                what = f"profiling the mix after the arrival of job {ev.job.id} at t={now:.1f}s"
+            elif ev is not None:
+                what = f"profiling the mix ({type(ev).__name__} at t={now:.1f}s)"
+            self._origin[d.gpu] = what
+        elif isinstance(d, (ApplyLayout, RunMps)):
+            self._origin.pop(d.gpu, None)
+
+    def _speed_observed(self, ev: SpeedObserved, state: ClusterState) -> None:
+        js = state.jobs.get(ev.job)
+        gs = state.gpus.get(ev.gpu)
+        if js is None or gs is None:
+            return
+        full = gs.geom.model.full_profile().name
+        ref = js.observed.get(full)
+        if ev.placement.profile == full:
+            ref = ref or ev.rate
+        if ref is None and js.mps_profile:
+            ref = js.mps_profile[0]  # rate at 100 % MPS in its mix: an approximation
+        pred = self._predicted.get(ev.job, {}).get(ev.placement.profile)
+        obs = ev.rate / ref if ref else None
+        with self._lock:
+            self._speed[ev.job] = {"observed": obs, "predicted": pred,
+                                   "profile": ev.placement.profile}  # type: ignore[dict-item]
+        if obs is not None and pred and self.metrics is not None and \
+                ev.placement.profile != full:
+            self.metrics.predictor_error.observe(abs(obs - pred) / pred)
+
+
+def _jobs_of(d: Decision) -> list[str]:
+    match d:
+        case ApplyLayout():
+            return list(d.assignment)
+        case StartProfiling():
+            return list(d.jobs)
+        case RunMps():
+            return list(d.shares)
+        case PlaceJob() | RequeueJob():
+            return [d.job]
+    return []
