@@ -130,6 +130,9 @@ class ControllerActor:
         d.mkdir(parents=True, exist_ok=True)
         self.ctl = Controller(JobStore(d / "miso.db"), RayTransport(NAMESPACE),
                               ControllerConfig(**config), checkpoint_root=d / "checkpoints")
+        from miso.observe import attach  # noqa: PLC0415
+
+        self.obs = attach(self.ctl, d)  # metrics and the decision log (docs/observe.md)
         self.ctl.start()
 
     def pid(self) -> int:

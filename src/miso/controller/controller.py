@@ -65,6 +65,15 @@ class Controller:
         self.poller = AgentPoller(self.rt, self.executor)
 
     @property
+    def observer(self) -> Any:
+        """The observer the loop calls (:class:`miso.observe.Observer`), or None."""
+        return self.rt.observer
+
+    @observer.setter
+    def observer(self, obs: Any) -> None:
+        self.rt.observer = obs
+
+    @property
     def errors(self) -> list[str]:
         """Errors seen so far (policy contract breaches, failed executions)."""
         return self.rt.errors

@@ -112,6 +112,7 @@ class PlanExecutor:
         rt = self.rt
         if not runs:
             return
+        t0 = time.monotonic()
         for r in runs:
             r.stopping = True
             rt.store.update(r.job, state="checkpointing")
@@ -130,6 +131,8 @@ class PlanExecutor:
                 rt.drop_run(r)
         for r in runs:
             rt.store.update(r.job, state="queued")
+        if rt.observer is not None:
+            rt.observer.on_timing("checkpoint", time.monotonic() - t0)
 
     def _launch(self, job: str, gpu: str, pl: Placement, mps_pct: int | None, *,
                 profiling: bool = False) -> Run | None:

@@ -16,6 +16,7 @@ import itertools
 import logging
 import queue
 import threading
+import time
 from typing import Any
 
 from miso.controller.executor import PlanExecutor
@@ -100,7 +101,11 @@ class EventLoop:
                 continue
             kind = item[0]
             if kind == "event":
+                t0 = time.monotonic()
                 self._safe(self._handle, item[1])
+                if rt.observer is not None and len(item) > 2:
+                    rt.observer.on_timing("loop_lag", t0 - item[2])
+                    rt.observer.on_timing("event_handling", time.monotonic() - t0)
             elif kind == "cancel":
                 self._safe(self._cancel, item[1])
                 item[2].set()
@@ -136,6 +141,9 @@ class EventLoop:
                 return
             case _:
                 pass
+        obs = self.rt.observer
+        if obs is not None:
+            obs.on_event(now, ev, st)
         st.observe(now, ev)
         store.log_event(now, type(ev).__name__, _ev_body(ev))
         decisions = self.policy.decide(now, ev, st)
@@ -148,6 +156,8 @@ class EventLoop:
                 self.rt.error(msg)
                 continue
             store.log_event(now, "decision:" + type(d).__name__, _ev_body(d))
+            if obs is not None:
+                obs.on_decision(now, d, st)
             self._execute(d)
 
     def _execute(self, d: Decision) -> None:

@@ -93,6 +93,8 @@ class Runtime:
         self.queue: queue.Queue[tuple[Any, ...]] = queue.Queue()
         self.stopping = threading.Event()
         self.errors: list[str] = []
+        #: optional observer (:class:`miso.observe.Observer`): metrics and the decision log
+        self.observer: Any = None
 
     def now(self) -> float:
         """Controller clock: seconds since the store was created (survives restarts)."""
@@ -100,7 +102,7 @@ class Runtime:
 
     def post_event(self, ev: Event) -> None:
         """Hand an event to the loop thread."""
-        self.queue.put(("event", ev))
+        self.queue.put(("event", ev, time.monotonic()))
 
     def error(self, msg: str) -> None:
         """Record an error shown in ``status()["errors"]``."""

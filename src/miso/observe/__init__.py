@@ -13,7 +13,7 @@ web page and its JSON view. See ``docs/metrics.md`` and ``docs/observe.md``.
 
 from miso.observe.eventlog import LOG_NAME, DecisionLog, read_records
 from miso.observe.metrics import Metrics
-from miso.observe.observer import Observer, policy_estimates
+from miso.observe.observer import Observer, attach, policy_estimates
 
-__all__ = ["LOG_NAME", "DecisionLog", "Metrics", "Observer", "policy_estimates",
+__all__ = ["LOG_NAME", "DecisionLog", "Metrics", "Observer", "attach", "policy_estimates",
            "read_records"]

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from miso.mig import Placement
 from miso.observe.decisions import Context, explain
-from miso.observe.eventlog import DecisionLog
+from miso.observe.eventlog import LOG_NAME, DecisionLog
 from miso.observe.metrics import Metrics
 from miso.sched import (
     ApplyLayout,
@@ -250,3 +251,17 @@ def _jobs_of(d: Decision) -> list[str]:
         case PlaceJob() | RequeueJob():
             return [d.job]
     return []
+
+
+def attach(controller: Any, state_dir: str | Path | None = None, *, metrics: bool = True,
+           log: bool = True) -> Observer:
+    """Give a live :class:`~miso.controller.Controller` its observer: a metrics registry over
+    its ``status()`` and the decision log ``<state_dir>/decisions.jsonl`` (in memory only when
+    ``state_dir`` is None). Call before ``controller.start()``."""
+    m = Metrics(status=controller.status) if metrics else None
+    dlog = None
+    if log:
+        dlog = DecisionLog(Path(state_dir) / LOG_NAME if state_dir is not None else None)
+    obs = Observer(m, dlog, estimates=policy_estimates(controller.policy))
+    controller.observer = obs
+    return obs

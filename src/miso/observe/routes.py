@@ -1,0 +1,122 @@
+"""HTTP routes of the observability side, as a FastAPI router to mount on the API server.
+
+* ``GET /`` and ``GET /static/{name}`` - the web page (package data under ``web/``; no data in
+  it: the page asks for a token once and calls the JSON endpoints with it);
+* ``GET /metrics`` - Prometheus text exposition of the controller's registry;
+* ``GET /api/v1/events?job=&gpu=&since=&limit=`` - decision records, oldest first, each with
+  its ``text``;
+* ``GET /api/v1/cluster`` - the view the page draws (:func:`miso.observe.view.cluster_view`).
+
+``auth`` guards the JSON endpoints and ``metrics_auth`` ``/metrics`` (FastAPI dependencies, e.g.
+the API's bearer-token check); None leaves them open (loopback tests, a read-only server on
+127.0.0.1). :func:`instrument` adds API request latency to the metrics.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Protocol
+
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, Response
+
+from miso.observe.decisions import describe
+from miso.observe.eventlog import read_records
+from miso.observe.metrics import CONTENT_TYPE
+from miso.observe.observer import Observer
+from miso.observe.view import cluster_view
+
+STATIC = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
+          "style.css": "text/css; charset=utf-8"}
+
+
+class StatusSource(Protocol):
+    def status(self) -> Mapping[str, Any]: ...
+
+
+@cache
+def _asset(name: str) -> bytes:
+    return (resources.files("miso.observe") / "web" / name).read_bytes()
+
+
+def observe_router(source: StatusSource, observer: Observer, *,
+                   auth: Callable[..., Any] | None = None,
+                   metrics_auth: Callable[..., Any] | None = None,
+                   log_path: str | Path | None = None, recent: int = 30) -> APIRouter:
+    """The router (see the module docstring). ``log_path``: the decision log file that
+    ``/api/v1/events`` reads (default: the records the observer keeps in memory)."""
+    router = APIRouter()
+    deps = [Depends(auth)] if auth is not None else []
+    mdeps = [Depends(metrics_auth)] if metrics_auth is not None else []
+    path = Path(log_path) if log_path is not None else (
+        observer.log.path if observer.log is not None else None)
+
+    @router.get("/", include_in_schema=False)
+    def index() -> Response:
+        return Response(_asset("index.html"), media_type=STATIC["index.html"],
+                        headers={"Cache-Control": "no-cache"})
+
+    @router.get("/static/{name}", include_in_schema=False)
+    def static(name: str) -> Response:
+        if name not in STATIC:
+            raise HTTPException(404, "no such file")
+        return Response(_asset(name), media_type=STATIC[name],
+                        headers={"Cache-Control": "no-cache"})
+
+    @router.get("/metrics", dependencies=mdeps)
+    def metrics() -> Response:
+        if observer.metrics is None:
+            raise HTTPException(404, "metrics are off")
+        return Response(observer.metrics.render(), media_type=CONTENT_TYPE)
+
+    @router.get("/api/v1/events", dependencies=deps)
+    def events(job: str | None = None, gpu: str | None = None,
+               since: float | None = None,
+               limit: int = Query(200, ge=1, le=10000)) -> dict[str, Any]:
+        if path is not None and path.exists():
+            recs = read_records(path, job=job, gpu=gpu, since=since, limit=limit)
+        elif observer.log is not None:
+            recs = observer.log.recent(limit, job=job, gpu=gpu, since=since)
+        else:
+            recs = []
+        return {"events": [dict(r, text=describe(r)) for r in recs]}
+
+    @router.get("/api/v1/cluster", dependencies=deps)
+    def cluster() -> dict[str, Any]:
+        recs = observer.log.recent(recent) if observer.log is not None else []
+        return cluster_view(source.status(), speeds=observer.job_speeds(), decisions=recs)
+
+    return router
+
+
+def instrument(app: FastAPI, observer: Observer) -> None:
+    """Record every request's latency in ``miso_api_request_duration_seconds`` (labelled by
+    method, route template and status)."""
+    if observer.metrics is None:
+        return
+    m = observer.metrics
+
+    @app.middleware("http")
+    async def _timed(request: Request,
+                     call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        t0 = time.perf_counter()
+        status = 500
+        try:
+            resp = await call_next(request)
+            status = resp.status_code
+            return resp
+        finally:
+            route = request.scope.get("route")
+            m.request(request.method, getattr(route, "path", "unmatched"), status,
+                      time.perf_counter() - t0)
+
+
+def make_app(source: StatusSource, observer: Observer, **kw: Any) -> FastAPI:
+    """A minimal app with only these routes (the read-only server on loopback, tests)."""
+    app = FastAPI(title="miso observe", docs_url=None, redoc_url=None, openapi_url=None)
+    app.include_router(observe_router(source, observer, **kw))
+    instrument(app, observer)
+    return app

@@ -1,0 +1,137 @@
+"""The cluster view the web page draws (``GET /api/v1/cluster``), built from a ``status()``
+snapshot, the observer's observed/predicted speeds and the recent decision records. Pure.
+
+Shape: ``{"time", "policy", "gpus": [{"id", "node", "model", "units", "phase",
+"pending_plan", "slices": [{"profile", "start", "size", "compute_slices", "memory_gib",
+"job", "mps_share"}], "jobs"}], "jobs": [{"id", "name", "owner", "state", "gpu", "slice",
+"progress", "iteration", "total", "rate", "speed": {"observed", "predicted", "profile"},
+"restarts", "submitted_at", "wait_reason", "reason"}], "queue": [{"id", "name", "owner",
+"waited_s", "reason"}], "decisions": [record + "text"]}``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from miso.mig import gpu_model
+from miso.observe.decisions import describe
+
+ACTIVE = ("queued", "profiling", "running", "checkpointing")
+
+
+def cluster_view(snap: Mapping[str, Any], *, speeds: Mapping[str, Mapping[str, Any]] | None = None,
+                 decisions: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """The JSON view of one snapshot (see the module docstring)."""
+    speeds = speeds or {}
+    now = float(snap.get("time") or 0.0)
+    jobs = {str(j.get("id")): j for j in snap.get("jobs") or []}
+    gpus = [_gpu(g, jobs) for g in snap.get("gpus") or []]
+    where = {j: g["id"] for g in snap.get("gpus") or [] for j in g.get("jobs") or []}
+    phase = {g["id"]: g.get("phase") for g in snap.get("gpus") or []}
+    queue = [str(q) for q in snap.get("queue") or []]
+    qreason = queue_reasons(queue, jobs, snap.get("gpus") or [])
+    out_jobs = []
+    for jid, j in jobs.items():
+        gpu = where.get(jid) or j.get("gpu")
+        total = j.get("total")
+        it = j.get("iteration")
+        prog = (min(1.0, it / total) if isinstance(it, (int, float)) and total else None)
+        state = str(j.get("state", ""))
+        if state == "finished":
+            prog = 1.0
+        wait = None
+        if state in ACTIVE and state != "running" and state != "profiling":
+            wait = qreason.get(jid) or _placed_reason(gpu, phase.get(gpu or ""))
+        out_jobs.append({
+            "id": jid, "name": j.get("name"), "owner": j.get("owner") or "",
+            "state": state, "gpu": gpu, "slice": j.get("placement"),
+            "progress": prog, "iteration": it, "total": total, "rate": j.get("rate"),
+            "speed": dict(speeds.get(jid) or {}), "restarts": j.get("restarts", 0),
+            "submitted_at": j.get("submitted_at"), "wait_reason": j.get("wait_reason") or wait,
+            "reason": j.get("reason") or "",
+        })
+    out_queue = []
+    for q in queue:
+        j = jobs.get(q, {})
+        sub = j.get("submitted_at")
+        out_queue.append({"id": q, "name": j.get("name"), "owner": j.get("owner") or "",
+                          "waited_s": round(now - float(sub), 1) if sub is not None else None,
+                          "reason": j.get("wait_reason") or qreason.get(q, "")})
+    recs = [dict(r, text=describe(r)) for r in decisions]
+    return {"time": now, "policy": snap.get("policy"), "gpus": gpus, "jobs": out_jobs,
+            "queue": out_queue, "decisions": recs, "errors": list(snap.get("errors") or [])}
+
+
+def _gpu(g: Mapping[str, Any], jobs: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    model_name = str(g.get("model", ""))
+    try:
+        model = gpu_model(model_name)
+        units = model.units
+    except KeyError:
+        model, units = None, 0
+    by_slice = {str(pl): j for j, pl in (g.get("assignment") or {}).items()}
+    shares = dict(g.get("mps_shares") or {})
+    # jobs sharing the full slice under MPS: MPS-only plans, or a profiling run of the mix
+    mps_jobs = sorted(shares) if shares else (
+        list(g.get("jobs") or []) if g.get("phase") == "profiling" else [])
+    slices = []
+    for s in g.get("layout") or []:
+        prof, _, start = str(s).partition("@")
+        size, cs, mem = 0, 0, 0.0
+        if model is not None:
+            try:
+                p = model.profile(prof)
+                size, cs, mem = p.size, p.compute_slices, p.memory_gib
+            except KeyError:
+                pass
+        job = by_slice.get(str(s))
+        slices.append({"profile": prof, "start": int(start or 0), "size": size,
+                       "compute_slices": cs, "memory_gib": mem, "job": job,
+                       "job_state": jobs.get(job, {}).get("state") if job else None,
+                       "mps_jobs": mps_jobs})
+    return {"id": g.get("id"), "node": g.get("node", ""), "model": model_name, "units": units,
+            "phase": g.get("phase"), "pending_plan": g.get("pending_plan"),
+            "slices": sorted(slices, key=lambda x: x["start"]), "jobs": list(g.get("jobs") or []),
+            "mps_shares": shares}
+
+
+def queue_reasons(queue: list[str], jobs: Mapping[str, Mapping[str, Any]],
+                  gpus: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """Why each queued job waits (FIFO: the head waits for room, the others for the head)."""
+    out: dict[str, str] = {}
+    gpus = list(gpus)
+    if not queue:
+        return out
+    head = queue[0]
+    mem = jobs.get(head, {}).get("memory_gb")
+    if not gpus:
+        out[head] = "no GPU has joined the cluster yet"
+    else:
+        full = []
+        for g in gpus:
+            try:
+                model = gpu_model(str(g.get("model")))
+            except KeyError:
+                continue
+            if len(g.get("jobs") or []) >= model.max_instances:
+                full.append(g.get("id"))
+        if len(full) == len(gpus):
+            out[head] = f"every GPU holds its maximum of jobs ({len(gpus)} GPUs)"
+        else:
+            need = f" ({mem:g} GB)" if isinstance(mem, (int, float)) else ""
+            out[head] = (f"no GPU can fit it{need} next to its resident jobs, or a plan is "
+                         f"being decided; it goes first when room frees up")
+    for q in queue[1:]:
+        out[q] = f"behind job {head} in the first-come-first-served queue"
+    return out
+
+
+def _placed_reason(gpu: str | None, phase: str | None) -> str | None:
+    if not gpu:
+        return None
+    if phase == "profiling":
+        return f"on {gpu}: its mix is being profiled under MPS"
+    if phase == "reconfiguring":
+        return f"on {gpu}: the GPU is being repartitioned for it"
+    return f"on {gpu}: waiting for its slice"

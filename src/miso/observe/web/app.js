@@ -1,0 +1,180 @@
+// miso web page: polls /api/v1/cluster every 2 s and draws it. No external code.
+"use strict";
+(function () {
+  const KEY = "miso-token";
+  const $ = (id) => document.getElementById(id);
+  let paused = false;
+  let timer = null;
+
+  function el(tag, attrs, ...kids) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (k === "class") e.className = v;
+      else if (k === "text") e.textContent = v;
+      else e.setAttribute(k, v);
+    }
+    for (const k of kids) if (k != null) e.append(k instanceof Node ? k : String(k));
+    return e;
+  }
+  const fmt = (x, d = 2) => (typeof x === "number" ? x.toFixed(d) : "\u2013");
+
+  function token() { return sessionStorage.getItem(KEY) || ""; }
+  function showError(msg) {
+    const e = $("error");
+    e.textContent = msg || "";
+    e.hidden = !msg;
+  }
+
+  async function fetchJSON(url) {
+    const headers = {};
+    if (token()) headers["Authorization"] = "Bearer " + token();
+    const r = await fetch(url, { headers, cache: "no-store" });
+    if (r.status === 401 || r.status === 403) {
+      $("token-form").hidden = false;
+      throw new Error(r.status === 401 ? "this page needs an API token" :
+        "the token is not allowed to see the cluster");
+    }
+    if (!r.ok) throw new Error(url + ": HTTP " + r.status);
+    return r.json();
+  }
+
+  function drawGpus(gpus) {
+    const box = $("gpus");
+    box.replaceChildren();
+    if (!gpus.length) box.append(el("p", { text: "No GPU has joined yet." }));
+    for (const g of gpus) {
+      const units = g.units || 8;
+      const bar = el("div", { class: "units", role: "list",
+        "aria-label": `${g.id}: ${g.slices.length} slices over ${units} placement units` });
+      bar.style.gridTemplateColumns = `repeat(${units}, 1fr)`;
+      const used = new Set();
+      for (const s of g.slices) {
+        for (let u = s.start; u < s.start + Math.max(1, s.size); u++) used.add(u);
+        const mps = s.mps_jobs && s.mps_jobs.length;
+        const who = s.job ? `job ${s.job}` : (mps ? `MPS: ${s.mps_jobs.join(", ")}` : "idle");
+        const cls = "slice" + (s.job ? "" : (mps ? " mps" : " empty"));
+        const d = el("div", { class: cls, role: "listitem",
+          "aria-label": `slice ${s.profile} at unit ${s.start}: ${who}` },
+          el("span", { class: "prof", text: s.profile }),
+          el("span", { class: "job", text: who }));
+        d.title = `${s.profile} @${s.start}, ${s.compute_slices} compute slices, ` +
+          `${s.memory_gib} GiB: ${who}`;
+        d.style.gridColumn = `${s.start + 1} / span ${Math.max(1, s.size)}`;
+        d.style.gridRow = "1";
+        bar.append(d);
+      }
+      for (let u = 0; u < units; u++) {
+        if (used.has(u)) continue;
+        const f = el("div", { class: "unit-free", "aria-hidden": "true" });
+        f.style.gridColumn = `${u + 1} / span 1`;
+        f.style.gridRow = "1";
+        bar.append(f);
+      }
+      const phase = g.phase || "idle";
+      const card = el("article", { class: "gpu", "aria-label": `GPU ${g.id}, ${phase}` },
+        el("h3", {}, el("span", { text: `${g.id} \u00b7 ${g.model}` }),
+          el("span", { class: "phase " + phase, text: phase })),
+        bar,
+        el("div", { class: "meta", text: `${g.jobs.length} job(s)` +
+          (g.pending_plan ? ` \u00b7 plan ${g.pending_plan} in progress` : "") }));
+      box.append(card);
+    }
+  }
+
+  function drawJobs(jobs) {
+    const tb = $("jobs").querySelector("tbody");
+    tb.replaceChildren();
+    const order = { running: 0, profiling: 1, checkpointing: 2, queued: 3 };
+    const rows = [...jobs].sort((a, b) => (order[a.state] ?? 9) - (order[b.state] ?? 9) ||
+      String(a.id).localeCompare(String(b.id), undefined, { numeric: true }));
+    for (const j of rows) {
+      const pct = j.progress == null ? null : Math.round(j.progress * 100);
+      const prog = pct == null ? el("span", { text: "\u2013" }) :
+        el("span", {}, el("progress", { max: "100", value: String(pct),
+          "aria-label": `job ${j.id} progress ${pct} %` }), ` ${pct} %`);
+      const sp = j.speed || {};
+      const speed = (sp.observed != null || sp.predicted != null)
+        ? `${fmt(sp.observed)} / ${fmt(sp.predicted)}` + (sp.profile ? ` on ${sp.profile}` : "")
+        : (j.rate != null ? `${fmt(j.rate, 1)} it/s` : "\u2013");
+      tb.append(el("tr", {},
+        el("td", { text: j.id }), el("td", { text: j.name || "" }),
+        el("td", { text: j.owner || "" }),
+        el("td", { class: "state-" + j.state, text: j.state }),
+        el("td", { text: (j.gpu || "\u2013") + (j.slice ? " \u00b7 " + j.slice : "") }),
+        el("td", {}, prog), el("td", { text: speed }),
+        el("td", { text: String(j.restarts ?? 0) }),
+        el("td", { text: j.wait_reason || (j.reason && j.state !== "running" ? j.reason : "") })));
+    }
+  }
+
+  function drawQueue(queue) {
+    const q = $("queue");
+    q.replaceChildren();
+    if (!queue.length) q.append(el("li", { text: "empty" }));
+    for (const e of queue)
+      q.append(el("li", { text: `job ${e.id} (${e.name || ""}${e.owner ? ", " + e.owner : ""})` +
+        ` waiting ${fmt(e.waited_s, 0)} s: ${e.reason}` }));
+  }
+
+  function drawDecisions(recs) {
+    const box = $("decisions");
+    const open = new Set([...box.querySelectorAll("details[open]")].map((d) => d.dataset.seq));
+    const first = !box.dataset.drawn;
+    box.replaceChildren();
+    box.dataset.drawn = "1";
+    const list = [...recs].reverse();
+    if (!list.length) box.append(el("p", { text: "No decision yet." }));
+    list.forEach((r, i) => {
+      const what = r.kind + (r.gpu ? " on " + r.gpu : "") + (r.job ? " for job " + r.job : "");
+      const d = el("details", { class: "decision", "data-seq": String(r.seq) },
+        el("summary", {}, `t=${fmt(r.time, 1)} s \u00b7 ${what} \u00b7 trigger: ${r.trigger}` +
+          (r.expected_gain != null ? ` \u00b7 gain ${fmt(r.expected_gain, 3)}` : "")),
+        el("pre", { text: r.text || r.note || "" }));
+      if (open.has(String(r.seq)) || (first && i < 3)) d.open = true;
+      box.append(d);
+    });
+  }
+
+  async function refresh() {
+    if (paused) return;
+    try {
+      const v = await fetchJSON("api/v1/cluster");
+      showError("");
+      $("token-form").hidden = true;
+      const running = v.jobs.filter((j) => j.state === "running").length;
+      $("summary").textContent = `policy ${v.policy || "?"} \u00b7 ${v.gpus.length} GPUs \u00b7 ` +
+        `${running} running \u00b7 ${v.queue.length} queued \u00b7 t=${fmt(v.time, 0)} s`;
+      drawGpus(v.gpus);
+      drawJobs(v.jobs);
+      drawQueue(v.queue);
+      drawDecisions(v.decisions);
+    } catch (e) {
+      showError(e.message);
+    }
+  }
+
+  function schedule() {
+    clearInterval(timer);
+    timer = setInterval(refresh, 2000);
+  }
+
+  $("token-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    sessionStorage.setItem(KEY, $("token").value.trim());
+    $("token").value = "";
+    refresh();
+  });
+  $("forget").addEventListener("click", () => {
+    sessionStorage.removeItem(KEY);
+    $("token-form").hidden = false;
+    $("token").focus();
+  });
+  $("pause").addEventListener("click", (ev) => {
+    paused = !paused;
+    ev.target.setAttribute("aria-pressed", String(paused));
+    ev.target.textContent = paused ? "Resume updates" : "Pause updates";
+    if (!paused) refresh();
+  });
+  refresh();
+  schedule();
+})();
