@@ -158,7 +158,7 @@ def optimize(
 
 def _mount() -> None:
     """Attach the predictor, simulator and live-cluster commands (imported lazily inside)."""
-    from miso import cli_cluster, cli_demo, cli_predictor, cli_simulate
+    from miso import cli_cluster, cli_demo, cli_events, cli_predictor, cli_simulate
     from miso.doctor import doctor
 
     app.add_typer(cli_predictor.app, name="predictor")
@@ -168,6 +168,7 @@ def _mount() -> None:
         app.command(name)(getattr(cli_cluster, name))
     app.command("demo")(cli_demo.demo)
     app.command("doctor")(doctor)
+    app.command("events")(cli_events.events)
 
 
 _mount()

@@ -42,6 +42,9 @@ def simulate(
         help="Trace window START:END in seconds of submit time.")] = None,
     time_scale: Annotated[float, typer.Option(help="Multiply trace submit times.")] = 1.0,
     duration_scale: Annotated[float, typer.Option(help="Multiply job durations.")] = 1.0,
+    events: Annotated[Path | None, typer.Option(
+        "--events", help="Write the decision log (JSONL, one record per decision with its "
+        "reason) here; read it with `miso events --file FILE`.")] = None,
 ) -> None:
     """Simulate MIG scheduling policies and report JCT, makespan, STP and restarts."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -80,6 +83,8 @@ def simulate(
                                                             mean_interarrival}}
     cols = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/"
             "{task.total}"), TimeElapsedColumn())
+    if sweep is not None and events is not None:
+        _fail("--events logs the decisions of one comparison; it does not apply to --sweep")
     if sweep is not None:
         if sweep not in ("interarrival", "jobs-per-gpu"):
             _fail(f"--sweep must be interarrival or jobs-per-gpu, not {sweep!r}")
@@ -121,7 +126,8 @@ def simulate(
             prog.update(tasks[p], completed=n)
 
         try:
-            summary, raw = compare(pols, tjobs, cfg, seed, progress=cb)
+            summary, raw = compare(pols, tjobs, cfg, seed, progress=cb,
+                                   observer=_event_log(events))
         except ValueError as e:
             _fail(str(e))
     out["policies"] = summary
@@ -133,6 +139,25 @@ def simulate(
         bars(summary, plot / "bars.png")
         rel_jct_cdf(raw, plot / "relative_jct_cdf.png")
     _write(json_out, out)
+
+
+def _event_log(path: Path | None):  # noqa: ANN202 - None or an observer factory
+    """Observer factory writing every policy's decisions to ``path`` (a fresh file)."""
+    if path is None:
+        return None
+    from miso.observe import DecisionLog, Observer, policy_estimates
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")
+    except OSError as e:
+        _fail(f"--events {path}: {e.strerror or e}")
+
+    def make(name: str, policy: object) -> Observer:
+        return Observer(None, DecisionLog(path, keep=1, extra={"policy": name}),
+                        estimates=policy_estimates(policy))
+
+    return make
 
 
 def _write(path: Path | None, out: dict[str, object]) -> None:

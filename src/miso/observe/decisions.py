@@ -11,6 +11,7 @@ few lines for ``miso events`` and the web page. Pure: no I/O.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -161,7 +162,7 @@ def _apply_layout(d: ApplyLayout, state: ClusterState, ctx: Context) -> dict[str
     gs = state.gpus.get(d.gpu)
     cur_asg = dict(gs.assignment) if gs is not None else {}
     cur_layout = list(gs.layout) if gs is not None else []
-    jobs = sorted(d.assignment)
+    jobs = sorted(d.assignment, key=job_key)
     out: dict[str, Any] = {
         "gpu": d.gpu, "plan_id": d.plan_id, "jobs": jobs,
         "layout": [str(p) for p in sorted(d.layout)],
@@ -194,8 +195,10 @@ def _apply_layout(d: ApplyLayout, state: ClusterState, ctx: Context) -> dict[str
         if out.get("current_objective") is not None:
             words[-1] += (f" vs {out['current_objective']:.3f} for the current layout, gain "
                           f"{out['expected_gain']:+.3f})")
+        elif ctx.event is not None and isinstance(ctx.event, ProfilingFinished):
+            words[-1] += "; until now they ran together under MPS to be profiled)"
         else:
-            words[-1] += "; the current layout does not run them)"
+            words[-1] += "; the current layout runs none of them)"
     elif len(jobs) == 1:
         words.append(f"job {jobs[0]} is alone on the GPU: the full slice is best")
     if new:
@@ -204,6 +207,11 @@ def _apply_layout(d: ApplyLayout, state: ClusterState, ctx: Context) -> dict[str
         words.append(f"moves {_jobs_words(moved)} (checkpoint and restart)")
     out["note"] = "; ".join(words) if words else "layout change"
     return out
+
+
+def job_key(j: str) -> tuple[int, int | str]:
+    """Natural order of job ids ("2" before "10")."""
+    return (0, int(j)) if j.isdigit() else (1, j)
 
 
 def _jobs_words(jobs: list[str]) -> str:
@@ -229,7 +237,15 @@ def _plain(v: Any) -> Any:
 
 
 def describe(rec: Mapping[str, Any]) -> str:
-    """A record in words and numbers (first line: time, GPU/job, what; then why)."""
+    """A record in words and numbers (first line: time, GPU/job, what; then why). Terminal
+    control characters (from job names or failure reasons) are dropped."""
+    return _CONTROL.sub("", _describe(rec))
+
+
+_CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+
+
+def _describe(rec: Mapping[str, Any]) -> str:
     kind = rec.get("kind", "?")
     t = rec.get("time", 0.0)
     where = rec.get("gpu") or "-"
@@ -255,8 +271,11 @@ def describe(rec: Mapping[str, Any]) -> str:
                 "predicted speed unknown"
             if isinstance(e, (int, float)):
                 pred += f" +/- {e:.3f}"
-            was = f" (was on {cur[j]})" if j in cur and cur[j] != pl else \
-                (" (kept)" if j in cur else " (new on this GPU)")
+            if j in cur:
+                was = f" (was on {cur[j]})" if cur[j] != pl else " (kept)"
+            else:
+                was = " (from the MPS profiling run)" if rec.get("trigger") == "profiled" \
+                    else " (starts)"
             lines.append(f"    job {j:<8} -> {pl:<12} {pred}{was}")
         cl = rec.get("current_layout") or []
         lines.append(f"    current layout: {' + '.join(cl) if cl else '(none)'}")

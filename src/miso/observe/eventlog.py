@@ -41,6 +41,14 @@ class DecisionLog:
             self._seq = _last_seq(self.path)
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             self._fh = os.fdopen(fd, "a", encoding="utf-8")
+            if _torn(self.path):
+                self._fh.write("\n")  # end a line a crash cut short: it stays unreadable
+
+    def __enter__(self) -> DecisionLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def append(self, rec: Mapping[str, Any]) -> dict[str, Any]:
         """Store one record (adds ``seq`` and the log's extra fields); returns it."""
@@ -98,6 +106,16 @@ def read_records(path: str | Path, *, job: str | None = None, gpu: str | None = 
         if _match(r, job, gpu, since):
             keep.append(r)
     return list(keep)
+
+
+def _torn(path: Path) -> bool:
+    """True when the file is not empty and does not end with a newline."""
+    with open(path, "rb") as fh:
+        fh.seek(0, os.SEEK_END)
+        if fh.tell() == 0:
+            return False
+        fh.seek(-1, os.SEEK_END)
+        return fh.read(1) != b"\n"
 
 
 def _last_seq(path: Path) -> int:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from miso.mig import Placement
-from miso.observe.decisions import Context, explain
+from miso.observe.decisions import Context, explain, trigger_of
 from miso.observe.eventlog import LOG_NAME, DecisionLog
 from miso.observe.metrics import Metrics
 from miso.sched import (
@@ -33,7 +33,6 @@ from miso.sched import (
     JobFailed,
     JobFinished,
     JobStatus,
-    JobSubmitted,
     LayoutApplied,
     LayoutFailed,
     PlaceJob,
@@ -210,12 +209,12 @@ class Observer:
     def _track_origin(self, now: float, d: Decision) -> None:
         ev = self._event
         if isinstance(d, StartProfiling):
-            what = "a profiling run"
-            if isinstance(ev, JobSubmitted):
-                what = f"profiling the mix after the arrival of job {ev.job.id} at t={now:.1f}s"
-            elif ev is not None:
-                what = f"profiling the mix ({type(ev).__name__} at t={now:.1f}s)"
-            self._origin[d.gpu] = what
+            trig, cause = trigger_of(ev)
+            if "job" in cause and trig in ("arrival", "completion"):
+                what = f"the {trig} of job {cause['job']}"
+            else:
+                what = f"a {trig.replace('_', ' ')} event"
+            self._origin[d.gpu] = f"profiling the mix, started by {what} at t={now:.1f}s"
         elif isinstance(d, (ApplyLayout, RunMps)):
             self._origin.pop(d.gpu, None)
 

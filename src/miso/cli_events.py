@@ -1,0 +1,85 @@
+"""``miso events``: print the decision log (why each placement, profiling run and layout was
+chosen), from a cluster's state directory or from a file ``miso simulate --events`` wrote.
+Registered by :mod:`miso.cli` as ``app.command("events")(events)``."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+
+
+def _fail(msg: str, code: int = 2) -> NoReturn:
+    typer.echo(f"error: {msg}", err=True)
+    raise typer.Exit(code)
+
+
+def _log_path(file: Path | None, state_dir: str | None) -> Path:
+    from miso.observe import LOG_NAME
+
+    if file is not None:
+        return file
+    d = Path(state_dir or os.environ.get("MISO_STATE_DIR")
+             or Path.home() / ".miso" / "cluster").expanduser()
+    return d / LOG_NAME
+
+
+def events(
+    job: Annotated[str | None, typer.Option("--job", help="Only decisions about this job.")]
+    = None,
+    gpu: Annotated[str | None, typer.Option("--gpu", help="Only decisions on this GPU "
+                                                          "(e.g. node0/1, gpu3).")] = None,
+    since: Annotated[float | None, typer.Option(
+        "--since", help="Only decisions at or after T seconds (the controller's or the "
+        "simulation's clock, as printed).")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", min=1,
+                                              help="Only the last N matching decisions.")]
+    = None,
+    json_out: Annotated[bool, typer.Option("--json", help='Print {"events": [...]} JSON.')]
+    = False,
+    file: Annotated[Path | None, typer.Option(
+        "--file", help="Read this log (e.g. written by `miso simulate --events FILE`) instead "
+        "of the cluster's.")] = None,
+    state_dir: Annotated[str | None, typer.Option(
+        "--state-dir", help="Cluster state directory (default $MISO_STATE_DIR or "
+        "~/.miso/cluster).")] = None,
+    policy: Annotated[str | None, typer.Option(
+        "--policy", help="With a simulator log of several policies: only this one.")] = None,
+) -> None:
+    """Print the decision log: every decision of the scheduler with its reason (trigger,
+    predicted speeds, chosen layout and its objective vs the current one, restarts, gain)."""
+    import math
+
+    from miso.observe import read_records
+    from miso.observe.decisions import describe
+
+    if since is not None and not math.isfinite(since):
+        _fail(f"--since must be a number of seconds, got {since}")
+    path = _log_path(file, state_dir)
+    if not path.exists():
+        where = f"{path}" if file is not None else \
+            f"{path} (is a cluster running with this --state-dir?)"
+        _fail(f"no decision log at {where}")
+    try:
+        recs = read_records(path, job=job, gpu=gpu, since=since)
+    except (OSError, UnicodeDecodeError) as e:
+        _fail(f"cannot read {path}: {e}")
+    if policy is not None:
+        recs = [r for r in recs if r.get("policy") == policy]
+    if limit:
+        recs = recs[-limit:]
+    if json_out:
+        typer.echo(json.dumps({"events": recs}))
+        return
+    if not recs:
+        typer.echo("no matching decisions", err=True)
+        return
+    last_policy = None
+    for r in recs:
+        if r.get("policy") and r.get("policy") != last_policy:
+            last_policy = r["policy"]
+            typer.echo(f"== policy {last_policy}")
+        typer.echo(describe(r))
