@@ -67,5 +67,5 @@ def test_bad_input_is_one_line(tmp_path):
     assert "not one of" in _err(["optimize", "--gpu", "A100-40GB", "--speeds", str(f)])
     f.write_text(json.dumps({"tasks": {}}))
     assert "expected" in _err(["optimize", "--gpu", "A100-40GB", "--speeds", str(f)])
-    assert "not found" in _err(["optimize", "--gpu", "A100-40GB", "--speeds",
+    assert "no such file" in _err(["optimize", "--gpu", "A100-40GB", "--speeds",
                                 str(tmp_path / "nope.json")])

@@ -3,23 +3,71 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
 from rich.table import Table
+from typer.core import TyperGroup
+
+from miso import cli_checks as checks
 
 if TYPE_CHECKING:
     from miso.mig import Geometry
 
+#: Set to 1 to see the traceback of an unexpected error instead of its one-line summary.
+DEBUG_ENV = "MISO_DEBUG"
+
+
+class OneLineErrors(TyperGroup):
+    """The root command: every error is one line on stderr and a non-zero exit, no traceback.
+
+    Usage errors (a missing option, a value of the wrong type, a failed :mod:`miso.cli_checks`
+    check) exit 2; an unexpected exception exits 1 with its type and message (``MISO_DEBUG=1``
+    re-raises it).
+    """
+
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True,
+             **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, False, **extra)
+        except typer.TyperException as exc:  # usage errors, InputError included
+            msg = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+            if type(exc).__name__ == "NoArgsIsHelpError":  # its message is the help (as typer)
+                typer.echo(msg, err=True)
+                sys.exit(2)
+            _die(msg, int(getattr(exc, "exit_code", 2)))
+        except typer.Abort:
+            _die("aborted", 1)
+        except Exception as exc:  # noqa: BLE001 - the last resort: still one line
+            if os.environ.get(DEBUG_ENV) == "1":
+                raise
+            _die(f"unexpected {type(exc).__name__}: {exc} (set {DEBUG_ENV}=1 for the "
+                 "traceback)", 1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def _die(message: str, code: int) -> NoReturn:
+    line = " ".join(message.split()) or "failed"
+    typer.echo(line if line.startswith("error:") else f"error: {line}", err=True)
+    sys.exit(code)
+
+
 app = typer.Typer(
+    cls=OneLineErrors,
     help="miso: share NVIDIA GPUs among ML jobs with MIG (MPS profiling, prediction, "
     "optimal partitioning).",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    rich_markup_mode=None,
 )
 console = Console()
 
@@ -30,10 +78,16 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
+#: MIG first shipped with driver R450; a smaller major version is a typo.
+MIN_DRIVER = 450
+
+
 def _geometry(gpu: str, profiles: str | None = None, driver: int | None = None) -> Geometry:
     from miso.mig import geometry
 
-    names = [p.strip() for p in profiles.split(",") if p.strip()] if profiles else None
+    names = checks.names(profiles, "--profiles") if profiles is not None else None
+    if driver is not None and driver < MIN_DRIVER:
+        fail(f"--driver {driver}: a driver major version with MIG is {MIN_DRIVER} or more")
     try:
         return geometry(gpu, names, driver)
     except (KeyError, ValueError) as exc:
@@ -97,13 +151,12 @@ def layouts(
     typer.echo(f"{len(lays)} {kind} on {geom.model.name} (driver R{geom.driver})", err=True)
 
 
+#: A speeds file holds at most 7 jobs; 1 MiB is far more than any real one.
+MAX_SPEEDS_BYTES = checks.MIB
+
+
 def _load_speeds(path: Path) -> dict[str, dict[str, float]]:
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        fail(f"speeds file {path} not found")
-    except (OSError, json.JSONDecodeError) as exc:
-        fail(f"speeds file {path} is not valid JSON: {exc}")
+    data = checks.read_json(path, "--speeds", max_bytes=MAX_SPEEDS_BYTES)
     jobs = data.get("jobs") if isinstance(data, dict) else None
     if not isinstance(jobs, dict) or not jobs:
         shape = '{"jobs": {"<job id>": {"<profile>": speed}}}'
@@ -115,6 +168,8 @@ def _load_speeds(path: Path) -> dict[str, dict[str, float]]:
         for prof, s in speeds.items():
             if isinstance(s, bool) or not isinstance(s, (int, float)):
                 fail(f"speeds file {path}: job {job!r} speed on {prof!r} is not a number")
+            if isinstance(s, float) and s != s:
+                fail(f"speeds file {path}: job {job!r} speed on {prof!r} is NaN")
         out[str(job)] = {str(p): float(s) for p, s in speeds.items()}
     return out
 

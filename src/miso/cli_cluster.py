@@ -100,11 +100,18 @@ def up(
     = "A100-40GB",
     address: Address = None,
     state_dir: StateDir = None,
-    policy: Annotated[str, typer.Option("--policy")] = "miso",
+    policy: Annotated[str, typer.Option(
+        "--policy", help="Scheduling policy: nopart, optsta, mps, miso, oracle or miso+.")]
+    = "miso",
     profile_seconds: Annotated[float, typer.Option(
-        "--profile-seconds", help="MPS profiling seconds per level.")] = 10.0,
-    checkpoint_timeout: Annotated[float, typer.Option("--checkpoint-timeout")] = 30.0,
-    estimator: Annotated[str, typer.Option("--estimator")] = "auto",
+        "--profile-seconds", help="MPS profiling seconds per level (run at 50 %, 14 %, then "
+        "100 % active threads; the jobs stay at 100 % until placed).")] = 10.0,
+    checkpoint_timeout: Annotated[float, typer.Option(
+        "--checkpoint-timeout", help="Seconds a job gets to checkpoint before it is killed.")]
+    = 30.0,
+    estimator: Annotated[str, typer.Option(
+        "--estimator", help="Speed estimator: auto, predictor, heuristic, true or noisy.")]
+    = "auto",
 ) -> None:
     """Start the controller and one agent per GPU node.
 
@@ -242,7 +249,8 @@ def status(
 
 def logs(
     job: Annotated[str, typer.Argument(help="Job id or name.")],
-    tail: Annotated[int, typer.Option("--tail")] = 200,
+    tail: Annotated[int, typer.Option("--tail", help="Last lines of each attempt to print.")]
+    = 200,
     state_dir: StateDir = None,
     address: Address = None,
 ) -> None:

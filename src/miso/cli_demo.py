@@ -28,9 +28,12 @@ def demo(
     jobs: Annotated[int, typer.Option("--jobs", help="Jobs to submit.")] = 20,
     json_out: Annotated[bool, typer.Option("--json", help="Print only the JSON summary.")]
     = False,
-    gpu_model: Annotated[str, typer.Option("--gpu-model")] = "A100-40GB",
-    policy: Annotated[str, typer.Option("--policy")] = "miso",
-    seed: Annotated[int, typer.Option("--seed")] = 0,
+    gpu_model: Annotated[str, typer.Option(
+        "--gpu-model", help="Emulated GPU model (see `miso gpus`).")] = "A100-40GB",
+    policy: Annotated[str, typer.Option(
+        "--policy", help="Scheduling policy: nopart, optsta, mps, miso, oracle or miso+.")]
+    = "miso",
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the job stream.")] = 0,
     no_ray: Annotated[bool, typer.Option("--no-ray", help="Run in-process, without Ray.")]
     = False,
     timeout: Annotated[float, typer.Option("--timeout", help="Give up after (s).")] = 600.0,

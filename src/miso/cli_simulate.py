@@ -10,6 +10,8 @@ from typing import Annotated
 
 import typer
 
+from miso import cli_checks as checks
+
 SWEEP_IAT = (20.0, 30.0, 45.0, 60.0, 90.0, 120.0)
 SWEEP_K = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
 
@@ -17,6 +19,19 @@ SWEEP_K = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
 def _fail(msg: str) -> None:
     typer.echo(f"error: {msg}", err=True)
     raise typer.Exit(2)
+
+
+def _window(window: str | None) -> tuple[float, float] | None:
+    """``START:END`` seconds of submit time, 0 <= START < END."""
+    if not window:
+        return None
+    try:
+        a, b = (float(x) for x in window.split(":"))
+    except ValueError:
+        raise checks.InputError(f"--window {window!r}: expected START:END in seconds") from None
+    checks.non_negative(a, "--window START")
+    checks.number(b, "--window END", low=a, low_open=True)
+    return a, b
 
 
 def simulate(
@@ -55,26 +70,32 @@ def simulate(
     from miso.sim.traces import TraceError, load_trace, poisson_jobs
     from miso.sim.world import WorldConfig
 
+    checks.positive(mean_interarrival, "--mean-interarrival")
+    checks.non_negative(restart_s, "--restart-s")
+    checks.non_negative(reconfig_s, "--reconfig-s")
+    checks.positive(time_scale, "--time-scale")
+    checks.positive(duration_scale, "--duration-scale")
+    checks.non_negative(seed, "--seed")
+    win = _window(window)
     try:
         model = gpu_model(gpu).name
     except KeyError as e:
         _fail(str(e.args[0]))
-    pols = [p.strip() for p in policies.split(",") if p.strip()]
+    pols = checks.names(policies, "--policies")
     known = policy_names()
     bad = [p for p in pols if p not in known]
-    if bad or not pols:
-        _fail(f"unknown policy {', '.join(bad) or '(none)'}; known: {', '.join(known)}")
+    if bad:
+        _fail(f"--policies: unknown policy {', '.join(bad)}; known: {', '.join(known)}")
     if predictor not in ("noisy", "unet", "true"):
         _fail(f"--predictor must be noisy, unet or true, not {predictor!r}")
     if arrival != "poisson" and trace is None:
         _fail(f"--arrival {arrival!r}: only poisson is built in; give a --trace")
-    win = None
-    if window:
-        try:
-            a, b = (float(x) for x in window.split(":"))
-            win = (a, b)
-        except ValueError:
-            _fail(f"--window {window!r} is not START:END")
+    if sweep is not None and sweep not in ("interarrival", "jobs-per-gpu"):
+        _fail(f"--sweep must be interarrival or jobs-per-gpu, not {sweep!r}")
+    if json_out is not None:
+        checks.output_file(json_out, "--json")
+    if plot is not None:
+        checks.output_dir(plot, "--plot")
     cfg = WorldConfig(gpu_model=model, n_gpus=gpus, restart_s=restart_s, reconfig_s=reconfig_s,
                       predictor=predictor)
     out: dict[str, object] = {"config": asdict(cfg) | {"seed": seed, "jobs": jobs,
@@ -86,8 +107,6 @@ def simulate(
     if sweep is not None and events is not None:
         _fail("--events logs the decisions of one comparison; it does not apply to --sweep")
     if sweep is not None:
-        if sweep not in ("interarrival", "jobs-per-gpu"):
-            _fail(f"--sweep must be interarrival or jobs-per-gpu, not {sweep!r}")
         xs = SWEEP_IAT if sweep == "interarrival" else SWEEP_K
         with Progress(*cols, transient=True) as prog:
             task = prog.add_task(f"sweep {sweep}", total=len(xs))
@@ -104,7 +123,6 @@ def simulate(
         if plot is not None:
             from miso.sim.plots import sweep as sweep_plot
 
-            plot.mkdir(parents=True, exist_ok=True)
             label = "mean inter-arrival time (s)" if sweep == "interarrival" else "jobs on the GPU"
             sweep_plot(data, plot / f"sweep_{sweep}.png", label)
         _write(json_out, out)
@@ -135,7 +153,6 @@ def simulate(
     if plot is not None:
         from miso.sim.plots import bars, rel_jct_cdf
 
-        plot.mkdir(parents=True, exist_ok=True)
         bars(summary, plot / "bars.png")
         rel_jct_cdf(raw, plot / "relative_jct_cdf.png")
     _write(json_out, out)
@@ -162,8 +179,7 @@ def _event_log(path: Path | None):  # noqa: ANN202 - None or an observer factory
 
 def _write(path: Path | None, out: dict[str, object]) -> None:
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(out, indent=2, sort_keys=False))
+        checks.write_text(path, json.dumps(out, indent=2, sort_keys=False), "--json")
 
 
 def _print_table(summary: dict[str, dict[str, float]]) -> None:

@@ -118,6 +118,8 @@ def load_pairs(path: str | Path) -> PairData:
     except Exception as exc:  # noqa: BLE001 - any unreadable file gets a one-line error
         raise DataError(f"{p}: cannot read as .npz ({type(exc).__name__})") from None
     for name, a in (("mps", mps), ("mig", mig)):
+        if a.dtype.kind not in "iuf":
+            raise DataError(f"{p}: array {name} holds {a.dtype} values, not numbers")
         if a.ndim != 3 or a.shape[1:] != (3, MAX_JOBS):
             raise DataError(f"{name}: expected shape (N, 3, 7), got {tuple(a.shape)}")
     if mps.shape[0] != mig.shape[0]:
@@ -128,6 +130,8 @@ def load_pairs(path: str | Path) -> PairData:
     mig = validate_normalised(mig, "mig")
     if mix is None or mix.shape != (mps.shape[0],):
         mix = np.arange(mps.shape[0])
+    elif mix.dtype.kind not in "iu":  # any labels group samples (strings, floats)
+        mix = np.unique(mix, return_inverse=True)[1]
     return PairData(mps, mig, mix.astype(np.int64))
 
 

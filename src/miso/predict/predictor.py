@@ -172,8 +172,22 @@ class Predictor:
             p = Path(path)
             if not (p / WEIGHTS_FILE).is_file():
                 raise DataError(f"{p}: no {WEIGHTS_FILE} (train one with `miso predictor train`)")
-            arrays = _read_npz(p / WEIGHTS_FILE)
-            meta = json.loads((p / META_FILE).read_text()) if (p / META_FILE).is_file() else {}
+            try:
+                arrays = _read_npz(p / WEIGHTS_FILE)
+                meta = json.loads((p / META_FILE).read_text()) if (p / META_FILE).is_file() \
+                    else {}
+                pred = cls._from_arrays(arrays, meta)
+                pred.net(np.ones((1, 3, MAX_JOBS), dtype=np.float32))  # shapes fit the net
+            except Exception as exc:  # noqa: BLE001 - any damage gets one line naming the file
+                raise DataError(f"{p}: not a trained predictor ({type(exc).__name__}: "
+                                f"{' '.join(str(exc).split())[:200]})") from None
+            return pred
+        return cls._from_arrays(arrays, meta)
+
+    @classmethod
+    def _from_arrays(cls, arrays: dict[str, np.ndarray], meta: dict) -> Predictor:
+        if not isinstance(meta, dict):
+            raise DataError(f"{META_FILE} holds {type(meta).__name__}, not an object")
         k = int(max(int(name.split(".", 1)[0][1:]) for name in arrays) + 1)
         sds = [
             {n.split(".", 1)[1]: a for n, a in arrays.items() if n.startswith(f"m{i}.")}

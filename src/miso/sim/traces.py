@@ -19,6 +19,7 @@ import csv
 import gzip
 import io
 import math
+import zlib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -44,6 +45,11 @@ class TraceJob:
     workload: str
 
 
+#: Largest trace read (after decompression): the Philly trace is ~4 MiB; a bigger input is
+#: refused rather than read until memory runs out.
+MAX_TRACE_BYTES = 512 * 1024 * 1024
+
+
 def _read_text(source: str | Path) -> tuple[str, str]:
     name = str(source)
     if name in SHIPPED:
@@ -52,10 +58,25 @@ def _read_text(source: str | Path) -> tuple[str, str]:
         p = Path(source)
         if not p.is_file():
             raise TraceError(f"{name}: no such trace file (or use one of: {', '.join(SHIPPED)})")
-        data = p.read_bytes()
+        try:
+            with open(p, "rb") as f:
+                data = f.read(MAX_TRACE_BYTES + 1)
+        except OSError as exc:
+            raise TraceError(f"{name}: cannot read ({exc.strerror or exc})") from None
     if data[:2] == b"\x1f\x8b":
-        data = gzip.decompress(data)
-    return name, data.decode("utf-8-sig")
+        try:
+            with gzip.GzipFile(fileobj=io.BytesIO(data)) as gz:
+                data = gz.read(MAX_TRACE_BYTES + 1)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise TraceError(f"{name}: not a valid gzip file ({exc})") from None
+    if len(data) > MAX_TRACE_BYTES:
+        raise TraceError(f"{name}: larger than {MAX_TRACE_BYTES >> 20} MiB")
+    try:
+        return name, data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise TraceError(f"{name}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); save "
+                         "the trace as UTF-8") from None
 
 
 def _num(val: str | None, col: str, where: str) -> float:
@@ -90,7 +111,11 @@ def load_trace(
     """
     name, text = _read_text(source)
     reader = csv.DictReader(io.StringIO(text))
-    cols = reader.fieldnames or []
+    try:
+        cols = list(reader.fieldnames or [])
+        records = list(reader)
+    except csv.Error as exc:
+        raise TraceError(f"{name}:{reader.line_num}: not CSV ({exc})") from None
     for col in ("job_id", "submit_time_s", duration_column):
         if col not in cols:
             raise TraceError(f"{name}: missing column {col!r} (have: {', '.join(cols)})")
@@ -100,7 +125,7 @@ def load_trace(
     rng = np.random.default_rng(seed)
     rows: list[tuple[str, float | None, float, str | None]] = []
     empty_submit = 0
-    for i, row in enumerate(reader, start=2):
+    for i, row in enumerate(records, start=2):
         where = f"{name}:{i}"
         jid = (row.get("job_id") or "").strip()
         if not jid:
