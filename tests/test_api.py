@@ -41,13 +41,13 @@ class StoreController:
         self.cancelled.append(rec.id)
         return self.store.get(rec.id).to_json()
 
-    def status(self) -> dict[str, Any]:
+    def cluster(self) -> dict[str, Any]:
         active = [r.id for r in self.store.jobs(active_only=True)]
         return {"gpus": [{"id": "node0/0", "model": "A100-40GB", "phase": "mig",
                           "layout": ["3g.20gb@0", "4g.20gb@3"], "jobs": active,
                           "assignment": {j: "3g.20gb@0" for j in active[:1]},
                           "mps_shares": {}}],
-                "queue": active[1:], "jobs": [r.to_json() for r in self.store.jobs()],
+                "queue": active[1:],
                 "nodes": ["node0"], "time": 1.0, "policy": "miso", "errors": ["boom"]}
 
     def logs(self, job: str, tail: int = 200) -> str:

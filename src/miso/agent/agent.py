@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from miso import runas
 from miso.backend.base import BackendError, GpuBackend, MpsHandle, ReconfigurationError
-from miso.job import CHECKPOINT_SIGNAL, EXIT_CHECKPOINTED, read_json
+from miso.job import CHECKPOINT_SIGNAL, EXIT_CHECKPOINTED
 from miso.mig import Placement, canonical
 
 log = logging.getLogger(__name__)
@@ -150,6 +151,7 @@ class Agent:
         self.backend = backend
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.workdir, 0o700)
         self.rate_window = rate_window
         self.change_threshold = change_threshold
         self.python = python or sys.executable
@@ -235,24 +237,32 @@ class Agent:
         d = self.workdir / "jobs" / job / f"attempt-{attempt}"
         d.mkdir(parents=True, exist_ok=True)
         log_file = d / "output.log"
+        jd = d / "job"  # the job's own files (progress, checkpoint flag), owned by its account
         with self._lock:
             if (job, attempt) in self._attempts:
                 a = self._attempts[(job, attempt)]
                 return {"ok": True, "pid": a.proc.pid, "error": "", "log": str(log_file)}
             try:
+                acct = runas.account_for(spec.get("owner"), spec.get("unix_user"))
+                ckpt = spec.get("checkpoint_dir")
+                root = os.path.commonpath([self.workdir, ckpt]) if ckpt else self.workdir
+                for p in (d.parent, d):
+                    runas.private_dir(p, None, root=root)
+                runas.private_dir(jd, acct, root=root)
                 env = dict(os.environ)
                 env.update({str(k): str(v) for k, v in (spec.get("env") or {}).items()})
                 env.update(self.backend.job_env(gpu, pl))
                 env.update({
                     "MISO_JOB_ID": job, "MISO_ATTEMPT": str(attempt),
-                    "MISO_PROGRESS_FILE": str(d / "progress.json"),
-                    "MISO_CHECKPOINT_FLAG": str(d / "checkpoint.request"),
+                    "MISO_PROGRESS_FILE": str(jd / "progress.json"),
+                    "MISO_CHECKPOINT_FLAG": str(jd / "checkpoint.request"),
                     "MISO_AGENT_PID": str(os.getpid()),
                     "MISO_NODE": self.node,
                 })
-                if spec.get("checkpoint_dir"):
-                    Path(spec["checkpoint_dir"]).mkdir(parents=True, exist_ok=True)
-                    env["MISO_CHECKPOINT_DIR"] = str(spec["checkpoint_dir"])
+                env.update(runas.account_env(acct))
+                if ckpt:
+                    runas.private_dir(ckpt, acct, root=root)
+                    env["MISO_CHECKPOINT_DIR"] = str(ckpt)
                 if spec.get("resume_from"):
                     env["MISO_RESUME_FROM"] = str(spec["resume_from"])
                 mps = spec.get("mps_pct")
@@ -262,18 +272,18 @@ class Agent:
                 cmd = [str(c) for c in spec["command"]]
                 if cmd and cmd[0] in ("python", "python3") and self.python:
                     cmd[0] = self.python
-                with open(log_file, "ab") as out:
+                with open(runas.open_log(log_file), "ab") as out:
                     proc = subprocess.Popen(
                         cmd, env=env, cwd=spec.get("cwd") or None, stdout=out,
                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                        start_new_session=True)
+                        start_new_session=True, **runas.popen_kwargs(acct))
             except (OSError, BackendError, ValueError) as e:
                 msg = f"cannot start {spec.get('command')!r} on GPU {gpu} {pl}: {e}"
                 log_file.write_text(msg + "\n")
                 return {"ok": False, "pid": None, "error": msg, "log": str(log_file)}
             self._attempts[(job, attempt)] = Attempt(
                 job, attempt, cmd, gpu, pl, None if mps is None else int(mps), proc, d,
-                d / "progress.json", d / "checkpoint.request", log_file, time.time(),
+                jd / "progress.json", jd / "checkpoint.request", log_file, time.time(),
                 RateTracker(self.rate_window, self.change_threshold))
             return {"ok": True, "pid": proc.pid, "error": "", "log": str(log_file)}
 
@@ -284,7 +294,7 @@ class Agent:
             if a is None or a.proc.poll() is not None:
                 return False
             a.checkpoint_requested = True
-            a.flag_file.touch()
+            runas.touch(a.flag_file)
             if a.progress_file.exists():
                 # The helper is up (its handler is installed): signal it.
                 with contextlib.suppress(ProcessLookupError):
@@ -325,7 +335,7 @@ class Agent:
                 del self._attempts[(job, attempt)]
 
     def _refresh(self, a: Attempt) -> None:
-        data = read_json(a.progress_file)
+        data = runas.read_json(a.progress_file)
         if isinstance(data, dict):
             a.progress = data
             if "time" in data and "iteration" in data:
@@ -334,7 +344,7 @@ class Agent:
             rc = a.proc.poll()
             if rc is not None:
                 a.returncode, a.ended = rc, time.time()
-                data = read_json(a.progress_file)  # final words
+                data = runas.read_json(a.progress_file)  # final words
                 if isinstance(data, dict):
                     a.progress = data
 

@@ -1,7 +1,7 @@
 """The HTTP API of a miso cluster (FastAPI): versioned JSON under ``/api/v1/``.
 
 ``create_app(controller, users)`` builds the app over any object with the
-:class:`~miso.controller.Controller`'s public methods (``submit``, ``cancel``, ``status``,
+:class:`~miso.controller.Controller`'s public methods (``submit``, ``cancel``, ``cluster``,
 ``logs``) and its job store (``controller.store``), and a :class:`~miso.api.users.UserStore`.
 It is served by the cluster head (:mod:`miso.api.server`) and tested in-process.
 
@@ -65,6 +65,8 @@ class ControllerLike(Protocol):
 
     def status(self) -> dict[str, Any]: ...
 
+    def cluster(self) -> dict[str, Any]: ...
+
     def logs(self, job: str, tail: int = 200) -> str: ...
 
 
@@ -117,9 +119,7 @@ class _Snapshot:
     def get(self) -> dict[str, Any]:
         with self._lock:
             if time.monotonic() - self._at > self.ttl:
-                st = self.ctl.status()
-                st.pop("jobs", None)
-                self._snap, self._at = st, time.monotonic()
+                self._snap, self._at = self.ctl.cluster(), time.monotonic()
             return self._snap
 
 

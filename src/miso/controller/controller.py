@@ -109,8 +109,13 @@ class Controller:
 
     def submit(self, command: list[str], *, name: str | None = None,
                memory_gb: float | None = None, workload: str | None = None,
-               env: dict[str, str] | None = None, cwd: str | None = None) -> str:
-        """Queue a job; returns its id. Raises :class:`SubmitError` on bad input."""
+               env: dict[str, str] | None = None, cwd: str | None = None,
+               owner: str | None = None, unix_user: str | None = None) -> str:
+        """Queue a job; returns its id. Raises :class:`SubmitError` on bad input.
+
+        ``owner`` is the API user submitting it (None: the local operator); ``unix_user`` the
+        account its processes run as where the agent runs as root.
+        """
         command = [str(c) for c in command]
         if not command:
             raise SubmitError("no command given")
@@ -132,7 +137,8 @@ class Controller:
                               f"any GPU ({biggest[0]:g} GiB, {biggest[1]})")
         try:
             rec = self.store.submit(command=command, name=name, memory_gb=memory_gb,
-                                    workload=workload, env=env, cwd=cwd, at=self.now())
+                                    workload=workload, env=env, cwd=cwd, at=self.now(),
+                                    owner=owner, unix_user=unix_user)
         except StoreError as e:
             raise SubmitError(str(e)) from None
         self.rt.post_event(JobSubmitted(JobSpec(rec.id, rec.name, rec.memory_gb,
@@ -151,8 +157,13 @@ class Controller:
 
     def status(self) -> dict[str, Any]:
         """GPUs (layout, phase, jobs) and jobs (state, slice, speed, progress)."""
-        snap = self.loop.snapshot()
+        snap = self.cluster()
         snap["jobs"] = [r.to_json() for r in self.store.jobs()]
+        return snap
+
+    def cluster(self) -> dict[str, Any]:
+        """:meth:`status` without the job records (cheap: no store read)."""
+        snap = self.loop.snapshot()
         with self.rt.lock:
             snap["nodes"] = sorted(self.rt.nodes)
         snap["time"] = self.now()

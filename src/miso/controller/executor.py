@@ -153,7 +153,7 @@ class PlanExecutor:
                 "placement": [pl.start, pl.profile], "mps_pct": mps_pct,
                 "checkpoint_dir": str(rt.checkpoint_root / job),
                 "resume_from": rec.checkpoint_path if resume is not None else None,
-                "env": rec.env, "cwd": rec.cwd}
+                "env": rec.env, "cwd": rec.cwd, "owner": rec.owner, "unix_user": rec.unix_user}
         run = Run(job, attempt, ref.node, gpu, ref.index, pl, mps_pct, time.time())
         with rt.lock:
             rt.runs[job] = run
