@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 
 from miso.mig.tables import GpuModel, Profile, gpu_model
@@ -42,17 +42,34 @@ def canonical(placements: Iterable[Placement]) -> Layout:
     return tuple(sorted(placements))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Geometry:
     """A GPU model restricted to a profile subset under one driver version.
 
     Everything here depends only on (model, profiles, driver); build it once with
-    :func:`geometry` (cached) and reuse it.
+    :func:`geometry` (cached) and reuse it. Geometries key many caches, so the hash is computed
+    once (from the model name, profile names and driver) and equality checks identity first.
     """
 
     model: GpuModel
     profiles: tuple[Profile, ...]
     driver: int
+    _hash: int = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        key = (self.model.name, tuple(p.name for p in self.profiles), self.driver)
+        object.__setattr__(self, "_hash", hash(key))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, Geometry):
+            return NotImplemented
+        return (self._hash == other._hash and self.driver == other.driver
+                and self.model == other.model and self.profiles == other.profiles)
 
     @property
     def legacy_ban(self) -> bool:
