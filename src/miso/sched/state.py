@@ -9,6 +9,7 @@ change a policy makes itself is drawing plan ids with :meth:`ClusterState.new_pl
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -127,6 +128,17 @@ class ClusterState:
         self.queue: list[str] = []        # queued job ids, FIFO (submission order)
         self._plan = 0
         self.now = 0.0
+        self._watchers: list[Callable[[str], None]] = []
+
+    def watch(self, fn: Callable[[str], None]) -> None:
+        """Call ``fn(gpu)`` after every change to a GPU's resident jobs, plans, layout or
+        assignment, and when it is added or removed (policies keep indexes with it)."""
+        self._watchers.append(fn)
+
+    def _changed(self, g: str | None) -> None:
+        if g is not None:
+            for fn in self._watchers:
+                fn(g)
 
     # -- policy helpers --------------------------------------------------------------------
     def new_plan_id(self) -> int:
@@ -159,10 +171,12 @@ class ClusterState:
                 if g in self.gpus:
                     raise ContractError(f"GPU {g} added twice")
                 self.gpus[g] = GpuState(g, geometry(m, p, d))
+                self._changed(g)
             case GpuRemoved(gpu=g):
                 gs = self.gpus.pop(g)
                 for j in gs.jobs:
                     self._to_queue(j)
+                self._changed(g)
             case JobFinished(job=j) | JobFailed(job=j):
                 js = self.jobs[j]
                 js.status = JobStatus.FINISHED if isinstance(event, JobFinished) \
@@ -175,6 +189,7 @@ class ClusterState:
                     gs.mps_shares.pop(j, None)
                     if not gs.jobs and gs.pending is None:
                         gs.phase = Phase.IDLE
+                    self._changed(gs.id)
                 elif j in self.queue:
                     self.queue.remove(j)
                 js.placement = None  # js.gpu keeps the last GPU (policies read it)
@@ -190,6 +205,7 @@ class ClusterState:
                 gs.pending = None
                 gs.applied_plan_id = pid
                 gs.phase = Phase.PROFILING if gs.jobs else Phase.IDLE
+                self._changed(g)
             case LayoutApplied(gpu=g, plan_id=pid):
                 gs = self.gpus.get(g)
                 if gs is None or gs.pending_plan_id != pid:
@@ -207,6 +223,7 @@ class ClusterState:
                 for j in gs.jobs:
                     self.jobs[j].status = JobStatus.PLACED
                     self.jobs[j].placement = None
+                self._changed(g)
             case SpeedObserved(job=j, placement=pl, rate=r):
                 if j in self.jobs:
                     self.jobs[j].observed.setdefault(pl.profile, r)
@@ -233,6 +250,7 @@ class ClusterState:
                 self.jobs[j].status = JobStatus.RUNNING
                 self.jobs[j].placement = None
         gs.phase = Phase.RUNNING if gs.jobs else Phase.IDLE
+        self._changed(gs.id)
 
     def _to_queue(self, j: str) -> None:
         js = self.jobs[j]
@@ -264,6 +282,7 @@ class ClusterState:
                 gs.jobs.append(j)
                 js.gpu = g
                 js.status = JobStatus.PLACED
+                self._changed(g)
             case StartProfiling(gpu=g, plan_id=pid, jobs=jobs):
                 gs = self._gpu(g)
                 self._check_plan(gs, pid)
@@ -274,6 +293,7 @@ class ClusterState:
                 gs.layout = (Placement(0, gs.geom.model.full_profile().name),)
                 gs.pending = d
                 gs.phase = Phase.PROFILING
+                self._changed(g)
             case ApplyLayout(gpu=g, plan_id=pid, layout=lay, assignment=asg):
                 gs = self._gpu(g)
                 self._check_plan(gs, pid)
@@ -306,6 +326,7 @@ class ClusterState:
                         js.placement = None
                 gs.pending = d
                 gs.phase = Phase.RECONFIGURING
+                self._changed(g)
             case RunMps(gpu=g, plan_id=pid, shares=shares):
                 gs = self._gpu(g)
                 self._check_plan(gs, pid)
@@ -320,6 +341,7 @@ class ClusterState:
                         js.status = JobStatus.PLACED
                 gs.pending = d
                 gs.phase = Phase.RECONFIGURING
+                self._changed(g)
             case RequeueJob(job=j):
                 js = self._job(j)
                 if js.gpu is None:
@@ -331,6 +353,7 @@ class ClusterState:
                 gs.assignment.pop(j, None)
                 gs.mps_shares.pop(j, None)
                 self._to_queue(j)
+                self._changed(gs.id)
             case WakeUp():
                 pass
             case _:

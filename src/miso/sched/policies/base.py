@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import cache
+from itertools import islice
 
 from miso.mig import Geometry
 from miso.optimize import OptimizerError, optimizer_for
@@ -54,6 +55,24 @@ def mix_feasible(geom: Geometry, memories: list[float]) -> bool:
     return _feasible(geom, sigs)
 
 
+def signature(geom: Geometry, memories: list[float]) -> tuple[tuple[str, ...], ...]:
+    """The jobs' fitting profiles, sorted: all that :func:`mix_feasible` depends on."""
+    return tuple(sorted(fitting_profiles(geom, m) for m in memories))
+
+
+def signature_feasible(geom: Geometry, sig: tuple[tuple[str, ...], ...],
+                       add: tuple[str, ...]) -> bool:
+    """:func:`mix_feasible` of the jobs of ``sig`` plus one job whose fitting profiles are
+    ``add``."""
+    return _feasible(geom, tuple(sorted((*sig, add))))
+
+
+@cache
+def fit_classes(geom: Geometry) -> tuple[tuple[str, ...], ...]:
+    """Every distinct non-empty ``fitting_profiles(geom, m)`` over all memories ``m``."""
+    return tuple(dict.fromkeys(fitting_profiles(geom, p.memory_gib) for p in geom.profiles))
+
+
 class Scratch:
     """Decisions of the current ``decide`` call that the state does not show yet."""
 
@@ -63,6 +82,7 @@ class Scratch:
         self.extra: dict[str, list[str]] = {}    # gpu -> jobs placed during this call
         self.placed: set[str] = set()
         self.requeued: set[str] = set()
+        self.touched: list[str] = []             # GPUs whose jobs changed during this call
 
     def jobs_on(self, gpu: str) -> list[str]:
         base = [j for j in self.state.gpus[gpu].jobs if j not in self.requeued]
@@ -76,18 +96,25 @@ class Scratch:
         self.out.append(PlaceJob(job, gpu))
         self.extra.setdefault(gpu, []).append(job)
         self.placed.add(job)
+        self.touched.append(gpu)
 
     def requeue(self, job: str, reason: str) -> None:
         self.out.append(RequeueJob(job, reason))
         self.requeued.add(job)
+        gpu = self.state.jobs[job].gpu
+        if gpu is not None:
+            self.touched.append(gpu)
 
-    def queue(self) -> list[str]:
-        q = [j for j in self.state.queue if j not in self.placed]
-        # Requeued jobs re-enter in submission order.
+    def queue(self, limit: int | None = None) -> list[str]:
+        """Queued jobs as this call sees them, FIFO (the first ``limit``)."""
         if self.requeued:
-            q = sorted((set(q) | self.requeued) - self.placed,
+            # Requeued jobs re-enter in submission order.
+            q = sorted((set(self.state.queue) | self.requeued) - self.placed,
                        key=lambda x: (self.state.jobs[x].submitted_at, x))
-        return q
+            return q[:limit]
+        if not self.placed:
+            return self.state.queue[:limit]
+        return list(islice((j for j in self.state.queue if j not in self.placed), limit))
 
 
 class BasePolicy:

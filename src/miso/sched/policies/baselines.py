@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
+from functools import cache
 
-from miso.mig import Placement
+from miso.mig import Geometry, Placement
 from miso.sched.decisions import ApplyLayout, RunMps
+from miso.sched.occupancy import Occupancy
 from miso.sched.policies.base import BasePolicy, Scratch, fitting_profiles
 from miso.sched.policy import register
 
@@ -19,13 +21,19 @@ class NoPart(BasePolicy):
 
     name = "nopart"
 
+    def __init__(self, **_: object) -> None:
+        self.occ: Occupancy[Scratch] = Occupancy(
+            lambda sc, g: None if sc.jobs_on(g) else "free")
+
     def on_capacity(self, now: float, sc: Scratch) -> None:
         st = sc.state
-        free = [g for g in st.gpus if not sc.jobs_on(g)]
-        if not free:
+        queue = sc.queue(BACKFILL_WINDOW)
+        if not queue:
             return
+        # Each job takes at most one GPU, so the first len(queue) free GPUs are enough.
+        free = self.occ.view(sc).members("free", len(queue))
         fi = 0
-        for j in sc.queue()[:BACKFILL_WINDOW]:
+        for j in queue:
             if fi >= len(free):
                 break
             gs = st.gpus[free[fi]]
@@ -54,6 +62,9 @@ class OptSta(BasePolicy):
                  **_: object) -> None:
         self.layout = tuple(sorted(layout)) if layout is not None else None
         self.promote = promote
+        # GPUs with a free instance, by (free instances, assigned jobs, geometry).
+        self.occ: Occupancy[Scratch] = Occupancy(self._occ_key)
+        self._call_asg: dict[str, dict[str, Placement]] = {}  # assignments made this call
 
     def _layout(self, sc: Scratch, gpu: str) -> tuple[Placement, ...]:
         if self.layout is not None:
@@ -73,49 +84,40 @@ class OptSta(BasePolicy):
         used = set(asg.values())
         return [pl for pl in self._layout(sc, gpu) if pl not in used]
 
+    def _occ_key(self, sc: Scratch, g: str) -> Hashable | None:
+        asg = self._call_asg.get(g) or self._asg(sc, g)
+        free = tuple(self._free(sc, g, asg))
+        return (free, len(asg), sc.state.gpus[g].geom) if free else None
+
     def on_capacity(self, now: float, sc: Scratch) -> None:
         st = sc.state
-        queue = sc.queue()[:BACKFILL_WINDOW]
+        queue = sc.queue(BACKFILL_WINDOW)
         if not queue:
             return
-        # (gpu index, gpu, free instances) of GPUs with a free instance; one pass per event.
-        free: dict[str, list[Placement]] = {}
-        order: dict[str, int] = {}
-        for gi, g in enumerate(st.gpus):
-            f = self._free(sc, g, self._asg(sc, g))
-            if f:
-                free[g] = f
-                order[g] = gi
-        if not free:
-            return
-        new_asg: dict[str, dict[str, Placement]] = {}
+        self._call_asg = new_asg = {}
+        occ = self.occ.view(sc)
         for j in queue:
-            if not free:
-                break
             mem = st.jobs[j].spec.memory_gb
+            # The largest fitting free instance; then the GPU with fewest jobs; then GPU order.
             best: tuple[tuple[int, int, int], str, Placement] | None = None
-            for g, insts in free.items():
-                gs = st.gpus[g]
-                fits = fitting_profiles(gs.geom, mem)
-                n = len(new_asg.get(g) or self._asg(sc, g))
-                for pl in insts:
-                    if pl.profile not in fits:
-                        continue
-                    key = (-gs.geom.model.profile(pl.profile).compute_slices, n, order[g])
-                    if best is None or key < best[0]:
-                        best = (key, g, pl)
+            for (free, n, geom), g in occ.classes():  # type: ignore[misc]
+                got = _largest_fitting(geom, free, fitting_profiles(geom, mem))
+                if got is None:
+                    continue
+                key = (-got[0], n, occ.rank(g))
+                if best is None or key < best[0]:
+                    best = (key, g, got[1])
             if best is None:
                 continue
             _, g, pl = best
-            sc.place(j, g)
             asg = dict(new_asg.get(g) or self._asg(sc, g))
             asg[j] = pl
             new_asg[g] = asg
-            free[g].remove(pl)
-            if not free[g]:
-                del free[g]
+            sc.place(j, g)
+            occ = self.occ.view(sc)
         for g, asg in new_asg.items():
             sc.out.append(ApplyLayout(g, st.new_plan_id(), self._layout(sc, g), asg))
+        self._call_asg = {}
 
     def on_finish(self, now: float, job: str, gpu: str | None, sc: Scratch) -> None:
         before = len(sc.out)
@@ -147,6 +149,24 @@ class OptSta(BasePolicy):
             sc.out.append(ApplyLayout(gpu, st.new_plan_id(), self._layout(sc, gpu), asg))
 
 
+@cache
+def _largest_fitting(geom: Geometry, free: tuple[Placement, ...], fits: tuple[str, ...]
+                     ) -> tuple[int, Placement] | None:
+    """(compute slices, instance) of the first free instance with the most compute slices among
+    those whose profile is in ``fits``."""
+    best: tuple[int, Placement] | None = None
+    for pl in free:
+        if pl.profile in fits:
+            c = geom.model.profile(pl.profile).compute_slices
+            if best is None or c > best[0]:
+                best = (c, pl)
+    return best
+
+
+def _jobs_tag(cls: Hashable) -> tuple[Hashable]:
+    return (cls[0],)  # type: ignore[index]
+
+
 @register("mps")
 class MpsOnly(BasePolicy):
     """Each GPU split into ``slots`` equal MPS shares (paper: 3); new job to the least crowded
@@ -156,28 +176,29 @@ class MpsOnly(BasePolicy):
 
     def __init__(self, slots: int = 3, **_: object) -> None:
         self.slots = slots
+        # GPUs with a free slot, by (resident jobs, memory they use, GPU memory); tag: jobs.
+        self.occ: Occupancy[Scratch] = Occupancy(self._occ_key, _jobs_tag)
+
+    def _occ_key(self, sc: Scratch, g: str) -> Hashable | None:
+        n = len(sc.jobs_on(g))
+        if n >= self.slots:
+            return None
+        return (n, sc.memory_on(g), sc.state.gpus[g].geom.model.full_profile().memory_gib)
 
     def on_capacity(self, now: float, sc: Scratch) -> None:
         st = sc.state
         share = 100 // self.slots
         touched: list[str] = []
-        order = {g: i for i, g in enumerate(st.gpus)}
-        for j in sc.queue()[:BACKFILL_WINDOW]:
+        for j in sc.queue(BACKFILL_WINDOW):
             mem = st.jobs[j].spec.memory_gb
-            best = None
-            for g, gs in st.gpus.items():
-                n = len(sc.jobs_on(g))
-                if n >= self.slots:
-                    continue
-                cap = gs.geom.model.full_profile().memory_gib
-                if sc.memory_on(g) + mem > cap + 1e-9:
-                    continue
-                key = (n, order[g])
-                if best is None or key < best[0]:
-                    best = (key, g)
-            if best is None:
+            occ = self.occ.view(sc)
+            g = None
+            for n in range(self.slots):  # least crowded first, then GPU order
+                g = occ.first((n,), lambda c, mem=mem: c[1] + mem <= c[2] + 1e-9)  # type: ignore
+                if g is not None:
+                    break
+            if g is None:
                 continue
-            g = best[1]
             sc.place(j, g)
             if g not in touched:
                 touched.append(g)

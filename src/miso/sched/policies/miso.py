@@ -14,12 +14,23 @@ Oracle: the same policy with the true speeds and no profiling.
 
 from __future__ import annotations
 
-from miso.mig import Placement
+from collections.abc import Hashable, Iterator
+
+from miso.mig import Geometry, Placement
 from miso.optimize import OptimizerError, optimizer_for
 from miso.sched.decisions import ApplyLayout, StartProfiling, WakeUp
 from miso.sched.estimators import NoisyOracle, TrueSpeeds
 from miso.sched.events import JobSpeedChanged, ProfilingFinished, SpeedObserved, Tick
-from miso.sched.policies.base import BasePolicy, Scratch, fitting_profiles, mix_feasible
+from miso.sched.occupancy import Occupancy
+from miso.sched.policies.base import (
+    BasePolicy,
+    Scratch,
+    fit_classes,
+    fitting_profiles,
+    mix_feasible,
+    signature,
+    signature_feasible,
+)
 from miso.sched.policy import SpeedEstimator, register
 
 
@@ -52,6 +63,10 @@ class Miso(BasePolicy):
         self.dirty: set[str] = set()                   # GPUs to re-plan once not busy
         self.last_profile: dict[str, float] = {}
         self._order: dict[str, int] = {}
+        # GPUs with room, by (resident jobs, geometry, residents' fitting profiles); tagged
+        # (jobs, geometry, fitting profiles of a newcomer the mix admits).
+        self.occ: Occupancy[Scratch] = Occupancy(self._occ_key, self._occ_tags)
+        self._geoms: dict[Geometry, None] = {}
 
     # -- placement ------------------------------------------------------------------------
     def levels(self, sc: Scratch) -> list[list[str]]:
@@ -64,18 +79,35 @@ class Miso(BasePolicy):
             buckets[min(n, 7)].append(g)
         return buckets
 
+    def _occ_key(self, sc: Scratch, g: str) -> Hashable | None:
+        geom = sc.state.gpus[g].geom
+        self._geoms[geom] = None
+        jobs = sc.jobs_on(g)
+        n = len(jobs)
+        if n >= min(self.max_jobs, geom.model.max_instances):
+            return None
+        return (n, geom, signature(geom, [sc.state.jobs[j].spec.memory_gb for j in jobs]))
+
+    @staticmethod
+    def _occ_tags(cls: Hashable) -> list[Hashable]:
+        n, geom, sig = cls  # type: ignore[misc]
+        return [(n, geom, f) for f in fit_classes(geom) if signature_feasible(geom, sig, f)]
+
+    def candidate_gpus(self, sc: Scratch, job: str) -> Iterator[tuple[int, str]]:
+        """(resident jobs, GPU) of every GPU that can hold ``job`` (room under
+        ``max_jobs_per_gpu``, a valid layout for the mix): least crowded first, then GPU order.
+        Lazy; consume it before the next placement or requeue."""
+        occ = self.occ.view(sc)
+        mem = sc.state.jobs[job].spec.memory_gb
+        fits = [(geom, fitting_profiles(geom, mem)) for geom in self._geoms]
+        for n in range(max((g.model.max_instances for g in self._geoms), default=0)):
+            for g in occ.ordered([(n, geom, f) for geom, f in fits]):
+                yield n, g
+
     def choose_gpu(self, now: float, job: str, sc: Scratch) -> str | None:
         """Least crowded GPU that can hold the job (count, then GPU order)."""
-        st = sc.state
-        mem = st.jobs[job].spec.memory_gb
-        for n, bucket in enumerate(self.levels(sc)):
-            for g in bucket:
-                gs = st.gpus[g]
-                if n >= min(self.max_jobs, gs.geom.model.max_instances):
-                    continue
-                mems = [st.jobs[j].spec.memory_gb for j in sc.jobs_on(g)] + [mem]
-                if mix_feasible(gs.geom, mems):
-                    return g
+        for _, g in self.candidate_gpus(sc, job):
+            return g
         return None
 
     def on_capacity(self, now: float, sc: Scratch) -> None:
