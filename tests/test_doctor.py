@@ -138,3 +138,11 @@ def test_reconfigure_permission(tmp_path) -> None:
     (dev / "nvidia-cap1").write_text("")
     ok, why = reconfigure_permission(tmp_path, euid=lambda: 1000)
     assert ok and "mig/config capability" in why
+
+
+def test_nvml_backend_also_detects_models_known_by_name_only() -> None:
+    from miso.backend.nvml import NvmlBackend
+
+    be = NvmlBackend(nvml=FakeNvml(1, "RTX-PRO-4500"))
+    assert be.gpus()[0].model == "RTX-PRO-4500"
+    assert {p.name for p in be.geometry(0).profiles} == {"1g.16gb", "2g.32gb"}
