@@ -8,6 +8,8 @@ from pathlib import Path
 
 import typer
 
+from miso import cli_checks as checks
+
 app = typer.Typer(
     help="MPS-to-MIG performance predictor: train the U-Net ensemble, evaluate it on a file.",
     no_args_is_help=True,
@@ -53,7 +55,8 @@ def train(
     if cfg.epochs < 1 or cfg.members < 1 or cfg.width < 1:
         _fail("--epochs, --members and --width must be positive")
     if not 0.0 <= val_frac < 1.0:
-        _fail("--val-frac must be in [0, 1)")
+        _fail(f"--val-frac {val_frac}: must be in [0, 1)")
+    checks.output_dir(out, "--out")
     train_idx = None
     val_idx = None
     if val_frac > 0:

@@ -96,6 +96,8 @@ def simulate(
         checks.output_file(json_out, "--json")
     if plot is not None:
         checks.output_dir(plot, "--plot")
+    if events is not None:
+        checks.output_file(events, "--events")
     cfg = WorldConfig(gpu_model=model, n_gpus=gpus, restart_s=restart_s, reconfig_s=reconfig_s,
                       predictor=predictor)
     out: dict[str, object] = {"config": asdict(cfg) | {"seed": seed, "jobs": jobs,
