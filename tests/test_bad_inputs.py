@@ -24,6 +24,7 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
+from miso import cli_checks as checks
 from miso.cli import app
 
 LIMIT_S = 10.0
@@ -70,6 +71,8 @@ OFFLINE = [
     Case("optimize-dev-zero", (*OPT, "/dev/zero"), ("--speeds", "/dev/zero")),
     Case("optimize-directory", (*OPT, "{d}"), ("--speeds", "directory")),
     Case("optimize-missing", (*OPT, "{d}/none.json"), ("--speeds", "none.json")),
+    Case("optimize-negative-driver", ("optimize", "--gpu", "A100-40GB", "--driver", "-5",
+                                      "--speeds", "{d}/nested.json"), ("--driver",)),
     # simulate: files
     Case("simulate-bad-gzip", (*SIM, "--trace", "{d}/bad.gz"), ("bad.gz", "gzip")),
     Case("simulate-cut-gzip", (*SIM, "--trace", "{d}/cut.csv.gz"), ("cut.csv.gz", "gzip")),
@@ -242,3 +245,39 @@ def test_every_option_has_help_and_no_bool_metavar() -> None:
         res = CliRunner().invoke(app, [*path.split()[1:], "--help"])
         assert res.exit_code == 0, res.output
         assert "--help" in res.stdout and "<bool>" not in res.stdout, f"{path}: {res.stdout}"
+
+
+def test_number_checks_accept_the_bounds_and_refuse_past_them() -> None:
+    assert checks.fraction(0.0, "--f") == 0.0 and checks.fraction(1.0, "--f") == 1.0
+    assert checks.non_negative(0.0, "--n") == 0.0
+    assert checks.positive(1e-9, "--p") == 1e-9
+    for bad, fn in ((1.0001, checks.fraction), (-1e-9, checks.fraction),
+                    (-1e-9, checks.non_negative), (0.0, checks.positive),
+                    (float("inf"), checks.positive), (float("-inf"), checks.non_negative),
+                    (float("nan"), checks.fraction)):
+        with pytest.raises(checks.InputError, match="--x"):
+            fn(bad, "--x")
+    assert checks.names(" a, ,b ", "--l") == ["a", "b"]
+
+
+def test_read_bytes_reads_up_to_the_cap_exactly(tmp_path: Path) -> None:
+    f = tmp_path / "f"
+    f.write_bytes(b"x" * 100)
+    assert checks.read_bytes(f, "--in", max_bytes=100) == b"x" * 100
+    with pytest.raises(checks.InputError, match="larger than"):
+        checks.read_bytes(f, "--in", max_bytes=99)
+    f.write_bytes(b"ok\n\xff\n")
+    with pytest.raises(checks.InputError, match="line 2"):
+        checks.read_text(f, "--in", max_bytes=100)
+
+
+def test_output_checks_leave_existing_files_alone(tmp_path: Path) -> None:
+    f = tmp_path / "keep.json"
+    f.write_text("old")
+    assert checks.output_file(f, "--json") == f and f.read_text() == "old"
+    new = tmp_path / "sub" / "new.json"
+    checks.output_file(new, "--json")
+    assert not new.exists() and new.parent.is_dir()
+    checks.write_text(new, "data", "--json")
+    assert new.read_text() == "data" and sorted(p.name for p in new.parent.iterdir()) == \
+        ["new.json"]

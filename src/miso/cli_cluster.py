@@ -104,8 +104,8 @@ def up(
         "--policy", help="Scheduling policy: nopart, optsta, mps, miso, oracle or miso+.")]
     = "miso",
     profile_seconds: Annotated[float, typer.Option(
-        "--profile-seconds", help="MPS profiling seconds per level (run at 50 %, 14 %, then "
-        "100 % active threads; the jobs stay at 100 % until placed).")] = 10.0,
+        "--profile-seconds", help="MPS profiling seconds per level (levels run in the order "
+        "50 %, 14 %, 100 % active threads).")] = 10.0,
     checkpoint_timeout: Annotated[float, typer.Option(
         "--checkpoint-timeout", help="Seconds a job gets to checkpoint before it is killed.")]
     = 30.0,
