@@ -146,3 +146,15 @@ def test_nvml_backend_also_detects_models_known_by_name_only() -> None:
     be = NvmlBackend(nvml=FakeNvml(1, "RTX-PRO-4500"))
     assert be.gpus()[0].model == "RTX-PRO-4500"
     assert {p.name for p in be.geometry(0).profiles} == {"1g.16gb", "2g.32gb"}
+
+
+def test_an_nvml_error_on_one_gpu_is_reported_not_raised(monkeypatch) -> None:
+    import pynvml
+
+    fake = FakeNvml(2, "A30-24GB")
+    fake.fail_next("nvmlDeviceGetPciInfo", pynvml.NVML_ERROR_UNKNOWN)
+    r = _doctor(monkeypatch, fake, "--json")
+    assert r.exit_code == 1
+    gpus = json.loads(r.stdout)["gpus"]
+    assert gpus[0]["mismatches"][0].startswith("NVML failed while reading GPU 0")
+    assert gpus[1]["model"] == "A30-24GB" and gpus[1]["mismatches"] == []

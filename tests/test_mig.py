@@ -268,3 +268,22 @@ def test_inferred_values_are_marked():
 
         GpuModel("X", "X", (), 1, 1, 1, (Profile("1g.1gb", 0, 0, 1, 1, 1.0, 1, (0,), 1,
                                                  inferred=("colour",)),))
+
+
+def test_miso_gpus_lists_every_model_with_inferred_marks():
+    import json
+
+    from typer.testing import CliRunner
+
+    from miso.cli import app
+
+    res = CliRunner().invoke(app, ["gpus", "--json"])
+    assert res.exit_code == 0
+    out = {m["name"]: m for m in json.loads(res.stdout)}
+    assert set(out) == set(GPU_MODELS)
+    for new in ("H100-96GB", "GH200-144GB", "GB200-186GB", "B300-288GB", "GB300-288GB",
+                "RTX-PRO-5000", "RTX-PRO-4500"):
+        assert new in out
+    b300 = {p["name"]: p for p in out["B300-288GB"]["profiles"]}
+    assert "placements" in b300["3g.135gb"]["inferred"]
+    assert "0x20B1" in out["A100-40GB"]["pci_device_ids"]

@@ -265,7 +265,12 @@ def collect(n: Any, *, which: Callable[[str], str | None] = shutil.which,
             nvml_version = "unknown"
         allowed, reason = permission()
         rep = Report(driver, nvml_version, which(MPS_CONTROL), allowed, reason)
-        rep.gpus = [_gpu(n, i, driver) for i in range(int(n.nvmlDeviceGetCount()))]
+        for i in range(int(n.nvmlDeviceGetCount())):
+            try:
+                rep.gpus.append(_gpu(n, i, driver))
+            except n.NVMLError as e:  # report it and go on with the other GPUs
+                rep.gpus.append(GpuReport(i, "unknown", "unknown", None, False, None, None,
+                                          mismatches=[f"NVML failed while reading GPU {i}: {e}"]))
         return rep
     finally:
         with contextlib.suppress(n.NVMLError):
