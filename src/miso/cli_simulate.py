@@ -51,7 +51,10 @@ def simulate(
         help="interarrival or jobs-per-gpu: run a sweep instead of one comparison.")] = None,
     predictor: Annotated[str, typer.Option(
         help="Predictor error model: noisy (Gaussian, paper), unet (learned), true.")] = "noisy",
-    restart_s: Annotated[float, typer.Option(help="Lost progress per restart (s).")] = 30.0,
+    restart_s: Annotated[float, typer.Option(
+        help="Cost of every restart (s): checkpoint, start, warm-up, restore.")] = 60.0,
+    no_checkpoint_frac: Annotated[float, typer.Option(
+        help="Fraction of jobs that cannot checkpoint (lose all progress on restart).")] = 0.0,
     reconfig_s: Annotated[float, typer.Option(help="MIG reconfiguration time (s).")] = 4.0,
     window: Annotated[str | None, typer.Option(
         help="Trace window START:END in seconds of submit time.")] = None,
@@ -76,6 +79,7 @@ def simulate(
     checks.positive(time_scale, "--time-scale")
     checks.positive(duration_scale, "--duration-scale")
     checks.non_negative(seed, "--seed")
+    checks.fraction(no_checkpoint_frac, "--no-checkpoint-frac")
     win = _window(window)
     try:
         model = gpu_model(gpu).name
@@ -99,7 +103,7 @@ def simulate(
     if events is not None:
         checks.output_file(events, "--events")
     cfg = WorldConfig(gpu_model=model, n_gpus=gpus, restart_s=restart_s, reconfig_s=reconfig_s,
-                      predictor=predictor)
+                      predictor=predictor, no_checkpoint_frac=no_checkpoint_frac)
     out: dict[str, object] = {"config": asdict(cfg) | {"seed": seed, "jobs": jobs,
                                                         "trace": trace or "poisson",
                                                         "mean_interarrival_s":
@@ -189,10 +193,11 @@ def _print_table(summary: dict[str, dict[str, float]]) -> None:
     from rich.table import Table
 
     t = Table("policy", "avg JCT s", "p95 JCT s", "makespan s", "STP", "restarts/job",
-              "GPU util", "sim s")
+              "lost GPU h", "profiling GPU h", "GPU util", "sim s")
     for p, s in summary.items():
         t.add_row(p, f"{s['avg_jct_s']:.0f}", f"{s['p95_jct_s']:.0f}", f"{s['makespan_s']:.0f}",
                   f"{s['stp']:.3f}", f"{s['restarts_per_job']:.2f}",
+                  f"{s['lost_gpu_s'] / 3600:.1f}", f"{s['profiling_gpu_s'] / 3600:.1f}",
                   f"{s['gpu_utilisation']:.2f}", f"{s['wall_s']:.2f}")
     Console().print(t)
 

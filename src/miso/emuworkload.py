@@ -15,6 +15,12 @@
 --phase-factor X`` multiplies the speed by X after fraction F of the iterations (a phase change).
 ``--crash-at-start`` exits 1 at once; ``--checkpoint-every S`` saves every S seconds besides the
 saves miso requests. Uses :mod:`miso.job` to report progress, checkpoint and resume.
+
+Restart cost, as the simulator models it: ``--restart-s S`` makes every start after the first
+(``MISO_ATTEMPT`` > 1: a restart after a checkpoint, a repartition or an MPS level switch) spend
+S seconds warming up (process start, CUDA context, data loaders, restore) before progress
+resumes. ``--no-checkpoint`` emulates a job that cannot checkpoint: it ignores checkpoint
+requests (miso kills it after its checkpoint timeout) and restarts from iteration 0.
 """
 
 from __future__ import annotations
@@ -83,8 +89,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "when asked)")
     ap.add_argument("--phase-at", type=float, default=None)
     ap.add_argument("--phase-factor", type=float, default=1.0)
-    ap.add_argument("--crash-at-start", action="store_true")
+    ap.add_argument("--crash-at-start", action="store_true", help="exit 1 at once")
+    ap.add_argument("--restart-s", type=float, default=0.0,
+                    help="warm-up seconds of every start after the first (restart cost)")
+    ap.add_argument("--no-checkpoint", action="store_true",
+                    help="ignore checkpoint requests and restart from 0 (a job without "
+                    "checkpointing)")
     a = ap.parse_args(argv)
+    if not (a.restart_s >= 0 and a.restart_s < 1e6):
+        print("emuworkload: --restart-s must be a number of seconds >= 0", file=sys.stderr)
+        return 2
     try:
         wl = workload(a.workload)
     except KeyError as e:
@@ -129,10 +143,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1.0
         where = "whole GPU"
 
-    state = ctx.load() or {}
+    state = (None if a.no_checkpoint else ctx.load()) or {}
     done = float(state.get("iteration", 0))
     ctx.started(int(done), a.iterations)
     print(f"emuworkload {wl.name}: {where}, resuming at {int(done)}/{a.iterations}", flush=True)
+    if a.restart_s > 0 and ctx.attempt > 1:
+        # Warm-up of a restarted job: no progress until it is over (checkpoint requests during
+        # it are answered with the state loaded, so nothing is lost twice).
+        t_end = time.monotonic() + a.restart_s
+        while time.monotonic() < t_end:
+            time.sleep(0.05)
+            if ctx.checkpoint_requested() and not a.no_checkpoint:
+                ctx.save_json({"iteration": int(done)}, iteration=int(done))
+                ctx.exit_checkpointed()
     speed = base_speed()
     last_speed_read = last_save = t = time.monotonic()
     try:
@@ -146,6 +169,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             done = min(float(a.iterations), done + (now - t) * a.ips * speed * factor)
             t = now
             ctx.report(int(done), a.iterations)
+            if a.no_checkpoint:
+                continue
             if a.checkpoint_every and now - last_save >= a.checkpoint_every:
                 ctx.save_json({"iteration": int(done)}, iteration=int(done))
                 last_save = now

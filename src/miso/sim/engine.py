@@ -5,6 +5,17 @@ The engine is a driver of :mod:`miso.sched` exactly like the live controller: it
 ``apply`` each decision -> execute it), and acknowledges plans with the same events. The world
 (true speeds, overheads) is private to the engine.
 
+Restart cost (honest): a job that has made progress and is started again (a repartition moves
+it, a requeue, MPS profiling stops it, and *every MPS level switch*, since the active-thread
+percentage is fixed per process) waits ``restart_s`` with no progress (checkpoint, process
+start, CUDA and data-loader warm-up, restore). A job that cannot checkpoint
+(``no_checkpoint_frac``) also loses all its progress. ``lost_gpu_s`` adds up the GPU time thrown
+away: the restart wait times the share of the GPU the job holds, plus discarded progress (in
+full-GPU seconds). A profiling run takes its levels in the decision's order with the 100 % level
+last, so the jobs keep running under MPS at 100 % afterwards (no further switch); a job alone on
+its GPU that then gets the full slice keeps running (no restart). ``profiling_gpu_s`` is the
+GPU time spent in MPS profiling runs (from the decision to the report).
+
 Efficiency: a binary-heap event queue with a sequence tie-break; each job's progress is updated
 only when its own rate changes (rate x elapsed time), with version numbers invalidating stale
 completion events; the optimizer is cached per geometry (:func:`miso.optimize.optimizer_for`).
@@ -47,13 +58,15 @@ from miso.sim.traces import TraceJob
 from miso.sim.world import WorldConfig, mps_only_speed, mps_profile_speeds
 from miso.workloads import catalogue
 
-_ARRIVE, _COMPLETE, _RESUME, _PLAN_DONE, _PROF_START, _PROF_DONE, _TICK, _PHASE = range(8)
+_ARRIVE, _COMPLETE, _RESUME, _PLAN_DONE, _PROF_START, _PROF_DONE, _TICK, _PHASE, _PROF_RUN = \
+    range(9)
 
 
 class _Job:
     __slots__ = ("id", "spec", "duration", "work_left", "rate", "t_last", "version", "token",
                  "truth", "workload", "base_rate", "started", "mode", "placement", "waiting",
-                 "submit", "first_start", "finish", "milestone", "alt")
+                 "submit", "first_start", "finish", "milestone", "alt", "ckpt", "restarts",
+                 "lost")
 
     def __init__(self, tj: TraceJob, spec: JobSpec, truth: dict[str, float], base_rate: float):
         self.id = tj.id
@@ -76,11 +89,15 @@ class _Job:
         self.finish: float | None = None
         self.milestone: float | None = None
         self.alt: str | None = None
+        self.ckpt = spec.checkpointable
+        self.restarts = 0
+        self.lost = 0.0
 
 
 class _Gpu:
     __slots__ = ("id", "geom", "full", "layout", "mig_asg", "mode", "plan", "mps",
-                 "prof_jobs", "prof_speeds", "busy", "busy_t", "busy_total")
+                 "prof_jobs", "prof_speeds", "busy", "busy_t", "busy_total", "prof_t0",
+                 "prof_levels", "prof_s")
 
     def __init__(self, gid: str, geom) -> None:  # noqa: ANN001
         self.id = gid
@@ -92,10 +109,13 @@ class _Gpu:
         self.plan = 0
         self.mps: dict[str, int] = {}
         self.prof_jobs: list[str] = []
-        self.prof_speeds: dict[str, tuple[float, ...]] = {}
+        self.prof_speeds: dict[str, dict[int, float]] = {}   # job -> level -> speed
         self.busy = False
         self.busy_t = 0.0
         self.busy_total = 0.0
+        self.prof_t0 = 0.0
+        self.prof_levels: tuple[int, ...] = ()   # run order (100 % last)
+        self.prof_s = 0.0
 
 
 @dataclass
@@ -114,6 +134,8 @@ class SimResult:
     decisions: int
     wall_s: float = 0.0
     log: list[tuple[float, object]] = field(default_factory=list)
+    lost_gpu_s: float = 0.0
+    profiling_gpu_s: float = 0.0
 
     @property
     def jct(self) -> np.ndarray:
@@ -142,6 +164,8 @@ class Simulator:
         full_mem = self.geom.model.full_profile().memory_gib
         self.jobs: dict[str, _Job] = {}
         rng = np.random.default_rng([seed, 99])
+        ck_rng = np.random.default_rng([seed, 7])
+        self.profiling_gpu_s = 0.0
         alts = self._alternatives() if config.phase_change_prob > 0 else {}
         for tj in jobs:
             if tj.id in self.jobs:
@@ -150,7 +174,9 @@ class Simulator:
             if mem > full_mem:
                 raise ValueError(f"job {tj.id}: workload {tj.workload} needs {mem:.1f} GB, more "
                                  f"than a whole {self.geom.model.name}")
-            spec = JobSpec(tj.id, f"job-{tj.id}", mem, tj.workload)
+            ckpt = not (config.no_checkpoint_frac > 0
+                        and ck_rng.random() < config.no_checkpoint_frac)
+            spec = JobSpec(tj.id, f"job-{tj.id}", mem, tj.workload, checkpointable=ckpt)
             jrng = np.random.default_rng([seed, zlib.crc32(tj.id.encode())])
             base = float(jrng.lognormal(2.0, 0.8))
             j = _Job(tj, spec, workload_speeds(self.geom, cat[tj.workload]), base)
@@ -160,6 +186,9 @@ class Simulator:
                     j.alt = cands[int(rng.integers(len(cands)))]
                     j.milestone = tj.duration_s * float(rng.uniform(0.2, 0.8))
             self.jobs[tj.id] = j
+        attach = getattr(policy, "attach_progress", None)
+        if callable(attach):
+            attach(self.remaining_s)
 
     def _alternatives(self) -> dict[str, list[str]]:
         cat = catalogue()
@@ -168,6 +197,16 @@ class Simulator:
             have = set(workload_speeds(self.geom, cat[w]))
             out[w] = [o for o in cat if o != w and have <= set(workload_speeds(self.geom, cat[o]))]
         return out
+
+    def remaining_s(self, jid: str) -> float | None:
+        """Work left (seconds alone on a full GPU) of a job that reports its progress and total,
+        as a job using the ``miso.job`` helper does; None for jobs that cannot checkpoint (no
+        helper, no progress reports) and for unknown or finished jobs."""
+        j = self.jobs.get(jid)
+        if j is None or not j.ckpt or j.finish is not None:
+            return None
+        left = j.work_left - (j.rate * (self.state.now - j.t_last) if j.rate > 0 else 0.0)
+        return max(0.0, left)
 
     # -- heap ---------------------------------------------------------------------------------
     def _push(self, t: float, kind: int, a: object = None, b: object = None) -> None:
@@ -206,6 +245,8 @@ class Simulator:
                     self._deliver(t, LayoutApplied(g.id, b))  # type: ignore[arg-type]
             elif kind == _PROF_START:
                 self._prof_start(t, a, b)  # type: ignore[arg-type]
+            elif kind == _PROF_RUN:
+                self._prof_run(t, a, b)  # type: ignore[arg-type]
             elif kind == _PROF_DONE:
                 self._prof_done(t, a, b)  # type: ignore[arg-type]
             elif kind == _TICK:
@@ -227,10 +268,11 @@ class Simulator:
             policy=self.policy.name, job_ids=ids,
             submit=np.array([j.submit for j in js]), finish=np.array([j.finish for j in js]),
             duration=np.array([j.duration for j in js]),
-            restarts=np.array([self.state.jobs[i].restarts for i in ids]),
+            restarts=np.array([self.jobs[i].restarts for i in ids]),
             busy_gpu_s=sum(g.busy_total for g in self.gpus.values()), n_gpus=len(self.gpus),
             events=self.n_events, decisions=self.n_decisions,
-            wall_s=time.perf_counter() - t_wall, log=self.log)
+            wall_s=time.perf_counter() - t_wall, log=self.log,
+            lost_gpu_s=float(sum(j.lost for j in js)), profiling_gpu_s=self.profiling_gpu_s)
 
     def _deliver(self, now: float, ev: Event) -> None:
         self.n_events += 1
@@ -285,6 +327,22 @@ class Simulator:
         j.token += 1
         j.waiting = False
 
+    def _restart(self, j: _Job, share: float) -> float:
+        """Account one restart of a job that has made progress; returns its wait (s)."""
+        cost = self.cfg.restart_s
+        j.restarts += 1
+        j.lost += cost * share
+        if not j.ckpt:
+            j.lost += j.duration - j.work_left
+            j.work_left = j.duration
+        return cost
+
+    def _share(self, pl: Placement | None) -> float:
+        if pl is None:
+            return 1.0
+        return self.geom.model.profile(pl.profile).compute_slices / \
+            self.geom.model.full_profile().compute_slices
+
     def _schedule_resume(self, j: _Job, at: float) -> None:
         j.token += 1
         j.waiting = True
@@ -301,7 +359,9 @@ class Simulator:
             return mps_only_speed(j.workload, g.mps[j.id], len(g.mps), self.cfg.mps_penalty)
         if j.mode == "prof":
             sp = g.prof_speeds.get(j.id)
-            return sp[0] if sp else 0.0
+            if not sp:
+                return 0.0
+            return sp.get(100, sp[g.prof_levels[-1]] if g.prof_levels else 0.0)
         return 0.0
 
     def _resume(self, now: float, jid: str, token: int) -> None:
@@ -375,12 +435,24 @@ class Simulator:
             cur_layout = g.layout if g.mode == "mig" else (g.full,)
             plan = plan_transition(self.geom, cur_layout, cur, d.layout, d.assignment)
             reconf = cfg.reconfig_s if (plan.destroy or plan.create) else 0.0
+            keep_mps = None
+            if g.mode == "prof" and len(d.assignment) == 1 and g.prof_levels[-1:] == (100,):
+                (jid, pl), = d.assignment.items()
+                j = self.jobs[jid]
+                if pl == g.full and j.mode == "prof" and not j.waiting and j.rate > 0:
+                    keep_mps = jid  # alone, already at 100 % of the full GPU: keeps running
             for jid, pl in plan.start:
                 j = self.jobs[jid]
+                if jid == keep_mps:
+                    j.mode = "mig"
+                    j.placement = pl
+                    self._set_rate(j, now, self._target_rate(j, g))
+                    continue
                 self._stop(j, now)
                 j.mode = "mig"
                 j.placement = pl
-                self._schedule_resume(j, now + reconf + (cfg.restart_s if j.started else 0.0))
+                wait = self._restart(j, self._share(pl)) if j.started else 0.0
+                self._schedule_resume(j, now + reconf + wait)
             g.layout = canonical(d.layout)
             g.mig_asg = dict(d.assignment)
             g.mode = "mig"
@@ -392,10 +464,8 @@ class Simulator:
             reconf = cfg.reconfig_s if (g.mode != "mig" or g.layout != (g.full,)) else 0.0
             if g.mode == "prof":
                 reconf = 0.0
-            any_started = False
             for jid in d.jobs:
                 j = self.jobs[jid]
-                any_started |= j.started
                 self._stop(j, now)
                 j.mode = "prof"
                 j.placement = None
@@ -406,10 +476,11 @@ class Simulator:
             g.plan = d.plan_id
             g.prof_jobs = list(d.jobs)
             g.prof_speeds = {}
-            t0 = now + reconf + (cfg.restart_s if any_started else 0.0)
-            self._push(t0, _PROF_START, g.id, d.plan_id)
-            self._push(t0 + len(d.levels) * d.seconds_per_level, _PROF_DONE, g.id,
-                       (d.plan_id, d.levels))
+            g.prof_t0 = now
+            g.prof_s = d.seconds_per_level
+            g.prof_levels = tuple(lv for lv in d.levels if lv != 100) + \
+                tuple(lv for lv in d.levels if lv == 100)
+            self._push(now + reconf, _PROF_START, g.id, (d.plan_id, 0, d.levels))
         elif isinstance(d, RunMps):
             g = self.gpus[d.gpu]
             old = g.mps if g.mode == "mps" else {}
@@ -424,7 +495,8 @@ class Simulator:
                     self._stop(j, now)
                     j.mode = "mps"
                     j.placement = None
-                    self._schedule_resume(j, now + (cfg.restart_s if j.started else 0.0))
+                    wait = self._restart(j, share / 100.0) if j.started else 0.0
+                    self._schedule_resume(j, now + wait)
             self._refresh_mps(g, now)
             self._push(now, _PLAN_DONE, g.id, d.plan_id)
         elif isinstance(d, RequeueJob):
@@ -439,42 +511,72 @@ class Simulator:
         elif isinstance(d, WakeUp):
             self._push(max(now, d.at), _TICK, d.tag)
 
-    def _prof_start(self, now: float, gid: str, pid: int) -> None:
+    def _prof_jobs(self, g: _Gpu) -> list[str]:
+        resident = set(self.state.gpus[g.id].jobs)
+        return [j for j in g.prof_jobs if j in resident and self.jobs[j].finish is None]
+
+    def _prof_start(self, now: float, gid: str, info: tuple[int, int, tuple[int, ...]]) -> None:
+        """Level ``k`` of a profiling run begins: every job starts a new process at the level
+        (a restart for a job that has run before), then runs for ``seconds_per_level``."""
+        pid, k, levels = info
         g = self.gpus[gid]
         if g.plan != pid or g.mode != "prof":
             return
-        resident = set(self.state.gpus[gid].jobs)
-        jobs = [j for j in g.prof_jobs if j in resident and self.jobs[j].finish is None]
+        jobs = self._prof_jobs(g)
         g.prof_jobs = jobs
-        levels = (100, 50, 14)
-        wls = [self.jobs[j].workload for j in jobs]
-        if self.cfg.predictor == "unet" and jobs:
-            from miso.sim.unet import synthetic_mps
+        if k == 0 and jobs:
+            wls = [self.jobs[j].workload for j in jobs]
+            if self.cfg.predictor == "unet":
+                from miso.sim.unet import synthetic_mps
 
-            sp = synthetic_mps(wls, np.random.default_rng([self.seed, pid]))
-        else:
-            sp = mps_profile_speeds(wls, levels, self.cfg.mps_penalty)
-        g.prof_speeds = dict(zip(jobs, sp, strict=True))
+                sp = synthetic_mps(wls, np.random.default_rng([self.seed, pid]))
+                sp = [tuple(row[(100, 50, 14).index(lv)] for lv in levels) for row in sp]
+            else:
+                sp = mps_profile_speeds(wls, levels, self.cfg.mps_penalty)
+            g.prof_speeds = {j: dict(zip(levels, row, strict=True))
+                             for j, row in zip(jobs, sp, strict=True)}
+        wait = 0.0
         for jid in jobs:
+            j = self.jobs[jid]
+            if j.rate > 0:
+                self._set_rate(j, now, 0.0)
+            if j.started:
+                wait = max(wait, self._restart(j, 1.0 / len(jobs)))
+        self._push(now + wait, _PROF_RUN, gid, info)
+
+    def _prof_run(self, now: float, gid: str, info: tuple[int, int, tuple[int, ...]]) -> None:
+        pid, k, levels = info
+        g = self.gpus[gid]
+        if g.plan != pid or g.mode != "prof":
+            return
+        level = g.prof_levels[k]
+        for jid in self._prof_jobs(g):
             j = self.jobs[jid]
             j.started = True
             if j.first_start is None:
                 j.first_start = now
-            # Progress over the profiling window at the mean of the level speeds.
-            self._set_rate(j, now, float(np.mean(g.prof_speeds[jid])))
+            self._set_rate(j, now, float(g.prof_speeds[jid][level]))
+        nxt = now + g.prof_s
+        if k + 1 < len(g.prof_levels):
+            self._push(nxt, _PROF_START, gid, (pid, k + 1, levels))
+        else:
+            self._push(nxt, _PROF_DONE, gid, (pid, levels))
 
     def _prof_done(self, now: float, gid: str, info: tuple[int, tuple[int, ...]]) -> None:
         pid, levels = info
         g = self.gpus[gid]
         if g.plan != pid or g.mode != "prof":
             return
-        resident = set(self.state.gpus[gid].jobs)
+        self.profiling_gpu_s += now - g.prof_t0
         speeds = {}
-        for jid in g.prof_jobs:
+        jobs = self._prof_jobs(g)
+        for jid in jobs:
             j = self.jobs[jid]
-            if jid not in resident or j.finish is not None:
-                continue
             sp = g.prof_speeds[jid]
-            speeds[jid] = tuple(s * j.base_rate for s in sp)
-            self._set_rate(j, now, sp[0])  # keep running under MPS at 100 %
+            speeds[jid] = tuple(sp[lv] * j.base_rate for lv in levels)
+            if g.prof_levels[-1] != 100:
+                # Ends at a lower level: one more switch back to 100 % (a restart).
+                self._set_rate(j, now, 0.0)
+                self._schedule_resume(j, now + self._restart(j, 1.0 / len(jobs)))
+            # else: keeps running at the 100 % level (its rate is already set)
         self._deliver(now, ProfilingFinished(gid, pid, speeds, levels))

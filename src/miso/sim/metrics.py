@@ -6,7 +6,10 @@
   busy GPU = total work done (GPU-seconds of full-GPU work, i.e. the sum of job durations) /
   total busy GPU time (a GPU is busy while at least one job is resident on it).
 * relative JCT = JCT / the job's run time alone on a full GPU (>= 1 up to profiling speed-ups).
-* restarts per job (checkpoint-restarts caused by the policy); GPU utilisation = busy GPU
+* restarts per job (every restart of a job that had made progress: moves, requeues, MPS
+  profiling and each MPS level switch); ``lost_gpu_s`` (GPU time thrown away by restarts: waits
+  times the GPU share held, plus discarded progress of jobs that cannot checkpoint);
+  ``profiling_gpu_s`` (GPU time of MPS profiling runs); GPU utilisation = busy GPU
   time / (GPUs x makespan).
 """
 
@@ -33,6 +36,8 @@ def summarize(r: SimResult) -> dict[str, float]:
         "median_relative_jct": float(np.median(rel)),
         "restarts": int(r.restarts.sum()),
         "restarts_per_job": float(r.restarts.mean()),
+        "lost_gpu_s": float(r.lost_gpu_s),
+        "profiling_gpu_s": float(r.profiling_gpu_s),
         "gpu_utilisation": float(r.busy_gpu_s / (r.n_gpus * makespan)) if makespan > 0 else 0.0,
         "events": r.events,
         "decisions": r.decisions,

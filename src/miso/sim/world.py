@@ -1,8 +1,9 @@
 """The simulated world's parameters and speed models (ground truth lives here, not in policies).
 
-Defaults follow the paper where it gives a value: MPS profiling 3 levels x 10 s, about 30 s of
-lost progress per checkpoint-restart, MPS-only co-location penalty 0.15 per extra job (MISO
-artifact). MIG reconfiguration time is not given in the paper; ``reconfig_s = 4`` is our
+Defaults follow the paper where it gives a value: MPS profiling 3 levels x 10 s, MPS-only
+co-location penalty 0.15 per extra job (MISO artifact). A restart costs ``restart_s`` = 60 s by
+default (the paper assumes ~30 s; real restarts of large models take minutes), every MPS level
+switch included (see :mod:`miso.sim.engine`). MIG reconfiguration time is not given in the paper; ``reconfig_s = 4`` is our
 assumption (destroying and creating GPU/compute instances takes seconds), a parameter.
 
 Predictor error: the default is the injected Gaussian error of the paper's simulator (mean
@@ -26,7 +27,8 @@ class WorldConfig:
 
     gpu_model: str = "A100-40GB"
     n_gpus: int = 40
-    restart_s: float = 30.0            # progress lost per checkpoint-restart of a moved job
+    restart_s: float = 60.0            # wait of every restart (checkpoint, start, warm-up, restore)
+    no_checkpoint_frac: float = 0.0    # fraction of jobs that cannot checkpoint (lose all progress)
     reconfig_s: float = 4.0            # MIG destroy/create time when instances change
     profile_s_per_level: float = 10.0  # MPS profiling time per level (3 levels)
     mps_penalty: float = 0.15          # MPS-only slowdown per extra co-located job
