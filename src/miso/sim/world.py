@@ -3,8 +3,9 @@
 Defaults follow the paper where it gives a value: MPS profiling 3 levels x 10 s, MPS-only
 co-location penalty 0.15 per extra job (MISO artifact). A restart costs ``restart_s`` = 60 s by
 default (the paper assumes ~30 s; real restarts of large models take minutes), every MPS level
-switch included (see :mod:`miso.sim.engine`). MIG reconfiguration time is not given in the paper; ``reconfig_s = 4`` is our
-assumption (destroying and creating GPU/compute instances takes seconds), a parameter.
+switch included (see :mod:`miso.sim.engine`). MIG reconfiguration time is not given in the
+paper; ``reconfig_s = 4`` is our assumption (destroying and creating GPU/compute instances
+takes seconds), a parameter.
 
 Predictor error: the default is the injected Gaussian error of the paper's simulator (mean
 0.016, std 0.0032, random sign) through :class:`miso.sched.NoisyOracle`: it is what the paper's

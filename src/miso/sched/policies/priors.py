@@ -1,0 +1,34 @@
+"""Prior per-profile speeds for a job nobody has profiled yet: the catalogue average.
+
+Restart-economy policies place a newcomer without stopping anyone to profile it; until its
+speeds are known they plan with the average speed, per profile, of the catalogue workloads (real
+A100 measurements), restricted to the profiles whose memory holds the job.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from miso.mig import Geometry
+from miso.sched.policies.base import fitting_profiles
+from miso.sched.speeds import workload_speeds
+from miso.workloads import catalogue
+
+
+@cache
+def _average(geom: Geometry) -> tuple[tuple[str, float], ...]:
+    acc: dict[str, list[float]] = {}
+    for w in catalogue().values():
+        for p, s in workload_speeds(geom, w).items():
+            acc.setdefault(p, []).append(s)
+    return tuple((p, sum(v) / len(v)) for p, v in acc.items())
+
+
+def prior_speeds(geom: Geometry, memory_gb: float) -> dict[str, float]:
+    """Catalogue-average speed on each profile of ``geom`` that holds ``memory_gb``."""
+    fit = set(fitting_profiles(geom, memory_gb))
+    out = {p: s for p, s in _average(geom) if p in fit}
+    full = geom.model.full_profile().name
+    if full in fit:
+        out[full] = 1.0
+    return out
