@@ -261,8 +261,10 @@ class MisoPlus(Miso):
     * ``economy``: a re-plan maximises throughput minus, per running job that would move, the
       work its restart throws away over the plan's horizon (``restart_s x speed / horizon``, the
       horizon being the median remaining time of the GPU's jobs, from their progress reports
-      via :meth:`attach_progress`); so a GPU is repartitioned only when the gain over the
-      jobs' remaining time beats the restarts it costs.
+      via :meth:`attach_progress`, divided by ``restart_weight`` = 20: a plan lasts only until
+      the GPU's next arrival or completion re-plans it, about a twentieth of that at 7 jobs per
+      GPU; chosen by measurement, see benchmarks/README.md); so a GPU is repartitioned only
+      when the gain beats the restarts it costs.
     * ``pin_uncheckpointable``: a job that cannot checkpoint is never restarted once it has run
       (the optimizer takes it as a hard constraint; it is never profiled or rebalanced).
     * ``marginal_placement``: a newcomer goes to the GPU where its net gain (throughput added
@@ -281,6 +283,7 @@ class MisoPlus(Miso):
                  pin_uncheckpointable: bool = True, marginal_placement: bool = True,
                  marginal_candidates: int = 8, rebalance: bool = True,
                  observed_correction: bool = True, default_remaining_s: float = 3000.0,
+                 horizon_quantile: float = 0.5, restart_weight: float = 20.0,
                  **kw: object) -> None:
         super().__init__(**kw)  # type: ignore[arg-type]
         self.restart_s = restart_s
@@ -293,6 +296,8 @@ class MisoPlus(Miso):
         self.rebalance = rebalance
         self.observed_correction = observed_correction
         self.default_remaining_s = default_remaining_s
+        self.horizon_quantile = horizon_quantile
+        self.restart_weight = restart_weight
         self.ref_rate: dict[str, float] = {}
         self.ran: set[str] = set()          # jobs that have made progress
         self.prior: set[str] = set()        # jobs planned with the prior (not profiled)
@@ -331,14 +336,22 @@ class MisoPlus(Miso):
 
     def horizon(self, jobs: list[str], speeds: dict[str, dict[str, float]],
                 current: dict[str, Placement]) -> float:
-        """Median remaining time of the GPU's jobs at their current speeds (s)."""
+        """Remaining time of the GPU's jobs at their current speeds (s), the
+        ``horizon_quantile`` of them (0: the next to finish, 0.5: the median)."""
         ts = []
         for j in jobs:
             pl = current.get(j)
             s = speeds[j].get(pl.profile, 0.5) if pl is not None else 0.5
             ts.append(self.remaining(j) / max(s, 0.05))
         ts.sort()
-        return max(self.restart_s, ts[len(ts) // 2]) if ts else self.restart_s
+        if not ts:
+            return self.restart_s
+        return max(self.restart_s, ts[min(len(ts) - 1, int(self.horizon_quantile * len(ts)))])
+
+    def restart_cost(self, speed: float, horizon: float) -> float:
+        """Throughput a restart costs when spread over the plan's horizon: the work the job
+        does not do while it restarts (``restart_s x speed``), weighted."""
+        return self.restart_weight * self.restart_s * speed / horizon
 
     # -- planning ---------------------------------------------------------------------------
     def replan(self, now: float, g: str, sc: Scratch, force_solve: bool = False) -> None:
@@ -384,7 +397,7 @@ class MisoPlus(Miso):
         if self.economy and current:
             objective = "restart-aware"
             horizon = self.horizon(jobs, speeds, current)
-            penalty = {j: self.restart_s * speeds[j].get(pl.profile, 0.5) / horizon
+            penalty = {j: self.restart_cost(speeds[j].get(pl.profile, 0.5), horizon)
                        for j, pl in current.items()}
         try:
             sol = optimizer_for(gs.geom).solve(speeds, current=current, objective=objective,
@@ -445,7 +458,7 @@ class MisoPlus(Miso):
         penalty: float | dict[str, float] = 0.0
         if self.economy and current:
             horizon = self.horizon(list(sp), sp, current)
-            penalty = {j: self.restart_s * sp[j].get(pl.profile, 0.5) / horizon
+            penalty = {j: self.restart_cost(sp[j].get(pl.profile, 0.5), horizon)
                        for j, pl in current.items()}
         try:
             sol = opt.solve(sp, current=current, objective="restart-aware",
