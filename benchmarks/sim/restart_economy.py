@@ -1,7 +1,7 @@
 """Restart economy (issue 8): miso+ against NoPart, OptSta and MISO when restarts cost what
 they really cost, jobs that cannot checkpoint, the Philly trace, and the miso+ ablation.
 
-    python benchmarks/sim/restart_economy.py [--seeds 5] [--json benchmarks/sim/results/restart_economy.json]
+    python benchmarks/sim/restart_economy.py [--seeds 5] [--json FILE]
 
 Every cell runs the same trace and seed under every policy (ratios within one run). Prints
 Markdown tables; the figures in benchmarks/README.md come from this script.

@@ -101,8 +101,8 @@ def up(
     address: Address = None,
     state_dir: StateDir = None,
     policy: Annotated[str, typer.Option(
-        "--policy", help="Scheduling policy: nopart, optsta, mps, miso, oracle or miso+.")]
-    = "miso",
+        "--policy", help="Scheduling policy: miso+ (ours, default), miso (the paper's), "
+        "oracle, optsta, mps or nopart.")] = "miso+",
     profile_seconds: Annotated[float, typer.Option(
         "--profile-seconds", help="MPS profiling seconds per level (levels run in the order "
         "50 %, 14 %, 100 % active threads).")] = 10.0,

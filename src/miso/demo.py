@@ -10,31 +10,41 @@ from typing import Any
 
 #: Workloads of the demo stream (a mix of small and large jobs from the A100 table).
 DEMO_WORKLOADS = ("resnet_train128", "bert_train2", "transformer_train32", "gnn_train512",
-                  "mobilenet_train128", "cyclegan_train1", "pointnet_train64", "bert_train8")
+                  "mobilenet_train128", "cyclegan_train1", "deepspeech2_train4", "bert_train8")
 
 
-def demo_jobs(n: int, seed: int = 0, *, ips: float = 20.0, mean_work_s: float = 10.0,
-              spread_s: float = 25.0) -> list[tuple[float, str, list[str]]]:
+#: Restart cost of the demo's emulated jobs (s): the warm-up of every start after the first.
+DEMO_RESTART_S = 2.0
+
+
+def demo_jobs(n: int, seed: int = 0, *, ips: float = 20.0, mean_work_s: float = 20.0,
+              spread_s: float = 20.0, restart_s: float = DEMO_RESTART_S,
+              ) -> list[tuple[float, str, list[str]]]:
     """``n`` (arrival time, name, command) of emulated jobs: ~``mean_work_s`` of full-GPU work
-    each, arriving over ``spread_s`` seconds."""
+    each (at least 10x one 1 s profiling level), arriving over ``spread_s`` seconds, each
+    restart costing ``restart_s`` of warm-up. Deterministic per seed."""
     from miso.workloads import catalogue
 
     cat = catalogue()
-    names = [w for w in DEMO_WORKLOADS if w in cat] or sorted(cat)[:8]
+    missing = [w for w in DEMO_WORKLOADS if w not in cat]
+    if missing:
+        raise ValueError(f"demo workloads not in the catalogue: {', '.join(missing)}")
     rng = random.Random(seed)
     out = []
     for i in range(n):
-        wl = names[rng.randrange(len(names))]
+        wl = DEMO_WORKLOADS[rng.randrange(len(DEMO_WORKLOADS))]
         work = mean_work_s * rng.uniform(0.5, 1.5)
         at = spread_s * i / max(1, n - 1) if n > 1 else 0.0
         cmd = [sys.executable, "-m", "miso.emuworkload", "--workload", wl,
-               "--iterations", str(int(work * ips)), "--ips", str(ips)]
+               "--iterations", str(int(work * ips)), "--ips", str(ips),
+               "--restart-s", f"{restart_s:g}"]
         out.append((at, f"demo-{i:02d}-{wl}", cmd))
     return out
 
 
 def summarize(jobs: list[dict[str, Any]]) -> dict[str, Any]:
-    """``{"completed", "failed", "avg_jct_s", "makespan_s", "restarts"}`` of finished runs."""
+    """``{"completed", "failed", "avg_jct_s", "makespan_s", "restarts", "restarts_per_job"}``
+    of a finished stream."""
     done = [j for j in jobs if j["state"] == "finished"]
     jct = [j["ended_at"] - j["submitted_at"] for j in done if j.get("ended_at") is not None]
     ends = [j["ended_at"] for j in jobs if j.get("ended_at") is not None]
@@ -45,6 +55,8 @@ def summarize(jobs: list[dict[str, Any]]) -> dict[str, Any]:
         "avg_jct_s": round(sum(jct) / len(jct), 2) if jct else None,
         "makespan_s": round(max(ends) - start, 2) if ends else None,
         "restarts": sum(int(j.get("restarts") or 0) for j in jobs),
+        "restarts_per_job": round(sum(int(j.get("restarts") or 0) for j in jobs)
+                                  / max(1, len(jobs)), 3),
     }
 
 

@@ -49,6 +49,18 @@ def make_controller_policy(cfg: ControllerConfig) -> Policy:
 class Controller:
     """Controller over a :class:`JobStore` and a transport to agents. See the module docstring."""
 
+    def remaining_s(self, job: str) -> float | None:
+        """Seconds a job still needs at its current rate, from its own progress reports
+        (iteration, total, rate; the ``miso.job`` helper sends them); None when unknown.
+        Restart-economy policies weigh restarts against it."""
+        try:
+            rec = self.store.get(job)
+        except Exception:  # noqa: BLE001 - unknown job or store hiccup: no estimate
+            return None
+        if rec.terminal or not rec.total or rec.iteration is None or not rec.rate:
+            return None
+        return max(0.0, (rec.total - rec.iteration) / rec.rate)
+
     def __init__(self, store: JobStore, transport: Transport,
                  config: ControllerConfig | None = None, *,
                  checkpoint_root: str | Path | None = None) -> None:
@@ -60,6 +72,9 @@ class Controller:
         self.checkpoint_root = Path(root)
         self.rt = Runtime(store, transport, self.cfg, self.checkpoint_root)
         self.policy = make_controller_policy(self.cfg)
+        attach = getattr(self.policy, "attach_progress", None)
+        if callable(attach):
+            attach(self.remaining_s)
         self.executor = PlanExecutor(self.rt)
         self.loop = EventLoop(self.rt, self.executor, self.policy, self.cfg.policy)
         self.poller = AgentPoller(self.rt, self.executor)

@@ -32,7 +32,7 @@ class SubmitError(ValueError):
 class ControllerConfig:
     """Knobs of the live controller. Times in seconds."""
 
-    policy: str = "miso"
+    policy: str = "miso+"
     policy_args: dict[str, Any] = field(default_factory=dict)
     estimator: str = "auto"
     poll_interval: float = 0.2
