@@ -44,7 +44,7 @@ def test_demo__stream_and_summary() -> None:
         {"state": "failed", "submitted_at": 3.0, "ended_at": 4.0, "restarts": 1},
     ])
     assert s == {"completed": 2, "failed": 1, "avg_jct_s": 7.0, "makespan_s": 10.0,
-                 "restarts": 3}
+                 "restarts": 3, "restarts_per_job": 1.0}
 
 
 def test_demo__in_process_json(monkeypatch) -> None:  # noqa: ANN001
@@ -57,7 +57,32 @@ def test_demo__in_process_json(monkeypatch) -> None:  # noqa: ANN001
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["completed"] == 3 and out["failed"] == 0
-    assert set(out) == {"completed", "failed", "avg_jct_s", "makespan_s", "restarts"}
+    assert set(out) == {"completed", "failed", "avg_jct_s", "makespan_s", "restarts",
+                        "restarts_per_job"}
+
+
+def test_demo__compare_runs_the_same_stream_under_both_policies(monkeypatch) -> None:  # noqa: ANN001
+    """--compare runs the identical (seeded) stream under each policy and reports the ratio of
+    their average JCTs; the stream itself is deterministic per seed."""
+    assert demo_jobs(20, seed=3) == demo_jobs(20, seed=3)
+    assert demo_jobs(20, seed=3) != demo_jobs(20, seed=4)
+    seen: dict[str, object] = {}
+
+    def fake_run(policy, stream, gpus, model, no_ray, timeout, out):  # noqa: ANN001, ANN202
+        seen[policy] = list(stream)
+        jct = {"miso+": 6.0, "nopart": 10.0}[policy]
+        return ({"completed": len(stream), "failed": 0, "avg_jct_s": jct, "makespan_s": 20.0,
+                 "restarts": 1, "restarts_per_job": 0.1}, [])
+
+    monkeypatch.setattr("miso.cli_demo._run_stream", fake_run)
+    r = runner.invoke(app, ["demo", "--no-ray", "--jobs", "5", "--seed", "2", "--compare",
+                            "nopart", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout.strip().splitlines()[-1])
+    assert set(doc) == {"miso+", "nopart", "jct_ratio"} and doc["jct_ratio"] == 0.6
+    assert seen["miso+"] == seen["nopart"] == demo_jobs(5, seed=2)
+    bad = runner.invoke(app, ["demo", "--compare", "bogus"])
+    assert bad.exit_code == 2 and "unknown policy" in bad.output
 
 
 @pytest.mark.slow
