@@ -434,12 +434,10 @@ class MisoPlus(Miso):
         if not self.marginal_placement:
             return super().choose_gpu(now, job, sc)
         best: tuple[float, str] | None = None
-        seen = 0
-        for n, g in self.candidate_gpus(sc, job):
+        for seen, (n, g) in enumerate(self.candidate_gpus(sc, job), start=1):
             if n == 0:
                 return g
             gain = self.net_gain(g, sc.jobs_on(g), job, sc)
-            seen += 1
             if gain is not None and (best is None or gain > best[0] + 1e-9):
                 best = (gain, g)
             if seen >= self.marginal_candidates:
