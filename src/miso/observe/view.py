@@ -89,6 +89,7 @@ def _gpu(g: Mapping[str, Any], jobs: Mapping[str, Mapping[str, Any]]) -> dict[st
         slices.append({"profile": prof, "start": int(start or 0), "size": size,
                        "compute_slices": cs, "memory_gib": mem, "job": job,
                        "job_state": jobs.get(job, {}).get("state") if job else None,
+                       "job_name": jobs.get(job, {}).get("name") if job else None,
                        "mps_jobs": mps_jobs})
     return {"id": g.get("id"), "node": g.get("node", ""), "model": model_name, "units": units,
             "phase": g.get("phase"), "pending_plan": g.get("pending_plan"),

@@ -51,7 +51,8 @@
       for (const s of g.slices) {
         for (let u = s.start; u < s.start + Math.max(1, s.size); u++) used.add(u);
         const mps = s.mps_jobs && s.mps_jobs.length;
-        const who = s.job ? `job ${s.job}` : (mps ? `MPS: ${s.mps_jobs.join(", ")}` : "idle");
+        const who = s.job ? `job ${s.job}` + (s.job_name && s.job_name !== s.job ?
+          ` \u00b7 ${s.job_name}` : "") : (mps ? `MPS: ${s.mps_jobs.join(", ")}` : "idle");
         const cls = "slice" + (s.job ? "" : (mps ? " mps" : " empty"));
         const d = el("div", { class: cls, role: "listitem",
           "aria-label": `slice ${s.profile} at unit ${s.start}: ${who}` },
@@ -119,9 +120,8 @@
   function drawDecisions(recs) {
     const box = $("decisions");
     const open = new Set([...box.querySelectorAll("details[open]")].map((d) => d.dataset.seq));
-    const first = !box.dataset.drawn;
+    const seen = Number(box.dataset.seen || 0);
     box.replaceChildren();
-    box.dataset.drawn = "1";
     const list = [...recs].reverse();
     if (!list.length) box.append(el("p", { text: "No decision yet." }));
     list.forEach((r, i) => {
@@ -130,9 +130,12 @@
         el("summary", {}, `t=${fmt(r.time, 1)} s \u00b7 ${what} \u00b7 trigger: ${r.trigger}` +
           (r.expected_gain != null ? ` \u00b7 gain ${fmt(r.expected_gain, 3)}` : "")),
         el("pre", { text: r.text || r.note || "" }));
-      if (open.has(String(r.seq)) || (first && i < 3)) d.open = true;
+      // newly arrived decisions (the three newest) open themselves; the others keep the
+      // state the reader left them in
+      if (open.has(String(r.seq)) || (r.seq > seen && i < 3)) d.open = true;
       box.append(d);
     });
+    if (list.length) box.dataset.seen = String(Math.max(seen, ...list.map((r) => r.seq)));
   }
 
   async function refresh() {

@@ -1,0 +1,140 @@
+"""The web page in a real browser: Debian's headless Chromium driven by Playwright (the system
+browser; nothing is downloaded, ``playwright install`` is never run) against a running emulated
+cluster served by the API app with the observe routes mounted, on 127.0.0.1.
+
+The page asks for the token, shows each GPU's slices, a job submitted through the API appears
+and its progress advances, and a decision's explanation is visible. A screenshot goes to
+``$MISO_SCREENSHOT_DIR`` (default: the test's temp dir; ``docs/`` for the README's). Slow:
+
+    apt-get install -y chromium && pip install -e ".[browser]"
+    MISO_SCREENSHOT_DIR=docs python -m pytest -m slow tests/test_web_browser.py
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from miso.api.app import create_app, require_user
+from miso.api.server import ApiServer, Listen
+from miso.api.users import UserStore
+from miso.controller import Controller, ControllerConfig, JobStore
+from miso.controller.local import LocalCluster
+from miso.observe import attach
+from miso.observe.routes import instrument, observe_router
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not Path(CHROMIUM).exists(),
+                                 reason="needs Debian's chromium (apt-get install chromium)")]
+
+
+def emu(wl: str, work_s: float, ips: float = 20.0) -> list[str]:
+    return [sys.executable, "-m", "miso.emuworkload", "--workload", wl, "--iterations",
+            str(int(work_s * ips)), "--ips", str(ips)]
+
+
+class OwnerTolerant:
+    """The controller as the API sees it; drops ``owner``/``unix_user`` when this controller
+    does not take them yet (they only matter for multi-user isolation, not for the page)."""
+
+    def __init__(self, ctl: Controller) -> None:
+        self.ctl = ctl
+        self.store = ctl.store
+        self.takes_owner = "owner" in inspect.signature(ctl.submit).parameters
+
+    def submit(self, command: list[str], **kw: Any) -> str:
+        if not self.takes_owner:
+            kw.pop("owner", None)
+            kw.pop("unix_user", None)
+        return self.ctl.submit(command, **kw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.ctl, name)
+
+
+def test_web_page_in_chromium__gpus_jobs_progress_and_explanations(tmp_path: Path) -> None:
+    sync_api = pytest.importorskip("playwright.sync_api")
+    cfg = ControllerConfig(policy="miso", estimator="true", poll_interval=0.1,
+                           checkpoint_timeout=5.0)
+    cluster = LocalCluster(tmp_path / "c", gpus_per_node=1, config=cfg, rate_window=0.5,
+                           start=False)
+    server = None
+    shots = Path(os.environ.get("MISO_SCREENSHOT_DIR") or tmp_path)
+    try:
+        ctl = Controller(JobStore(tmp_path / "c" / "miso.db"), cluster.transport, cfg,
+                         checkpoint_root=tmp_path / "c" / "checkpoints")
+        obs = attach(ctl, tmp_path / "c")
+        cluster.controller = ctl.start()
+        users = UserStore(":memory:")
+        token = users.add("ann", admin=True)
+        app = create_app(OwnerTolerant(ctl), users,
+                         extra_routers=[observe_router(ctl, obs, auth=require_user)])
+        instrument(app, obs)
+        server = ApiServer(app, Listen("127.0.0.1", 0))
+        url = server.start()
+        api = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"},
+                           timeout=10)
+
+        def submit(name: str, wl: str, work_s: float) -> str:
+            r = api.post("/api/v1/jobs", json={"command": emu(wl, work_s), "name": name})
+            assert r.status_code == 201, r.text
+            return str(r.json()["id"])
+
+        with sync_api.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+            page = browser.new_page(viewport={"width": 1366, "height": 900})
+            page.goto(url + "/")
+            # no token yet: the page asks for one (labelled field), keyboard only
+            page.get_by_label("API token").wait_for(timeout=15_000)
+            page.get_by_label("API token").fill(token)
+            page.keyboard.press("Enter")
+            page.locator("article.gpu").first.wait_for(timeout=15_000)
+            assert page.locator("#token-form").is_hidden()
+            a = submit("resnet", "resnet_train128", 90)
+            row = page.locator("#jobs tbody tr", has_text="resnet")
+            row.wait_for(timeout=20_000)
+            # the job runs alone: the GPU shows one 7g slice holding it
+            page.locator(".slice", has_text=f"job {a}").wait_for(timeout=30_000)
+            bar = row.locator("progress")
+            bar.wait_for(timeout=30_000)
+            v0 = float(bar.get_attribute("value") or 0)
+            deadline = time.time() + 30
+            v1 = v0
+            while time.time() < deadline and v1 <= v0:
+                time.sleep(0.5)
+                v1 = float(row.locator("progress").get_attribute("value") or 0)
+            assert v1 > v0, (v0, v1)
+            # a second job splits the GPU: two slices, each with its job, and the decision
+            # that split it explained in words and numbers
+            b = submit("bert", "bert_train2", 90)
+            page.locator(".slice", has_text=f"job {b}").wait_for(timeout=40_000)
+            page.locator(".slice", has_text=f"job {a}").wait_for(timeout=40_000)
+            assert page.locator("article.gpu .slice").count() == 2
+            dec = page.locator("details.decision", has_text="ApplyLayout").first
+            dec.wait_for(timeout=20_000)
+            if not dec.evaluate("d => d.open"):
+                dec.locator("summary").focus()
+                page.keyboard.press("Enter")
+            text = dec.locator("pre")
+            text.wait_for(state="visible", timeout=10_000)
+            assert "maximises the total predicted speed" in text.inner_text()
+            assert "expected gain" in text.inner_text()
+            shots.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(shots / "web-page.png"), full_page=True)
+            browser.close()
+        assert (shots / "web-page.png").stat().st_size > 10_000
+    finally:
+        if server is not None:
+            server.stop()
+        cluster.close()
