@@ -14,7 +14,13 @@ from collections import Counter as Tally
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -37,6 +43,9 @@ class Metrics:
     """The metric objects of one controller; :meth:`render` gives the text exposition."""
 
     def __init__(self, status: StatusFn | None = None) -> None:
+        # no ``*_created`` series (prometheus-client's switch is process-wide; miso's
+        # metrics have no use for them)
+        disable_created_metrics()
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.events = Counter("miso_controller_events", "Events handled by the controller loop",
