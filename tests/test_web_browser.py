@@ -12,12 +12,11 @@ and its progress advances, and a decision's explanation is visible. A screenshot
 
 from __future__ import annotations
 
-import inspect
+import getpass
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -44,25 +43,6 @@ def emu(wl: str, work_s: float, ips: float = 20.0) -> list[str]:
             str(int(work_s * ips)), "--ips", str(ips)]
 
 
-class OwnerTolerant:
-    """The controller as the API sees it; drops ``owner``/``unix_user`` when this controller
-    does not take them yet (they only matter for multi-user isolation, not for the page)."""
-
-    def __init__(self, ctl: Controller) -> None:
-        self.ctl = ctl
-        self.store = ctl.store
-        self.takes_owner = "owner" in inspect.signature(ctl.submit).parameters
-
-    def submit(self, command: list[str], **kw: Any) -> str:
-        if not self.takes_owner:
-            kw.pop("owner", None)
-            kw.pop("unix_user", None)
-        return self.ctl.submit(command, **kw)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.ctl, name)
-
-
 def test_web_page_in_chromium__gpus_jobs_progress_and_explanations(tmp_path: Path) -> None:
     sync_api = pytest.importorskip("playwright.sync_api")
     cfg = ControllerConfig(policy="miso", estimator="true", poll_interval=0.1,
@@ -77,8 +57,9 @@ def test_web_page_in_chromium__gpus_jobs_progress_and_explanations(tmp_path: Pat
         obs = attach(ctl, tmp_path / "c")
         cluster.controller = ctl.start()
         users = UserStore(":memory:")
-        token = users.add("ann", admin=True)
-        app = create_app(OwnerTolerant(ctl), users,
+        # jobs run as their owner's Unix account when the agent is root: this test's own
+        token = users.add("ann", admin=True, unix_user=getpass.getuser())
+        app = create_app(ctl, users,
                          extra_routers=[observe_router(ctl, obs, auth=require_user)])
         instrument(app, obs)
         server = ApiServer(app, Listen("127.0.0.1", 0))
