@@ -46,7 +46,8 @@ def test_simulate_events__every_decision_logged_per_policy_with_reasons(sim_log:
     for r in lay:
         # the objective is the sum of the predicted speeds of the chosen assignment
         tot = sum(r["speeds"][j][p.split("@")[0]] for j, p in r["assignment"].items())
-        assert r["objective"] == pytest.approx(tot, abs=1e-3)
+        # (policies that weigh restart costs report the plain throughput beside it)
+        assert r.get("throughput", r["objective"]) == pytest.approx(tot, abs=1e-3)
 
 
 def test_events_cli__an_arrival_explained_in_words_and_numbers(sim_log: Path) -> None:

@@ -45,8 +45,8 @@ Speeds = Mapping[str, Mapping[str, float]]
 TRIGGERS: dict[type, str] = {
     JobSubmitted: "arrival", JobFinished: "completion", JobFailed: "completion",
     ProfilingFinished: "profiled", JobSpeedChanged: "speed_change",
-    SpeedObserved: "speed_observed", GpuAdded: "node_change", GpuRemoved: "node_change",
-    LayoutApplied: "layout_applied", LayoutFailed: "layout_failed", Tick: "timer",
+    SpeedObserved: "observed", GpuAdded: "node_change", GpuRemoved: "node_change",
+    LayoutApplied: "applied", LayoutFailed: "failure", Tick: "timer",
 }
 
 
@@ -281,8 +281,13 @@ def _describe(rec: Mapping[str, Any]) -> str:
         lines.append(f"    current layout: {' + '.join(cl) if cl else '(none)'}")
         obj, cobj, gain = (rec.get("objective"), rec.get("current_objective"),
                            rec.get("expected_gain"))
-        if obj is not None:
+        thr = rec.get("throughput")
+        if rec.get("trigger") == "rebalance" and isinstance(gain, (int, float)):
+            lines.append(f"    expected gain: finishes ~{gain:.0f} s sooner net of one restart")
+        elif obj is not None:
             s = f"    objective {obj:.3f}"
+            if isinstance(thr, (int, float)) and abs(thr - obj) > 5e-4:
+                s = f"    throughput {thr:.3f} (objective net of restart costs {obj:.3f})"
             s += f", current {cobj:.3f}" if cobj is not None else ", current: none"
             if gain is not None:
                 s += f", expected gain {gain:+.3f}"
