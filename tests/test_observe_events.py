@@ -167,3 +167,54 @@ def test_routes__page_static_events_cluster_metrics_with_auth() -> None:
     assert 'miso_jobs{owner="ann",state="queued"} 2.0' in m
     assert 'miso_api_request_duration_seconds_count{method="GET",route="/api/v1/cluster",' \
            'status="200"} 1.0' in m
+
+
+def test_routes_with_api_users__others_jobs_masked_admin_sees_all() -> None:
+    from miso.api.app import create_app, require_user
+    from miso.api.users import UserStore
+    from miso.observe.routes import observe_router, owner_scope
+
+    src = FakeSource()
+
+    class Store:  # what owner_scope reads: the API's job store
+        def jobs(self, owner: str | None = None) -> list:
+            class R:
+                def __init__(self, i: str) -> None:
+                    self.id = i
+            return [R(j["id"]) for j in src.snap["jobs"] if owner in (None, j["owner"])]
+
+    src.store = Store()  # type: ignore[attr-defined]
+    log = DecisionLog(None)
+    log.append({"time": 9.0, "kind": "ApplyLayout", "gpu": "node0/0", "jobs": ["1", "2"],
+                "assignment": {"1": "4g.20gb@0", "2": "3g.20gb@4"}, "restarts": ["1"],
+                "trigger": "arrival", "cause": {"event": "JobSubmitted", "job": "2"},
+                "note": "moves job 1; starts job 2", "objective": 1.6})
+    log.append({"time": 9.5, "kind": "PlaceJob", "job": "2", "gpu": "node0/0",
+                "trigger": "arrival", "note": "job 2 goes to node0/0"})
+    obs = Observer(Metrics(status=src.status), log)
+    users = UserStore(":memory:")
+    ann, bob, root = users.add("ann"), users.add("bob"), users.add("root", admin=True)
+    app = create_app(src, users, extra_routers=[observe_router(
+        src, obs, auth=require_user, visible=owner_scope(src.store))])
+    client = TestClient(app)
+
+    def get(path: str, token: str, **params: str) -> dict:
+        r = client.get(path, headers={"Authorization": f"Bearer {token}"}, params=params)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    assert client.get("/api/v1/cluster", headers={"Authorization": "Bearer nope"}
+                      ).status_code == 401
+    v = get("/api/v1/cluster", ann)
+    assert {j["id"] for j in v["jobs"]} == {"1", "3", "4"}           # ann's own only
+    assert [s["job"] for s in v["gpus"][0]["slices"]] == ["1", "other"]
+    assert "bob" not in json.dumps(v) and '"b"' not in json.dumps(v)
+    assert len(v["decisions"]) == 1                                  # bob's PlaceJob hidden
+    d = v["decisions"][0]
+    assert d["assignment"] == {"1": "4g.20gb@0", "other": "3g.20gb@4"}
+    assert d["cause"]["job"] == "other" and "job 2" not in d["text"]
+    assert get("/api/v1/events", ann, job="2")["events"] == []
+    assert len(get("/api/v1/events", bob)["events"]) == 2
+    full = get("/api/v1/cluster", root)
+    assert {j["id"] for j in full["jobs"]} == {"1", "2", "3", "4"}
+    assert [s["job"] for s in full["gpus"][0]["slices"]] == ["1", "2"]

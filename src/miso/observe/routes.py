@@ -12,14 +12,15 @@ the API's bearer-token check); None leaves them open (loopback tests, a read-onl
 127.0.0.1). :func:`instrument` adds API request latency to the metrics.
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations`` here: FastAPI must evaluate the endpoints'
+# ``Depends(...)`` annotations where they are defined (they name the factory's local ``who``).
 
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, Response
 
@@ -27,7 +28,7 @@ from miso.observe.decisions import describe
 from miso.observe.eventlog import read_records
 from miso.observe.metrics import CONTENT_TYPE
 from miso.observe.observer import Observer
-from miso.observe.view import cluster_view
+from miso.observe.view import cluster_view, mask, mentioned_jobs
 
 STATIC = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
           "style.css": "text/css; charset=utf-8"}
@@ -42,14 +43,35 @@ def _asset(name: str) -> bytes:
     return (resources.files("miso.observe") / "web" / name).read_bytes()
 
 
+Visible = Callable[[Any], set[str] | None]
+
+
+def owner_scope(store: Any) -> Visible:
+    """Job ids a user of :mod:`miso.api` may see: all for admins (None), else their own."""
+
+    def visible(user: Any) -> set[str] | None:
+        if user is None or getattr(user, "admin", False):
+            return None
+        return {r.id for r in store.jobs(owner=user.name)}
+
+    return visible
+
+
+def _nobody() -> None:
+    return None
+
+
 def observe_router(source: StatusSource, observer: Observer, *,
                    auth: Callable[..., Any] | None = None,
                    metrics_auth: Callable[..., Any] | None = None,
+                   visible: Visible | None = None,
                    log_path: str | Path | None = None, recent: int = 30) -> APIRouter:
-    """The router (see the module docstring). ``log_path``: the decision log file that
-    ``/api/v1/events`` reads (default: the records the observer keeps in memory)."""
+    """The router (see the module docstring). ``visible(principal)`` (principal: what
+    ``auth`` returns) gives the job ids the reader may see (None: all); other users' jobs
+    are then shown as "other". ``log_path``: the decision log file that ``/api/v1/events``
+    reads (default: the records the observer keeps in memory)."""
     router = APIRouter()
-    deps = [Depends(auth)] if auth is not None else []
+    who = auth if auth is not None else _nobody
     mdeps = [Depends(metrics_auth)] if metrics_auth is not None else []
     path = Path(log_path) if log_path is not None else (
         observer.log.path if observer.log is not None else None)
@@ -72,22 +94,32 @@ def observe_router(source: StatusSource, observer: Observer, *,
             raise HTTPException(404, "metrics are off")
         return Response(observer.metrics.render(), media_type=CONTENT_TYPE)
 
-    @router.get("/api/v1/events", dependencies=deps)
-    def events(job: str | None = None, gpu: str | None = None,
-               since: float | None = None,
+    def scope(principal: Any) -> set[str] | None:
+        return visible(principal) if visible is not None else None
+
+    @router.get("/api/v1/events")
+    def events(principal: Annotated[Any, Depends(who)], job: str | None = None,
+               gpu: str | None = None, since: float | None = None,
                limit: int = Query(200, ge=1, le=10000)) -> dict[str, Any]:
+        seen = scope(principal)
+        if seen is not None and job is not None and job not in seen:
+            return {"events": []}
         if path is not None and path.exists():
             recs = read_records(path, job=job, gpu=gpu, since=since, limit=limit)
         elif observer.log is not None:
             recs = observer.log.recent(limit, job=job, gpu=gpu, since=since)
         else:
             recs = []
+        if seen is not None:
+            recs = [mask(r, set(r_ids) - seen) for r in recs
+                    if (r_ids := mentioned_jobs(r)) and set(r_ids) & seen]
         return {"events": [dict(r, text=describe(r)) for r in recs]}
 
-    @router.get("/api/v1/cluster", dependencies=deps)
-    def cluster() -> dict[str, Any]:
+    @router.get("/api/v1/cluster")
+    def cluster(principal: Annotated[Any, Depends(who)]) -> dict[str, Any]:
         recs = observer.log.recent(recent) if observer.log is not None else []
-        return cluster_view(source.status(), speeds=observer.job_speeds(), decisions=recs)
+        return cluster_view(source.status(), speeds=observer.job_speeds(), decisions=recs,
+                            visible=scope(principal))
 
     return router
 

@@ -18,14 +18,64 @@ from miso.mig import gpu_model
 from miso.observe.decisions import describe
 
 ACTIVE = ("queued", "profiling", "running", "checkpointing")
+#: What another user's job id reads as in a masked view.
+OTHER = "other"
+
+
+def mentioned_jobs(obj: Mapping[str, Any]) -> list[str]:
+    """Job ids a snapshot or a decision record mentions."""
+    out: list[str] = []
+    for j in obj.get("jobs") or []:
+        out.append(str(j.get("id")) if isinstance(j, Mapping) else str(j))
+    for g in obj.get("gpus") or []:
+        out += [str(x) for x in g.get("jobs") or []]
+    out += [str(x) for x in obj.get("queue") or []]
+    out += [str(x) for x in obj.get("restarts") or []]
+    for k in ("assignment", "current_assignment", "speeds", "std", "shares"):
+        out += [str(x) for x in obj.get(k) or {}]
+    if obj.get("job") is not None:
+        out.append(str(obj["job"]))
+    cause = obj.get("cause") or {}
+    if cause.get("job") is not None:
+        out.append(str(cause["job"]))
+    return out
+
+
+def mask(obj: Any, hidden: set[str]) -> Any:
+    """``obj`` with every job id of ``hidden`` (as a value or a key) replaced by ``"other"``
+    and the free-text fields of records that mention one dropped."""
+    if not hidden:
+        return obj
+    if isinstance(obj, Mapping):
+        out = {}
+        for k, v in obj.items():
+            key = OTHER if k in hidden else k
+            if key == OTHER and key in out:  # several hidden keys: keep a count
+                continue
+            out[key] = mask(v, hidden)
+        for k in ("note", "origin", "command", "name", "reason"):
+            if isinstance(out.get(k), str) and any(h in out[k] for h in hidden):
+                out[k] = "(about another user's job)"
+        return out
+    if isinstance(obj, list):
+        return [mask(x, hidden) for x in obj]
+    if isinstance(obj, str) and obj in hidden:
+        return OTHER
+    return obj
 
 
 def cluster_view(snap: Mapping[str, Any], *, speeds: Mapping[str, Mapping[str, Any]] | None = None,
-                 decisions: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any]:
-    """The JSON view of one snapshot (see the module docstring)."""
+                 decisions: Iterable[Mapping[str, Any]] = (),
+                 visible: set[str] | None = None) -> dict[str, Any]:
+    """The JSON view of one snapshot (see the module docstring). With ``visible`` (the job ids
+    the reader may see) other jobs are shown as ``"other"``: slices and counts, no names."""
     speeds = speeds or {}
+    if visible is not None:
+        snap = mask(snap, set(mentioned_jobs(snap)) - visible)
+        decisions = [mask(r, set(ids) - visible) for r in decisions
+                     if (ids := mentioned_jobs(r)) and set(ids) & visible]
     now = float(snap.get("time") or 0.0)
-    jobs = {str(j.get("id")): j for j in snap.get("jobs") or []}
+    jobs = {str(j.get("id")): j for j in snap.get("jobs") or [] if j.get("id") != OTHER}
     gpus = [_gpu(g, jobs) for g in snap.get("gpus") or []]
     where = {j: g["id"] for g in snap.get("gpus") or [] for j in g.get("jobs") or []}
     phase = {g["id"]: g.get("phase") for g in snap.get("gpus") or []}
@@ -58,6 +108,8 @@ def cluster_view(snap: Mapping[str, Any], *, speeds: Mapping[str, Mapping[str, A
         out_queue.append({"id": q, "name": j.get("name"), "owner": j.get("owner") or "",
                           "waited_s": round(now - float(sub), 1) if sub is not None else None,
                           "reason": j.get("wait_reason") or qreason.get(q, "")})
+    if visible is not None:
+        out_queue = [q for q in out_queue if q["id"] != OTHER]
     recs = [dict(r, text=describe(r)) for r in decisions]
     return {"time": now, "policy": snap.get("policy"), "gpus": gpus, "jobs": out_jobs,
             "queue": out_queue, "decisions": recs, "errors": list(snap.get("errors") or [])}
