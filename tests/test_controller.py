@@ -20,7 +20,7 @@ from miso.controller.local import LocalCluster
 from miso.mig import Placement, geometry, violations
 
 FAST = dict(profile_seconds_per_level=0.3, profile_warmup_s=0.15, checkpoint_timeout=3.0,
-            poll_interval=0.1)
+            poll_interval=0.1, lease_s=2.0)
 
 
 def emu(wl: str, work_s: float, *extra: str, ips: float = 40.0) -> list[str]:
@@ -156,8 +156,11 @@ def test_controller__bad_input_is_refused_or_fails_with_a_reason(make_cluster) -
     assert ctl.store.get(ok).state == "finished"
     rec = ctl.store.get(bad)
     assert rec.state == "failed" and "crashing at start" in rec.reason
-    # the cluster keeps running: a new job with the freed name still completes
-    again = c.submit(emu("gnn_train64", 0.5), name="dup")
+    # names stay unique after a job ended: `logs dup` / `cancel dup` keep meaning one job
+    with pytest.raises(SubmitError, match="already exists .*finished"):
+        c.submit(["true"], name="dup")
+    # the cluster keeps running: a new job still completes
+    again = c.submit(emu("gnn_train64", 0.5), name="dup2")
     assert ctl.wait_all(60)
     assert ctl.store.get(again).state == "finished"
     assert "crashing at start" in ctl.logs(bad)
@@ -190,7 +193,7 @@ def test_controller__phase_change_is_reported_to_the_policy(make_cluster) -> Non
 
 def test_store__schema_versioned_and_finish_exactly_once(tmp_path: Path) -> None:
     s = JobStore(tmp_path / "m.db")
-    assert s.schema_version == 1
+    assert s.schema_version == 2
     epoch = s.epoch
     r = s.submit(command=["true"], name="a", memory_gb=1.0)
     assert r.state == "queued" and r.id == "j0001"

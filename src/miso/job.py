@@ -17,14 +17,22 @@ restart from zero after a repartition). Typical use::
 For framework checkpoints write to :attr:`JobContext.checkpoint_path` yourself and call
 :meth:`JobContext.mark_saved`.
 
-Environment (set by the agent): ``MISO_JOB_ID``, ``MISO_ATTEMPT``, ``MISO_PROGRESS_FILE``
-(JSON progress written here), ``MISO_CHECKPOINT_DIR``, ``MISO_RESUME_FROM`` (checkpoint to
-resume from), ``MISO_CHECKPOINT_FLAG`` (file whose existence asks for a checkpoint) and
-``MISO_AGENT_PID`` (the job exits if its agent dies, so no orphans survive a lost node).
+Environment (set by the agent): ``MISO_JOB_ID``, ``MISO_ATTEMPT``, ``MISO_NODE``,
+``MISO_PROGRESS_FILE`` (JSON progress written here), ``MISO_CHECKPOINT_DIR``,
+``MISO_RESUME_FROM`` (checkpoint to resume from) and ``MISO_CHECKPOINT_FLAG`` (file whose
+existence asks for a checkpoint). The agent's guard process kills the job when its node is
+fenced or its agent dies, so no orphans survive a lost node.
+
+The helper never lets a storage error reach the training loop: a progress write that fails
+(e.g. the disk is full) is retried at the next :meth:`JobContext.report`; :meth:`save_json`
+that cannot write returns None (the job goes on; miso resumes it from the previous save).
+Every completed save is also recorded next to the checkpoint (``.miso/last-checkpoint.json``),
+so a controller that lost its store still resumes the job from it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -38,14 +46,30 @@ from typing import Any, NoReturn
 EXIT_CHECKPOINTED = 75
 #: Signal the agent sends to ask for a checkpoint (the flag file is the fallback).
 CHECKPOINT_SIGNAL = signal.SIGUSR1
+#: Name of the record of the last completed save, inside ``MISO_CHECKPOINT_DIR/.miso``.
+LAST_CHECKPOINT = "last-checkpoint.json"
 
 
 def write_json_atomic(path: str | Path, data: Any) -> None:
     """Write JSON so readers never see a partial file (temp file + rename)."""
     p = Path(path)
     tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, p)
+    try:
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, p)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def last_checkpoint(checkpoint_dir: str | Path) -> dict[str, Any] | None:
+    """The record ``{"iteration", "path", "time", "attempt"}`` of the last completed save in
+    ``checkpoint_dir``, or None."""
+    data = read_json(Path(checkpoint_dir) / ".miso" / LAST_CHECKPOINT)
+    if isinstance(data, dict) and isinstance(data.get("path"), str):
+        return data
+    return None
 
 
 def read_json(path: str | Path) -> Any | None:
@@ -72,13 +96,12 @@ class JobContext:
         self._state: dict[str, Any] = {
             "job": self.job_id, "attempt": self.attempt, "pid": os.getpid(),
             "iteration": 0, "total": None, "time": time.time(), "checkpoint": None,
-            "start_iteration": None, "done": False,
+            "start_iteration": None, "done": False, "helper": 1,
         }
+        #: Storage errors the helper absorbed (progress or checkpoint writes that failed).
+        self.io_errors = 0
         if install_signal and threading.current_thread() is threading.main_thread():
             signal.signal(CHECKPOINT_SIGNAL, lambda *_: self._requested.set())
-        agent = e.get("MISO_AGENT_PID")
-        if agent and agent.isdigit():
-            threading.Thread(target=self._watch_agent, args=(int(agent),), daemon=True).start()
 
     @property
     def managed(self) -> bool:
@@ -100,20 +123,41 @@ class JobContext:
         return data if isinstance(data, dict) else None
 
     def save_json(self, state: dict[str, Any], *, iteration: int) -> str | None:
-        """Save ``state`` atomically to :attr:`checkpoint_path` and record it as done."""
+        """Save ``state`` atomically to :attr:`checkpoint_path` and record it as done.
+
+        Returns the path, or None when there is nowhere to save or the write failed (the
+        previous checkpoint stays the one miso resumes from)."""
         path = self.checkpoint_path
         if path is None:
             return None
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(path, state)
+        try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(path, state)
+        except OSError as e:
+            self._io_error("checkpoint", e)
+            return None
         self.mark_saved(path, iteration=iteration)
         return path
 
     def mark_saved(self, path: str, *, iteration: int) -> None:
         """Tell miso a checkpoint at ``iteration`` is complete at ``path``."""
-        self._state["checkpoint"] = {"iteration": int(iteration), "path": str(path),
-                                     "time": time.time()}
+        ck = {"iteration": int(iteration), "path": str(path), "time": time.time(),
+              "attempt": self.attempt}
+        self._state["checkpoint"] = ck
+        if self.checkpoint_dir:
+            try:
+                (Path(self.checkpoint_dir) / ".miso").mkdir(parents=True, exist_ok=True)
+                write_json_atomic(Path(self.checkpoint_dir) / ".miso" / LAST_CHECKPOINT, ck)
+            except OSError as e:
+                self._io_error("checkpoint record", e)
         self._flush(force=True)
+
+    def _io_error(self, what: str, e: OSError) -> None:
+        self.io_errors += 1
+        if self.io_errors <= 3 or self.io_errors % 100 == 0:
+            with contextlib.suppress(Exception):
+                print(f"miso.job: {what} write failed ({e}); continuing", file=sys.stderr,
+                      flush=True)
 
     # ---- progress -----------------------------------------------------------------------
 
@@ -146,7 +190,11 @@ class JobContext:
             return
         self._state["time"] = now
         self._last_write = now
-        write_json_atomic(self.progress_file, self._state)
+        try:
+            write_json_atomic(self.progress_file, self._state)
+        except OSError as e:  # e.g. ENOSPC: the next report tries again
+            self._last_write = 0.0
+            self._io_error("progress", e)
 
     # ---- checkpoint requests ------------------------------------------------------------
 
@@ -161,16 +209,6 @@ class JobContext:
         self._flush(force=True)
         sys.stdout.flush()
         sys.exit(EXIT_CHECKPOINTED)
-
-    def _watch_agent(self, pid: int) -> None:
-        while True:
-            time.sleep(0.5)
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                os._exit(70)  # the agent is gone: do not outlive it
-            except PermissionError:
-                pass
 
 
 _CTX: JobContext | None = None

@@ -8,7 +8,13 @@ str/int/float), so the same object serves in-process and behind a Ray actor.
 
 A job attempt is started with ``CUDA_VISIBLE_DEVICES=<MIG UUID>`` (from the backend) and, under
 MPS, ``CUDA_MPS_PIPE_DIRECTORY`` and ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``, plus the ``MISO_*``
-variables of :mod:`miso.job`. Processes run in their own session and are killed as a group.
+variables of :mod:`miso.job` and the variables given at submission; the agent's own ``RAY_*``
+and ``MISO_*`` variables are not passed on. Processes run in their own session and are killed
+as a group.
+
+Fencing: every job runs under :mod:`miso.agent.guard`, which kills it when the controller's
+lease (renewed by each :meth:`Agent.report` call that carries one) has run out or the agent has
+died, and leaves an exit record on the checkpoint storage (:func:`exit_record_path`).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,11 +33,26 @@ from pathlib import Path
 from typing import Any
 
 from miso import runas
+from miso.agent import guard
 from miso.backend.base import BackendError, GpuBackend, MpsHandle, ReconfigurationError
 from miso.job import CHECKPOINT_SIGNAL, EXIT_CHECKPOINTED
 from miso.mig import Placement, canonical
 
 log = logging.getLogger(__name__)
+
+#: Prefixes of the agent's own environment that jobs do not inherit.
+INTERNAL_ENV_PREFIXES = ("RAY_", "MISO_")
+
+
+def exit_record_path(checkpoint_dir: str | Path, attempt: int) -> Path:
+    """Where the guard of ``attempt`` records how it ended (see :mod:`miso.agent.guard`)."""
+    return Path(checkpoint_dir) / ".miso" / f"attempt-{attempt}.exit.json"
+
+
+def job_base_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """``env`` (default: this process's) without miso's and Ray's internal variables."""
+    src = os.environ if env is None else env
+    return {k: v for k, v in src.items() if not k.startswith(INTERNAL_ENV_PREFIXES)}
 
 
 def placement_of(data: Any) -> Placement:
@@ -135,6 +157,18 @@ class Attempt:
     returncode: int | None = None
     ended: float | None = None
     progress: dict[str, Any] = field(default_factory=dict)
+    exit_record: Path | None = None
+    fenced: bool = False
+
+    @property
+    def checkpointable(self) -> bool | None:
+        """True once the job announced the helper, False when it reported nothing within the
+        agent's grace period, None before that."""
+        if self.progress.get("helper"):
+            return True
+        return None if self.progress or not self.no_helper else False
+
+    no_helper: bool = False
 
 
 class Agent:
@@ -159,6 +193,31 @@ class Agent:
         self._attempts: dict[tuple[str, int], Attempt] = {}
         self._mps: dict[tuple[int, Placement], MpsHandle] = {}
         self._closed = False
+        self.lease_file = self.workdir / "lease"
+        self._lease_fd: int | None = None
+        self._lease_ro: int | None = None
+
+    # ---- lease --------------------------------------------------------------------------
+
+    def renew_lease(self, until: float) -> None:
+        """Extend the controller's lease to ``until`` (seconds since the epoch). Written in
+        place (no new disk blocks), so a full disk does not fence the node."""
+        with self._lock:
+            try:
+                if self._lease_fd is None:
+                    self._lease_fd = os.open(self.lease_file, os.O_RDWR | os.O_CREAT, 0o644)
+                os.pwrite(self._lease_fd, f"{until:20.3f}\n".encode(), 0)
+            except OSError as e:
+                log.warning("%s: cannot renew the lease file: %s", self.node, e)
+
+    def _lease_reader(self) -> int:
+        """A read-only descriptor of the lease file, inherited by every guard (so a guard
+        running as the job's owner reads it whatever the directory permissions)."""
+        if self._lease_ro is None:
+            fd = os.open(self.lease_file, os.O_RDWR | os.O_CREAT, 0o644)
+            os.close(fd)
+            self._lease_ro = os.open(self.lease_file, os.O_RDONLY)
+        return self._lease_ro
 
     # ---- description and layouts --------------------------------------------------------
 
@@ -249,20 +308,21 @@ class Agent:
                 for p in (d.parent, d):
                     runas.private_dir(p, None, root=root)
                 runas.private_dir(jd, acct, root=root)
-                env = dict(os.environ)
+                env = job_base_env()
                 env.update({str(k): str(v) for k, v in (spec.get("env") or {}).items()})
                 env.update(self.backend.job_env(gpu, pl))
                 env.update({
                     "MISO_JOB_ID": job, "MISO_ATTEMPT": str(attempt),
                     "MISO_PROGRESS_FILE": str(jd / "progress.json"),
                     "MISO_CHECKPOINT_FLAG": str(jd / "checkpoint.request"),
-                    "MISO_AGENT_PID": str(os.getpid()),
                     "MISO_NODE": self.node,
                 })
                 env.update(runas.account_env(acct))
+                record = jd / "exit.json"
                 if ckpt:
                     runas.private_dir(ckpt, acct, root=root)
                     env["MISO_CHECKPOINT_DIR"] = str(ckpt)
+                    record = exit_record_path(ckpt, attempt)
                 if spec.get("resume_from"):
                     env["MISO_RESUME_FROM"] = str(spec["resume_from"])
                 mps = spec.get("mps_pct")
@@ -272,11 +332,21 @@ class Agent:
                 cmd = [str(c) for c in spec["command"]]
                 if cmd and cmd[0] in ("python", "python3") and self.python:
                     cmd[0] = self.python
+                cwd = spec.get("cwd") or None
+                if not cmd or (shutil.which(cmd[0], path=env.get("PATH")) is None and
+                               not Path(cwd or ".", cmd[0]).exists()):
+                    raise OSError(f"{cmd[0] if cmd else ''!r} not found")
+                record.unlink(missing_ok=True)
+                lease_fd = self._lease_reader()
+                guarded = [self.python, "-S", guard.__file__, "--lease-fd", str(lease_fd),
+                           "--agent-pid", str(os.getpid()), "--exit-record", str(record),
+                           "--", *cmd]
                 with open(runas.open_log(log_file), "ab") as out:
                     proc = subprocess.Popen(
-                        cmd, env=env, cwd=spec.get("cwd") or None, stdout=out,
+                        guarded, env=env, cwd=cwd, stdout=out,
                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                        start_new_session=True, **runas.popen_kwargs(acct))
+                        start_new_session=True, pass_fds=(lease_fd,),
+                        **runas.popen_kwargs(acct))
             except (OSError, BackendError, ValueError) as e:
                 msg = f"cannot start {spec.get('command')!r} on GPU {gpu} {pl}: {e}"
                 log_file.write_text(msg + "\n")
@@ -284,7 +354,7 @@ class Agent:
             self._attempts[(job, attempt)] = Attempt(
                 job, attempt, cmd, gpu, pl, None if mps is None else int(mps), proc, d,
                 jd / "progress.json", jd / "checkpoint.request", log_file, time.time(),
-                RateTracker(self.rate_window, self.change_threshold))
+                RateTracker(self.rate_window, self.change_threshold), exit_record=record)
             return {"ok": True, "pid": proc.pid, "error": "", "log": str(log_file)}
 
     def checkpoint(self, job: str, attempt: int) -> bool:
@@ -340,6 +410,8 @@ class Agent:
             a.progress = data
             if "time" in data and "iteration" in data:
                 a.rates.add(float(data["time"]), float(data["iteration"]))
+        if not a.progress and time.time() - a.started > self.no_helper_after:
+            a.no_helper = True
         if a.returncode is None:
             rc = a.proc.poll()
             if rc is not None:
@@ -347,9 +419,14 @@ class Agent:
                 data = runas.read_json(a.progress_file)  # final words
                 if isinstance(data, dict):
                     a.progress = data
+                rec = runas.read_json(a.exit_record) if a.exit_record else None
+                a.fenced = isinstance(rec, dict) and bool(rec.get("fenced"))
 
-    def report(self) -> dict[str, Any]:
-        """Every attempt's state (see :func:`attempt_report`) plus the node's layouts."""
+    def report(self, lease_until: float | None = None) -> dict[str, Any]:
+        """Every attempt's state (see :func:`attempt_report`). With ``lease_until`` (seconds
+        since the epoch) the controller's lease is renewed first."""
+        if lease_until is not None:
+            self.renew_lease(float(lease_until))
         with self._lock:
             jobs = []
             for a in list(self._attempts.values()):
@@ -396,7 +473,7 @@ def attempt_report(a: Attempt) -> dict[str, Any]:
     status = "running" if a.returncode is None else (
         "finished" if a.returncode == 0 else
         "checkpointed" if a.returncode == EXIT_CHECKPOINTED else
-        "killed" if a.killed else "failed")
+        "killed" if a.killed else "fenced" if a.fenced else "failed")
     tail = ""
     if status == "failed":
         try:
@@ -415,5 +492,6 @@ def attempt_report(a: Attempt) -> dict[str, Any]:
         "change_seq": a.rates.change_seq,
         "change": list(a.rates.change) if a.rates.change else None,
         "checkpoint_requested": a.checkpoint_requested,
+        "checkpointable": a.checkpointable,
         "started": a.started, "ended": a.ended, "log": str(a.log_file), "log_tail": tail,
     }

@@ -9,10 +9,17 @@
 * :mod:`~miso.controller.poller` - agent discovery and polling (progress, exits, speeds);
 * :mod:`~miso.controller.recovery` - what happens at start after a crash;
 * :mod:`~miso.controller.runtime` - the state they share (runs, GPUs, nodes, the queue).
+
+One controller per state directory: :meth:`Controller.start` takes an OS lock
+(:mod:`~miso.controller.statelock`) that the kernel drops when the process dies.
+
+Units: ``submit(memory_gb=...)`` is in GB (10^9 bytes), as the ``--memory-gb`` flag; MIG
+slices are sized in GiB (2^30 bytes); the controller converts (40 GB = 37.3 GiB).
 """
 
 from __future__ import annotations
 
+import math
 import shutil
 import threading
 import time
@@ -25,7 +32,8 @@ from miso.controller.loop import EventLoop
 from miso.controller.poller import AgentPoller
 from miso.controller.recovery import recover
 from miso.controller.runtime import ControllerConfig, Runtime, SubmitError
-from miso.controller.store import JobStore, StoreError
+from miso.controller.statelock import StateDirLock
+from miso.controller.store import GIB_PER_GB, JobRecord, JobStore, StoreError
 from miso.controller.transport import NodeUnavailable, Transport
 from miso.mig import GPU_MODELS, geometry
 from miso.sched import JobSpec, JobSubmitted, Policy
@@ -78,6 +86,7 @@ class Controller:
         self.executor = PlanExecutor(self.rt)
         self.loop = EventLoop(self.rt, self.executor, self.policy, self.cfg.policy)
         self.poller = AgentPoller(self.rt, self.executor)
+        self._dir_lock: StateDirLock | None = None
 
     @property
     def observer(self) -> Any:
@@ -100,12 +109,17 @@ class Controller:
     # ---- lifecycle ----------------------------------------------------------------------
 
     def start(self) -> Controller:
-        """Recover from the store, discover agents, start the threads."""
+        """Lock the state directory, recover from the store, discover agents, start the
+        threads. Raises :class:`~miso.controller.statelock.StateDirLocked` when another
+        controller runs on the same store."""
+        if self.store.path != ":memory:":
+            self._dir_lock = StateDirLock(Path(self.store.path).parent).acquire()
+        for bad in self.store.bad_rows:
+            self.rt.error(f"job {bad}: its record in the store is malformed; ignored")
         recover(self.rt)
         self.poller.discover(force=True)
         for rec in self.store.jobs(active_only=True):
-            self.rt.post_event(JobSubmitted(JobSpec(rec.id, rec.name, rec.memory_gb,
-                                                    rec.workload)))
+            self.rt.post_event(JobSubmitted(_spec(rec)))
         self.loop.start()
         self.poller.start()
         return self
@@ -119,21 +133,31 @@ class Controller:
         if stop_jobs:
             for node in self.transport.nodes():
                 self.rt.try_call(node, "shutdown")
+        if self._dir_lock is not None:
+            self._dir_lock.release()
+            self._dir_lock = None
 
     # ---- public API (thread-safe) -------------------------------------------------------
 
     def submit(self, command: list[str], *, name: str | None = None,
                memory_gb: float | None = None, workload: str | None = None,
                env: dict[str, str] | None = None, cwd: str | None = None,
-               owner: str | None = None, unix_user: str | None = None) -> str:
+               owner: str | None = None, unix_user: str | None = None,
+               request_id: str | None = None) -> str:
         """Queue a job; returns its id. Raises :class:`SubmitError` on bad input.
 
-        ``owner`` is the API user submitting it (None: the local operator); ``unix_user`` the
-        account its processes run as where the agent runs as root.
+        ``memory_gb`` is the job's peak GPU memory in GB (10^9 bytes). ``env`` is added to the
+        job's environment. ``owner`` is the API user submitting it (None: the local operator);
+        ``unix_user`` the account its processes run as where the agent runs as root.
+        ``request_id`` (chosen by the client) makes a retry safe: a second submission with the
+        same id returns the first one's job.
         """
         command = [str(c) for c in command]
         if not command:
             raise SubmitError("no command given")
+        for k, v in (env or {}).items():
+            if not k or "=" in k or "\0" in k or "\0" in str(v):
+                raise SubmitError(f"bad environment variable {k!r}")
         if self.cfg.check_commands and shutil.which(command[0]) is None and \
                 not Path(command[0]).exists():
             raise SubmitError(f"unknown command {command[0]!r}: not found on PATH")
@@ -143,21 +167,27 @@ class Controller:
         if workload is not None and workload not in catalogue():
             raise SubmitError(f"unknown workload {workload!r}")
         if memory_gb is None:
-            memory_gb = catalogue()[workload].memory_gb if workload else 1.0
-        if memory_gb <= 0:
-            raise SubmitError(f"memory must be positive, got {memory_gb}")
-        biggest = self._largest_slice()
-        if memory_gb > biggest[0] + 1e-9:
-            raise SubmitError(f"job needs {memory_gb:g} GB, more than the largest slice of "
-                              f"any GPU ({biggest[0]:g} GiB, {biggest[1]})")
+            gib = catalogue()[workload].memory_gb if workload else 1.0
+            memory_gb = gib / GIB_PER_GB
+        else:
+            if not (isinstance(memory_gb, int | float) and math.isfinite(memory_gb)
+                    and memory_gb > 0):
+                raise SubmitError(f"--memory-gb must be a positive number of GB, got "
+                                  f"{memory_gb}")
+            gib = float(memory_gb) * GIB_PER_GB
+        biggest, where = self._largest_slice()
+        if gib > biggest + 1e-9:
+            raise SubmitError(f"job needs {memory_gb:g} GB ({gib:.2f} GiB), more than the "
+                              f"largest slice of any GPU ({where}: {biggest:g} GiB = "
+                              f"{biggest / GIB_PER_GB:.1f} GB)")
         try:
             rec = self.store.submit(command=command, name=name, memory_gb=memory_gb,
-                                    workload=workload, env=env, cwd=cwd, at=self.now(),
-                                    owner=owner, unix_user=unix_user)
+                                    memory_gib=gib, workload=workload, env=env, cwd=cwd,
+                                    at=self.now(), owner=owner, unix_user=unix_user,
+                                    request_id=request_id)
         except StoreError as e:
             raise SubmitError(str(e)) from None
-        self.rt.post_event(JobSubmitted(JobSpec(rec.id, rec.name, rec.memory_gb,
-                                                rec.workload)))
+        self.rt.post_event(JobSubmitted(_spec(rec)))
         return rec.id
 
     def cancel(self, job: str) -> dict[str, Any]:
@@ -171,9 +201,18 @@ class Controller:
         return self.store.get(rec.id).to_json()
 
     def status(self) -> dict[str, Any]:
-        """GPUs (layout, phase, jobs) and jobs (state, slice, speed, progress)."""
+        """GPUs (layout, phase, jobs) and jobs (state, slice, speed, progress, and ``why``: one
+        line on why it waits, or its full failure reason)."""
         snap = self.cluster()
-        snap["jobs"] = [r.to_json() for r in self.store.jobs()]
+        jobs = [r.to_json() for r in self.store.jobs()]
+        for j in jobs:
+            j["why"] = _why(j, snap)
+        snap["jobs"] = jobs
+        if not snap["nodes"] and any(j["state"] == "queued" for j in jobs):
+            fencing = snap["unreachable"]
+            snap["errors"].append(_NO_NODES if not fencing else
+                                  f"every agent is unreachable ({', '.join(fencing)}): jobs "
+                                  f"wait until a node returns")
         return snap
 
     def cluster(self) -> dict[str, Any]:
@@ -181,6 +220,7 @@ class Controller:
         snap = self.loop.snapshot()
         with self.rt.lock:
             snap["nodes"] = sorted(self.rt.nodes)
+            snap["unreachable"] = sorted(self.rt.fencing)
         snap["time"] = self.now()
         snap["policy"] = getattr(self.policy, "name", self.cfg.policy)
         snap["errors"] = list(self.errors[-20:])
@@ -221,4 +261,35 @@ class Controller:
             geoms = [g.geom for g in self.rt.gpus.values()]
         if not geoms:
             geoms = [geometry(m) for m in GPU_MODELS]
-        return max((max(p.memory_gib for p in g.profiles), g.model.name) for g in geoms)
+        best = max((p.memory_gib, p.name, g.model.name) for g in geoms for p in g.profiles)
+        return best[0], f"{best[1]} of {best[2]}"
+
+
+_NO_NODES = ("no agent is up: queued jobs wait for a GPU node (start one, or check "
+             "`miso cluster up`)")
+
+
+def _spec(rec: JobRecord) -> JobSpec:
+    gib = rec.memory_gib if rec.memory_gib is not None else rec.memory_gb * GIB_PER_GB
+    return JobSpec(rec.id, rec.name, gib, rec.workload,
+                   checkpointable=rec.checkpointable is not False)
+
+
+def _why(j: dict[str, Any], snap: dict[str, Any]) -> str:
+    """One line on why a job is where it is (for ``miso status``)."""
+    state = j["state"]
+    if state in ("finished", "failed", "cancelled"):
+        return str(j.get("reason") or "")
+    note = str(j.get("note") or "")
+    if state != "queued":
+        return note
+    if not snap["gpus"]:
+        fencing = snap.get("unreachable") or []
+        return "waiting: no GPU node is up" + (f" ({', '.join(fencing)} unreachable)"
+                                               if fencing else "")
+    gpu = next((g for g in snap["gpus"] if j["id"] in g["jobs"]), None)
+    if gpu is not None:
+        return f"waiting on {gpu['id']}: {gpu['phase']} (reconfiguration or profiling)"
+    busy = ", ".join(f"{g['id']} {g['phase']} {len(g['jobs'])} jobs" for g in snap["gpus"])
+    return (f"waiting for a slice with {j.get('memory_gib') or 0:.1f} GiB; the policy has not "
+            f"placed it ({busy})")

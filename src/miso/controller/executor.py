@@ -14,11 +14,14 @@ import logging
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from miso.agent.agent import layout_data, placement_of
 from miso.controller.runtime import GpuRef, Run, Runtime
 from miso.controller.transport import NodeUnavailable
+from miso.job import last_checkpoint
 from miso.mig import Placement, TransitionError, plan_transition
 from miso.sched import (
     ApplyLayout,
@@ -33,6 +36,33 @@ from miso.sched import (
 )
 
 log = logging.getLogger(__name__)
+
+NOT_PROFILED = "not profiled: no progress reports"
+
+
+@dataclass(frozen=True)
+class Relaunch:
+    """Restart a job in its current slot (its process was fenced while the slot stayed its)."""
+
+    job: str
+    gpu: str
+    placement: Placement
+    mps_pct: int | None
+
+
+def resume_point(rec_iteration: int | None, rec_path: str | None,
+                 checkpoint_dir: Path) -> tuple[int | None, str | None]:
+    """The newest checkpoint of a job: the store's, or the helper's own record of its last
+    save in ``checkpoint_dir`` when that is newer or the store has none (the store may have
+    missed the last save, or have been lost)."""
+    disk = last_checkpoint(checkpoint_dir)
+    if disk is not None and Path(disk["path"]).exists():
+        it = disk.get("iteration")
+        if rec_path is None or (isinstance(it, int) and it > (rec_iteration or -1)):
+            return (it if isinstance(it, int) else None), str(disk["path"])
+    if rec_path is None and (checkpoint_dir / "checkpoint.json").exists():
+        return None, str(checkpoint_dir / "checkpoint.json")
+    return rec_iteration, rec_path
 
 
 class PlanExecutor:
@@ -49,6 +79,13 @@ class PlanExecutor:
         with self.rt.lock:
             self.rt.gpus[ref.id] = ref
             self._workers[ref.id] = GpuWorker(self, ref.id)
+
+    def close_gpu(self, gpu: str) -> None:
+        """Stop executing on ``gpu`` (its node is being fenced); the GPU stays known."""
+        with self.rt.lock:
+            w = self._workers.pop(gpu, None)
+        if w is not None:
+            w.close()
 
     def remove_gpu(self, gpu: str) -> None:
         with self.rt.lock:
@@ -92,6 +129,8 @@ class PlanExecutor:
                     self._exec_profile(d, worker)
                 case RequeueJob():
                     self._exec_requeue(d, gpu)
+                case Relaunch():
+                    self._launch(d.job, d.gpu, d.placement, d.mps_pct)
         except NodeUnavailable as e:
             log.warning("GPU %s: node unreachable during %s: %s", gpu, type(d).__name__, e)
         except Exception as e:  # noqa: BLE001 - report, leave the GPU in a known state
@@ -145,14 +184,16 @@ class PlanExecutor:
             if job in rt.runs:
                 return rt.runs[job]
         now = rt.now()
-        resume = rec.checkpoint_iteration if rec.checkpoint_path else None
+        ck_dir = rt.checkpoint_root / job
+        resume, path = resume_point(rec.checkpoint_iteration, rec.checkpoint_path, ck_dir)
+        if path is not None and path != rec.checkpoint_path:
+            rt.store.progress(job, checkpoint_iteration=resume, checkpoint_path=path)
         attempt = rt.store.new_attempt(job, node=ref.node, gpu=gpu, placement=str(pl),
                                        mps_pct=mps_pct, resume_iteration=resume, at=now,
                                        restart=rec.attempts > 0)
         spec = {"job": job, "attempt": attempt, "command": rec.command, "gpu": ref.index,
                 "placement": [pl.start, pl.profile], "mps_pct": mps_pct,
-                "checkpoint_dir": str(rt.checkpoint_root / job),
-                "resume_from": rec.checkpoint_path if resume is not None else None,
+                "checkpoint_dir": str(ck_dir), "resume_from": path,
                 "env": rec.env, "cwd": rec.cwd, "owner": rec.owner, "unix_user": rec.unix_user}
         run = Run(job, attempt, ref.node, gpu, ref.index, pl, mps_pct, time.time())
         with rt.lock:
@@ -252,8 +293,12 @@ class PlanExecutor:
             runs = [r for r in (self._launch(j, d.gpu, full, lvl, profiling=True)
                                 for j in d.jobs) if r is not None]
             self._await_progress(runs)
+            silent = [r for r in runs if r.last.get("checkpointable") is False]
+            for r in silent:
+                rt.store.progress(r.job, note=NOT_PROFILED)
             if lvl in levels:
-                for j, r in self._measure(runs, d.seconds_per_level, worker, d).items():
+                measured = [r for r in runs if r.job not in {x.job for x in silent}]
+                for j, r in self._measure(measured, d.seconds_per_level, worker, d).items():
                     rates[j][lvl] = r
             if i < len(order) - 1:
                 self._stop_runs([r for r in runs if not r.done.is_set()])
@@ -276,7 +321,9 @@ class PlanExecutor:
     def _await_progress(self, runs: list[Run]) -> None:
         deadline = time.time() + 20.0
         while time.time() < deadline and not self.rt.stopping.is_set():
-            if all(r.done.is_set() or (r.last.get("time") or 0) >= r.launched for r in runs):
+            # a job the agent found silent (no progress within its grace) is not waited for
+            if all(r.done.is_set() or (r.last.get("time") or 0) >= r.launched or
+                   r.last.get("checkpointable") is False for r in runs):
                 break
             time.sleep(self.rt.cfg.poll_interval / 2)
         time.sleep(self.rt.cfg.profile_warmup_s)

@@ -11,7 +11,7 @@ from typing import Any
 from miso.agent import Agent
 from miso.backend import EmulatedBackend
 from miso.controller.controller import Controller, ControllerConfig
-from miso.controller.store import JobStore
+from miso.controller.store import open_store
 from miso.controller.transport import LocalTransport
 
 
@@ -45,10 +45,16 @@ class LocalCluster:
         return agent
 
     def start_controller(self) -> Controller:
-        store = JobStore(self.dir / "miso.db")
-        self.controller = Controller(store, self.transport, self.config,
-                                     checkpoint_root=self.dir / "checkpoints").start()
-        return self.controller
+        store = open_store(self.dir)
+        ctl = Controller(store, self.transport, self.config,
+                         checkpoint_root=self.dir / "checkpoints")
+        try:
+            ctl.start()
+        except BaseException:
+            store.close()
+            raise
+        self.controller = ctl
+        return ctl
 
     def crash_controller(self) -> None:
         """Drop the controller without any clean-up (threads stop, agents and jobs go on)."""

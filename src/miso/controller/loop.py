@@ -19,9 +19,11 @@ import threading
 import time
 from typing import Any
 
+from miso.agent.agent import exit_record_path
 from miso.controller.executor import PlanExecutor
 from miso.controller.runtime import Runtime
 from miso.controller.transport import NodeUnavailable
+from miso.job import read_json
 from miso.sched import (
     ApplyLayout,
     ClusterState,
@@ -65,6 +67,7 @@ class EventLoop:
         self.policy_name = policy_name
         self.state = ClusterState()
         self._timers: list[tuple[float, int, str]] = []
+        self._deferred: list[tuple[float, int, tuple[Any, ...]]] = []  # (wall time, seq, item)
         self._tseq = itertools.count()
         self._snapshot: dict[str, Any] = {"gpus": [], "queue": []}
         self._thread: threading.Thread | None = None
@@ -90,6 +93,8 @@ class EventLoop:
             timeout = 0.5
             if self._timers:
                 timeout = max(0.0, min(timeout, self._timers[0][0] - rt.now()))
+            if self._deferred:
+                timeout = max(0.0, min(timeout, self._deferred[0][0] - time.time()))
             try:
                 item = rt.queue.get(timeout=timeout)
             except queue.Empty:
@@ -97,6 +102,11 @@ class EventLoop:
             while self._timers and self._timers[0][0] <= rt.now():
                 _, _, tag = heapq.heappop(self._timers)
                 self._safe(self._handle, Tick(tag))
+            if item is not None and item[0] == "node_lost" and item[2] > time.time():
+                heapq.heappush(self._deferred, (item[2], next(self._tseq), item))
+                item = None
+            if item is None and self._deferred and self._deferred[0][0] <= time.time():
+                item = heapq.heappop(self._deferred)[2]
             if item is None:
                 continue
             kind = item[0]
@@ -192,11 +202,12 @@ class EventLoop:
             self._handle(JobFailed(job, "cancelled"))
 
     def _node_lost(self, node: str) -> None:
+        """The node's lease has run out (its guards killed its jobs): requeue its jobs, except
+        those whose exit record says they finished."""
         rt = self.rt
         with rt.lock:
-            if node not in rt.nodes:
+            if node not in rt.fencing:
                 return
-            rt.nodes.discard(node)
             gpus = [g for g in rt.gpus.values() if g.node == node]
             runs = [r for r in rt.runs.values() if r.node == node]
             for r in runs:
@@ -206,17 +217,25 @@ class EventLoop:
                     len(runs))
         rt.store.log_event(now, "node-lost", {"node": node, "jobs": [r.job for r in runs]})
         for r in runs:
-            r.status = "lost"
             r.done.set()
-            rt.store.end_attempt(r.job, r.attempt, status="lost", at=now,
-                                 end_iteration=r.last.get("iteration"),
+            rec = read_json(exit_record_path(rt.checkpoint_root / r.job, r.attempt))
+            done = isinstance(rec, dict) and rec.get("returncode") == 0
+            r.status = "finished" if done else "lost"
+            rt.store.end_attempt(r.job, r.attempt, status=r.status, at=now,
+                                 end_iteration=r.last.get("total") if done else
+                                 r.last.get("iteration"),
                                  checkpoint_iteration=r.last.get("checkpoint_iteration"),
                                  start_iteration=r.last.get("start_iteration"))
+            if done:
+                rt.store.log_event(now, "lost-node-finish", {"job": r.job})
+                self._handle(JobFinished(r.job))
         for g in gpus:
             self.executor.remove_gpu(g.id)
             for j in list(self.state.gpus[g.id].jobs) if g.id in self.state.gpus else []:
                 rt.store.update(j, state="queued", gpu=None, placement=None, mps_pct=None)
             self._handle(GpuRemoved(g.id))
+        with rt.lock:
+            rt.fencing.discard(node)
 
     def _update_snapshot(self) -> None:
         gpus = []

@@ -1,9 +1,12 @@
 """Agent poller: finds agents, asks each for its report every ``poll_interval`` seconds.
 
-Reports become store progress and events for the loop: process exits (``JobFinished`` /
-``JobFailed``), steady rates (``SpeedObserved``) and speed changes (``JobSpeedChanged``). A new
+Each node is polled by its own thread, so a hung node delays nobody else's lease. Every poll
+renews the node's lease (:meth:`Runtime.report`). Reports become store progress and events for
+the loop: process exits (``JobFinished`` / ``JobFailed``), steady rates (``SpeedObserved``) and
+speed changes (``JobSpeedChanged``). A job its guard fenced (the lease ran out while the node
+was still ours, e.g. a slow controller restart) is restarted in place from its checkpoint. A new
 agent's GPUs are cleared and announced (``GpuAdded``); an agent that stops answering is handed to
-the loop as a lost node.
+the loop as a lost node, which the loop handles once the node's lease has run out.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import threading
 import time
 from typing import Any
 
-from miso.controller.executor import PlanExecutor
+from miso.controller.executor import PlanExecutor, Relaunch
 from miso.controller.runtime import GpuRef, Runtime
 from miso.controller.transport import NodeUnavailable
 from miso.mig import geometry
@@ -31,14 +34,16 @@ class AgentPoller:
         self._node_fail: dict[str, int] = {}
         self._last_discover = 0.0
         self._thread: threading.Thread | None = None
+        self._node_threads: dict[str, threading.Thread] = {}
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="miso-poll", daemon=True)
         self._thread.start()
 
     def join(self, timeout: float) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout=timeout)
+        for t in [self._thread, *self._node_threads.values()]:
+            if t is not None:
+                t.join(timeout=timeout)
 
     # ---- discovery ----------------------------------------------------------------------
 
@@ -54,7 +59,7 @@ class AgentPoller:
             log.warning("listing nodes: %s", e)
             return
         for node in nodes:
-            if node not in rt.nodes:
+            if node not in rt.nodes and node not in rt.fencing:
                 self._add_node(node)
 
     def _add_node(self, node: str) -> None:
@@ -89,29 +94,70 @@ class AgentPoller:
     def _loop(self) -> None:
         rt = self.rt
         while not rt.stopping.is_set():
-            t0 = time.time()
             try:
                 self.discover()
-                for node in sorted(rt.nodes):
-                    self._poll(node)
+                with rt.lock:
+                    nodes = sorted(rt.nodes)
+                for node in nodes:
+                    t = self._node_threads.get(node)
+                    if t is None or not t.is_alive():
+                        t = threading.Thread(target=self._node_loop, args=(node,),
+                                             name=f"miso-poll-{node}", daemon=True)
+                        self._node_threads[node] = t
+                        t.start()
             except Exception as e:  # noqa: BLE001
-                log.exception("poll failed")
-                rt.error(f"poll: {e}")
+                log.exception("discovery failed")
+                rt.error(f"discovery: {e}")
+            rt.stopping.wait(min(rt.cfg.discover_interval, 1.0))
+
+    def _node_loop(self, node: str) -> None:
+        rt = self.rt
+        while not rt.stopping.is_set():
+            with rt.lock:
+                if node not in rt.nodes:
+                    return
+            t0 = time.time()
+            try:
+                if not self._poll(node):
+                    return
+            except Exception as e:  # noqa: BLE001 - e.g. a store write failed: next poll retries
+                log.exception("poll %s failed", node)
+                rt.error(f"poll {node}: {type(e).__name__}: {e}")
             rt.stopping.wait(max(0.0, rt.cfg.poll_interval - (time.time() - t0)))
 
-    def _poll(self, node: str) -> None:
+    def _poll(self, node: str) -> bool:
+        """Poll ``node`` once; False when it has just been declared lost."""
         rt = self.rt
         try:
-            rep = rt.call(node, "report")
+            rep = rt.report(node)
         except NodeUnavailable as e:
             n = self._node_fail.get(node, 0) + 1
             self._node_fail[node] = n
             log.warning("poll %s failed (%d): %s", node, n, e)
             if n >= rt.cfg.node_failures_to_lose or node not in rt.transport.nodes():
-                rt.queue.put(("node_lost", node))
-            return
+                self._lose(node)
+                return False
+            return True
         self._node_fail[node] = 0
         self.on_report(node, rep)
+        return True
+
+    def _lose(self, node: str) -> None:
+        """Stop using ``node`` now; the loop requeues its jobs once its lease has run out."""
+        rt = self.rt
+        with rt.lock:
+            if node not in rt.nodes:
+                return
+            rt.nodes.discard(node)
+            rt.fencing.add(node)
+            fence_at = rt.leases.get(node, time.time()) + 0.5
+            gpus = [g.id for g in rt.gpus.values() if g.node == node]
+        for g in gpus:
+            self.executor.close_gpu(g)
+        log.warning("node %s unreachable: its jobs restart elsewhere after its lease ends "
+                    "in %.1fs", node, max(0.0, fence_at - time.time()))
+        rt.store.log_event(rt.now(), "node-unreachable", {"node": node, "fence_at": fence_at})
+        rt.queue.put(("node_lost", node, fence_at))
 
     def on_report(self, node: str, rep: dict[str, Any]) -> None:
         """Turn one agent report into store progress and loop events."""
@@ -132,6 +178,7 @@ class AgentPoller:
                 continue
             assert run is not None
             run.last = a
+            self._note_checkpointable(job, a.get("checkpointable"))
             prog: dict[str, Any] = {}
             if a.get("iteration") is not None:
                 prog.update(iteration=a["iteration"], total=a.get("total"), rate=a.get("rate"))
@@ -151,14 +198,21 @@ class AgentPoller:
                         obs, base = a["change"]
                         rt.post_event(JobSpeedChanged(job, run.gpu, float(obs), float(base)))
                 continue
-            rt.drop_run(run)
-            run.status = a["status"]
+            # store first: if a write fails, the next poll sees the same exit again
             rt.record_end(a, now)
             if a["status"] == "finished":
                 # Terminal in the store at once, not when the loop gets to the event: a GPU
                 # worker between two MPS profiling levels must not relaunch a finished job.
                 rt.store.finish(job, "finished", at=now)
+            rt.drop_run(run)
+            run.status = a["status"]
+            if a["status"] == "finished":
                 rt.post_event(JobFinished(job))
+            elif a["status"] == "fenced" and not run.stopping:
+                log.warning("job %s attempt %d was fenced on %s: restarting it in place",
+                            job, attempt, node)
+                self.executor.submit(run.gpu, Relaunch(job, run.gpu, run.placement,
+                                                       run.mps_pct))
             elif not run.stopping:
                 why = f"exit code {a['returncode']}" if a["status"] != "checkpointed" else \
                     "exited with the checkpoint code although no checkpoint was asked"
@@ -166,3 +220,10 @@ class AgentPoller:
                 rt.post_event(JobFailed(job, why + (f": {tail}" if tail else "")))
             run.done.set()
             rt.try_call(node, "forget", job, attempt)
+
+    def _note_checkpointable(self, job: str, value: bool | None) -> None:
+        if value is None:
+            return
+        rec = self.rt.job(job)
+        if rec is not None and rec.checkpointable is not value:
+            self.rt.store.progress(job, checkpointable=int(value))

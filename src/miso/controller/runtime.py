@@ -44,6 +44,12 @@ class ControllerConfig:
     discover_interval: float = 2.0
     node_failures_to_lose: int = 2
     check_commands: bool = True
+    #: Lease the controller grants each agent at every poll: an agent that hears nothing for
+    #: this long has its jobs killed (fenced); a lost node's jobs restart elsewhere only after
+    #: its last lease ran out.
+    lease_s: float = 15.0
+    #: Timeout of one poll of one agent (a hung agent is a failed poll).
+    poll_timeout: float = 5.0
 
 
 @dataclass
@@ -90,6 +96,11 @@ class Runtime:
         self.runs: dict[str, Run] = {}
         self.gpus: dict[str, GpuRef] = {}
         self.nodes: set[str] = set()
+        #: Nodes declared lost whose lease has not run out yet (not polled, not rediscovered).
+        self.fencing: set[str] = set()
+        #: Latest lease end (wall clock) granted to each node.
+        self.leases: dict[str, float] = {}
+        self._horizon = 0.0
         self.queue: queue.Queue[tuple[Any, ...]] = queue.Queue()
         self.stopping = threading.Event()
         self.errors: list[str] = []
@@ -109,9 +120,27 @@ class Runtime:
         self.errors.append(msg)
         del self.errors[:-100]
 
-    def call(self, node: str, method: str, *args: Any) -> Any:
+    def call(self, node: str, method: str, *args: Any, timeout: float | None = None) -> Any:
         """Call an agent method; raises :class:`NodeUnavailable`."""
-        return self.transport.call(node, method, *args, timeout=self.cfg.call_timeout)
+        return self.transport.call(node, method, *args,
+                                   timeout=self.cfg.call_timeout if timeout is None else timeout)
+
+    def report(self, node: str) -> dict[str, Any]:
+        """Poll one agent, renewing its lease (recorded before the call: the agent may get it
+        even when the answer is lost)."""
+        until = time.time() + self.cfg.lease_s
+        with self.lock:
+            self.leases[node] = max(self.leases.get(node, 0.0), until)
+            if until > self._horizon:
+                # persisted ahead of the grant, so a restarted controller knows how long
+                # the jobs of an unreachable node may still run
+                self._horizon = until + self.cfg.lease_s / 2
+                try:
+                    self.store.lease_horizon = self._horizon
+                except Exception as e:  # noqa: BLE001 - e.g. disk full: keep the node leased
+                    log.warning("cannot persist the lease horizon: %s", e)
+        rep: dict[str, Any] = self.call(node, "report", until, timeout=self.cfg.poll_timeout)
+        return rep
 
     def try_call(self, node: str, method: str, *args: Any) -> Any:
         """Call an agent method; None when the node cannot be reached."""

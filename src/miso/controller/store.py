@@ -6,12 +6,25 @@ under MPS to be profiled), ``running``, ``checkpointing`` (asked to save and sto
 "every job finishes exactly once" checkable: :meth:`JobStore.finish` is a conditional update.
 
 Thread-safe (one connection, one lock); WAL mode so a crash loses at most the last transaction.
+
+Memory: ``memory_gb`` is what the user asked for, in GB (10^9 bytes); ``memory_gib`` is the
+same amount in GiB (2^30 bytes), the unit of MIG profiles, and the one scheduling uses.
+
+Damage: :func:`open_store` refuses (one-line :class:`StoreError`) a store that is missing,
+empty or unreadable in a state directory that held one before (``store.json`` marks it), and
+says how to recover (``miso.db.bak`` is a copy taken at every open). A row that cannot be read
+is skipped (listed in :attr:`JobStore.bad_rows`), not fatal. Job ids are never reused: a new
+id also skips every id that has a checkpoint or agent directory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import math
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -19,7 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+GIB_PER_GB = 1e9 / 2**30
 STATES = ("queued", "profiling", "running", "checkpointing", "finished", "failed", "cancelled")
 TERMINAL = ("finished", "failed", "cancelled")
 
@@ -50,7 +64,11 @@ CREATE TABLE IF NOT EXISTS jobs (
   checkpoint_iteration INTEGER,
   checkpoint_path TEXT,
   owner TEXT,
-  unix_user TEXT
+  unix_user TEXT,
+  request_id TEXT UNIQUE,
+  memory_gib REAL,
+  checkpointable INTEGER,
+  note TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS attempts (
   job TEXT NOT NULL,
@@ -88,7 +106,12 @@ CREATE TABLE IF NOT EXISTS events (
 
 
 class StoreError(ValueError):
-    """Bad request to the store (unknown job, duplicate name, schema mismatch)."""
+    """Bad request to the store (unknown job, duplicate name, schema mismatch, damage)."""
+
+
+#: Columns added by schema version 2 (added in place to a version-1 store).
+_V2_COLUMNS = (("request_id", "TEXT"), ("memory_gib", "REAL"), ("checkpointable", "INTEGER"),
+               ("note", "TEXT NOT NULL DEFAULT ''"))
 
 
 @dataclass
@@ -119,6 +142,10 @@ class JobRecord:
     checkpoint_path: str | None
     owner: str | None = None
     unix_user: str | None = None
+    request_id: str | None = None
+    memory_gib: float | None = None
+    checkpointable: bool | None = None
+    note: str = ""
 
     @property
     def terminal(self) -> bool:
@@ -128,37 +155,120 @@ class JobRecord:
         return dict(self.__dict__)
 
 
+log = logging.getLogger(__name__)
+
+MARKER = "store.json"
+BACKUP = "miso.db.bak"
+_JOB_DIR = re.compile(r"^j\d{4,}$")
+
+
+def used_job_ids(state_dir: str | Path) -> set[str]:
+    """Ids with a directory under ``checkpoints/`` or ``agents/*/jobs/`` of ``state_dir``."""
+    d = Path(state_dir)
+    dirs = list((d / "checkpoints").glob("j*")) + list((d / "agents").glob("*/jobs/j*"))
+    return {p.name for p in dirs if _JOB_DIR.match(p.name)}
+
+
+def open_store(state_dir: str | Path) -> JobStore:
+    """The job store of ``state_dir`` (``miso.db``), created on first use.
+
+    Refuses, with one line saying what is wrong and how to recover, a store that is missing,
+    empty or unreadable where one existed (``store.json``); backs the store up to
+    ``miso.db.bak`` on every successful open.
+    """
+    d = Path(state_dir)
+    db, marker, bak = d / "miso.db", d / MARKER, d / BACKUP
+    fix = (f"restore it from the backup taken at the last start (cp {bak} {db}) or move "
+           f"{d} away to start afresh" if bak.exists() else f"move {d} away to start afresh")
+    existed = marker.exists()
+    if existed and not db.exists():
+        raise StoreError(f"the job store {db} is missing (it held jobs before); {fix}")
+    if existed and db.stat().st_size == 0:
+        raise StoreError(f"the job store {db} is empty (truncated?); {fix}")
+    if not existed and db.exists() and db.stat().st_size == 0:
+        db.unlink()
+    used = used_job_ids(d)
+    first = 1 + max((int(x[1:]) for x in used), default=0)
+    try:
+        store = JobStore(db, first_id=first)
+        store.job_ids()
+    except sqlite3.DatabaseError as e:
+        raise StoreError(f"{db}: not a readable job store ({e}); {fix}") from None
+    except StoreError as e:
+        raise StoreError(f"{e}; {fix}") from None
+    if not existed:
+        marker.write_text(json.dumps({"created": time.time(), "epoch": store.epoch}))
+    try:
+        store.backup(bak)
+    except (OSError, sqlite3.Error) as e:
+        log.warning("job store backup to %s failed: %s", bak, e)
+    return store
+
+
 class JobStore:
     """SQLite-backed store; ``path=":memory:"`` for a throw-away store."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, first_id: int = 1) -> None:
         self.path = str(path)
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
             # Private: SQLite gives the -wal and -shm files the database file's mode.
             Path(self.path).touch(mode=0o600, exist_ok=True)
             os.chmod(self.path, 0o600)
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.row_factory = sqlite3.Row
-        self._lock = threading.RLock()
+        #: Job ids whose rows could not be read (skipped by :meth:`jobs`).
+        self.bad_rows: list[str] = []
+        try:
+            self._db = sqlite3.connect(self.path, check_same_thread=False,
+                                       isolation_level=None)
+            self._db.row_factory = sqlite3.Row
+            self._lock = threading.RLock()
+            with self._lock:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")
+                v = self._meta_or_none("schema_version")
+                self._db.executescript(_SCHEMA)
+                # Columns added after schema version 1 (nullable, so older readers still work).
+                cols = {r[1] for r in self._db.execute("PRAGMA table_info(jobs)")}
+                for col in ("owner", "unix_user"):
+                    if col not in cols:
+                        self._db.execute(f"ALTER TABLE jobs ADD COLUMN {col} TEXT")
+                self._db.execute("CREATE INDEX IF NOT EXISTS jobs_owner ON jobs(owner, seq)")
+                if v is None:
+                    self._set_meta("schema_version", str(SCHEMA_VERSION))
+                    self._set_meta("epoch", repr(time.time()))
+                    self._set_meta("next_job", str(max(1, first_id)))
+                elif int(v) == 1:
+                    self._migrate_v1()
+                elif int(v) != SCHEMA_VERSION:
+                    raise StoreError(f"{self.path}: schema version {v}, this miso reads "
+                                     f"{SCHEMA_VERSION}; migrate or use a new state directory")
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"{self.path}: not a readable job store ({e})") from None
+
+    def _meta_or_none(self, key: str) -> str | None:
+        try:
+            return self._meta(key)
+        except sqlite3.OperationalError:  # no meta table yet: a new store
+            return None
+
+    def _migrate_v1(self) -> None:
+        have = {r[1] for r in self._db.execute("PRAGMA table_info(jobs)")}
+        for col, decl in _V2_COLUMNS:
+            if col not in have:
+                self._db.execute(f"ALTER TABLE jobs ADD COLUMN {col} {decl}")
+        self._db.execute("CREATE UNIQUE INDEX IF NOT EXISTS jobs_request ON jobs(request_id)")
+        self._set_meta("schema_version", str(SCHEMA_VERSION))
+
+    def backup(self, dest: str | Path) -> None:
+        """Copy the whole store to ``dest`` (consistent, while in use)."""
+        tmp = Path(f"{dest}.tmp")
         with self._lock:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
-            # Columns added after schema version 1 (nullable, so older readers still work).
-            cols = {r[1] for r in self._db.execute("PRAGMA table_info(jobs)")}
-            for col in ("owner", "unix_user"):
-                if col not in cols:
-                    self._db.execute(f"ALTER TABLE jobs ADD COLUMN {col} TEXT")
-            self._db.execute("CREATE INDEX IF NOT EXISTS jobs_owner ON jobs(owner, seq)")
-            v = self._meta("schema_version")
-            if v is None:
-                self._set_meta("schema_version", str(SCHEMA_VERSION))
-                self._set_meta("epoch", repr(time.time()))
-                self._set_meta("next_job", "1")
-            elif int(v) != SCHEMA_VERSION:
-                raise StoreError(f"{self.path}: schema version {v}, this miso reads "
-                                 f"{SCHEMA_VERSION}; migrate or use a new state directory")
+            out = sqlite3.connect(tmp)
+            try:
+                self._db.backup(out)
+            finally:
+                out.close()
+        tmp.replace(dest)
 
     # ---- meta ---------------------------------------------------------------------------
 
@@ -176,6 +286,18 @@ class JobStore:
         return float(self._meta("epoch") or 0.0)
 
     @property
+    def lease_horizon(self) -> float:
+        """No agent lease granted by any controller of this store ends after this wall-clock
+        time (seconds since the epoch); 0 when none was granted."""
+        with self._lock:
+            return float(self._meta("lease_horizon") or 0.0)
+
+    @lease_horizon.setter
+    def lease_horizon(self, t: float) -> None:
+        with self._lock:
+            self._set_meta("lease_horizon", repr(float(t)))
+
+    @property
     def schema_version(self) -> int:
         return int(self._meta("schema_version") or 0)
 
@@ -186,36 +308,56 @@ class JobStore:
     # ---- jobs ---------------------------------------------------------------------------
 
     def submit(self, *, command: list[str], name: str | None, memory_gb: float,
-               workload: str | None = None, env: dict[str, str] | None = None,
-               cwd: str | None = None, at: float | None = None, owner: str | None = None,
-               unix_user: str | None = None) -> JobRecord:
-        """Add a queued job; names must be unique among an owner's jobs that are not
-        terminal. ``owner`` is the API user who submitted it (None: the local operator),
-        ``unix_user`` the account its processes run as when the agent is root."""
+               memory_gib: float | None = None, workload: str | None = None,
+               env: dict[str, str] | None = None, cwd: str | None = None,
+               at: float | None = None, owner: str | None = None,
+               unix_user: str | None = None, request_id: str | None = None) -> JobRecord:
+        """Add a queued job. Names are unique among an owner's jobs, finished ones too.
+        ``owner`` is the API user who submitted it (None: the local operator), ``unix_user``
+        the account its processes run as when the agent is root. A known ``request_id``
+        returns the job it created (a retried submission)."""
         if not command:
             raise StoreError("empty command")
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                n = int(self._meta("next_job") or 1)
-                jid = f"j{n:04d}"
-                name = name or jid
-                dup = self._db.execute(
-                    f"SELECT id FROM jobs WHERE name=? AND owner IS ? AND state NOT IN "
-                    f"{TERMINAL}", (name, owner)).fetchone()
-                if dup is not None:
-                    raise StoreError(f"a job named {name!r} is already active ({dup[0]})")
-                self._db.execute(
-                    "INSERT INTO jobs(id, name, command, memory_gb, workload, env, cwd, state, "
-                    "submitted_at, owner, unix_user) VALUES(?,?,?,?,?,?,?,?,?,?,?)",
-                    (jid, name, json.dumps(list(command)), float(memory_gb), workload,
-                     json.dumps(env or {}), cwd, "queued",
-                     time.time() - self.epoch if at is None else at, owner, unix_user))
-                self._set_meta("next_job", str(n + 1))
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+        if not (isinstance(memory_gb, int | float) and math.isfinite(memory_gb)
+                and memory_gb > 0):
+            raise StoreError(f"memory must be a positive number of GB, got {memory_gb}")
+        gib = float(memory_gb) * GIB_PER_GB if memory_gib is None else float(memory_gib)
+        try:
+            with self._lock:
+                if request_id is not None:
+                    old = self._db.execute("SELECT id FROM jobs WHERE request_id=?",
+                                           (request_id,)).fetchone()
+                    if old is not None:
+                        return self.get(str(old[0]))
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    n = int(self._meta("next_job") or 1)
+                    jid = f"j{n:04d}"
+                    name = name or jid
+                    dup = self._db.execute(
+                        "SELECT id, state FROM jobs WHERE (name=? AND owner IS ?) OR id=? "
+                        "ORDER BY seq DESC", (name, owner, name)).fetchone()
+                    if dup is not None:
+                        what = f"is already active ({dup[0]})" if dup[1] not in TERMINAL \
+                            else f"already exists ({dup[0]}, {dup[1]})"
+                        raise StoreError(f"a job named {name!r} {what}; names are unique: "
+                                         f"choose another")
+                    self._db.execute(
+                        "INSERT INTO jobs(id, name, command, memory_gb, memory_gib, workload, "
+                        "env, cwd, state, submitted_at, owner, unix_user, request_id) "
+                        "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                        (jid, name, json.dumps(list(command)), float(memory_gb), gib,
+                         workload, json.dumps(env or {}), cwd, "queued",
+                         time.time() - self.epoch if at is None else at, owner, unix_user,
+                         request_id))
+                    self._set_meta("next_job", str(n + 1))
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    with contextlib.suppress(sqlite3.Error):
+                        self._db.execute("ROLLBACK")
+                    raise
+        except sqlite3.OperationalError as e:
+            raise StoreError(f"cannot record the job in {self.path}: {e}") from None
         return self.get(jid)
 
     def _row(self, r: sqlite3.Row) -> JobRecord:
@@ -223,7 +365,27 @@ class JobStore:
         d.pop("seq", None)
         d["command"] = json.loads(d["command"])
         d["env"] = json.loads(d["env"])
+        if not isinstance(d["command"], list) or not isinstance(d["env"], dict):
+            raise ValueError("command must be a list and env a mapping")
+        d["command"] = [str(c) for c in d["command"]]
+        if d.get("memory_gib") is None:
+            d["memory_gib"] = float(d["memory_gb"]) * GIB_PER_GB
+        if d.get("checkpointable") is not None:
+            d["checkpointable"] = bool(d["checkpointable"])
+        d["note"] = d.get("note") or ""
         return JobRecord(**d)
+
+    def _rows(self, rows: list[sqlite3.Row]) -> list[JobRecord]:
+        out = []
+        for r in rows:
+            try:
+                out.append(self._row(r))
+            except (ValueError, TypeError) as e:
+                jid = str(dict(r).get("id"))
+                if jid not in self.bad_rows:
+                    self.bad_rows.append(jid)
+                    log.error("job store: row of job %s is malformed (%s): ignored", jid, e)
+        return out
 
     def get(self, job: str, *, owner: str | None = None) -> JobRecord:
         """A job by id, else by name (the latest of that name); with ``owner``, names are
@@ -237,7 +399,10 @@ class JobStore:
                                  (*args, job)).fetchone()
         if r is None:
             raise StoreError(f"no job {job!r}")
-        return self._row(r)
+        got = self._rows([r])
+        if not got:
+            raise StoreError(f"the store's record of job {job!r} is malformed")
+        return got[0]
 
     def jobs(self, *, active_only: bool = False, owner: str | None = None,
              limit: int | None = None) -> list[JobRecord]:
@@ -253,7 +418,7 @@ class JobStore:
             q = f"SELECT * FROM ({q} ORDER BY seq DESC LIMIT ?)"
             args.append(int(limit))
         with self._lock:
-            return [self._row(r) for r in self._db.execute(q + " ORDER BY seq", args)]
+            return self._rows(list(self._db.execute(q + " ORDER BY seq", args)))
 
     def counts(self, *, owner: str | None = None) -> dict[str, int]:
         """Number of jobs in each state (of one owner, or of everyone)."""
@@ -262,6 +427,17 @@ class JobStore:
             q, args = q + " WHERE owner=?", (owner,)
         with self._lock:
             return {str(s): int(n) for s, n in self._db.execute(q + " GROUP BY state", args)}
+
+    def job_ids(self) -> set[str]:
+        """Every job id in the store (malformed rows too)."""
+        with self._lock:
+            return {str(r[0]) for r in self._db.execute("SELECT id FROM jobs")}
+
+    def open_attempts(self) -> list[dict[str, Any]]:
+        """Attempts with no recorded end."""
+        with self._lock:
+            return [dict(r) for r in self._db.execute(
+                "SELECT * FROM attempts WHERE ended_at IS NULL ORDER BY job, attempt")]
 
     def update(self, job: str, **fields: Any) -> None:
         """Set fields of a job that is not terminal (terminal jobs are frozen)."""

@@ -1,0 +1,117 @@
+"""Fence for one job attempt: runs the job as its child and kills it when the node is fenced.
+
+``python guard.py --lease-fd FD --agent-pid PID [--exit-record FILE] -- COMMAND...``
+
+The agent starts every job through this guard (stdlib only, so it starts fast). The guard
+
+* forwards the checkpoint signal (``SIGUSR1``) and ``SIGTERM`` to the job;
+* kills the whole process group (the job and its children) when the controller's lease has
+  run out (the lease file, open as descriptor ``FD``, holds the lease's end in seconds since
+  the epoch, written by the agent on every renewal) or the agent has died - so a hung or
+  partitioned node stops its jobs before the controller, which waits the lease out, starts
+  them elsewhere;
+* on exit writes ``{"returncode", "fenced", "time"}`` to the exit record (on the checkpoint
+  storage, readable by the controller even when the node is unreachable), so a job that
+  finished on a lost node is never run again;
+* exits with the job's exit code (128 + N when the job died of signal N).
+
+An empty lease file (an agent no controller ever leased) means no fencing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+POLL_S = 0.1
+
+
+def lease_until(fd: int) -> float | None:
+    """The lease end in the file open as ``fd``, or None when there is none (or it cannot be
+    read now)."""
+    try:
+        text = os.pread(fd, 64, 0).decode(errors="replace").strip()
+        return float(text) if text else None
+    except (OSError, ValueError):
+        return None
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def write_record(path: str | None, returncode: int | None, fenced: bool, why: str) -> None:
+    if not path:
+        return
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with open(tmp, "w") as f:
+            json.dump({"returncode": returncode, "fenced": fenced, "why": why,
+                       "time": time.time()}, f)
+        os.replace(tmp, path)
+    except OSError:  # e.g. the disk is full: the agent still sees the exit code
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def main(argv: list[str]) -> int:
+    if "--" not in argv:
+        print("usage: guard.py --lease-fd FD --agent-pid PID [--exit-record FILE] -- CMD...",
+              file=sys.stderr)
+        return 2
+    i = argv.index("--")
+    opts, cmd = argv[:i], argv[i + 1:]
+    args = dict(zip(opts[::2], opts[1::2], strict=False))
+    lease, record = int(args.get("--lease-fd", "-1")), args.get("--exit-record")
+    agent = int(args.get("--agent-pid", "0") or 0)
+    box: list[subprocess.Popen[bytes]] = []
+    pending: list[int] = []
+
+    def forward(sig: int, _frame: object) -> None:
+        if box:
+            box[0].send_signal(sig)
+        else:
+            pending.append(sig)
+
+    for sig in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, forward)
+    try:
+        child = subprocess.Popen(cmd)
+    except OSError as e:
+        print(f"miso: cannot start {cmd[0] if cmd else ''!r}: {e}", file=sys.stderr)
+        write_record(record, 127, False, str(e))
+        return 127
+    box.append(child)
+    for sig in pending:
+        child.send_signal(sig)
+    while True:
+        try:
+            rc = child.wait(timeout=POLL_S)
+            break
+        except subprocess.TimeoutExpired:
+            pass
+        until = lease_until(lease) if lease >= 0 else None
+        why = "lease expired" if until is not None and time.time() > until else \
+            "agent died" if agent and not alive(agent) else ""
+        if why:
+            print(f"miso: fencing this job ({why})", file=sys.stderr, flush=True)
+            write_record(record, None, True, why)
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+    write_record(record, rc, False, "")
+    return rc if rc >= 0 else 128 - rc
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
