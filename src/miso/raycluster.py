@@ -18,12 +18,14 @@ All Ray traffic stays on 127.0.0.1 for local clusters; no dashboard, no usage st
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -103,8 +105,8 @@ class AgentActor:
     def forget(self, job: str, attempt: int) -> None:
         self.agent.forget(job, attempt)
 
-    def report(self) -> dict[str, Any]:
-        return self.agent.report()
+    def report(self, lease_until: float | None = None) -> dict[str, Any]:
+        return self.agent.report(lease_until)
 
     def logs(self, job: str, tail: int = 200) -> str:
         return self.agent.logs(job, tail)
@@ -122,34 +124,52 @@ class ControllerActor:
     def __init__(self, state_dir: str, config: dict[str, Any]) -> None:
         import logging  # noqa: PLC0415
 
-        from miso.controller import Controller, ControllerConfig, JobStore  # noqa: PLC0415
+        from miso.controller import Controller, ControllerConfig  # noqa: PLC0415
+        from miso.controller.statelock import StateDirLocked  # noqa: PLC0415
+        from miso.controller.store import StoreError, open_store  # noqa: PLC0415
         from miso.controller.transport import RayTransport  # noqa: PLC0415
 
         logging.basicConfig(level=logging.INFO)
         d = Path(state_dir)
         d.mkdir(parents=True, exist_ok=True)
-        self.ctl = Controller(JobStore(d / "miso.db"), RayTransport(NAMESPACE),
-                              ControllerConfig(**config), checkpoint_root=d / "checkpoints")
+        #: Why this controller could not start ("" when it runs); ``ping`` reports it.
+        self.error = ""
+        try:
+            store = open_store(d)
+        except StoreError as e:
+            self.error = str(e)
+            return
+        self.ctl = Controller(store, RayTransport(NAMESPACE), ControllerConfig(**config),
+                              checkpoint_root=d / "checkpoints")
         from miso.observe import attach  # noqa: PLC0415
 
         self.obs = attach(self.ctl, d)  # metrics and the decision log (docs/observe.md)
-        self.ctl.start()
+        try:
+            self.ctl.start()
+        except StateDirLocked as e:
+            self.error = str(e)
 
     def pid(self) -> int:
         return os.getpid()
 
     def ping(self) -> str:
-        return "ok"
+        """``"ok"``, or the one-line reason this controller did not start."""
+        return self.error or "ok"
 
     def submit(self, command: list[str], name: str | None = None,
                memory_gb: float | None = None, workload: str | None = None,
-               env: dict[str, str] | None = None, cwd: str | None = None) -> dict[str, Any]:
-        """``{"ok": True, "id": ...}`` or ``{"ok": False, "error": ...}`` (no exceptions)."""
+               env: dict[str, str] | None = None, cwd: str | None = None,
+               request_id: str | None = None) -> dict[str, Any]:
+        """``{"ok": True, "id": ...}`` or ``{"ok": False, "error": ...}`` (no exceptions).
+        A retry with the same ``request_id`` returns the job of the first call."""
         from miso.controller import SubmitError  # noqa: PLC0415
 
+        if self.error:
+            return {"ok": False, "error": self.error}
         try:
             return {"ok": True, "id": self.ctl.submit(command, name=name, memory_gb=memory_gb,
-                                                      workload=workload, env=env, cwd=cwd)}
+                                                      workload=workload, env=env, cwd=cwd,
+                                                      request_id=request_id)}
         except SubmitError as e:
             return {"ok": False, "error": str(e)}
 
@@ -180,7 +200,9 @@ class ControllerActor:
 
     def shutdown(self) -> None:
         """Stop the controller and every job on every node."""
-        self.ctl.stop(stop_jobs=True)
+        ctl = getattr(self, "ctl", None)
+        if ctl is not None:
+            ctl.stop(stop_jobs=True)
 
 
 def make_backend(spec: dict[str, Any], node: str) -> Any:
@@ -244,7 +266,10 @@ def start_controller(state_dir: str, config: dict[str, Any] | None = None) -> An
         num_cpus=0, max_restarts=-1, max_concurrency=8,
         scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
     ).remote(state_dir, config or {})
-    ray.get(h.ping.remote(), timeout=120)
+    answer = ray.get(h.ping.remote(), timeout=120)
+    if answer != "ok":
+        ray.kill(h, no_restart=True)
+        raise RuntimeError(answer)
     return h
 
 
@@ -277,14 +302,23 @@ def stop_actors(*, stop_jobs: bool = True) -> None:
                 pass
 
 
-def init_local(num_cpus: int | None = None, *, resources: dict[str, float] | None = None
-               ) -> str:
-    """Start a private local Ray on 127.0.0.1 (no dashboard, no usage stats); its address."""
+def private_temp_dir(key: str) -> str:
+    """A short Ray temp dir of our own for ``key`` (a state dir): never Ray's default
+    ``/tmp/ray``, where another user's ``ray start`` cluster may live."""
+    h = hashlib.sha1(key.encode()).hexdigest()[:10]
+    return str(Path(tempfile.gettempdir()) / f"miso-ray-{h}")
+
+
+def init_local(num_cpus: int | None = None, *, resources: dict[str, float] | None = None,
+               key: str = "") -> str:
+    """Start a new private local Ray on 127.0.0.1 (no dashboard, no usage stats), even when
+    another Ray runs on this machine; returns its address."""
     _local_only()
     ray = _ray()
-    ray.init(num_cpus=num_cpus or max(2, os.cpu_count() or 2), include_dashboard=False,
-             _node_ip_address="127.0.0.1", namespace=NAMESPACE, log_to_driver=False,
-             resources={AGENT_RESOURCE: 1, **(resources or {})}, configure_logging=False)
+    ray.init(address="local", num_cpus=num_cpus or max(2, os.cpu_count() or 2),
+             include_dashboard=False, _node_ip_address="127.0.0.1", namespace=NAMESPACE,
+             log_to_driver=False, resources={AGENT_RESOURCE: 1, **(resources or {})},
+             configure_logging=False, _temp_dir=private_temp_dir(key or str(os.getpid())))
     return str(ray.get_runtime_context().gcs_address)
 
 
@@ -305,12 +339,47 @@ def cluster_file(state_dir: str | Path) -> Path:
     return Path(state_dir) / "cluster.json"
 
 
+HEAD_MARK = "miso.raycluster"
+
+
+def process_start(pid: int) -> int | None:
+    """Start time of ``pid`` (clock ticks since boot, from /proc), or None if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def is_our_head(info: dict[str, Any], state_dir: str) -> bool:
+    """True when ``cluster.json``'s PID is alive and is the head supervisor of ``state_dir``
+    that wrote it (same start time, our command line), not a reused PID."""
+    pid = int(info.get("pid") or 0)
+    if pid <= 0:
+        return False
+    start = process_start(pid)
+    if start is None or (info.get("pid_start") is not None and start != info["pid_start"]):
+        return False
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return HEAD_MARK.encode() in argv and b"head" in argv and \
+        os.fsencode(str(state_dir)) in argv
+
+
+def head_lock(state_dir: str | Path) -> Any:
+    """The lock a local head supervisor holds on its state directory."""
+    from miso.controller.statelock import StateDirLock  # noqa: PLC0415
+
+    return StateDirLock(state_dir, "head.lock", "a miso cluster head")
+
+
 def spawn_local_head(state_dir: str, *, gpus: int, model: str, config: dict[str, Any],
                      timeout: float = 180.0) -> dict[str, Any]:
-    """Start the supervisor process in its own session; wait for ``cluster.json``."""
-    f = cluster_file(state_dir)
+    """Start the supervisor process in its own session; wait for its ``cluster.json``.
+    Raises RuntimeError with the head's one-line error when it does not come up."""
     Path(state_dir).mkdir(parents=True, exist_ok=True)
-    f.unlink(missing_ok=True)
     log = open(Path(state_dir) / "head.log", "ab")  # noqa: SIM115 - handed to the child
     proc = subprocess.Popen(
         [sys.executable, "-m", "miso.raycluster", "head", "--state-dir", state_dir,
@@ -320,24 +389,49 @@ def spawn_local_head(state_dir: str, *, gpus: int, model: str, config: dict[str,
     log.close()
     deadline = time.time() + timeout
     while time.time() < deadline:
-        if f.exists():
-            return json.loads(f.read_text())
+        info = read_cluster_file(state_dir)
+        if info is not None and info.get("pid") == proc.pid:
+            return info
         if proc.poll() is not None:
-            raise RuntimeError(f"the local Ray head exited with {proc.returncode}; see "
+            raise RuntimeError(_head_error(state_dir) or
+                               f"the local Ray head exited with {proc.returncode}; see "
                                f"{Path(state_dir) / 'head.log'}")
-        time.sleep(0.5)
-    proc.kill()
-    raise RuntimeError(f"the local Ray head did not come up within {timeout:.0f}s")
+        time.sleep(0.3)
+    os.killpg(proc.pid, signal.SIGTERM)
+    raise RuntimeError(f"the local Ray head did not come up within {timeout:.0f}s; see "
+                       f"{Path(state_dir) / 'head.log'}")
+
+
+def read_cluster_file(state_dir: str | Path) -> dict[str, Any] | None:
+    """``cluster.json`` of ``state_dir``, or None when missing or unreadable."""
+    try:
+        data = json.loads(cluster_file(state_dir).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _head_error(state_dir: str) -> str:
+    """The last ``error:`` line the head wrote to ``head.log``."""
+    try:
+        lines = (Path(state_dir) / "head.log").read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    errs = [ln[len("error: "):] for ln in lines if ln.startswith("error: ")]
+    return errs[-1] if errs else ""
 
 
 def stop_local_head(state_dir: str, timeout: float = 60.0) -> bool:
-    """Signal the supervisor of ``state_dir`` and wait for it to exit; False if none."""
+    """Signal the supervisor of ``state_dir`` and wait for it to exit. False (and a stale
+    ``cluster.json`` removed) when no head of ours runs: a PID that is not our head is never
+    signalled."""
     f = cluster_file(state_dir)
-    if not f.exists():
+    info = read_cluster_file(state_dir)
+    if info is None:
         return False
-    info = json.loads(f.read_text())
     pid = int(info.get("pid", 0))
-    if pid <= 0:
+    if not is_our_head(info, state_dir):
+        f.unlink(missing_ok=True)
         return False
     try:
         os.kill(pid, signal.SIGTERM)
@@ -358,20 +452,37 @@ def stop_local_head(state_dir: str, timeout: float = 60.0) -> bool:
 
 
 def _head_main(a: argparse.Namespace) -> int:
+    from miso.controller.statelock import StateDirLocked  # noqa: PLC0415
+
     stop = {"flag": False}
 
     def on_term(*_: object) -> None:
         stop["flag"] = True
 
+    try:
+        lock = head_lock(a.state_dir).acquire()
+    except StateDirLocked as e:
+        print(f"error: {e}", flush=True)
+        return 3
+    # until Ray is up a signal just ends this process (nothing runs yet)
+    address = init_local(resources=None, key=a.state_dir)
+    # ray.init installs its own SIGTERM handler: ours goes after it, or `cluster down` would
+    # skip stopping the jobs
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
-    address = init_local(resources=None)
-    workdir = str(Path(a.state_dir) / "agents")
-    start_agents({"kind": "emulated", "gpus": a.gpus, "model": a.model}, workdir,
-                 names=["node0"])
-    start_controller(a.state_dir, json.loads(a.config))
-    info = {"address": address, "pid": os.getpid(), "state_dir": a.state_dir,
-            "host": socket.gethostname(), "gpus": a.gpus, "model": a.model, "emulated": True}
+    try:
+        workdir = str(Path(a.state_dir) / "agents")
+        start_agents({"kind": "emulated", "gpus": a.gpus, "model": a.model}, workdir,
+                     names=["node0"])
+        start_controller(a.state_dir, json.loads(a.config))
+    except Exception as e:  # noqa: BLE001 - reported to `cluster up` as one line
+        print(f"error: {e}", flush=True)
+        stop_actors(stop_jobs=True)
+        _ray().shutdown()
+        return 3
+    info = {"address": address, "pid": os.getpid(), "pid_start": process_start(os.getpid()),
+            "state_dir": a.state_dir, "host": socket.gethostname(), "gpus": a.gpus,
+            "model": a.model, "emulated": True}
     tmp = cluster_file(a.state_dir).with_suffix(".tmp")
     tmp.write_text(json.dumps(info))
     os.replace(tmp, cluster_file(a.state_dir))
@@ -379,6 +490,8 @@ def _head_main(a: argparse.Namespace) -> int:
         time.sleep(0.3)
     stop_actors(stop_jobs=True)
     _ray().shutdown()
+    cluster_file(a.state_dir).unlink(missing_ok=True)
+    lock.release()
     return 0
 
 
