@@ -14,7 +14,8 @@ as a group.
 
 Fencing: every job runs under :mod:`miso.agent.guard`, which kills it when the controller's
 lease (renewed by each :meth:`Agent.report` call that carries one) has run out or the agent has
-died, and leaves an exit record on the checkpoint storage (:func:`exit_record_path`).
+died, and leaves an exit record in the attempt's (agent-owned) directory
+(:func:`exit_record_path`), which the controller reads when the node is unreachable.
 """
 
 from __future__ import annotations
@@ -44,9 +45,14 @@ log = logging.getLogger(__name__)
 INTERNAL_ENV_PREFIXES = ("RAY_", "MISO_")
 
 
-def exit_record_path(checkpoint_dir: str | Path, attempt: int) -> Path:
-    """Where the guard of ``attempt`` records how it ended (see :mod:`miso.agent.guard`)."""
-    return Path(checkpoint_dir) / ".miso" / f"attempt-{attempt}.exit.json"
+def attempt_dir(workdir: str | Path, job: str, attempt: int) -> Path:
+    """The agent's directory of one attempt (log, job files, exit record)."""
+    return Path(workdir) / "jobs" / job / f"attempt-{attempt}"
+
+
+def exit_record_path(workdir: str | Path, job: str, attempt: int) -> Path:
+    """Where the guard of an attempt records how it ended (see :mod:`miso.agent.guard`)."""
+    return attempt_dir(workdir, job, attempt) / "exit.json"
 
 
 def job_base_env(env: dict[str, str] | None = None) -> dict[str, str]:
@@ -237,7 +243,7 @@ class Agent:
                 "profiles": [p.name for p in self.backend.geometry(g.index).profiles],
             })
         return {"node": self.node, "backend": self.backend.name, "pid": os.getpid(),
-                "gpus": gpus}
+                "workdir": str(self.workdir), "gpus": gpus}
 
     def apply_layout(self, gpu: int, layout: list[Any]) -> dict[str, Any]:
         """Apply a layout; ``{"ok", "layout", "error", "kind"}`` (layout read back)."""
@@ -293,7 +299,7 @@ class Agent:
         """
         job, attempt = str(spec["job"]), int(spec["attempt"])
         gpu, pl = int(spec["gpu"]), placement_of(spec["placement"])
-        d = self.workdir / "jobs" / job / f"attempt-{attempt}"
+        d = attempt_dir(self.workdir, job, attempt)
         d.mkdir(parents=True, exist_ok=True)
         log_file = d / "output.log"
         jd = d / "job"  # the job's own files (progress, checkpoint flag), owned by its account
@@ -318,11 +324,10 @@ class Agent:
                     "MISO_NODE": self.node,
                 })
                 env.update(runas.account_env(acct))
-                record = jd / "exit.json"
+                record = exit_record_path(self.workdir, job, attempt)
                 if ckpt:
                     runas.private_dir(ckpt, acct, root=root)
                     env["MISO_CHECKPOINT_DIR"] = str(ckpt)
-                    record = exit_record_path(ckpt, attempt)
                 if spec.get("resume_from"):
                     env["MISO_RESUME_FROM"] = str(spec["resume_from"])
                 mps = spec.get("mps_pct")
@@ -338,15 +343,19 @@ class Agent:
                     raise OSError(f"{cmd[0] if cmd else ''!r} not found")
                 record.unlink(missing_ok=True)
                 lease_fd = self._lease_reader()
+                kw = runas.popen_kwargs(acct)
+                ids = [] if "user" not in kw else [
+                    "--uid", str(kw["user"]), "--gid", str(kw["group"]),
+                    "--groups", ",".join(str(g) for g in kw.get("extra_groups") or [])]
+                # the guard runs as the agent; only the job switches to its owner's account
                 guarded = [self.python, "-S", guard.__file__, "--lease-fd", str(lease_fd),
                            "--agent-pid", str(os.getpid()), "--exit-record", str(record),
-                           "--", *cmd]
+                           "--umask", str(kw.get("umask", 0o077)), *ids, "--", *cmd]
                 with open(runas.open_log(log_file), "ab") as out:
                     proc = subprocess.Popen(
                         guarded, env=env, cwd=cwd, stdout=out,
                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                        start_new_session=True, pass_fds=(lease_fd,),
-                        **runas.popen_kwargs(acct))
+                        start_new_session=True, pass_fds=(lease_fd,))
             except (OSError, BackendError, ValueError) as e:
                 msg = f"cannot start {spec.get('command')!r} on GPU {gpu} {pl}: {e}"
                 log_file.write_text(msg + "\n")

@@ -1,6 +1,10 @@
 """Fence for one job attempt: runs the job as its child and kills it when the node is fenced.
 
-``python guard.py --lease-fd FD --agent-pid PID [--exit-record FILE] -- COMMAND...``
+``python guard.py --lease-fd FD --agent-pid PID [--exit-record FILE] [--umask N]
+[--uid N --gid N --groups N,N] -- COMMAND...``
+
+The guard runs as the agent; the job runs with ``--umask`` and, when given, as the account
+``--uid``/``--gid``/``--groups``.
 
 The agent starts every job through this guard (stdlib only, so it starts fast). The guard
 
@@ -10,9 +14,9 @@ The agent starts every job through this guard (stdlib only, so it starts fast). 
   the epoch, written by the agent on every renewal) or the agent has died - so a hung or
   partitioned node stops its jobs before the controller, which waits the lease out, starts
   them elsewhere;
-* on exit writes ``{"returncode", "fenced", "time"}`` to the exit record (on the checkpoint
-  storage, readable by the controller even when the node is unreachable), so a job that
-  finished on a lost node is never run again;
+* on exit writes ``{"returncode", "fenced", "time"}`` to the exit record (in the agent's
+  attempt directory, under the shared state directory: the controller reads it even when the
+  node is unreachable), so a job that finished on a lost node is never run again;
 * exits with the job's exit code (128 + N when the job died of signal N).
 
 An empty lease file (an agent no controller ever leased) means no fencing.
@@ -87,8 +91,12 @@ def main(argv: list[str]) -> int:
 
     for sig in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, forward)
+    kw: dict[str, object] = {"umask": int(args.get("--umask", "63"))}
+    if "--uid" in args:
+        kw.update(user=int(args["--uid"]), group=int(args["--gid"]),
+                  extra_groups=[int(g) for g in args.get("--groups", "").split(",") if g])
     try:
-        child = subprocess.Popen(cmd)
+        child = subprocess.Popen(cmd, **kw)  # type: ignore[call-overload]
     except OSError as e:
         print(f"miso: cannot start {cmd[0] if cmd else ''!r}: {e}", file=sys.stderr)
         write_record(record, 127, False, str(e))

@@ -218,7 +218,7 @@ class EventLoop:
         rt.store.log_event(now, "node-lost", {"node": node, "jobs": [r.job for r in runs]})
         for r in runs:
             r.done.set()
-            rec = read_json(exit_record_path(rt.checkpoint_root / r.job, r.attempt))
+            rec = read_json(exit_record_path(rt.agent_dir(r.node), r.job, r.attempt))
             done = isinstance(rec, dict) and rec.get("returncode") == 0
             r.status = "finished" if done else "lost"
             rt.store.end_attempt(r.job, r.attempt, status=r.status, at=now,

@@ -77,6 +77,8 @@ class AgentPoller:
             return
         with rt.lock:
             rt.nodes.add(node)
+            if desc.get("workdir"):
+                rt.agent_dirs[node] = str(desc["workdir"])
             self._node_fail[node] = 0
         for g in desc["gpus"]:
             if not g.get("mig", True):

@@ -55,7 +55,7 @@ def _close_orphans(rt: Runtime, now: float, reached: set[str]) -> None:
                     "lease to end", len(orphans), wait)
         time.sleep(wait)
     for a in orphans:
-        rec = read_json(exit_record_path(rt.checkpoint_root / a["job"], a["attempt"]))
+        rec = read_json(exit_record_path(rt.agent_dir(a["node"]), a["job"], a["attempt"]))
         done = isinstance(rec, dict) and rec.get("returncode") == 0
         rt.store.end_attempt(a["job"], a["attempt"], status="finished" if done else "lost",
                              at=now, end_iteration=None, checkpoint_iteration=None,

@@ -101,6 +101,8 @@ class Runtime:
         #: Latest lease end (wall clock) granted to each node.
         self.leases: dict[str, float] = {}
         self._horizon = 0.0
+        #: Work directory of each node's agent (from its ``describe``).
+        self.agent_dirs: dict[str, str] = {}
         self.queue: queue.Queue[tuple[Any, ...]] = queue.Queue()
         self.stopping = threading.Event()
         self.errors: list[str] = []
@@ -110,6 +112,13 @@ class Runtime:
     def now(self) -> float:
         """Controller clock: seconds since the store was created (survives restarts)."""
         return time.time() - self.store.epoch
+
+    def agent_dir(self, node: str) -> Path:
+        """The agent work directory of ``node``: as it described it, else the default place
+        under the state directory (``agents/<node>``)."""
+        with self.lock:
+            known = self.agent_dirs.get(node)
+        return Path(known) if known else self.checkpoint_root.parent / "agents" / node
 
     def post_event(self, ev: Event) -> None:
         """Hand an event to the loop thread."""
