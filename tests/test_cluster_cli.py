@@ -11,7 +11,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from miso.cli_cluster import cancel, cluster_app, logs, status, submit
+from miso.cli_client import cancel, logs, status, submit
+from miso.cli_cluster import cluster_app
 from miso.cli_demo import demo
 from miso.demo import demo_jobs, summarize
 
@@ -25,6 +26,7 @@ runner = CliRunner()
 
 def test_cli__no_cluster_gives_a_clear_error(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("MISO_CONFIG", str(tmp_path / "no-config.json"))
     r = runner.invoke(app, ["submit", "--state-dir", str(tmp_path), "--", "true"])
     assert r.exit_code == 2 and "no miso cluster found" in r.output
     r = runner.invoke(app, ["cluster", "up", "--state-dir", str(tmp_path)])
@@ -114,6 +116,7 @@ def test_cli__cluster_up_submit_status_logs_cancel_down(tmp_path: Path) -> None:
         while True:
             r = runner.invoke(app, ["status", "--state-dir", sd, "--json"])
             st = json.loads(r.stdout)
+            assert st["api_url"].startswith("http://127.0.0.1:")
             by = {j["id"]: j for j in st["jobs"]}
             if by[short]["state"] == "finished" and by[long_id]["state"] == "running":
                 break

@@ -213,14 +213,23 @@ def optimize(
 
 def _mount() -> None:
     """Attach the predictor, simulator and live-cluster commands (imported lazily inside)."""
-    from miso import cli_cluster, cli_demo, cli_events, cli_predictor, cli_simulate
+    from miso import (
+        cli_client,
+        cli_cluster,
+        cli_demo,
+        cli_events,
+        cli_predictor,
+        cli_simulate,
+        cli_users,
+    )
     from miso.doctor import doctor
 
     app.add_typer(cli_predictor.app, name="predictor")
     app.command("simulate")(cli_simulate.simulate)
     app.add_typer(cli_cluster.cluster_app, name="cluster")
-    for name in ("submit", "status", "logs", "cancel"):
-        app.command(name)(getattr(cli_cluster, name))
+    for name in ("submit", "status", "logs", "cancel", "login"):
+        app.command(name)(getattr(cli_client, name))
+    app.add_typer(cli_users.user_app, name="user")
     app.command("demo")(cli_demo.demo)
     app.command("doctor")(doctor)
     app.command("events")(cli_events.events)

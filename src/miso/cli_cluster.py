@@ -1,29 +1,21 @@
-"""``miso cluster up|down``, ``submit``, ``status``, ``logs``, and ``cancel``.
+"""``miso cluster up|down``: start and stop the controller, the agents and the HTTP API.
 
-The lead mounts these on the main app::
-
-    app.add_typer(cluster_app, name="cluster")
-    app.command("submit")(submit)
-    app.command("status")(status)
-    app.command("logs")(logs)
-    app.command("cancel")(cancel)
-
-Every command reaches the cluster through Ray: the address comes from ``--address``, else the
-``cluster.json`` that ``miso cluster up`` writes in the state directory (``--state-dir``,
-``$MISO_STATE_DIR``, default ``~/.miso/cluster``), else ``RAY_ADDRESS``.
+The lead mounts these on the main app as ``app.add_typer(cluster_app, name="cluster")``. The
+job commands (``submit``, ``status``, ``logs``, ``cancel``) speak the HTTP API
+(:mod:`miso.cli_client`); only ``up``/``down`` use Ray, with the cluster's Ray token
+(:mod:`miso.raytoken`). The state directory is ``--state-dir``, ``$MISO_STATE_DIR`` or
+``~/.miso/cluster`` (mode 0700).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
@@ -46,40 +38,6 @@ def _fail(msg: str, code: int = 2) -> NoReturn:
 def _state_dir(state_dir: str | None) -> str:
     return str(Path(state_dir or os.environ.get("MISO_STATE_DIR")
                     or Path.home() / ".miso" / "cluster").expanduser().resolve())
-
-
-def _connect(state_dir: str | None, address: str | None) -> Any:
-    """Connect to the cluster and return the controller actor handle."""
-    from miso import raycluster as rc
-
-    addr = address
-    if addr is None:
-        f = rc.cluster_file(_state_dir(state_dir))
-        if f.exists():
-            addr = json.loads(f.read_text()).get("address")
-    addr = addr or os.environ.get("RAY_ADDRESS")
-    if not addr:
-        _fail("no miso cluster found: run `miso cluster up --emulated` (or pass --address)")
-    try:
-        rc.connect(addr)
-        return rc.controller()
-    except ValueError:
-        _fail(f"Ray at {addr} runs no miso controller: run `miso cluster up`")
-    except Exception as e:  # noqa: BLE001 - Ray raises many kinds here
-        _fail(f"cannot reach the cluster at {addr}: {e}")
-
-
-def _get(ref: Any, timeout: float = 60.0) -> Any:
-    import ray
-
-    deadline = time.time() + timeout
-    while True:
-        try:
-            return ray.get(ref(), timeout=max(1.0, deadline - time.time()))
-        except Exception as e:  # noqa: BLE001 - e.g. the controller is restarting
-            if time.time() > deadline:
-                _fail(f"the controller did not answer: {type(e).__name__}: {e}")
-            time.sleep(1.0)
 
 
 def _config(policy: str, profile_seconds: float, checkpoint_timeout: float,
@@ -112,6 +70,15 @@ def up(
     estimator: Annotated[str, typer.Option(
         "--estimator", help="Speed estimator: auto, predictor, heuristic, true or noisy.")]
     = "auto",
+    listen: Annotated[str, typer.Option(
+        "--listen", help="HOST:PORT of the HTTP API (default 127.0.0.1, a free port).")]
+    = "127.0.0.1:0",
+    tls_cert: Annotated[str | None, typer.Option(
+        "--tls-cert", help="Serve the API over HTTPS with this certificate (PEM).")] = None,
+    tls_key: Annotated[str | None, typer.Option(
+        "--tls-key", help="Private key (PEM) of --tls-cert.")] = None,
+    insecure: Annotated[bool, typer.Option(
+        "--insecure", help="Allow plain HTTP on a non-loopback --listen address.")] = False,
 ) -> None:
     """Start the controller and one agent per GPU node.
 
@@ -130,17 +97,27 @@ def up(
     if gpus < 1:
         _fail("--gpus must be at least 1")
     cfg = _config(policy, profile_seconds, checkpoint_timeout, estimator)
+    api = _api_listen(listen, tls_cert, tls_key, insecure)
+    _private_state_dir(sd)
     if address is None:
         if not emulated:
             _fail("give --address for a Ray cluster with real GPUs, or --emulated")
         f = rc.cluster_file(sd)
         if f.exists():
             _fail(f"a cluster already runs from {sd} (miso cluster down first)")
-        info = rc.spawn_local_head(sd, gpus=gpus, model=model, config=cfg)
+        operator = _bootstrap(sd)
+        info = rc.spawn_local_head(sd, gpus=gpus, model=model, config=cfg, api=api)
         console.print(f"miso cluster up: {gpus} emulated {model} GPUs, Ray at "
                       f"{info['address']}, state in {sd}")
+        _print_api(info.get("api_url"), operator, sd)
         return
-    rc.connect(address)
+    _ray_auth(sd)
+    operator = _bootstrap(sd)
+    try:
+        rc.connect(address)
+    except Exception as e:  # noqa: BLE001 - Ray raises many kinds here
+        _fail(f"cannot connect to Ray at {address} (token auth on: RAY_AUTH_MODE=token and "
+              f"the cluster's token in RAY_AUTH_TOKEN_PATH): {e}")
     import ray
 
     backend = {"kind": "emulated", "gpus": gpus, "model": model} if emulated \
@@ -148,12 +125,57 @@ def up(
     nodes = rc.start_agents(backend, str(Path(sd) / "agents"))
     if not nodes:
         _fail("no Ray node offers the 'miso_agent' resource or a GPU")
-    rc.start_controller(sd, cfg)
-    Path(sd).mkdir(parents=True, exist_ok=True)
+    h = rc.start_controller(sd, cfg, api)
+    url = ray.get(h.api_url.remote(), timeout=60)
     rc.cluster_file(sd).write_text(json.dumps({
         "address": ray.get_runtime_context().gcs_address, "pid": 0, "state_dir": sd,
-        "nodes": nodes, "emulated": emulated}))
+        "nodes": nodes, "emulated": emulated, "api_url": url}))
     console.print(f"miso cluster up: controller + agents on {', '.join(nodes)}")
+    _print_api(url, operator, sd)
+
+
+def _api_listen(listen: str, cert: str | None, key: str | None, insecure: bool
+                ) -> dict[str, Any]:
+    from miso.api.server import ListenError, parse_listen
+
+    try:
+        lst = parse_listen(listen, tls_cert=cert, tls_key=key, insecure=insecure)
+    except ListenError as e:
+        _fail(str(e))
+    for f in (lst.tls_cert, lst.tls_key):
+        if f is not None and not Path(f).is_file():
+            _fail(f"no such file: {f}")
+    return {"host": lst.host, "port": lst.port,
+            "tls_cert": str(Path(lst.tls_cert).resolve()) if lst.tls_cert else None,
+            "tls_key": str(Path(lst.tls_key).resolve()) if lst.tls_key else None}
+
+
+def _ray_auth(sd: str) -> None:
+    """Ray's token auth on, with the state dir's token unless one is configured already."""
+    from miso import raytoken
+
+    os.environ["RAY_AUTH_MODE"] = "token"  # never without it
+    if not os.environ.get("RAY_AUTH_TOKEN") and not os.environ.get("RAY_AUTH_TOKEN_PATH") \
+            and raytoken.token_file(sd).exists():
+        raytoken.use(raytoken.token_file(sd))
+
+
+def _private_state_dir(sd: str) -> None:
+    Path(sd).mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(sd, 0o700)
+
+
+def _bootstrap(sd: str) -> str | None:
+    from miso.api.head import bootstrap_operator
+
+    return bootstrap_operator(sd)
+
+
+def _print_api(url: str | None, operator: str | None, sd: str) -> None:
+    console.print(f"miso API at {url}")
+    if operator:
+        console.print(f"you are its first admin, {operator!r} (token in "
+                      f"{Path(sd) / 'operator.token'}); add users with `miso user add`")
 
 
 @cluster_app.command("down")
@@ -171,105 +193,8 @@ def down(state_dir: StateDir = None, address: Address = None) -> None:
     addr = address or info.get("address") or os.environ.get("RAY_ADDRESS")
     if not addr:
         _fail(f"no cluster recorded in {sd}; pass --address")
+    _ray_auth(sd)
     rc.connect(addr)
     rc.stop_actors(stop_jobs=True)
     f.unlink(missing_ok=True)
     console.print("miso cluster down: controller and agents stopped")
-
-
-# ---- jobs -----------------------------------------------------------------------------------
-
-
-def submit(
-    command: Annotated[list[str], typer.Argument(help="The command, after `--`.")],
-    name: Annotated[str | None, typer.Option("--name", help="Unique job name.")] = None,
-    memory_gb: Annotated[float | None, typer.Option(
-        "--memory-gb", help="Peak GPU memory of the job (GB).")] = None,
-    state_dir: StateDir = None,
-    address: Address = None,
-) -> None:
-    """Submit a job: ``miso submit --name x --memory-gb 8 -- python train.py``. Prints its id."""
-    h = _connect(state_dir, address)
-    res = _get(lambda: h.submit.remote(list(command), name, memory_gb, None, None,
-                                       os.getcwd()))
-    if not res["ok"]:
-        _fail(res["error"])
-    typer.echo(res["id"])
-
-
-def _progress(j: dict[str, Any]) -> str:
-    it, tot = j.get("iteration"), j.get("total")
-    if it is None:
-        return "-"
-    return f"{it}/{tot} ({100 * it / tot:.0f}%)" if tot else str(it)
-
-
-def render_status(st: dict[str, Any]) -> list[Table]:
-    """Rich tables of a controller status: GPUs, then jobs."""
-    g = Table(title="GPUs")
-    for c in ("gpu", "model", "phase", "layout", "jobs"):
-        g.add_column(c)
-    for gpu in st.get("gpus", []):
-        jobs = [f"{j}@{gpu['assignment'][j]}" if j in gpu["assignment"] else
-                f"{j}(mps {gpu['mps_shares'][j]}%)" if j in gpu["mps_shares"] else j
-                for j in gpu["jobs"]]
-        g.add_row(gpu["id"], gpu["model"], gpu["phase"], " ".join(gpu["layout"]) or "-",
-                  ", ".join(jobs) or "-")
-    t = Table(title=f"Jobs (policy {st.get('policy', '?')})")
-    for c in ("id", "name", "state", "gpu", "slice", "speed it/s", "progress", "restarts",
-              "reason"):
-        t.add_column(c)
-    for j in st.get("jobs", []):
-        sl = j.get("placement") or "-"
-        if j.get("mps_pct") is not None and j["state"] in ("profiling", "running"):
-            sl = f"MPS {j['mps_pct']}%"
-        if j["state"] in ("finished", "failed", "cancelled", "queued"):
-            sl = "-"
-        rate = f"{j['rate']:.1f}" if j.get("rate") and j["state"] in ("running", "profiling") \
-            else "-"
-        t.add_row(j["id"], j["name"], j["state"], j.get("gpu") or "-", sl, rate, _progress(j),
-                  str(j.get("restarts", 0)), (j.get("reason") or "")[:60])
-    return [g, t]
-
-
-def status(
-    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-    state_dir: StateDir = None,
-    address: Address = None,
-) -> None:
-    """GPUs with their layouts, and jobs with state, slice, speed and progress."""
-    h = _connect(state_dir, address)
-    st = _get(lambda: h.status.remote())
-    if json_out:
-        typer.echo(json.dumps(st, indent=2, default=str))
-        return
-    for tbl in render_status(st):
-        console.print(tbl)
-
-
-def logs(
-    job: Annotated[str, typer.Argument(help="Job id or name.")],
-    tail: Annotated[int, typer.Option("--tail", help="Last lines of each attempt to print.")]
-    = 200,
-    state_dir: StateDir = None,
-    address: Address = None,
-) -> None:
-    """Print the output of every attempt of a job."""
-    h = _connect(state_dir, address)
-    res = _get(lambda: h.logs.remote(job, tail))
-    if not res["ok"]:
-        _fail(res["error"])
-    typer.echo(res["text"])
-
-
-def cancel(
-    job: Annotated[str, typer.Argument(help="Job id or name.")],
-    state_dir: StateDir = None,
-    address: Address = None,
-) -> None:
-    """Cancel a job (its process is killed)."""
-    h = _connect(state_dir, address)
-    res = _get(lambda: h.cancel.remote(job))
-    if not res["ok"]:
-        _fail(res["error"])
-    typer.echo(f"{res['job']['id']} {res['job']['state']}")

@@ -50,9 +50,11 @@ def _local_only() -> None:
     single-machine clusters) makes every component bind and advertise 127.0.0.1.
     """
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-    # Loopback-only private cluster: the CLI, the head and its workers must agree on auth;
-    # Ray's default token mode for new local clusters is switched off unless set explicitly.
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    # Ray's token authentication is always on (miso.raytoken): the head, its workers and the
+    # operator's CLI share the cluster's token; nothing else on the machine reaches its Ray.
+    from miso import raytoken  # noqa: PLC0415
+
+    raytoken.ensure_env()
     if "ray" in sys.modules:
         from ray._private import ray_constants  # noqa: PLC0415
 
@@ -69,6 +71,7 @@ class AgentActor:
                  rate_window: float = 1.0, change_threshold: float = 0.25) -> None:
         from miso.agent import Agent  # noqa: PLC0415
 
+        os.umask(0o077)  # private state: job logs and directories of this node
         self.agent = Agent(node, make_backend(backend, node), workdir,
                            rate_window=rate_window, change_threshold=change_threshold)
 
@@ -121,7 +124,8 @@ class AgentActor:
 class ControllerActor:
     """Ray actor around :class:`miso.controller.Controller` with a :class:`RayTransport`."""
 
-    def __init__(self, state_dir: str, config: dict[str, Any]) -> None:
+    def __init__(self, state_dir: str, config: dict[str, Any],
+                 api: dict[str, Any] | None = None) -> None:
         import logging  # noqa: PLC0415
 
         from miso.controller import Controller, ControllerConfig  # noqa: PLC0415
@@ -130,6 +134,7 @@ class ControllerActor:
         from miso.controller.transport import RayTransport  # noqa: PLC0415
 
         logging.basicConfig(level=logging.INFO)
+        os.umask(0o077)  # private state: files 0600, directories 0700
         d = Path(state_dir)
         d.mkdir(parents=True, exist_ok=True)
         #: Why this controller could not start ("" when it runs); ``ping`` reports it.
@@ -148,6 +153,19 @@ class ControllerActor:
             self.ctl.start()
         except StateDirLocked as e:
             self.error = str(e)
+            return
+        self.api = None
+        if api is not None:  # the HTTP API (miso.api), in this process beside the controller
+            from miso.api import require_admin  # noqa: PLC0415
+            from miso.api.head import serve  # noqa: PLC0415
+            from miso.observe.routes import instrument, observe_router  # noqa: PLC0415
+
+            self.api = serve(self.ctl, d, api, extra_routers=[observe_router(
+                self.ctl, self.obs, auth=require_admin, metrics_auth=require_admin)],
+                setup=lambda app: instrument(app, self.obs))
+
+    def api_url(self) -> str | None:
+        return self.api.url if getattr(self, "api", None) is not None else None
 
     def pid(self) -> int:
         return os.getpid()
@@ -255,8 +273,10 @@ def start_agents(backend: dict[str, Any], workdir: str, *, names: list[str] | No
     return out
 
 
-def start_controller(state_dir: str, config: dict[str, Any] | None = None) -> Any:
-    """Start (or find) the detached controller actor, pinned to this node."""
+def start_controller(state_dir: str, config: dict[str, Any] | None = None,
+                     api: dict[str, Any] | None = None) -> Any:
+    """Start (or find) the detached controller actor, pinned to this node; with ``api`` (the
+    :class:`miso.api.server.Listen` fields) it serves the HTTP API too."""
     ray = _ray()
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: PLC0415
 
@@ -265,7 +285,7 @@ def start_controller(state_dir: str, config: dict[str, Any] | None = None) -> An
         name=CONTROLLER, namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
         num_cpus=0, max_restarts=-1, max_concurrency=8,
         scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
-    ).remote(state_dir, config or {})
+    ).remote(state_dir, config or {}, api)
     answer = ray.get(h.ping.remote(), timeout=120)
     if answer != "ok":
         ray.kill(h, no_restart=True)
@@ -376,14 +396,17 @@ def head_lock(state_dir: str | Path) -> Any:
 
 
 def spawn_local_head(state_dir: str, *, gpus: int, model: str, config: dict[str, Any],
-                     timeout: float = 180.0) -> dict[str, Any]:
+                     api: dict[str, Any] | None = None, timeout: float = 180.0
+                     ) -> dict[str, Any]:
     """Start the supervisor process in its own session; wait for its ``cluster.json``.
     Raises RuntimeError with the head's one-line error when it does not come up."""
     Path(state_dir).mkdir(parents=True, exist_ok=True)
-    log = open(Path(state_dir) / "head.log", "ab")  # noqa: SIM115 - handed to the child
+    log = open(os.open(Path(state_dir) / "head.log",  # noqa: SIM115 - handed to the child
+                       os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
     proc = subprocess.Popen(
         [sys.executable, "-m", "miso.raycluster", "head", "--state-dir", state_dir,
-         "--gpus", str(gpus), "--model", model, "--config", json.dumps(config)],
+         "--gpus", str(gpus), "--model", model, "--config", json.dumps(config),
+         "--api", json.dumps(api if api is not None else {})],
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         start_new_session=True, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
     log.close()
@@ -464,6 +487,10 @@ def _head_main(a: argparse.Namespace) -> int:
     except StateDirLocked as e:
         print(f"error: {e}", flush=True)
         return 3
+    from miso import raytoken  # noqa: PLC0415
+
+    os.umask(0o077)  # private state (Ray's session files, logs, jobs' directories)
+    raytoken.use_state_dir(a.state_dir)  # Ray's token auth with the cluster's own token
     # until Ray is up a signal just ends this process (nothing runs yet)
     address = init_local(resources=None, key=a.state_dir)
     # ray.init installs its own SIGTERM handler: ours goes after it, or `cluster down` would
@@ -474,7 +501,8 @@ def _head_main(a: argparse.Namespace) -> int:
         workdir = str(Path(a.state_dir) / "agents")
         start_agents({"kind": "emulated", "gpus": a.gpus, "model": a.model}, workdir,
                      names=["node0"])
-        start_controller(a.state_dir, json.loads(a.config))
+        h = start_controller(a.state_dir, json.loads(a.config), json.loads(a.api))
+        api_url = _ray().get(h.api_url.remote(), timeout=60)
     except Exception as e:  # noqa: BLE001 - reported to `cluster up` as one line
         print(f"error: {e}", flush=True)
         stop_actors(stop_jobs=True)
@@ -482,7 +510,7 @@ def _head_main(a: argparse.Namespace) -> int:
         return 3
     info = {"address": address, "pid": os.getpid(), "pid_start": process_start(os.getpid()),
             "state_dir": a.state_dir, "host": socket.gethostname(), "gpus": a.gpus,
-            "model": a.model, "emulated": True}
+            "model": a.model, "emulated": True, "api_url": api_url}
     tmp = cluster_file(a.state_dir).with_suffix(".tmp")
     tmp.write_text(json.dumps(info))
     os.replace(tmp, cluster_file(a.state_dir))
@@ -503,6 +531,7 @@ def main(argv: list[str] | None = None) -> int:
     h.add_argument("--gpus", type=int, default=4)
     h.add_argument("--model", default="A100-40GB")
     h.add_argument("--config", default="{}")
+    h.add_argument("--api", default="{}", help="listen address of the HTTP API (JSON)")
     a = ap.parse_args(argv)
     return _head_main(a)
 

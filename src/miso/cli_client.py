@@ -1,0 +1,216 @@
+"""``miso submit``, ``status``, ``logs``, ``cancel`` and ``login``: clients of the HTTP API.
+
+They find the server and the token as :mod:`miso.api.credentials` says: ``--url``/``--token``,
+``MISO_URL``/``MISO_TOKEN``, a named state directory, the ``miso login`` config, the default
+state directory. Nothing here talks to Ray.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from miso.api.client import ApiError, Client
+
+console = Console()
+
+Url = Annotated[str | None, typer.Option(
+    "--url", help="API URL of the cluster (default $MISO_URL, the state dir or `miso login`).")]
+Token = Annotated[str | None, typer.Option(
+    "--token", help="API token (default $MISO_TOKEN, the state dir or `miso login`).")]
+StateDir = Annotated[str | None, typer.Option(
+    "--state-dir", help="Local cluster state directory (default $MISO_STATE_DIR or "
+    "~/.miso/cluster).")]
+
+#: Variables of miso and Ray themselves, never sent with ``--env-all``.
+_INTERNAL = re.compile(r"^(MISO_|RAY_)")
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+def fail(msg: str, code: int = 2) -> NoReturn:
+    typer.echo(f"error: {msg}", err=True)
+    raise typer.Exit(code)
+
+
+def default_state_dir() -> Path:
+    return Path.home() / ".miso" / "cluster"
+
+
+def client(url: str | None, token: str | None, state_dir: str | None) -> Client:
+    """A client for the cluster the flags, environment or files name (one-line errors)."""
+    from miso.api.credentials import resolve
+
+    c = resolve(url=url, token=token, state_dir=state_dir,
+                default_state_dir=default_state_dir())
+    if not c.url:
+        fail("no miso cluster found: run `miso cluster up --emulated`, or `miso login --url "
+             "URL` for a remote one (or set MISO_URL)")
+    if not c.token:
+        fail(f"no token for {c.url}: run `miso login --url {c.url}` (or set MISO_TOKEN)")
+    return Client(c.url, c.token, ca=c.ca)
+
+
+def call(fn: Any, *args: Any, **kw: Any) -> Any:
+    try:
+        return fn(*args, **kw)
+    except ApiError as e:
+        fail(e.message)
+
+
+def parse_env(pairs: list[str], env_all: bool) -> dict[str, str]:
+    """``--env K=V`` pairs over (with ``--env-all``) this shell's environment, minus miso's and
+    Ray's own variables."""
+    env = {k: v for k, v in os.environ.items()
+           if env_all and _ENV_KEY.match(k) and not _INTERNAL.match(k)}
+    for p in pairs:
+        k, sep, v = p.partition("=")
+        if not sep or not _ENV_KEY.match(k):
+            fail(f"--env {p!r}: expected NAME=VALUE with a variable name")
+        env[k] = v
+    return env
+
+
+def submit(
+    command: Annotated[list[str], typer.Argument(help="The command, after `--`.")],
+    name: Annotated[str | None, typer.Option("--name", help="Job name, unique among your "
+                                             "active jobs.")] = None,
+    memory_gb: Annotated[float | None, typer.Option(
+        "--memory-gb", help="Peak GPU memory of the job (GB).")] = None,
+    env: Annotated[list[str] | None, typer.Option(
+        "--env", help="Set a variable in the job's environment (NAME=VALUE; repeatable).")]
+    = None,
+    env_all: Annotated[bool, typer.Option(
+        "--env-all", help="Pass this shell's whole environment (except MISO_*/RAY_*).")]
+    = False,
+    url: Url = None,
+    token: Token = None,
+    state_dir: StateDir = None,
+) -> None:
+    """Submit a job: ``miso submit --name x --memory-gb 8 -- python train.py``. Prints its id.
+
+    The job runs in this directory with only the variables given by --env/--env-all plus
+    miso's own (CUDA_VISIBLE_DEVICES, MISO_*; see miso.job)."""
+    variables = parse_env(list(env or []), env_all)
+    with client(url, token, state_dir) as c:
+        typer.echo(call(c.submit, list(command), name=name, memory_gb=memory_gb,
+                        env=variables, cwd=os.getcwd()))
+
+
+def _progress(j: dict[str, Any]) -> str:
+    it, tot = j.get("iteration"), j.get("total")
+    if it is None:
+        return "-"
+    return f"{it}/{tot} ({100 * it / tot:.0f}%)" if tot else str(it)
+
+
+def render_status(st: dict[str, Any]) -> list[Table]:
+    """Rich tables of an API status: GPUs (other users' jobs as a count), then jobs."""
+    g = Table(title="GPUs")
+    for c in ("gpu", "model", "phase", "layout", "jobs"):
+        g.add_column(c)
+    for gpu in st.get("gpus", []):
+        jobs = [f"{j}@{gpu['assignment'][j]}" if j in gpu["assignment"] else
+                f"{j}(mps {gpu['mps_shares'][j]}%)" if j in gpu["mps_shares"] else j
+                for j in gpu["jobs"]]
+        if gpu.get("other_jobs"):
+            jobs.append(f"+{gpu['other_jobs']} of other users")
+        g.add_row(gpu["id"], gpu["model"], gpu["phase"], " ".join(gpu["layout"]) or "-",
+                  ", ".join(jobs) or "-")
+    who = f"{st.get('user')}{' (admin)' if st.get('admin') else ''}"
+    t = Table(title=f"Jobs of {who} (policy {st.get('policy', '?')})")
+    cols = ["id", "name", "state", "gpu", "slice", "speed it/s", "progress", "restarts",
+            "reason"]
+    if st.get("admin"):
+        cols.insert(1, "owner")
+    for c in cols:
+        t.add_column(c)
+    for j in st.get("jobs", []):
+        sl = j.get("placement") or "-"
+        if j.get("mps_pct") is not None and j["state"] in ("profiling", "running"):
+            sl = f"MPS {j['mps_pct']}%"
+        if j["state"] in ("finished", "failed", "cancelled", "queued"):
+            sl = "-"
+        rate = f"{j['rate']:.1f}" if j.get("rate") and j["state"] in ("running", "profiling") \
+            else "-"
+        row = [j["id"], j["name"], j["state"], j.get("gpu") or "-", sl, rate, _progress(j),
+               str(j.get("restarts", 0)), j.get("reason") or ""]
+        if st.get("admin"):
+            row.insert(1, j.get("owner") or "-")
+        t.add_row(*row)
+    return [g, t]
+
+
+def status(
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    limit: Annotated[int, typer.Option("--limit", help="Show at most this many of the "
+                                       "latest jobs.")] = 200,
+    url: Url = None,
+    token: Token = None,
+    state_dir: StateDir = None,
+) -> None:
+    """GPUs with their layouts, and your jobs with state, slice, speed and progress."""
+    with client(url, token, state_dir) as c:
+        st = call(c.status, limit)
+    if json_out:
+        typer.echo(json.dumps(st, indent=2, default=str))
+        return
+    for tbl in render_status(st):
+        console.print(tbl)
+    others = sum(st.get("counts", {}).get("all", {}).values()) - \
+        sum(st.get("counts", {}).get("mine", {}).values())
+    if others > 0 and not st.get("admin"):
+        console.print(f"{others} job(s) of other users not shown")
+
+
+def logs(
+    job: Annotated[str, typer.Argument(help="Job id or name.")],
+    tail: Annotated[int, typer.Option("--tail", help="Last lines of each attempt to print.")]
+    = 200,
+    url: Url = None,
+    token: Token = None,
+    state_dir: StateDir = None,
+) -> None:
+    """Print the output of every attempt of one of your jobs."""
+    with client(url, token, state_dir) as c:
+        typer.echo(call(c.logs, job, tail))
+
+
+def cancel(
+    job: Annotated[str, typer.Argument(help="Job id or name.")],
+    url: Url = None,
+    token: Token = None,
+    state_dir: StateDir = None,
+) -> None:
+    """Cancel one of your jobs (its process is killed)."""
+    with client(url, token, state_dir) as c:
+        rec = call(c.cancel, job)
+    typer.echo(f"{rec['id']} {rec['state']}")
+
+
+def login(
+    url: Annotated[str, typer.Option("--url", help="API URL the admin gave you.")],
+    token: Annotated[str | None, typer.Option(
+        "--token", help="Your token (asked for when not given; or $MISO_TOKEN).")] = None,
+    ca: Annotated[str | None, typer.Option(
+        "--ca", help="CA certificate (PEM) of a server with a private certificate.")] = None,
+) -> None:
+    """Check a token against the server and keep URL and token in ~/.miso/config.json (0600;
+    $MISO_CONFIG elsewhere)."""
+    from miso.api.credentials import save_login
+
+    token = token or os.environ.get("MISO_TOKEN") or typer.prompt("token", hide_input=True)
+    if ca is not None and not Path(ca).is_file():
+        fail(f"--ca {ca}: no such file")
+    ca_path = str(Path(ca).resolve()) if ca else None
+    with Client(url, token, ca=ca_path) as c:
+        me = call(c.me)
+    path = save_login(url.rstrip("/"), token, ca_path)
+    typer.echo(f"logged in to {url} as {me['name']}{' (admin)' if me['admin'] else ''}; "
+               f"credentials in {path}")
