@@ -28,6 +28,8 @@ Token = Annotated[str | None, typer.Option(
 StateDir = Annotated[str | None, typer.Option(
     "--state-dir", help="Local cluster state directory (default $MISO_STATE_DIR or "
     "~/.miso/cluster).")]
+RayAddress = Annotated[str | None, typer.Option(
+    "--address", hidden=True, help="Gone: the job commands speak the HTTP API (--url).")]
 
 #: Variables of miso and Ray themselves, never sent with ``--env-all``.
 _INTERNAL = re.compile(r"^(MISO_|RAY_)")
@@ -43,9 +45,16 @@ def default_state_dir() -> Path:
     return Path.home() / ".miso" / "cluster"
 
 
-def client(url: str | None, token: str | None, state_dir: str | None) -> Client:
+def client(url: str | None, token: str | None, state_dir: str | None,
+           address: str | None = None) -> Client:
     """A client for the cluster the flags, environment or files name (one-line errors)."""
     from miso.api.credentials import resolve
+
+    if address is not None:
+        fail(f"--address {address}: the job commands speak the cluster's HTTP API now; give "
+             "--url URL (printed by `miso cluster up`)")
+    if url is not None and not url.startswith(("http://", "https://")):
+        fail(f"--url {url}: expected http://HOST:PORT or https://HOST:PORT")
 
     c = resolve(url=url, token=token, state_dir=state_dir,
                 default_state_dir=default_state_dir())
@@ -92,13 +101,18 @@ def submit(
     url: Url = None,
     token: Token = None,
     state_dir: StateDir = None,
+    address: RayAddress = None,
 ) -> None:
     """Submit a job: ``miso submit --name x --memory-gb 8 -- python train.py``. Prints its id.
 
     The job runs in this directory with only the variables given by --env/--env-all plus
     miso's own (CUDA_VISIBLE_DEVICES, MISO_*; see miso.job)."""
+    from miso import cli_checks as checks
+
+    if memory_gb is not None:
+        checks.positive(memory_gb, "--memory-gb")
     variables = parse_env(list(env or []), env_all)
-    with client(url, token, state_dir) as c:
+    with client(url, token, state_dir, address) as c:
         typer.echo(call(c.submit, list(command), name=name, memory_gb=memory_gb,
                         env=variables, cwd=os.getcwd()))
 
@@ -154,9 +168,13 @@ def status(
     url: Url = None,
     token: Token = None,
     state_dir: StateDir = None,
+    address: RayAddress = None,
 ) -> None:
     """GPUs with their layouts, and your jobs with state, slice, speed and progress."""
-    with client(url, token, state_dir) as c:
+    from miso import cli_checks as checks
+
+    checks.number(limit, "--limit", low=1)
+    with client(url, token, state_dir, address) as c:
         st = call(c.status, limit)
     if json_out:
         typer.echo(json.dumps(st, indent=2, default=str))
@@ -176,9 +194,13 @@ def logs(
     url: Url = None,
     token: Token = None,
     state_dir: StateDir = None,
+    address: RayAddress = None,
 ) -> None:
     """Print the output of every attempt of one of your jobs."""
-    with client(url, token, state_dir) as c:
+    from miso import cli_checks as checks
+
+    checks.number(tail, "--tail", low=1)
+    with client(url, token, state_dir, address) as c:
         typer.echo(call(c.logs, job, tail))
 
 
@@ -187,9 +209,10 @@ def cancel(
     url: Url = None,
     token: Token = None,
     state_dir: StateDir = None,
+    address: RayAddress = None,
 ) -> None:
     """Cancel one of your jobs (its process is killed)."""
-    with client(url, token, state_dir) as c:
+    with client(url, token, state_dir, address) as c:
         rec = call(c.cancel, job)
     typer.echo(f"{rec['id']} {rec['state']}")
 

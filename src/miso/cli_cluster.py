@@ -112,12 +112,12 @@ def up(
         _print_api(info.get("api_url"), operator, sd)
         return
     _ray_auth(sd)
-    operator = _bootstrap(sd)
     try:
         rc.connect(address)
     except Exception as e:  # noqa: BLE001 - Ray raises many kinds here
         _fail(f"cannot connect to Ray at {address} (token auth on: RAY_AUTH_MODE=token and "
               f"the cluster's token in RAY_AUTH_TOKEN_PATH): {e}")
+    operator = _bootstrap(sd)
     import ray
 
     backend = {"kind": "emulated", "gpus": gpus, "model": model} if emulated \
