@@ -318,3 +318,68 @@ def test_fit_classes__cover_every_memory_of_every_model():
         for m in mems:
             f = fitting_profiles(geom, m)
             assert not f or f in classes, (model, m)
+
+
+# -- the optimizer's vectorised restart-aware choice -------------------------------------------
+
+
+def _brute_kept(geom, speeds, current, pen, pinned):
+    """(best restart-aware score, most jobs kept among the (near-)best) over all layouts and
+    permutations."""
+    import itertools
+
+    from miso.mig import enumerate_layouts
+
+    jobs = list(speeds)
+    best: list[tuple[float, int]] = []
+    for lay in enumerate_layouts(geom):
+        if len(lay) != len(jobs):
+            continue
+        for perm in itertools.permutations(lay):
+            asg = dict(zip(jobs, perm, strict=True))
+            if any(pl.profile not in speeds[j] for j, pl in asg.items()):
+                continue
+            if any(asg[j] != current[j] for j in pinned):
+                continue
+            kept = [j for j in current if asg[j] == current[j]]
+            score = sum(speeds[j][pl.profile] for j, pl in asg.items()) - sum(
+                p for j, p in pen.items() if j not in kept)
+            best.append((score, len(kept)))
+    if not best:
+        return None
+    top = max(s for s, _ in best)
+    return top, max(k for s, k in best if s >= top - 1e-9)
+
+
+@pytest.mark.parametrize("model", ["A100-40GB", "A30-24GB"])
+def test_optimizer__restart_aware_choice_keeps_most_jobs_among_the_best(model):
+    from miso.mig import enumerate_layouts
+    from miso.optimize import OptimizerError, optimizer_for
+
+    rng = random.Random(7)
+    geom = geometry(model)
+    opt = optimizer_for(geom)
+    names = [p.name for p in geom.profiles]
+    lays = list(enumerate_layouts(geom))
+    checked = 0
+    for _ in range(120):
+        lay = rng.choice(lays)
+        n = rng.randint(1, min(4, opt.max_jobs))
+        # Coarse speeds and penalties make exact ties common, so tie-breaks are exercised.
+        speeds = {f"j{i}": {p: rng.choice([0.25, 0.5, 0.75, 1.0]) for p in names
+                            if rng.random() < 0.8} for i in range(n)}
+        current = {j: pl for j, pl in zip(speeds, lay, strict=False) if rng.random() < 0.7}
+        pen = {j: rng.choice([0.0, 0.25, 0.5]) for j in current}
+        pinned = {j for j in current if rng.random() < 0.2}
+        ref = _brute_kept(geom, speeds, current, pen, pinned)
+        try:
+            sol = opt.solve(speeds, current=current, objective="restart-aware",
+                            restart_penalty=pen, pinned=pinned)
+        except OptimizerError:
+            assert ref is None
+            continue
+        assert ref is not None
+        assert sol.objective == pytest.approx(ref[0], abs=1e-9)
+        assert len(sol.kept) == ref[1]
+        checked += 1
+    assert checked > 40

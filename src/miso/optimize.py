@@ -78,6 +78,12 @@ class _Tables:
     multiset_layouts: tuple[tuple[Layout, ...], ...]  # per multiset id
     default_assign: tuple[tuple[Placement, ...], ...]  # per arrangement, on its first layout
     rows: np.ndarray  # arange(n), reused by every solve
+    # Every (arrangement, layout of its multiset) pair, by arrangement then layout order:
+    pair_arr: np.ndarray  # (P,) arrangement index
+    pair_layout: tuple[Layout, ...]  # (P,)
+    pair_has: np.ndarray  # (P, U) bool: the pair's layout holds placement u
+    pair_prof: np.ndarray  # (P, n) profile index of each job's instance (arrangements[pair_arr])
+    unit: dict[Placement, int]  # placement -> u
 
 
 class PartitionOptimizer:
@@ -182,22 +188,7 @@ class PartitionOptimizer:
                     if any(pin_set <= set(lay) for lay in t.multiset_layouts[t.arr_multiset[a]]):
                         best_val = float(vals[a])
                         break
-            cand = np.flatnonzero(vals >= best_val - margin)
-            scored = []
-            for a in cand:
-                for lay in t.multiset_layouts[t.arr_multiset[a]]:
-                    if pin_set and not pin_set <= set(lay):
-                        continue
-                    kept = self._kept_jobs(jobs, t.arrangements[a], lay, cur)
-                    cost = sum(p for j, p in pen.items() if j not in kept)
-                    scored.append((float(vals[a]) - cost, len(kept), int(a), lay))
-            if not scored:
-                raise OptimizerError(f"no valid {self.geom.model.name} layout keeps the pinned "
-                                     f"jobs {', '.join(sorted(pin))} on their instances")
-            top = max(s[0] for s in scored)
-            # Among (near-)equal scores prefer more kept jobs; first in canonical order otherwise.
-            score, _, a, lay = max((s for s in scored if s[0] >= top - 1e-9),
-                                   key=lambda s: s[1])
+            score, a, lay = self._best_pair(t, jobs, vals, best_val - margin, cur, pen, pin)
             placed = _place(self.profile_names, t.arrangements[a], lay,
                             [cur.get(j) for j in jobs])
             assignment = dict(zip(jobs, placed, strict=True))
@@ -207,14 +198,48 @@ class PartitionOptimizer:
         return Solution(lay, assignment, score, thr, restarted, kept_jobs)
 
     # -- helpers ------------------------------------------------------------------------
-    def _kept_jobs(self, jobs: Sequence[str], arr: np.ndarray, lay: Layout,
-                   cur: Mapping[str, Placement]) -> set[str]:
-        if not cur:
-            return set()
-        names = self.profile_names
-        lay_set = set(lay)
-        return {j for i, j in enumerate(jobs)
-                if j in cur and cur[j] in lay_set and cur[j].profile == names[arr[i]]}
+    def _best_pair(self, t: _Tables, jobs: Sequence[str], vals: np.ndarray, floor: float,
+                   cur: Mapping[str, Placement], pen: Mapping[str, float],
+                   pin: Mapping[str, Placement]) -> tuple[float, int, Layout]:
+        """The best (arrangement, layout) pair with a value of at least ``floor``: value minus
+        the penalties of the jobs it moves; among (near-)equal scores the one that keeps most
+        jobs, then the first in canonical order. Vectorised over the pairs."""
+        pa = t.pair_arr
+        ok = vals[pa] >= floor
+        for pl in pin.values():
+            u = t.unit.get(pl)
+            if u is None:
+                ok[:] = False
+            else:
+                ok &= t.pair_has[:, u]
+        idx = np.flatnonzero(ok)
+        if not idx.size:
+            raise OptimizerError(f"no valid {self.geom.model.name} layout keeps the pinned "
+                                 f"jobs {', '.join(sorted(pin))} on their instances")
+        pidx = self.profile_index
+        kept = {}
+        n_kept = np.zeros(idx.size, dtype=np.intp)
+        for i, j in enumerate(jobs):
+            c = cur.get(j)
+            if c is None:
+                continue
+            u = t.unit.get(c)
+            if u is None:
+                k = np.zeros(idx.size, dtype=bool)
+            else:
+                k = t.pair_has[idx, u] & (t.pair_prof[idx, i] == pidx[c.profile])
+            kept[j] = k
+            n_kept += k
+        # Penalties added one job at a time, in order: the same sums as a scalar loop.
+        cost = np.zeros(idx.size)
+        for j, p in pen.items():
+            cost += np.where(kept[j], 0.0, p)
+        score = vals[pa[idx]] - cost
+        top = score.max()
+        near = score >= top - 1e-9
+        best = np.flatnonzero(near & (n_kept == n_kept[near].max()))[0]
+        w = int(idx[best])
+        return float(score[best]), int(pa[w]), t.pair_layout[w]
 
     def _infeasible_reason(self, jobs: Sequence[str], w: np.ndarray) -> str:
         for i, j in enumerate(jobs):
@@ -262,8 +287,15 @@ def _build_tables(geom: Geometry, n: int) -> _Tables:
     no_current = [None] * n
     default_assign = tuple(_place(names, row, layouts[mi][0], no_current)
                            for row, mi in zip(rows, ms_ids, strict=True))
+    unit = {pl: u for u, (pl, _) in enumerate(geom.candidates())}
+    pair_arr = [a for a, mi in enumerate(ms_ids) for _ in layouts[mi]]
+    pair_layout = tuple(lay for mi in ms_ids for lay in layouts[mi])
+    has = np.zeros((len(pair_layout), len(unit)), dtype=bool)
+    for p, lay in enumerate(pair_layout):
+        has[p, [unit[pl] for pl in lay]] = True
+    pa = np.array(pair_arr, dtype=np.intp)
     return _Tables(arr, np.array(ms_ids, dtype=np.intp), tuple(layouts), default_assign,
-                   np.arange(n))
+                   np.arange(n), pa, pair_layout, has, arr[pa], unit)
 
 
 @cache
