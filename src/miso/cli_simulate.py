@@ -35,17 +35,22 @@ def _window(window: str | None) -> tuple[float, float] | None:
 
 
 def simulate(
-    gpu: Annotated[str, typer.Option(help="GPU model (see miso.mig).")] = "A100-40GB",
+    gpu: Annotated[str, typer.Option(help="GPU model (see `miso gpus`).")] = "A100-40GB",
     gpus: Annotated[int, typer.Option(min=1, help="Number of GPUs.")] = 40,
-    jobs: Annotated[int, typer.Option(min=1, help="Jobs (Poisson; max jobs of a trace).")] = 1000,
-    arrival: Annotated[str, typer.Option(help="poisson (or use --trace).")] = "poisson",
-    mean_interarrival: Annotated[float, typer.Option(help="Mean inter-arrival time (s).")] = 60.0,
+    jobs: Annotated[int, typer.Option(
+        min=1, help="Jobs to simulate (with --trace: the first N).")] = 1000,
+    arrival: Annotated[str, typer.Option(
+        help="Arrival process: poisson (for others give a --trace).")] = "poisson",
+    mean_interarrival: Annotated[float, typer.Option(
+        help="Mean Poisson inter-arrival time (s, > 0).")] = 60.0,
     trace: Annotated[str | None, typer.Option(
         help="CSV file (job_id,submit_time_s,duration_s[,workload]) or miso100 / philly.")] = None,
-    policies: Annotated[str, typer.Option(help="Comma-separated policies.")] = (
+    policies: Annotated[str, typer.Option(
+        help="Comma-separated policies: nopart, optsta, mps, oracle, miso, miso+.")] = (
         "nopart,optsta,mps,oracle,miso,miso+"),
-    seed: Annotated[int, typer.Option(help="Seed (runs are deterministic per seed).")] = 1,
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed (>= 0; runs are deterministic per seed).")] = 1,
+    json_out: Annotated[Path | None, typer.Option(
+        "--json", help="Write the results (JSON) to this file.")] = None,
     plot: Annotated[Path | None, typer.Option(help="Write figures into this directory.")] = None,
     sweep: Annotated[str | None, typer.Option(
         help="interarrival or jobs-per-gpu: run a sweep instead of one comparison.")] = None,
@@ -55,11 +60,12 @@ def simulate(
         help="Cost of every restart (s): checkpoint, start, warm-up, restore.")] = 60.0,
     no_checkpoint_frac: Annotated[float, typer.Option(
         help="Fraction of jobs that cannot checkpoint (lose all progress on restart).")] = 0.0,
-    reconfig_s: Annotated[float, typer.Option(help="MIG reconfiguration time (s).")] = 4.0,
+    reconfig_s: Annotated[float, typer.Option(help="MIG reconfiguration time (s, >= 0).")] = 4.0,
     window: Annotated[str | None, typer.Option(
-        help="Trace window START:END in seconds of submit time.")] = None,
-    time_scale: Annotated[float, typer.Option(help="Multiply trace submit times.")] = 1.0,
-    duration_scale: Annotated[float, typer.Option(help="Multiply job durations.")] = 1.0,
+        help="Keep trace jobs submitted in [START, END) seconds (START:END).")] = None,
+    time_scale: Annotated[float, typer.Option(
+        help="Multiply trace submit times (> 0; 0.5 = twice the rate).")] = 1.0,
+    duration_scale: Annotated[float, typer.Option(help="Multiply job durations (> 0).")] = 1.0,
     events: Annotated[Path | None, typer.Option(
         "--events", help="Write the decision log (JSONL, one record per decision with its "
         "reason) here; read it with `miso events --file FILE`.")] = None,
