@@ -1,0 +1,155 @@
+"""The CLI through the HTTP API, against a real controller on emulated GPUs (no Ray): the
+operator's bootstrap, users and tokens, `miso login`, jobs of two users, credentials lookup."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+from waiting import wait_for
+
+from miso.api.credentials import Credentials, resolve, save_login
+from miso.api.head import bootstrap_operator, serve
+from miso.cli import app
+from miso.controller import ControllerConfig
+from miso.controller.local import LocalCluster
+
+FAST = dict(profile_seconds_per_level=0.3, profile_warmup_s=0.15, checkpoint_timeout=3.0,
+            poll_interval=0.1)
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private HOME and no credentials from the environment."""
+    for k in ("MISO_URL", "MISO_TOKEN", "MISO_CA", "MISO_CONFIG", "MISO_STATE_DIR"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def cluster(home: Path) -> Iterator[tuple[Path, str]]:
+    """A live controller with its API, as the head serves them; (state dir, URL)."""
+    sd = Path(tempfile.mkdtemp(prefix="miso-cli-"))  # under /tmp: jobs' accounts reach it
+    lc = LocalCluster(sd, gpus_per_node=2, config=ControllerConfig(**FAST))
+    assert bootstrap_operator(sd) == os.environ.get("USER", __import__("getpass").getuser())
+    srv = serve(lc.controller, sd)
+    try:
+        yield sd, srv.url
+    finally:
+        srv.stop()
+        lc.close()
+        shutil.rmtree(sd, ignore_errors=True)
+
+
+def miso(*args: str, **env: str) -> Any:
+    return CliRunner().invoke(app, list(args), env=env or None)
+
+
+def test_two_users_through_the_cli(cluster: tuple[Path, str], home: Path) -> None:
+    sd, url = cluster
+    op = {"MISO_STATE_DIR": str(sd)}  # the operator on the head: url and token from there
+    r = miso("user", "add", "alice", "--unix-user", "nobody", **op)
+    assert r.exit_code == 0, r.output
+    alice = r.stdout.strip().splitlines()[-1]
+    assert alice.startswith("miso_")
+    r = miso("user", "list", "--json", **op)
+    assert {u["name"]: u["unix_user"] for u in json.loads(r.stdout)}["alice"] == "nobody"
+    # alice logs in from "another shell": only her config, no state dir
+    cfg = home / "alice.json"
+    r = miso("login", "--url", url, "--token", alice, MISO_CONFIG=str(cfg))
+    assert r.exit_code == 0 and "as alice" in r.stdout, r.output
+    assert stat.S_IMODE(cfg.stat().st_mode) == 0o600
+    me = {"MISO_CONFIG": str(cfg)}
+    r = miso("submit", "--name", "hello", "--env", "GREETING=hi there", "--",
+             "/bin/sh", "-c", 'id -u; echo "$GREETING"', **me)
+    assert r.exit_code == 0, r.output
+    jid = r.stdout.strip()
+    st = wait_for(lambda: (s := json.loads(miso("status", "--json", **me).stdout))
+                  ["jobs"][0]["state"] == "finished" and s, timeout=60)
+    assert st["api_url"] == url and st["user"] == "alice"
+    out = miso("logs", "hello", **me).stdout
+    assert "hi there" in out
+    if os.geteuid() == 0:
+        assert "65534" in out  # ran as alice's Unix account
+    # the operator's job: alice sees it as a count, cannot cancel or read it
+    r = miso("submit", "--name", "secret", "--", "sleep", "30", **op)
+    other = r.stdout.strip()
+    st = json.loads(miso("status", "--json", **me).stdout)
+    assert [j["id"] for j in st["jobs"]] == [jid] and "secret" not in json.dumps(st)
+    r = miso("cancel", other, **me)
+    assert r.exit_code == 2 and "belongs to another user" in r.output
+    assert miso("logs", other, **me).exit_code == 2
+    assert miso("user", "list", **me).exit_code == 2
+    # alice rotates her token: the config follows, the old token is dead
+    r = miso("user", "rotate", "alice", **me)
+    assert r.exit_code == 0, r.output
+    new = r.stdout.strip().splitlines()[-1]
+    assert json.loads(cfg.read_text())["token"] == new != alice
+    r = miso("status", "--url", url, "--token", alice)
+    assert r.exit_code == 2 and "invalid token" in r.output
+    assert miso("status", **me).exit_code == 0
+    r = miso("cancel", other, **op)
+    assert r.exit_code == 0 and "cancelled" in r.stdout
+    audit = [(e["user"], e["action"]) for e in __import__("httpx").get(
+        url + "/api/v1/audit", headers={"Authorization": "Bearer " + (
+            sd / "operator.token").read_text().strip()}).json()["audit"]]
+    assert ("alice", "submit") in audit and audit[-1][1] == "cancel"
+    r = miso("user", "remove", "alice", **op)
+    assert r.exit_code == 0
+    r = miso("status", **me)
+    assert r.exit_code == 2 and "invalid token" in r.output
+
+
+def test_first_user_is_made_by_the_local_operator(home: Path, tmp_path: Path) -> None:
+    sd = tmp_path / "state"
+    r = miso("user", "add", "bob", "--state-dir", str(sd))
+    assert r.exit_code == 2 and "first user must be an admin" in r.output
+    r = miso("user", "add", "boss", "--admin", "--state-dir", str(sd))
+    assert r.exit_code == 0 and r.stdout.strip().startswith("miso_")
+    assert stat.S_IMODE((sd / "users.db").stat().st_mode) == 0o600
+    # from now on adding a user needs an admin token through the API
+    r = miso("user", "add", "carl", "--state-dir", str(sd))
+    assert r.exit_code == 2 and "no miso cluster found" in r.output
+
+
+def test_no_cluster_and_no_token_are_one_line_errors(home: Path, tmp_path: Path) -> None:
+    r = miso("status")
+    assert r.exit_code == 2 and "no miso cluster found" in r.output
+    r = miso("status", "--url", "http://127.0.0.1:1")
+    assert r.exit_code == 2 and "no token" in r.output
+    r = miso("status", "--url", "http://127.0.0.1:1", "--token", "x")
+    assert r.exit_code == 2 and "cannot reach the miso API" in r.output
+    r = miso("submit", "--env", "1BAD=x", "--", "true", "--url", "http://127.0.0.1:1")
+    assert r.exit_code == 2
+
+
+def test_credentials_precedence(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                ) -> None:
+    sd = tmp_path / "sd"
+    sd.mkdir()
+    (sd / "api.json").write_text(json.dumps({"url": "http://127.0.0.1:7"}))
+    (sd / "operator.token").write_text("tok-op\n")
+    monkeypatch.setenv("MISO_CONFIG", str(tmp_path / "cfg.json"))
+    save_login("https://head:8443", "tok-login", "/ca.pem")
+    default = tmp_path / "nothing"
+    got = resolve(url=None, token=None, state_dir=None, default_state_dir=default)
+    assert got == Credentials("https://head:8443", "tok-login", "/ca.pem")
+    got = resolve(url=None, token=None, state_dir=str(sd), default_state_dir=default)
+    assert got == Credentials("http://127.0.0.1:7", "tok-op", None)
+    got = resolve(url=None, token=None, state_dir=None, default_state_dir=sd)
+    assert got.token == "tok-login"  # a login beats the default state dir
+    monkeypatch.setenv("MISO_URL", "http://other:1")
+    got = resolve(url=None, token=None, state_dir=None, default_state_dir=sd)
+    assert got == Credentials("http://other:1", None, None)  # no token sent elsewhere
+    monkeypatch.setenv("MISO_TOKEN", "tok-env")
+    got = resolve(url="http://flag:2", token=None, state_dir=None, default_state_dir=sd)
+    assert got == Credentials("http://flag:2", "tok-env", None)
