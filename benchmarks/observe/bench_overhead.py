@@ -173,7 +173,8 @@ def sim_run(observe: bool, root: Path, jobs: int = 1000, gpus: int = 40) -> dict
     pol = build_policy("miso+", tj, cfg, 1)
     obs = None
     if observe:
-        obs = Observer(Metrics(), DecisionLog(Path(tempfile.mkdtemp(dir=root)) / "d.jsonl"),
+        obs = Observer(Metrics(), DecisionLog(Path(tempfile.mkdtemp(dir=root)) / "d.jsonl",
+                                              flush=False),  # as `miso simulate --events`
                        estimates=policy_estimates(pol))
     t0 = time.perf_counter()
     r = Simulator(pol, tj, cfg, seed=1, observer=obs).run()

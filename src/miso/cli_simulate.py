@@ -156,8 +156,11 @@ def simulate(
             prog.update(tasks[p], completed=n)
 
         try:
+            logs: list = []
             summary, raw = compare(pols, tjobs, cfg, seed, progress=cb,
-                                   observer=_event_log(events))
+                                   observer=_event_log(events, logs))
+            for lg in logs:
+                lg.close()
         except ValueError as e:
             _fail(str(e))
     out["policies"] = summary
@@ -170,8 +173,9 @@ def simulate(
     _write(json_out, out)
 
 
-def _event_log(path: Path | None):  # noqa: ANN202 - None or an observer factory
-    """Observer factory writing every policy's decisions to ``path`` (a fresh file)."""
+def _event_log(path: Path | None, logs: list):  # noqa: ANN202 - None or a factory
+    """Observer factory writing every policy's decisions to ``path`` (a fresh file); the logs
+    it opens go to ``logs`` (close them after the runs)."""
     if path is None:
         return None
     from miso.observe import DecisionLog, Observer, policy_estimates
@@ -183,8 +187,10 @@ def _event_log(path: Path | None):  # noqa: ANN202 - None or an observer factory
         _fail(f"--events {path}: {e.strerror or e}")
 
     def make(name: str, policy: object) -> Observer:
-        return Observer(None, DecisionLog(path, keep=1, extra={"policy": name}),
-                        estimates=policy_estimates(policy))
+        for lg in logs:  # the previous policy's run is over
+            lg.close()
+        logs.append(DecisionLog(path, keep=1, extra={"policy": name}, flush=False))
+        return Observer(None, logs[-1], estimates=policy_estimates(policy))
 
     return make
 

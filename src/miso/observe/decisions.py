@@ -153,6 +153,8 @@ def explain(now: float, d: Decision, state: ClusterState, ctx: Context) -> dict[
             rec["note"] = repr(d)
     if isinstance(why, Mapping):
         for k, v in why.items():
+            if k in ("speeds", "std") and k in rec:
+                continue  # already copied (rounded) from the same ``why``
             if v is not None or k not in rec:
                 rec[k] = _plain(v)
     return rec
@@ -206,6 +208,10 @@ def _apply_layout(d: ApplyLayout, state: ClusterState, ctx: Context) -> dict[str
     if moved:
         words.append(f"moves {_jobs_words(moved)} (checkpoint and restart)")
     out["note"] = "; ".join(words) if words else "layout change"
+    std = why.get("std")
+    if isinstance(std, Mapping):
+        out["std"] = {j: {p: _fmt(e) for p, e in sorted(std[j].items())} for j in jobs
+                      if j in std}
     return out
 
 

@@ -29,8 +29,11 @@ class DecisionLog:
     """
 
     def __init__(self, path: str | Path | None = None, *, keep: int = 500,
-                 extra: Mapping[str, Any] | None = None) -> None:
+                 extra: Mapping[str, Any] | None = None, flush: bool = True) -> None:
+        """``flush``: write each record through at once (the live log; a simulator's log can
+        buffer and is complete once :meth:`close` ran)."""
         self.path = Path(path) if path is not None else None
+        self.flush = flush
         self.extra = dict(extra or {})
         self._recent: deque[dict[str, Any]] = deque(maxlen=keep)
         self._lock = threading.Lock()
@@ -58,7 +61,8 @@ class DecisionLog:
             self._recent.append(out)
             if self._fh is not None:
                 self._fh.write(json.dumps(out, separators=(",", ":")) + "\n")
-                self._fh.flush()
+                if self.flush:
+                    self._fh.flush()
         return out
 
     def recent(self, n: int | None = None, *, job: str | None = None, gpu: str | None = None,
