@@ -39,12 +39,19 @@ def train(
 
     from miso.predict.data import DataError, grouped_split, load_pairs
     from miso.predict.predictor import Predictor, save_ensemble
-    from miso.predict.train import TrainConfig, train_ensemble
 
+    for flag, value in (("--epochs", epochs), ("--members", members), ("--width", width)):
+        if value is not None:
+            checks.number(value, flag, low=1)
+    if not 0.0 <= val_frac < 1.0:
+        _fail(f"--val-frac {val_frac}: must be in [0, 1)")
+    checks.output_dir(out, "--out")
     try:
         d = load_pairs(data)
     except DataError as exc:
         _fail(str(exc))
+    from miso.predict.train import TrainConfig, train_ensemble  # torch: after the checks
+
     cfg = TrainConfig(seed=seed)
     if epochs is not None:
         cfg.epochs = epochs
@@ -52,11 +59,6 @@ def train(
         cfg.members = members
     if width is not None:
         cfg.width = width
-    if cfg.epochs < 1 or cfg.members < 1 or cfg.width < 1:
-        _fail("--epochs, --members and --width must be positive")
-    if not 0.0 <= val_frac < 1.0:
-        _fail(f"--val-frac {val_frac}: must be in [0, 1)")
-    checks.output_dir(out, "--out")
     train_idx = None
     val_idx = None
     if val_frac > 0:
