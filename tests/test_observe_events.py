@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from miso.cli import app
+from miso.cli import app as app_cli
 from miso.observe import DecisionLog, Metrics, Observer
 from miso.observe.routes import make_app
 from miso.observe.view import cluster_view
@@ -169,10 +170,20 @@ def test_routes__page_static_events_cluster_metrics_with_auth() -> None:
            'status="200"} 1.0' in m
 
 
-def test_routes_with_api_users__others_jobs_masked_admin_sees_all() -> None:
-    from miso.api.app import create_app, require_user
+@pytest.fixture(autouse=True)
+def no_login_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No `miso login` config or API variables of the machine leak into these tests."""
+    monkeypatch.setenv("MISO_CONFIG", str(tmp_path / "no-config.json"))
+    for v in ("MISO_URL", "MISO_TOKEN", "MISO_STATE_DIR"):
+        monkeypatch.delenv(v, raising=False)
+
+
+def two_user_app() -> tuple[object, dict[str, str]]:
+    """The API app with the observe routes as the head mounts them, over a fake controller
+    holding ann's jobs 1, 3, 4 and bob's job 2; tokens of ann, bob and admin root."""
+    from miso.api.app import create_app
     from miso.api.users import UserStore
-    from miso.observe.routes import observe_router, owner_scope
+    from miso.observe.routes import api_routers
 
     src = FakeSource()
 
@@ -186,6 +197,7 @@ def test_routes_with_api_users__others_jobs_masked_admin_sees_all() -> None:
     src.store = Store()  # type: ignore[attr-defined]
     log = DecisionLog(None)
     log.append({"time": 9.0, "kind": "ApplyLayout", "gpu": "node0/0", "jobs": ["1", "2"],
+                "plan_id": 2, "layout": ["4g.20gb@0", "3g.20gb@4"],
                 "assignment": {"1": "4g.20gb@0", "2": "3g.20gb@4"}, "restarts": ["1"],
                 "trigger": "arrival", "cause": {"event": "JobSubmitted", "job": "2"},
                 "note": "moves job 1; starts job 2", "objective": 1.6})
@@ -193,9 +205,14 @@ def test_routes_with_api_users__others_jobs_masked_admin_sees_all() -> None:
                 "trigger": "arrival", "note": "job 2 goes to node0/0"})
     obs = Observer(Metrics(status=src.status), log)
     users = UserStore(":memory:")
-    ann, bob, root = users.add("ann"), users.add("bob"), users.add("root", admin=True)
-    app = create_app(src, users, extra_routers=[observe_router(
-        src, obs, auth=require_user, visible=owner_scope(src.store))])
+    tokens = {"ann": users.add("ann"), "bob": users.add("bob"),
+              "root": users.add("root", admin=True)}
+    return create_app(src, users, extra_routers=api_routers(src, obs)), tokens
+
+
+def test_routes_with_api_users__others_jobs_masked_admin_sees_all() -> None:
+    app, tok = two_user_app()
+    ann, bob, root = tok["ann"], tok["bob"], tok["root"]
     client = TestClient(app)
 
     def get(path: str, token: str, **params: str) -> dict:
@@ -218,3 +235,29 @@ def test_routes_with_api_users__others_jobs_masked_admin_sees_all() -> None:
     full = get("/api/v1/cluster", root)
     assert {j["id"] for j in full["jobs"]} == {"1", "2", "3", "4"}
     assert [s["job"] for s in full["gpus"][0]["slices"]] == ["1", "2"]
+    # on a loopback listener /metrics needs no token
+    assert client.get("/metrics").status_code == 200
+
+
+def test_events_cli_through_the_api__a_user_sees_their_own_decisions(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from miso.api.server import ApiServer, Listen
+
+    app, tok = two_user_app()
+    server = ApiServer(app, Listen("127.0.0.1", 0))
+    url = server.start()
+    try:
+        monkeypatch.setenv("MISO_URL", url)
+        monkeypatch.setenv("MISO_TOKEN", tok["ann"])
+        res = runner.invoke(app_cli, ["events", "--json"])
+        assert res.exit_code == 0, res.output
+        got = json.loads(res.output)["events"]
+        assert [r["kind"] for r in got] == ["ApplyLayout"]
+        assert got[0]["assignment"] == {"1": "4g.20gb@0", "other": "3g.20gb@4"}
+        res = runner.invoke(app_cli, ["events"])
+        assert "MIG layout 4g.20gb@0 + 3g.20gb@4" in res.output and "job 2" not in res.output
+        monkeypatch.setenv("MISO_TOKEN", "wrong")
+        res = runner.invoke(app_cli, ["events"])
+        assert res.exit_code != 0 and "invalid token" in res.output
+    finally:
+        server.stop()

@@ -21,13 +21,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from miso.api.app import create_app, require_user
+from miso.api.app import create_app
 from miso.api.server import ApiServer, Listen
 from miso.api.users import UserStore
 from miso.controller import Controller, ControllerConfig, JobStore
 from miso.controller.local import LocalCluster
 from miso.observe import attach
-from miso.observe.routes import instrument, observe_router
+from miso.observe.routes import api_routers, instrument
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -59,8 +59,7 @@ def test_web_page_in_chromium__gpus_jobs_progress_and_explanations(tmp_path: Pat
         users = UserStore(":memory:")
         # jobs run as their owner's Unix account when the agent is root: this test's own
         token = users.add("ann", admin=True, unix_user=getpass.getuser())
-        app = create_app(ctl, users,
-                         extra_routers=[observe_router(ctl, obs, auth=require_user)])
+        app = create_app(ctl, users, extra_routers=api_routers(ctl, obs))  # as the head does
         instrument(app, obs)
         server = ApiServer(app, Listen("127.0.0.1", 0))
         url = server.start()

@@ -1,6 +1,10 @@
 """``miso events``: print the decision log (why each placement, profiling run and layout was
-chosen), from a cluster's state directory or from a file ``miso simulate --events`` wrote.
-Registered by :mod:`miso.cli` as ``app.command("events")(events)``."""
+chosen). Registered by :mod:`miso.cli` as ``app.command("events")(events)``.
+
+Where from: ``--file`` (e.g. what ``miso simulate --events`` wrote); else the running cluster's
+API (``GET /api/v1/events``, found and authenticated like ``miso status``: each user sees the
+decisions about their own jobs); else, when no API answers (e.g. after ``cluster down``), the
+state directory's ``decisions.jsonl``."""
 
 from __future__ import annotations
 
@@ -54,10 +58,13 @@ def events(
     import math
 
     from miso.observe import read_records
-    from miso.observe.decisions import describe
 
     if since is not None and not math.isfinite(since):
         _fail(f"--since must be a number of seconds, got {since}")
+    recs = None if file is not None else _from_api(state_dir, job, gpu, since)
+    if recs is not None:
+        _print(recs, policy, limit, json_out)
+        return
     path = _log_path(file, state_dir)
     if not path.exists():
         where = f"{path}" if file is not None else \
@@ -67,6 +74,35 @@ def events(
         recs = read_records(path, job=job, gpu=gpu, since=since)
     except (OSError, UnicodeDecodeError) as e:
         _fail(f"cannot read {path}: {e}")
+    _print(recs, policy, limit, json_out)
+
+
+def _from_api(state_dir: str | None, job: str | None, gpu: str | None,
+              since: float | None) -> list[dict] | None:
+    """The records from the cluster's API, or None when no API with a token answers."""
+    from miso.api.client import ApiError, Client
+    from miso.api.credentials import resolve
+
+    c = resolve(url=None, token=None, state_dir=state_dir,
+                default_state_dir=Path.home() / ".miso" / "cluster")
+    if not c.url or not c.token:
+        return None
+    params = {k: v for k, v in (("job", job), ("gpu", gpu), ("since", since),
+                                ("limit", 10000)) if v is not None}
+    try:
+        with Client(c.url, c.token, ca=c.ca, timeout=10) as cl:
+            body = cl.request("GET", "/events", params=params)
+    except ApiError as e:
+        if e.status == 0:
+            return None  # nothing listens there (the cluster is down): read the file
+        _fail(f"the API at {c.url} refused: {e.message}")
+    recs = body.get("events") if isinstance(body, dict) else None
+    return [{k: v for k, v in r.items() if k != "text"} for r in recs or []]
+
+
+def _print(recs: list[dict], policy: str | None, limit: int | None, json_out: bool) -> None:
+    from miso.observe.decisions import describe
+
     if policy is not None:
         recs = [r for r in recs if r.get("policy") == policy]
     if limit:

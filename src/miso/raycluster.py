@@ -156,12 +156,11 @@ class ControllerActor:
             return
         self.api = None
         if api is not None:  # the HTTP API (miso.api), in this process beside the controller
-            from miso.api import require_admin  # noqa: PLC0415
             from miso.api.head import serve  # noqa: PLC0415
-            from miso.observe.routes import instrument, observe_router  # noqa: PLC0415
+            from miso.observe.routes import api_routers, instrument  # noqa: PLC0415
 
-            self.api = serve(self.ctl, d, api, extra_routers=[observe_router(
-                self.ctl, self.obs, auth=require_admin, metrics_auth=require_admin)],
+            self.api = serve(self.ctl, d, api, extra_routers=api_routers(
+                self.ctl, self.obs, api.get("host", "127.0.0.1")),
                 setup=lambda app: instrument(app, self.obs))
 
     def api_url(self) -> str | None:

@@ -146,6 +146,19 @@ def instrument(app: FastAPI, observer: Observer) -> None:
                       time.perf_counter() - t0)
 
 
+def api_routers(controller: Any, observer: Observer, listen_host: str = "127.0.0.1"
+                ) -> list[APIRouter]:
+    """The observe routes as the API server (:mod:`miso.api`) mounts them: the JSON views for
+    any user with a token (each sees their own jobs, others' as "other"; admins see all);
+    ``/metrics`` open on a loopback listener, for any user's token otherwise."""
+    from miso.api.app import require_user
+    from miso.api.server import is_loopback
+
+    return [observe_router(controller, observer, auth=require_user,
+                           visible=owner_scope(controller.store),
+                           metrics_auth=None if is_loopback(listen_host) else require_user)]
+
+
 def make_app(source: StatusSource, observer: Observer, **kw: Any) -> FastAPI:
     """A minimal app with only these routes (the read-only server on loopback, tests)."""
     app = FastAPI(title="miso observe", docs_url=None, redoc_url=None, openapi_url=None)
