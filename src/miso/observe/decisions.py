@@ -65,6 +65,8 @@ def trigger_of(ev: Event | None) -> tuple[str, dict[str, Any]]:
         cause["reason"] = ev.reason
     if isinstance(ev, Tick):
         cause["tag"] = ev.tag
+    if isinstance(ev, ProfilingFinished):
+        cause["jobs"] = list(ev.speeds)
     return TRIGGERS.get(type(ev), type(ev).__name__), cause
 
 
@@ -152,11 +154,14 @@ def explain(now: float, d: Decision, state: ClusterState, ctx: Context) -> dict[
         case _:
             rec["note"] = repr(d)
     if isinstance(why, Mapping):
+        mine = rec.get("note")
         for k, v in why.items():
             if k in ("speeds", "std") and k in rec:
                 continue  # already copied (rounded) from the same ``why``
             if v is not None or k not in rec:
                 rec[k] = _plain(v)
+        if mine and rec.get("note") != mine and isinstance(d, ApplyLayout):
+            rec["detail"] = mine  # the numbers in words, beside the policy's own note
     return rec
 
 
@@ -279,9 +284,12 @@ def _describe(rec: Mapping[str, Any]) -> str:
                 pred += f" +/- {e:.3f}"
             if j in cur:
                 was = f" (was on {cur[j]})" if cur[j] != pl else " (kept)"
+            elif j in (rec.get("prior") or []):
+                was = " (not profiled yet: prior estimate)"
+            elif j in (cause.get("jobs") or []):
+                was = " (from the MPS profiling run)"
             else:
-                was = " (from the MPS profiling run)" if rec.get("trigger") == "profiled" \
-                    else " (starts)"
+                was = " (starts)"
             lines.append(f"    job {j:<8} -> {pl:<12} {pred}{was}")
         cl = rec.get("current_layout") or []
         lines.append(f"    current layout: {' + '.join(cl) if cl else '(none)'}")
@@ -302,6 +310,8 @@ def _describe(rec: Mapping[str, Any]) -> str:
         lines.append(f"    restarts: {', '.join(map(str, rec['restarts']))}")
     if rec.get("note"):
         lines.append(f"    why: {rec['note']}")
+    if rec.get("detail"):
+        lines.append(f"         {rec['detail']}")
     return "\n".join(lines)
 
 

@@ -171,7 +171,8 @@ class Observer:
         if self.log is None:
             return
         gpu = getattr(d, "gpu", None)
-        origin = self._origin.get(gpu) if gpu else None
+        origin = self._origin.get(gpu) if gpu and isinstance(d, (ApplyLayout, RunMps)) \
+            else None
         ctx = Context(event=self._event, restarted=restarted, speeds=speeds, origin=origin,
                       gpu_before=gpu_before)
         self.log.append(explain(now, d, state, ctx))

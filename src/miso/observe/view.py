@@ -38,6 +38,8 @@ def mentioned_jobs(obj: Mapping[str, Any]) -> list[str]:
     cause = obj.get("cause") or {}
     if cause.get("job") is not None:
         out.append(str(cause["job"]))
+    out += [str(x) for x in cause.get("jobs") or []]
+    out += [str(x) for x in obj.get("prior") or []]
     return out
 
 
