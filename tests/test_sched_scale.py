@@ -38,7 +38,7 @@ from miso.sched.policies.base import (
     mix_feasible,
 )
 from miso.sched.policies.baselines import BACKFILL_WINDOW, MpsOnly, NoPart, OptSta
-from miso.sched.policies.miso import Miso
+from miso.sched.policies.miso import Miso, MisoPlus
 from miso.sched.speeds import workload_memory_gb
 from miso.sim.engine import Simulator
 from miso.sim.traces import poisson_jobs
@@ -164,6 +164,66 @@ class RefMiso(Miso):
         return None
 
 
+def _scan_candidates(pol: Miso, sc: Scratch, job: str):
+    st = sc.state
+    mem = st.jobs[job].spec.memory_gb
+    for n, bucket in enumerate(_levels(sc)):
+        for g in bucket:
+            gs = st.gpus[g]
+            if n >= min(pol.max_jobs, gs.geom.model.max_instances):
+                continue
+            mems = [st.jobs[j].spec.memory_gb for j in sc.jobs_on(g)] + [mem]
+            if mix_feasible(gs.geom, mems):
+                yield n, g
+
+
+class RefMisoPlus(MisoPlus):
+    """miso+ with the scans: candidates over every GPU, donors over every GPU per completion."""
+
+    def candidate_gpus(self, sc, job):  # type: ignore[override]
+        return _scan_candidates(self, sc, job)
+
+    def fill_idle_gpus(self, now: float, sc: Scratch) -> None:
+        st = sc.state
+        if sc.queue():
+            return
+        idle = [g for g, gs in st.gpus.items() if not gs.busy and not sc.jobs_on(g)]
+        if not idle:
+            return
+        donors: list[tuple[float, str, str]] = []
+        for g, gs in st.gpus.items():
+            jobs = sc.jobs_on(g)
+            if len(jobs) < 2 or gs.busy:
+                continue
+            pinned = self.pinned(sc, jobs)
+            for j in jobs:
+                pl = gs.assignment.get(j)
+                if pl is None or j in pinned:
+                    continue
+                s = self.speeds(gs.geom, sc, [j])[j].get(pl.profile, 1.0)
+                w = self.remaining(j)
+                saved = w / max(s, 0.05) - (w + self.restart_s)
+                if saved > self.restart_s:
+                    donors.append((-saved, j, g))
+        donors.sort()
+        used: set[str] = set()
+        for target in idle:
+            while donors and donors[0][2] in used:
+                donors.pop(0)
+            if not donors:
+                return
+            saved, j, src = donors.pop(0)
+            used.add(src)
+            sc.requeue(j, f"rebalance to idle {target}")
+            sc.place(j, target)
+            full = Placement(0, st.gpus[target].geom.model.full_profile().name)
+            sc.out.append(ApplyLayout(target, st.new_plan_id(), (full,), {j: full}, why={
+                "trigger": "rebalance", "restarts": [j], "expected_gain": -saved,
+                "note": f"{target} is idle and nothing queues: {j} moves from {src} to the "
+                        f"whole GPU, finishing ~{-saved:.0f} s sooner net of one restart"}))
+            self.replan(now, src, sc)
+
+
 OPTSTA_LAYOUT = (Placement(0, "4g.20gb"), Placement(4, "2g.10gb"), Placement(6, "1g.5gb"))
 
 
@@ -176,11 +236,13 @@ def _pair(name: str, **kw: object) -> tuple[object, object]:
         return MpsOnly(), RefMps()
     if name == "oracle":
         return Miso(estimator=TrueSpeeds(), **kw), RefMiso(estimator=TrueSpeeds(), **kw)
+    if name == "miso+":
+        return MisoPlus(**kw), RefMisoPlus(**kw)
     assert name == "miso"
     return Miso(**kw), RefMiso(**kw)
 
 
-POLICIES = ["nopart", "optsta", "mps", "oracle", "miso"]
+POLICIES = ["nopart", "optsta", "mps", "oracle", "miso", "miso+"]
 
 # -- random streams with churn ---------------------------------------------------------------
 
@@ -262,10 +324,12 @@ def test_indexed_policy__decides_like_the_gpu_scan_on_random_streams(name: str, 
 
 @pytest.mark.parametrize("name", POLICIES)
 def test_indexed_policy__simulator_log_equals_the_gpu_scan(name: str):
-    """Light, saturated and overloaded clusters, with phase changes (re-profiling)."""
-    for gpus, iat, prob in [(12, 40.0, 0.0), (6, 30.0, 0.3), (4, 8.0, 0.0)]:
+    """Light, saturated and overloaded clusters, with phase changes (re-profiling) and jobs
+    that cannot checkpoint (pinned)."""
+    for gpus, iat, prob, nock in [(12, 40.0, 0.0, 0.0), (6, 30.0, 0.3, 0.0), (4, 8.0, 0.0, 0.0),
+                                  (8, 25.0, 0.0, 0.5)]:
         jobs = poisson_jobs(150, seed=gpus, mean_interarrival_s=iat)
-        cfg = WorldConfig(n_gpus=gpus, phase_change_prob=prob)
+        cfg = WorldConfig(n_gpus=gpus, phase_change_prob=prob, no_checkpoint_frac=nock)
         logs = []
         for pol in _pair(name):
             sim = Simulator(pol, jobs, cfg, seed=3, record=True)  # type: ignore[arg-type]
@@ -383,3 +447,88 @@ def test_optimizer__restart_aware_choice_keeps_most_jobs_among_the_best(model):
         assert len(sol.kept) == ref[1]
         checked += 1
     assert checked > 40
+
+
+# -- lazy ranking and the rebalance index ----------------------------------------------------
+
+
+def test_lazy_ranking__pops_in_key_order_evaluating_only_what_reaches_the_top():
+    from miso.sched.ranking import LazyRanking
+
+    keys = {i: float(i) for i in range(100)}
+    calls: list[int] = []
+
+    def evaluate(i: int) -> float | None:
+        calls.append(i)
+        return keys[i]
+
+    r = LazyRanking(evaluate)
+    for i in keys:
+        r.changed(i)
+    r.refresh(1)
+    assert r.pop(1) == (0.0, 0)
+    # Keys only grow: later rounds re-evaluate just the items that reach the top.
+    for i in keys:
+        keys[i] += 0.3 * (i % 3)
+    calls.clear()
+    r.refresh(2)
+    assert [r.pop(2) for _ in range(3)] == [(1.3, 1), (2.6, 2), (3.0, 3)]
+    assert len(calls) < 10
+    # An item that improves is re-ranked once it is reported changed.
+    keys[50] = -1.0
+    r.refresh(3)
+    assert r.pop(3)[1] == 4
+    r.changed(50)
+    r.refresh(4)
+    assert r.pop(4) == (-1.0, 50)
+    keys[60] = None  # type: ignore[assignment]
+    r.changed(60)
+    r.refresh(5)
+    popped = [r.pop(5) for _ in range(100)]
+    assert 60 not in [p[1] for p in popped if p is not None]
+
+
+def test_rebalance_index__sees_changes_from_state_events_and_owner():
+    from miso.sched.policies.rebalance import RebalanceIndex
+
+    st = ClusterState()
+    for g in ("a", "b", "c"):
+        st.observe(0.0, GpuAdded(g, "A100-40GB"))
+    for i, g in enumerate(("a", "a", "b")):
+        st.observe(0.0, JobSubmitted(JobSpec(str(i), "x", 1.0)))
+        st.apply(0.0, PlaceJob(str(i), g))
+    value = {"a": -10.0, "b": -5.0, "c": None}
+    idx = RebalanceIndex(lambda sc, g: None if value[g] is None else (value[g], "j" + g))
+
+    def pop(ev: object) -> list[str]:
+        st.observe(0.0, ev)  # type: ignore[arg-type]
+        idx.note(ev, st)  # type: ignore[arg-type]
+        sc = Scratch(st)
+        out = []
+        while (got := idx.pop(sc)) is not None:
+            out.append(got[2])
+        return out
+
+    assert pop(JobSubmitted(JobSpec("x1", "x", 1.0))) == ["a", "b"]
+    value["c"] = -20.0
+    assert pop(JobSubmitted(JobSpec("x2", "x", 1.0))) == []  # nothing reported c changed
+    st.apply(0.0, PlaceJob("x1", "c"))                      # a state change on c
+    assert pop(JobSubmitted(JobSpec("x3", "x", 1.0))) == ["c"]
+    value["b"] = -30.0
+    assert pop(SpeedObservedLike("b")) == ["b"]              # an event naming the GPU
+    value["a"] = -1.0
+    assert pop(JobSpeedChanged("1", "zz", 0.5, 1.0)) == ["a"]  # naming a job on it
+    value["b"] = -2.0
+    idx.changed("b")                                         # the owner says so
+    assert pop(JobSubmitted(JobSpec("x4", "x", 1.0))) == ["b"]
+    sc = Scratch(st)
+    assert list(idx.idle(sc)) == []
+    st.observe(1.0, JobFinished("2"))
+    assert list(idx.idle(Scratch(st))) == ["b"]
+
+
+class SpeedObservedLike:
+    """An event that names a GPU (as SpeedObserved, ProfilingFinished, LayoutApplied do)."""
+
+    def __init__(self, gpu: str) -> None:
+        self.gpu = gpu

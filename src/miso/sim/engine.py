@@ -292,7 +292,7 @@ class Simulator:
                 self.observer.on_decision(now, d, st)
             if self.record:
                 self.log.append((now, d))
-            self._exec(now, d)
+            self._exec(now, d, gid)
             if gid is not None:
                 self.gpus[gid].busy = bool(st.gpus[gid].jobs)
 
@@ -423,7 +423,7 @@ class Simulator:
                                                old * j.base_rate))
 
     # -- decisions ----------------------------------------------------------------------------
-    def _exec(self, now: float, d: Decision) -> None:
+    def _exec(self, now: float, d: Decision, gid: str | None = None) -> None:
         cfg = self.cfg
         if isinstance(d, PlaceJob):
             return
@@ -504,7 +504,8 @@ class Simulator:
             self._stop(j, now)
             j.mode = None
             j.placement = None
-            for g in self.gpus.values():
+            # The job's GPU before the requeue (``gid``): no scan over every GPU.
+            for g in [self.gpus[gid]] if gid is not None else self.gpus.values():
                 g.mig_asg.pop(d.job, None)
                 if g.mps.pop(d.job, None) is not None:
                     self._refresh_mps(g, now)

@@ -38,6 +38,7 @@ from miso.sched.policies.base import (
     signature_feasible,
 )
 from miso.sched.policies.priors import prior_speeds
+from miso.sched.policies.rebalance import Donor, RebalanceIndex
 from miso.sched.policy import SpeedEstimator, register
 from miso.sched.state import ClusterState
 
@@ -77,16 +78,6 @@ class Miso(BasePolicy):
         self._geoms: dict[Geometry, None] = {}
 
     # -- placement ------------------------------------------------------------------------
-    def levels(self, sc: Scratch) -> list[list[str]]:
-        """GPUs bucketed by resident job count (0..7), each bucket in GPU order; O(GPUs)."""
-        st = sc.state
-        slow = bool(sc.extra or sc.requeued)
-        buckets: list[list[str]] = [[] for _ in range(8)]
-        for g, gs in st.gpus.items():
-            n = len(sc.jobs_on(g)) if slow else len(gs.jobs)
-            buckets[min(n, 7)].append(g)
-        return buckets
-
     def _occ_key(self, sc: Scratch, g: str) -> Hashable | None:
         geom = sc.state.gpus[g].geom
         self._geoms[geom] = None
@@ -303,6 +294,7 @@ class MisoPlus(Miso):
         self.prior: set[str] = set()        # jobs planned with the prior (not profiled)
         self.trigger = ""
         self._remaining: Callable[[str], float | None] | None = None
+        self.donors = RebalanceIndex(self.best_donor)
 
     # -- inputs -----------------------------------------------------------------------------
     def attach_progress(self, remaining_s: Callable[[str], float | None]) -> None:
@@ -316,6 +308,7 @@ class MisoPlus(Miso):
 
     def decide(self, now: float, event: Event, state: ClusterState) -> list[Decision]:
         self.trigger = _TRIGGERS.get(type(event).__name__, type(event).__name__)
+        self.donors.note(event, state)
         return super().decide(now, event, state)
 
     def pinned(self, sc: Scratch, jobs: list[str]) -> set[str]:
@@ -364,6 +357,7 @@ class MisoPlus(Miso):
             self.dirty.add(g)
             return
         self.dirty.discard(g)
+        self.donors.changed(g)  # estimates of its jobs may change
         jobs = sc.jobs_on(g)
         if not jobs:
             return
@@ -526,39 +520,37 @@ class MisoPlus(Miso):
         if self.rebalance:
             self.fill_idle_gpus(now, sc)
 
-    def fill_idle_gpus(self, now: float, sc: Scratch) -> None:
-        """When nothing queues, move a job of a crowded GPU onto an idle GPU if the time it
-        saves (remaining work at its slice's speed vs on the whole GPU) beats a restart."""
-        st = sc.state
-        if sc.queue():
-            return
-        idle = [g for g, gs in st.gpus.items() if not gs.busy and not sc.jobs_on(g)]
-        if not idle:
-            return
-        donors: list[tuple[float, str, str]] = []
-        for g, gs in st.gpus.items():
-            jobs = sc.jobs_on(g)
-            if len(jobs) < 2 or gs.busy:
+    def best_donor(self, sc: Scratch, g: str) -> Donor | None:
+        """(-saving, job) of the job of ``g`` that gains most from a whole GPU, when the time
+        it saves (remaining work at its slice's speed vs on the whole GPU) beats a restart."""
+        gs = sc.state.gpus[g]
+        jobs = sc.jobs_on(g)
+        if len(jobs) < 2 or gs.busy:
+            return None
+        pinned = self.pinned(sc, jobs)
+        best: Donor | None = None
+        for j in jobs:
+            pl = gs.assignment.get(j)
+            if pl is None or j in pinned:
                 continue
-            pinned = self.pinned(sc, jobs)
-            for j in jobs:
-                pl = gs.assignment.get(j)
-                if pl is None or j in pinned:
-                    continue
-                s = self.speeds(gs.geom, sc, [j])[j].get(pl.profile, 1.0)
-                w = self.remaining(j)
-                saved = w / max(s, 0.05) - (w + self.restart_s)
-                if saved > self.restart_s:
-                    donors.append((-saved, j, g))
-        donors.sort()
-        used: set[str] = set()
-        for target in idle:
-            while donors and donors[0][2] in used:
-                donors.pop(0)
-            if not donors:
+            s = self.speeds(gs.geom, sc, [j])[j].get(pl.profile, 1.0)
+            w = self.remaining(j)
+            saved = w / max(s, 0.05) - (w + self.restart_s)
+            if saved > self.restart_s and (best is None or (-saved, j) < best):
+                best = (-saved, j)
+        return best
+
+    def fill_idle_gpus(self, now: float, sc: Scratch) -> None:
+        """When nothing queues, move the best donor job (:meth:`best_donor`) of a crowded GPU
+        onto each idle GPU, one per donor GPU, best first."""
+        st = sc.state
+        if sc.queue(1):
+            return
+        for target in self.donors.idle(sc):
+            got = self.donors.pop(sc)
+            if got is None:
                 return
-            saved, j, src = donors.pop(0)
-            used.add(src)
+            saved, j, src = got
             sc.requeue(j, f"rebalance to idle {target}")
             sc.place(j, target)
             full = Placement(0, st.gpus[target].geom.model.full_profile().name)

@@ -26,9 +26,14 @@ def _average(geom: Geometry) -> tuple[tuple[str, float], ...]:
 
 def prior_speeds(geom: Geometry, memory_gb: float) -> dict[str, float]:
     """Catalogue-average speed on each profile of ``geom`` that holds ``memory_gb``."""
-    fit = set(fitting_profiles(geom, memory_gb))
+    return dict(_prior(geom, fitting_profiles(geom, memory_gb)))
+
+
+@cache
+def _prior(geom: Geometry, fits: tuple[str, ...]) -> tuple[tuple[str, float], ...]:
+    fit = set(fits)
     out = {p: s for p, s in _average(geom) if p in fit}
     full = geom.model.full_profile().name
     if full in fit:
         out[full] = 1.0
-    return out
+    return tuple(out.items())
