@@ -49,9 +49,10 @@ class InstantAgents:
         return ["node0"]
 
     def call(self, node: str, method: str, *args: Any, timeout: float = 30.0) -> Any:
-        return getattr(self, "_" + method)(*args)
+        fn = getattr(self, "_" + method, None)
+        return fn(*args) if fn is not None else None  # e.g. lease renewals: nothing to do
 
-    def _describe(self) -> dict[str, Any]:
+    def _describe(self, *_: Any) -> dict[str, Any]:
         return {"node": "node0", "backend": "instant", "pid": 0,
                 "gpus": [{"index": i, "uuid": f"GPU-{i}", "model": self.model, "mig": True,
                           "layout": self.layouts[i], "devices": {}, "driver": None,
@@ -80,7 +81,7 @@ class InstantAgents:
         with self.lock:
             self.attempts.pop((job, attempt), None)
 
-    def _report(self) -> dict[str, Any]:
+    def _report(self, *_: Any) -> dict[str, Any]:  # (the controller's lease, if any)
         with self.lock:
             jobs = [{"job": j, "attempt": a, "status": s, "returncode": 0 if s != "running"
                      else None} for (j, a), s in self.attempts.items()]
