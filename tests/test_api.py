@@ -135,9 +135,10 @@ def test_listing_and_status_show_other_users_jobs_as_counts_only(api: Any) -> No
     assert gpu["jobs"] == ids["alice"] and gpu["other_jobs"] == 2
     assert gpu["layout"] == ["3g.20gb@0", "4g.20gb@3"]
     assert st["counts"]["all"] == {"queued": 3} and st["counts"]["mine"] == {"queued": 1}
-    assert st["api_url"] == "http://127.0.0.1:1" and "errors" not in st
+    assert st["api_url"] == "http://127.0.0.1:1" and "errors" not in st and "queue" not in st
     st = client.get("/api/v1/status", headers=H(tokens["admin"])).json()
     assert len(st["jobs"]) == 3 and st["gpus"][0]["other_jobs"] == 0 and st["errors"]
+    assert len(st["queue"]) == 2
     all_jobs = client.get("/api/v1/jobs?all=1", headers=H(tokens["admin"])).json()["jobs"]
     assert {j["owner"] for j in all_jobs} == {"alice", "bob"}
 

@@ -76,6 +76,7 @@ class UserStore:
         with self._lock:
             if self.path != ":memory:":
                 self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")  # WAL: no fsync per record
             self._db.executescript(_SCHEMA)
         if self.path != ":memory:":
             _private_file(Path(self.path))

@@ -428,6 +428,16 @@ class JobStore:
         with self._lock:
             return {str(s): int(n) for s, n in self._db.execute(q + " GROUP BY state", args)}
 
+    def owners(self, ids: list[str] | set[str]) -> dict[str, str | None]:
+        """The owner of each of ``ids`` (unknown ids are left out)."""
+        ids = list(ids)
+        if not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        with self._lock:
+            rows = self._db.execute(f"SELECT id, owner FROM jobs WHERE id IN ({marks})", ids)
+            return {str(i): o for i, o in rows}
+
     def job_ids(self) -> set[str]:
         """Every job id in the store (malformed rows too)."""
         with self._lock:
