@@ -94,12 +94,18 @@ def test_job_runs_as_its_owner_and_cannot_read_another_jobs_checkpoint(state: Pa
     os.chmod(state, 0o700)
     agent = make_agent(state)
     a_ck = state / "checkpoints" / "ja" / "checkpoint.json"
-    r = launch(agent, state, "ja", 'id -u; id -g; echo "$HOME $USER"; '
-               'echo secret-of-a > "$MISO_CHECKPOINT_DIR/checkpoint.json"',
-               owner="alice", unix_user="nobody")
+    os.environ["AGENT_SECRET"] = "of-the-agent"
+    try:
+        r = launch(agent, state, "ja", 'id -u; id -g; echo "$HOME $USER"; '
+                   'echo "secret=$AGENT_SECRET path=$PATH"; '
+                   'echo secret-of-a > "$MISO_CHECKPOINT_DIR/checkpoint.json"',
+                   owner="alice", unix_user="nobody")
+    finally:
+        del os.environ["AGENT_SECRET"]
     assert r["ok"], r
     assert wait_for(lambda: finished(agent, "ja"))["status"] == "finished"
-    assert agent.logs("ja").splitlines()[1:] == ["65534", "65534", "/nonexistent nobody"]
+    assert agent.logs("ja").splitlines()[1:] == [
+        "65534", "65534", "/nonexistent nobody", f"secret= path={runas.DEFAULT_PATH}"]
     assert a_ck.read_text() == "secret-of-a\n"
     assert (a_ck.parent.stat().st_uid, mode(a_ck.parent)) == (65534, 0o700)
     assert (a_ck.stat().st_uid, mode(a_ck)) == (65534, 0o600)

@@ -10,6 +10,10 @@ directory nothing is changed, and a path the account cannot traverse is a launch
 
 Without root every job runs as the agent's own account (nothing to switch to), still in 0700
 directories. A job submitted by the local operator (no owner) runs as the agent.
+
+A job that switches account inherits nothing of the agent's environment: it gets ``PATH``
+(a standard one), ``LANG``, ``USER``/``LOGNAME``/``HOME`` of its account, then the variables its
+owner passed (``miso submit --env``/``--env-all``) and miso's own (:mod:`miso.job`).
 """
 
 from __future__ import annotations
@@ -63,12 +67,21 @@ def account_for(owner: str | None, unix_user: str | None) -> Account | None:
     return resolve(unix_user)
 
 
+def switches(account: Account | None) -> bool:
+    """Whether a job of ``account`` runs under another uid than this process."""
+    return account is not None and account.uid != os.geteuid()
+
+
 def popen_kwargs(account: Account | None) -> dict[str, Any]:
     """``subprocess.Popen`` keywords: private umask, and the account's ids when switching."""
     kw: dict[str, Any] = {"umask": 0o077}
     if account is not None and account.uid != os.geteuid():
         kw.update(user=account.uid, group=account.gid, extra_groups=list(account.groups))
     return kw
+
+
+#: ``PATH`` of a job that switches account and passed none.
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def account_env(account: Account | None) -> dict[str, str]:
@@ -78,6 +91,18 @@ def account_env(account: Account | None) -> dict[str, str]:
     env = {"USER": account.name, "LOGNAME": account.name}
     if account.home:
         env["HOME"] = account.home
+    return env
+
+
+def base_env(account: Account | None, inherited: dict[str, str]) -> dict[str, str]:
+    """The environment a job starts from, before its owner's variables and miso's: the
+    agent's own (``inherited``) for a job of the agent's account; for a job that switches
+    account nothing of the agent's, only ``PATH`` (:data:`DEFAULT_PATH`) and ``LANG``."""
+    if account is None or account.uid == os.geteuid():
+        return dict(inherited)
+    env = {"PATH": DEFAULT_PATH}
+    if "LANG" in inherited:
+        env["LANG"] = inherited["LANG"]
     return env
 
 

@@ -314,7 +314,7 @@ class Agent:
                 for p in (d.parent, d):
                     runas.private_dir(p, None, root=root)
                 runas.private_dir(jd, acct, root=root)
-                env = job_base_env()
+                env = runas.base_env(acct, job_base_env())
                 env.update({str(k): str(v) for k, v in (spec.get("env") or {}).items()})
                 env.update(self.backend.job_env(gpu, pl))
                 env.update({
@@ -335,7 +335,8 @@ class Agent:
                     env["CUDA_MPS_PIPE_DIRECTORY"] = self.start_mps(gpu, pl)
                     env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(int(mps))
                 cmd = [str(c) for c in spec["command"]]
-                if cmd and cmd[0] in ("python", "python3") and self.python:
+                if cmd and cmd[0] in ("python", "python3") and self.python and \
+                        not runas.switches(acct):  # another account finds its own python
                     cmd[0] = self.python
                 cwd = spec.get("cwd") or None
                 if not cmd or (shutil.which(cmd[0], path=env.get("PATH")) is None and
