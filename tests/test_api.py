@@ -89,6 +89,28 @@ def test_every_endpoint_needs_a_valid_token(api: Any) -> None:
             assert "error" in r.json() and r.headers["www-authenticate"] == "Bearer"
 
 
+def test_another_users_token_is_403_on_every_endpoint_of_theirs(api: Any) -> None:
+    client, tokens, ctl, users = api
+    bob_job = client.post("/api/v1/jobs", json={"command": ["true"]},
+                          headers=H(tokens["bob"])).json()["id"]
+    theirs = [("get", f"/api/v1/jobs/{bob_job}", None),
+              ("get", f"/api/v1/jobs/{bob_job}/logs", None),
+              ("post", f"/api/v1/jobs/{bob_job}/cancel", None),
+              ("get", "/api/v1/jobs?all=1", None), ("get", "/api/v1/users", None),
+              ("post", "/api/v1/users", {"name": "mallory", "admin": True}),
+              ("delete", "/api/v1/users/bob", None), ("post", "/api/v1/users/bob/rotate", None),
+              ("get", "/api/v1/audit", None)]
+    for method, path, body in theirs:
+        r = client.request(method, path, json=body, headers=H(tokens["alice"]))
+        assert r.status_code == 403, (method, path, r.text)
+        assert set(r.json()) == {"error"}
+    assert [u["name"] for u in users.list()] == ["admin", "alice", "bob"]
+    assert not ctl.store.get(bob_job).terminal and ctl.cancelled == []
+    # what is alice's own answers 200
+    for path in ("/api/v1/jobs", "/api/v1/status", "/api/v1/users/me"):
+        assert client.get(path, headers=H(tokens["alice"])).status_code == 200
+
+
 def test_other_users_jobs_are_forbidden_on_every_job_endpoint(api: Any) -> None:
     client, tokens, ctl, _ = api
     r = client.post("/api/v1/jobs", json={"command": ["python", "secret.py"], "name": "train"},
@@ -269,6 +291,16 @@ def test_server_binds_loopback_by_default_and_refuses_plain_http_outside(tmp_pat
         assert url.startswith("http://127.0.0.1:")
         r = httpx.get(url + "/api/v1/users/me", headers=H(token), timeout=10)
         assert r.json()["name"] == "fay"
+        # oversized and malformed bodies over a real connection; the server goes on
+        r = httpx.post(url + "/api/v1/jobs", headers=H(token), timeout=10,
+                       content=b'{"command": ["' + b"x" * (2 << 20) + b'"]}')
+        assert r.status_code == 413 and "error" in r.json()
+        r = httpx.post(url + "/api/v1/jobs", headers={**H(token), "content-type":
+                       "application/json"}, content=b"\xff\xfe{", timeout=10)
+        assert r.status_code == 422
+        r = httpx.post(url + "/api/v1/jobs", headers=H(token), json={"command": ["true"]},
+                       timeout=10)
+        assert r.status_code == 201
         busy = ApiServer(srv.app, parse_listen(url.rsplit(":", 1)[1]))
         with pytest.raises(ListenError, match="cannot listen"):
             busy.start()

@@ -179,6 +179,8 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
 
     @app.exception_handler(HTTPException)
     async def _http_error(_: Request, exc: HTTPException) -> JSONResponse:
+        if exc.status_code == 400 and exc.detail == "There was an error parsing the body":
+            return _error(422, "invalid request: the body is not JSON")  # e.g. not UTF-8
         return _error(exc.status_code, str(exc.detail), getattr(exc, "headers", None))
 
     @app.exception_handler(RequestValidationError)
