@@ -29,8 +29,9 @@ ABLATION = {
     "- net-gain placement": {"marginal_placement": False},
     "- rebalance onto idle GPUs": {"rebalance": False},
     "3 MPS levels instead of 2": {"profile_levels": (50, 14, 100)},
-    "restart weight 1 (horizon = median remaining)": {"restart_weight": 1.0},
-    "restart weight 40": {"restart_weight": 40.0},
+    "horizon = median remaining time (replans 1)": {"replans": 1.0},
+    "replans 40": {"replans": 40.0},
+    "no quiet-time growth (quiet_gaps 1e9)": {"quiet_gaps": 1e9},
 }
 
 

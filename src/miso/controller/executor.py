@@ -180,9 +180,22 @@ class PlanExecutor:
         ref = rt.gpus.get(gpu)
         if rec is None or rec.terminal or ref is None:
             return None
-        with rt.lock:
-            if job in rt.runs:
-                return rt.runs[job]
+        # A job moved by one batch (requeued from one GPU, placed on another) still runs on
+        # its old GPU until that GPU's worker has checkpointed it: wait for that, never run
+        # two copies, and never mistake the old run for the new one.
+        deadline = time.time() + rt.cfg.checkpoint_timeout + rt.cfg.call_timeout
+        while True:
+            with rt.lock:
+                cur = rt.runs.get(job)
+            if cur is None:
+                break
+            if cur.gpu == gpu:
+                return cur
+            if time.time() > deadline:
+                log.warning("job %s: still running on %s; not started on %s", job, cur.gpu, gpu)
+                return None
+            time.sleep(0.05)
+        rec = rt.job(job) or rec
         now = rt.now()
         ck_dir = rt.checkpoint_root / job
         resume, path = resume_point(rec.checkpoint_iteration, rec.checkpoint_path, ck_dir)
@@ -363,6 +376,9 @@ class PlanExecutor:
             run = self.rt.runs.get(d.job)
         if run is not None and run.gpu == gpu:
             self._stop_runs([run])
+        rec = self.rt.job(d.job)
+        if rec is not None and rec.gpu not in (None, gpu):
+            return  # placed on another GPU in the same batch: that GPU's plan starts it
         self.rt.store.update(d.job, state="queued", gpu=None, placement=None, mps_pct=None)
 
 

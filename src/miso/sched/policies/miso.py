@@ -14,6 +14,7 @@ Oracle: the same policy with the true speeds and no profiling.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Hashable, Iterator, Sequence
 
 from miso.mig import Geometry, Placement
@@ -24,6 +25,7 @@ from miso.sched.events import (
     MPS_LEVELS,
     Event,
     JobSpeedChanged,
+    JobSubmitted,
     ProfilingFinished,
     SpeedObserved,
     Tick,
@@ -252,10 +254,8 @@ class MisoPlus(Miso):
     * ``economy``: a re-plan maximises throughput minus, per running job that would move, the
       work its restart throws away over the plan's horizon (``restart_s x speed / horizon``, the
       horizon being the median remaining time of the GPU's jobs, from their progress reports
-      via :meth:`attach_progress`, divided by ``restart_weight`` = 20: a plan lasts only until
-      the GPU's next arrival or completion re-plans it, about a twentieth of that at 7 jobs per
-      GPU; chosen by measurement, see benchmarks/README.md); so a GPU is repartitioned only
-      when the gain beats the restarts it costs.
+      via :meth:`attach_progress`, divided by the re-plans expected meanwhile, see
+      :meth:`horizon`); so a GPU is repartitioned only when the gain beats the restarts.
     * ``pin_uncheckpointable``: a job that cannot checkpoint is never restarted once it has run
       (the optimizer takes it as a hard constraint; it is never profiled or rebalanced).
     * ``marginal_placement``: a newcomer goes to the GPU where its net gain (throughput added
@@ -274,8 +274,8 @@ class MisoPlus(Miso):
                  pin_uncheckpointable: bool = True, marginal_placement: bool = True,
                  marginal_candidates: int = 8, rebalance: bool = True,
                  observed_correction: bool = True, default_remaining_s: float = 3000.0,
-                 horizon_quantile: float = 0.5, restart_weight: float = 20.0,
-                 **kw: object) -> None:
+                 horizon_quantile: float = 0.5, replans: float = 25.0,
+                 quiet_gaps: float = 8.0, **kw: object) -> None:
         super().__init__(**kw)  # type: ignore[arg-type]
         self.restart_s = restart_s
         self.profile_newcomers_only = profile_newcomers_only
@@ -288,11 +288,15 @@ class MisoPlus(Miso):
         self.observed_correction = observed_correction
         self.default_remaining_s = default_remaining_s
         self.horizon_quantile = horizon_quantile
-        self.restart_weight = restart_weight
+        self.replans = replans
+        self.quiet_gaps = quiet_gaps
+        self.arrivals: deque[float] = deque(maxlen=32)
+        self.quiet_timer = False
         self.ref_rate: dict[str, float] = {}
         self.ran: set[str] = set()          # jobs that have made progress
         self.prior: set[str] = set()        # jobs planned with the prior (not profiled)
         self.trigger = ""
+        self.now = 0.0
         self._remaining: Callable[[str], float | None] | None = None
         self.donors = RebalanceIndex(self.best_donor)
 
@@ -309,7 +313,33 @@ class MisoPlus(Miso):
     def decide(self, now: float, event: Event, state: ClusterState) -> list[Decision]:
         self.trigger = _TRIGGERS.get(type(event).__name__, type(event).__name__)
         self.donors.note(event, state)
-        return super().decide(now, event, state)
+        self.now = now
+        if isinstance(event, JobSubmitted):
+            self.arrivals.append(now)
+        out = super().decide(now, event, state)
+        gap = self.mean_gap()
+        if isinstance(event, JobSubmitted) and gap is not None and not self.quiet_timer:
+            self.quiet_timer = True
+            out.append(WakeUp(now + self.quiet_gaps * gap * 1.01, "quiet"))
+        return out
+
+    def on_tick(self, now: float, ev: Tick, sc: Scratch) -> None:
+        if ev.tag != "quiet":
+            super().on_tick(now, ev, sc)
+            return
+        self.quiet_timer = False
+        gap = self.mean_gap()
+        if not self.quiet(now) and gap is not None:
+            self.quiet_timer = True
+            sc.out.append(WakeUp(self.arrivals[-1] + self.quiet_gaps * gap * 1.01, "quiet"))
+            return
+        # Arrivals stopped: re-plan GPUs that hold jobs and idle slices, with the long horizon.
+        st = sc.state
+        for g, gs in st.gpus.items():
+            if gs.jobs and len(gs.layout) > len(gs.jobs) or (
+                    gs.jobs and any(pl.profile != gs.geom.model.full_profile().name
+                                    for pl in gs.assignment.values()) and len(gs.jobs) == 1):
+                self.replan(now, g, sc)
 
     def pinned(self, sc: Scratch, jobs: list[str]) -> set[str]:
         if not self.pin_uncheckpointable:
@@ -329,8 +359,13 @@ class MisoPlus(Miso):
 
     def horizon(self, jobs: list[str], speeds: dict[str, dict[str, float]],
                 current: dict[str, Placement]) -> float:
-        """Remaining time of the GPU's jobs at their current speeds (s), the
-        ``horizon_quantile`` of them (0: the next to finish, 0.5: the median)."""
+        """How long a plan for these jobs is expected to stand (s): the ``horizon_quantile``
+        of their remaining times at current speeds (0.5: the median), divided by the number of
+        times the GPU is expected to be re-planned meanwhile. While jobs keep arriving that is
+        ``replans`` (every arrival and completion re-plans a GPU; 25 measured best, see
+        benchmarks/README.md), so only large gains pay for a restart and free slices are kept
+        for the next arrival; once arrivals stop (:meth:`quiet`) a plan stands until the GPU's
+        own jobs end, so jobs grow into idle slices."""
         ts = []
         for j in jobs:
             pl = current.get(j)
@@ -339,12 +374,23 @@ class MisoPlus(Miso):
         ts.sort()
         if not ts:
             return self.restart_s
-        return max(self.restart_s, ts[min(len(ts) - 1, int(self.horizon_quantile * len(ts)))])
+        t = ts[min(len(ts) - 1, int(self.horizon_quantile * len(ts)))]
+        k = float(len(ts)) if self.quiet(self.now) else self.replans
+        return max(self.restart_s, t / max(1.0, k))
+
+    def mean_gap(self) -> float | None:
+        a = self.arrivals
+        return (a[-1] - a[0]) / (len(a) - 1) if len(a) >= 2 and a[-1] > a[0] else None
+
+    def quiet(self, now: float) -> bool:
+        """No job has arrived for ``quiet_gaps`` mean inter-arrival times (or none ever)."""
+        gap = self.mean_gap()
+        return gap is None or now - self.arrivals[-1] > self.quiet_gaps * gap
 
     def restart_cost(self, speed: float, horizon: float) -> float:
         """Throughput a restart costs when spread over the plan's horizon: the work the job
-        does not do while it restarts (``restart_s x speed``), weighted."""
-        return self.restart_weight * self.restart_s * speed / horizon
+        does not do while it restarts (``restart_s x speed``)."""
+        return self.restart_s * speed / horizon
 
     # -- planning ---------------------------------------------------------------------------
     def replan(self, now: float, g: str, sc: Scratch, force_solve: bool = False) -> None:
