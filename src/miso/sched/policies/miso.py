@@ -258,8 +258,10 @@ class MisoPlus(Miso):
       :meth:`horizon`); so a GPU is repartitioned only when the gain beats the restarts.
     * ``pin_uncheckpointable``: a job that cannot checkpoint is never restarted once it has run
       (the optimizer takes it as a hard constraint; it is never profiled or rebalanced).
-    * ``marginal_placement``: a newcomer goes to the GPU where its net gain (throughput added
-      minus restart costs) is largest, among the least crowded GPUs (``marginal_candidates``).
+    * ``marginal_placement`` (off: measured worse on the saturated Philly trace, see
+      benchmarks/README.md): a newcomer goes to the GPU where its net gain (throughput added
+      minus restart costs) is largest, among the least crowded GPUs; otherwise the least
+      crowded GPU, as MISO.
     * ``rebalance``: when nothing queues, a job of a crowded GPU moves onto an idle GPU if the
       time it saves (its remaining work at its slice's speed vs on the full GPU) beats a restart.
     * ``observed_correction``: observed MIG rates replace predictions once the job's full-GPU
@@ -271,7 +273,7 @@ class MisoPlus(Miso):
 
     def __init__(self, restart_s: float = 60.0, profile_newcomers_only: bool = True,
                  profile_levels: tuple[int, ...] = (14, 100), economy: bool = True,
-                 pin_uncheckpointable: bool = True, marginal_placement: bool = True,
+                 pin_uncheckpointable: bool = True, marginal_placement: bool = False,
                  marginal_candidates: int = 8, rebalance: bool = True,
                  observed_correction: bool = True, default_remaining_s: float = 3000.0,
                  horizon_quantile: float = 0.5, replans: float = 25.0,
@@ -474,9 +476,14 @@ class MisoPlus(Miso):
         if not self.marginal_placement:
             return super().choose_gpu(now, job, sc)
         best: tuple[float, str] | None = None
+        first_n: int | None = None
         for seen, (n, g) in enumerate(self.candidate_gpus(sc, job), start=1):
             if n == 0:
                 return g
+            if first_n is None:
+                first_n = n
+            elif n > first_n and best is not None:
+                break  # only the least crowded GPUs compete
             gain = self.net_gain(g, sc.jobs_on(g), job, sc)
             if gain is not None and (best is None or gain > best[0] + 1e-9):
                 best = (gain, g)
