@@ -295,6 +295,7 @@ class MisoPlus(Miso):
         self.arrivals: deque[float] = deque(maxlen=32)
         self.quiet_timer = False
         self.ref_rate: dict[str, float] = {}
+        self.base_est: dict[str, dict[str, float]] = {}   # estimates before a rescale
         self.ran: set[str] = set()          # jobs that have made progress
         self.prior: set[str] = set()        # jobs planned with the prior (not profiled)
         self.trigger = ""
@@ -550,7 +551,8 @@ class MisoPlus(Miso):
         if ev.baseline <= 0 or abs(ev.observed / ev.baseline - 1.0) <= self.threshold:
             return
         jobs = sc.jobs_on(ev.gpu) if ev.gpu in sc.state.gpus else []
-        if jobs == [ev.job] and sc.state.jobs[ev.job].spec.checkpointable:
+        recent = now - self.last_profile.get(ev.gpu, -1e18) < self.cooldown
+        if jobs == [ev.job] and sc.state.jobs[ev.job].spec.checkpointable and not recent:
             self.est.pop(ev.job, None)    # alone: re-profile it alone, nobody else stops
             self.ref_rate.pop(ev.job, None)
             self.ran.discard(ev.job)
@@ -560,13 +562,15 @@ class MisoPlus(Miso):
         f = ev.observed / ev.baseline
         if ev.job in self.est:
             full = sc.state.gpus[ev.gpu].geom.model.full_profile().name
+            base = self.base_est.setdefault(ev.job, dict(self.est[ev.job]))
             self.est[ev.job] = {p: (v if p == full else max(0.01, min(1.5, v * f)))
-                                for p, v in self.est[ev.job].items()}
+                                for p, v in base.items()}
         self.dirty.add(ev.gpu)
         self.replan(now, ev.gpu, sc)
 
     def on_finish(self, now: float, job: str, gpu: str | None, sc: Scratch) -> None:
         self.ref_rate.pop(job, None)
+        self.base_est.pop(job, None)
         self.ran.discard(job)
         self.prior.discard(job)
         super().on_finish(now, job, gpu, sc)
