@@ -100,6 +100,37 @@ class InstantAgents:
         return "ok"
 
 
+class Timed:
+    """The observer with the time spent in its hooks added up (to set against the loop's)."""
+
+    def __init__(self, obs: Observer) -> None:
+        self.obs = obs
+        self.spent = 0.0
+
+    def on_event(self, *a: Any) -> None:
+        t0 = time.perf_counter()
+        self.obs.on_event(*a)
+        self.spent += time.perf_counter() - t0
+
+    def on_decision(self, *a: Any) -> None:
+        t0 = time.perf_counter()
+        self.obs.on_decision(*a)
+        self.spent += time.perf_counter() - t0
+
+    def on_timing(self, name: str, seconds: float) -> None:
+        self.obs.on_timing(name, seconds)
+
+
+def handling_seconds(obs: Observer) -> float:
+    """Sum of the loop's event-handling times the metrics recorded."""
+    assert obs.metrics is not None
+    for fam in obs.metrics.handle_s.collect():
+        for smp in fam.samples:
+            if smp.name.endswith("_sum"):
+                return float(smp.value)
+    return 0.0
+
+
 def settled(ctl: Controller, n: int) -> bool:
     """All ``n`` submissions handled, nothing queued for the loop, no plan in flight."""
     def quiet() -> bool:
@@ -120,8 +151,10 @@ def one_run(observe: bool, gpus: int, jobs: int, root: Path) -> dict[str, float]
                            checkpoint_timeout=5.0, check_commands=False)
     ctl = Controller(JobStore(d / "miso.db"), InstantAgents(gpus), cfg,
                      checkpoint_root=d / "ckpt")
+    timed = None
     if observe:
-        attach(ctl, d)
+        timed = Timed(attach(ctl, d))
+        ctl.observer = timed
     ctl.start()
     deadline = time.time() + 60
     while time.time() < deadline and len(ctl.status()["gpus"]) < gpus:
@@ -157,7 +190,13 @@ def one_run(observe: bool, gpus: int, jobs: int, root: Path) -> dict[str, float]
            and e["kind"][:1].isupper()]
     ctl.stop()
     lat.sort()
-    return {"events": len(evs), "wall_s": wall, "events_per_s": len(evs) / wall,
+    share = {}
+    if timed is not None:  # the observer's hooks vs the loop's whole handling of the events
+        loop = handling_seconds(timed.obs)
+        share = {"observer_ms_per_event": 1e3 * timed.spent / max(1, len(evs)),
+                 "loop_ms_per_event": 1e3 * loop / max(1, len(evs)),
+                 "observer_share_of_loop": timed.spent / loop if loop else 0.0}
+    return {**share, "events": len(evs), "wall_s": wall, "events_per_s": len(evs) / wall,
             "status_p50_ms": 1e3 * lat[len(lat) // 2],
             "status_p99_ms": 1e3 * lat[min(len(lat) - 1, int(len(lat) * 0.99))],
             "status_calls": len(lat)}
@@ -174,13 +213,15 @@ def sim_run(observe: bool, root: Path, jobs: int = 1000, gpus: int = 40) -> dict
     pol = build_policy("miso+", tj, cfg, 1)
     obs = None
     if observe:
-        obs = Observer(Metrics(), DecisionLog(Path(tempfile.mkdtemp(dir=root)) / "d.jsonl",
-                                              flush=False),  # as `miso simulate --events`
-                       estimates=policy_estimates(pol))
+        obs = Timed(Observer(Metrics(), DecisionLog(Path(tempfile.mkdtemp(dir=root)) /
+                                                    "d.jsonl", flush=False),  # as simulate
+                             estimates=policy_estimates(pol)))
     t0 = time.perf_counter()
     r = Simulator(pol, tj, cfg, seed=1, observer=obs).run()
     wall = time.perf_counter() - t0
-    return {"events": r.events, "decisions": r.decisions, "wall_s": wall,
+    share = {"observer_share_of_run": obs.spent / wall,
+             "observer_ms_per_decision": 1e3 * obs.spent / r.decisions} if obs else {}
+    return {**share, "events": r.events, "decisions": r.decisions, "wall_s": wall,
             "events_per_s": r.events / wall}
 
 
@@ -232,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     for part in ("live", "sim"):
         for mode in ("off", "on"):
             runs = res[part][mode]
-            summary[f"{part}_{mode}"] = {k: round(statistics.median(r[k] for r in runs), 3)
+            summary[f"{part}_{mode}"] = {k: round(statistics.median(r[k] for r in runs), 4)
                                          for k in runs[0]}
     summary["views"] = view_costs(root, a.gpus, a.jobs)
     print(json.dumps(summary, indent=2))
