@@ -261,3 +261,18 @@ def test_events_cli_through_the_api__a_user_sees_their_own_decisions(
         assert res.exit_code != 0 and "invalid token" in res.output
     finally:
         server.stop()
+
+
+def test_observer_fault_never_reaches_the_driver() -> None:
+    from miso.sched import ClusterState, GpuAdded, JobSpec, JobSubmitted, PlaceJob
+
+    obs = Observer(Metrics(), DecisionLog(None))
+    obs.metrics.events = None  # type: ignore[assignment,union-attr]  # every event fails inside
+    st = ClusterState()
+    obs.on_event(0.0, GpuAdded("g", "A100-40GB"), st)          # no exception escapes
+    st.observe(0.0, GpuAdded("g", "A100-40GB"))
+    st.observe(0.0, JobSubmitted(JobSpec("1", "a", 4.0)))
+    st.apply(0.0, PlaceJob("1", "g"))
+    obs.metrics = None
+    obs.on_decision(0.0, PlaceJob("1", "g"), st)
+    assert obs.log is not None and obs.log.recent()[-1]["kind"] == "PlaceJob"

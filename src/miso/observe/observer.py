@@ -15,6 +15,7 @@ decision log (:class:`~miso.observe.eventlog.DecisionLog`). Either part may be l
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -42,6 +43,8 @@ from miso.sched import (
     SpeedObserved,
     StartProfiling,
 )
+
+logger = logging.getLogger(__name__)
 
 Estimates = Callable[[], Mapping[str, Mapping[str, float]] | None]
 
@@ -77,8 +80,22 @@ class Observer:
     # ---- hooks ----------------------------------------------------------------------------
 
     def on_event(self, now: float, ev: Event, state: ClusterState) -> None:
-        """Called before ``state.observe(now, ev)``."""
+        """Called before ``state.observe(now, ev)``. Never raises: a fault here is logged and
+        the driver goes on (watching must not stop scheduling)."""
         self._event = ev
+        try:
+            self._on_event(now, ev, state)
+        except Exception:  # noqa: BLE001
+            logger.exception("observer: %s at t=%.1f", type(ev).__name__, now)
+
+    def on_decision(self, now: float, d: Decision, state: ClusterState) -> None:
+        """Called after ``state.apply(now, d)``. Never raises (see :meth:`on_event`)."""
+        try:
+            self._on_decision(now, d, state)
+        except Exception:  # noqa: BLE001
+            logger.exception("observer: %s at t=%.1f", type(d).__name__, now)
+
+    def _on_event(self, now: float, ev: Event, state: ClusterState) -> None:
         m = self.metrics
         if m is not None:
             m.events.labels(type(ev).__name__).inc()
@@ -132,8 +149,7 @@ class Observer:
             case _:
                 pass
 
-    def on_decision(self, now: float, d: Decision, state: ClusterState) -> None:
-        """Called after ``state.apply(now, d)``."""
+    def _on_decision(self, now: float, d: Decision, state: ClusterState) -> None:
         m = self.metrics
         if m is not None:
             m.decisions.labels(type(d).__name__).inc()
