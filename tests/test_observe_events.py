@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from miso.cli import app
 from miso.cli import app as app_cli
-from miso.observe import DecisionLog, Metrics, Observer
+from miso.observe import DecisionLog, Metrics, Observer, read_records
 from miso.observe.routes import make_app
 from miso.observe.view import cluster_view
 
@@ -276,3 +276,19 @@ def test_observer_fault_never_reaches_the_driver() -> None:
     obs.metrics = None
     obs.on_decision(0.0, PlaceJob("1", "g"), st)
     assert obs.log is not None and obs.log.recent()[-1]["kind"] == "PlaceJob"
+
+
+def test_decision_log__rotates_past_max_bytes_and_reads_both_files(tmp_path: Path) -> None:
+    p = tmp_path / "d.jsonl"
+    with DecisionLog(p, max_bytes=2000) as log:
+        for i in range(60):
+            log.append({"time": float(i), "kind": "PlaceJob", "job": str(i), "gpu": "g",
+                        "note": "x" * 40})
+    old = p.with_name("d.jsonl.1")
+    assert old.exists() and p.stat().st_size <= 2000 and old.stat().st_size <= 2000
+    recs = read_records(p)
+    # the latest records, in order, none torn; older ones rotated away
+    seqs = [r["seq"] for r in recs]
+    assert seqs == list(range(seqs[0], 61)) and 10 < len(seqs) < 60
+    with DecisionLog(p, max_bytes=2000) as log:
+        assert log.append({"time": 61.0, "kind": "WakeUp"})["seq"] == 61

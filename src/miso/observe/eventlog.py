@@ -4,7 +4,9 @@ One JSON object per line (see :mod:`miso.observe.decisions` for the fields, and
 ``docs/observe.md``), each with a ``seq`` number increasing within the file. The live
 controller writes ``<state dir>/decisions.jsonl`` (mode 0600); ``miso simulate --events FILE``
 writes the same records. :func:`read_records` filters a file by job, GPU and time; a torn last
-line (a crash mid-write) is skipped.
+line (a crash mid-write) is skipped. The file is rotated once it passes ``max_bytes`` (default
+64 MiB): the full file becomes ``decisions.jsonl.1`` (replacing the previous one), so the log
+keeps between one and two files' worth of the latest records; readers read both, oldest first.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import IO, Any
 from miso.observe.decisions import mentions
 
 LOG_NAME = "decisions.jsonl"
+MAX_BYTES = 64 << 20
 
 
 class DecisionLog:
@@ -29,11 +32,14 @@ class DecisionLog:
     """
 
     def __init__(self, path: str | Path | None = None, *, keep: int = 500,
-                 extra: Mapping[str, Any] | None = None, flush: bool = True) -> None:
+                 extra: Mapping[str, Any] | None = None, flush: bool = True,
+                 max_bytes: int = MAX_BYTES) -> None:
         """``flush``: write each record through at once (the live log; a simulator's log can
         buffer and is complete once :meth:`close` ran)."""
         self.path = Path(path) if path is not None else None
         self.flush = flush
+        self.max_bytes = max_bytes
+        self._size = 0
         self.extra = dict(extra or {})
         self._recent: deque[dict[str, Any]] = deque(maxlen=keep)
         self._lock = threading.Lock()
@@ -41,11 +47,23 @@ class DecisionLog:
         self._fh: IO[str] | None = None
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._seq = _last_seq(self.path)
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-            self._fh = os.fdopen(fd, "a", encoding="utf-8")
-            if _torn(self.path):
-                self._fh.write("\n")  # end a line a crash cut short: it stays unreadable
+            self._seq = max(_last_seq(rotated(self.path)), _last_seq(self.path))
+            self._open()
+
+    def _open(self) -> None:
+        assert self.path is not None
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self._fh = os.fdopen(fd, "a", encoding="utf-8")
+        self._size = self.path.stat().st_size
+        if _torn(self.path):
+            self._fh.write("\n")  # end a line a crash cut short: it stays unreadable
+            self._size += 1
+
+    def _rotate(self) -> None:
+        assert self.path is not None and self._fh is not None
+        self._fh.close()
+        os.replace(self.path, rotated(self.path))
+        self._open()
 
     def __enter__(self) -> DecisionLog:
         return self
@@ -60,7 +78,11 @@ class DecisionLog:
             out = {"seq": self._seq, **self.extra, **rec}
             self._recent.append(out)
             if self._fh is not None:
-                self._fh.write(json.dumps(out, separators=(",", ":")) + "\n")
+                line = json.dumps(out, separators=(",", ":")) + "\n"
+                if self._size and self._size + len(line) > self.max_bytes:
+                    self._rotate()
+                self._fh.write(line)
+                self._size += len(line)
                 if self.flush:
                     self._fh.flush()
         return out
@@ -87,8 +109,22 @@ def _match(r: Mapping[str, Any], job: str | None, gpu: str | None,
     return mentions(r, job=job, gpu=gpu)
 
 
+def rotated(path: str | Path) -> Path:
+    """Where a log's previous file goes when it is rotated."""
+    p = Path(path)
+    return p.with_name(p.name + ".1")
+
+
 def iter_records(path: str | Path) -> Iterator[dict[str, Any]]:
-    """Every well-formed record of a log file, in file order (torn lines skipped)."""
+    """Every well-formed record of a log (its rotated file first, if any), in order; torn
+    lines are skipped."""
+    old = rotated(path)
+    if old.exists():
+        yield from _iter_file(old)
+    yield from _iter_file(Path(path))
+
+
+def _iter_file(path: Path) -> Iterator[dict[str, Any]]:
     with open(path, encoding="utf-8") as fh:
         for line in fh:
             line = line.strip()
@@ -126,7 +162,7 @@ def _last_seq(path: Path) -> int:
     if not path.exists():
         return 0
     last = 0
-    for r in iter_records(path):
+    for r in _iter_file(path):
         s = r.get("seq")
         if isinstance(s, int) and s > last:
             last = s
