@@ -38,6 +38,34 @@ pytestmark = [pytest.mark.slow,
                                  reason="needs Debian's chromium (apt-get install chromium)")]
 
 
+# The lowest WCAG contrast ratio of the elements matching each selector (text colour against
+# the first opaque background up the tree).
+CONTRAST_JS = """(sels) => {
+  const rgb = (c) => (c.match(/[\\d.]+/g) || []).map(Number);
+  const lum = ([r, g, b]) => {
+    const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
+    return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b);
+  };
+  const bg = (el) => {
+    for (let e = el; e; e = e.parentElement) {
+      const c = rgb(getComputedStyle(e).backgroundColor);
+      if (c.length === 3 || (c.length === 4 && c[3] > 0.5)) return c.slice(0, 3);
+    }
+    return [255, 255, 255];
+  };
+  const out = {};
+  for (const s of sels) {
+    let worst = 99;
+    for (const el of document.querySelectorAll(s)) {
+      const a = lum(rgb(getComputedStyle(el).color).slice(0, 3)), b = lum(bg(el));
+      worst = Math.min(worst, (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05));
+    }
+    if (worst < 99) out[s] = Math.round(worst * 100) / 100;
+  }
+  return out;
+}"""
+
+
 def emu(wl: str, work_s: float, ips: float = 20.0) -> list[str]:
     return [sys.executable, "-m", "miso.emuworkload", "--workload", wl, "--iterations",
             str(int(work_s * ips)), "--ips", str(ips)]
@@ -110,6 +138,17 @@ def test_web_page_in_chromium__gpus_jobs_progress_and_explanations(tmp_path: Pat
             text.wait_for(state="visible", timeout=10_000)
             assert "maximises the total predicted speed" in text.inner_text()
             assert "expected gain" in text.inner_text()
+            # keyboard: the pause switch works from the keyboard and says its state
+            page.locator("#pause").focus()
+            page.keyboard.press("Space")
+            assert page.locator("#pause").get_attribute("aria-pressed") == "true"
+            page.keyboard.press("Space")
+            assert page.locator("#pause").get_attribute("aria-pressed") == "false"
+            # contrast: every kind of text on the page against its background, WCAG AA
+            worst = page.evaluate(CONTRAST_JS, [
+                "h1", ".help", "#summary", ".phase", ".slice .prof", ".slice .job", "th",
+                "td", ".decision summary", ".decision pre", "button", ".gpu .meta"])
+            assert len(worst) == 12 and all(r >= 4.5 for r in worst.values()), worst
             shots.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(shots / "web-page.png"), full_page=True)
             browser.close()
