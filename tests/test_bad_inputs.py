@@ -50,6 +50,8 @@ def _files(d: Path) -> None:
     (d / "latin1.csv").write_bytes(
         "job_id,submit_time_s,duration_s\nj\xe9,0,10\n".encode("latin-1"))
     (d / "a_file").write_text("not a directory\n")
+    long_field = '"' + "x" * 200_000 + '"'  # past the csv module's field limit
+    (d / "huge_field.csv").write_text(f"job_id,submit_time_s,duration_s\n{long_field},0,1\n")
     rng = np.random.default_rng(0)
     np.savez(d / "good.npz", mps=rng.uniform(0.1, 1, (4, 3, 7)), mig=rng.uniform(0.1, 1, (4, 3, 7)))
     strings = np.full((2, 3, 7), "x")
@@ -80,6 +82,8 @@ OFFLINE = [
     Case("simulate-bad-gzip", (*SIM, "--trace", "{d}/bad.gz"), ("bad.gz", "gzip")),
     Case("simulate-cut-gzip", (*SIM, "--trace", "{d}/cut.csv.gz"), ("cut.csv.gz", "gzip")),
     Case("simulate-latin1-csv", (*SIM, "--trace", "{d}/latin1.csv"), ("latin1.csv", "UTF-8")),
+    Case("simulate-csv-field-too-long", (*SIM, "--trace", "{d}/huge_field.csv"),
+         ("huge_field.csv",)),
     Case("simulate-json-unwritable", (*SIM, "--json", "/proc/miso-out.json"), ("--json",)),
     Case("simulate-json-under-file", (*SIM, "--json", "{d}/a_file/out.json"), ("--json",)),
     Case("simulate-json-directory", (*SIM, "--json", "{d}"), ("--json", "directory")),
