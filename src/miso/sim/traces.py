@@ -115,7 +115,7 @@ def load_trace(
         cols = list(reader.fieldnames or [])
         records = list(reader)
     except csv.Error as exc:
-        raise TraceError(f"{name}:{reader.line_num}: not CSV ({exc})") from None
+        raise TraceError(f"{name}: not CSV ({exc})") from None
     for col in ("job_id", "submit_time_s", duration_column):
         if col not in cols:
             raise TraceError(f"{name}: missing column {col!r} (have: {', '.join(cols)})")
