@@ -32,6 +32,9 @@ ABLATION = {
     "horizon = median remaining time (replans 1)": {"replans": 1.0},
     "replans 40": {"replans": 40.0},
     "no quiet-time growth (quiet_gaps 1e9)": {"quiet_gaps": 1e9},
+    "- backfill (FIFO head waits, as MISO)": {"backfill": False},
+    "- headroom kept for the next arrival": {"reserve": False},
+    "+ admission threshold min_gain 0.2": {"min_gain": 0.2},
 }
 
 

@@ -39,6 +39,7 @@ from miso.sched.policies.base import (
     signature,
     signature_feasible,
 )
+from miso.sched.policies.baselines import BACKFILL_WINDOW
 from miso.sched.policies.priors import prior_speeds
 from miso.sched.policies.rebalance import Donor, RebalanceIndex
 from miso.sched.policy import SpeedEstimator, register
@@ -264,6 +265,12 @@ class MisoPlus(Miso):
       crowded GPU, as MISO.
     * ``rebalance``: when nothing queues, a job of a crowded GPU moves onto an idle GPU if the
       time it saves (its remaining work at its slice's speed vs on the full GPU) beats a restart.
+    * ``reserve``: while jobs keep arriving, nothing queues and no GPU is less crowded, a
+      plan keeps one slice free
+      for the next newcomer when one is expected on the GPU within its jobs' remaining time
+      (only where that restarts nobody), so the arrival itself restarts nobody.
+    * ``backfill``: a queued job that fits no GPU (too much memory for what is free) does not
+      hold up the smaller ones behind it (MISO waits FIFO).
     * ``observed_correction``: observed MIG rates replace predictions once the job's full-GPU
       rate is known; a phase change rescales a job's estimates by observed/baseline instead of
       stopping its GPU to re-profile (a job alone on its GPU is re-profiled alone).
@@ -277,7 +284,8 @@ class MisoPlus(Miso):
                  marginal_candidates: int = 8, rebalance: bool = True,
                  observed_correction: bool = True, default_remaining_s: float = 3000.0,
                  horizon_quantile: float = 0.5, replans: float = 25.0,
-                 quiet_gaps: float = 8.0, **kw: object) -> None:
+                 quiet_gaps: float = 8.0, reserve: bool = True, backfill: bool = True,
+                 min_gain: float = 0.0, **kw: object) -> None:
         super().__init__(**kw)  # type: ignore[arg-type]
         self.restart_s = restart_s
         self.profile_newcomers_only = profile_newcomers_only
@@ -293,6 +301,10 @@ class MisoPlus(Miso):
         self.replans = replans
         self.quiet_gaps = quiet_gaps
         self.arrivals: deque[float] = deque(maxlen=32)
+        self.arrival_mem: deque[float] = deque(maxlen=32)
+        self.reserve = reserve
+        self.backfill = backfill
+        self.min_gain = min_gain
         self.quiet_timer = False
         self.ref_rate: dict[str, float] = {}
         self.base_est: dict[str, dict[str, float]] = {}   # estimates before a rescale
@@ -319,6 +331,7 @@ class MisoPlus(Miso):
         self.now = now
         if isinstance(event, JobSubmitted):
             self.arrivals.append(now)
+            self.arrival_mem.append(event.job.memory_gb)
         out = super().decide(now, event, state)
         gap = self.mean_gap()
         if isinstance(event, JobSubmitted) and gap is not None and not self.quiet_timer:
@@ -381,6 +394,15 @@ class MisoPlus(Miso):
         k = float(len(ts)) if self.quiet(self.now) else self.replans
         return max(self.restart_s, t / max(1.0, k))
 
+    def arrival_within(self, seconds: float) -> bool:
+        """A newcomer is expected on a given GPU within ``seconds`` (arrivals spread evenly
+        over the GPUs): then a lone newcomer is not profiled, since the next arrival would
+        wait for the profiling run and the job will share its GPU (planned with the prior)
+        before its profile matters."""
+        gap = self.mean_gap()
+        return (gap is not None and not self.quiet(self.now)
+                and gap * len(self._order) < seconds)
+
     def mean_gap(self) -> float | None:
         a = self.arrivals
         return (a[-1] - a[0]) / (len(a) - 1) if len(a) >= 2 and a[-1] > a[0] else None
@@ -415,8 +437,10 @@ class MisoPlus(Miso):
             return
         if len(jobs) == 1:
             j = jobs[0]
+            run_s = len(self.profile_levels) * self.profile_s + \
+                (len(self.profile_levels) - 1) * self.restart_s
             if (self.estimator.needs_profile and j not in self.est and j not in self.ran
-                    and st.jobs[j].spec.checkpointable):
+                    and st.jobs[j].spec.checkpointable and not self.arrival_within(run_s)):
                 # A newcomer alone on an idle GPU: profile it there; nobody else stops.
                 sc.out.append(StartProfiling(
                     g, st.new_plan_id(), (j,), levels=self.profile_levels,
@@ -451,31 +475,102 @@ class MisoPlus(Miso):
             for j in victim:
                 sc.requeue(j, "no layout holds the mix")
             return
-        lay = tuple(sorted(sol.layout))
-        if lay == tuple(sorted(gs.layout)) and sol.assignment == gs.assignment:
+        layout, assignment, reserved = sol.layout, dict(sol.assignment), None
+        ghost = self.headroom(sc, g, jobs)
+        if ghost is not None:
+            try:
+                alt = optimizer_for(gs.geom).solve(
+                    {**speeds, _NEXT: ghost}, current=current, objective=objective,
+                    restart_penalty=penalty, pinned=pinned)
+            except OptimizerError:
+                alt = None
+            # Headroom only for free: never restart a job for an arrival that may not come.
+            if alt is not None and set(alt.restarted) <= set(sol.restarted):
+                reserved = alt.assignment[_NEXT]
+                layout = alt.layout
+                assignment = {j: pl for j, pl in alt.assignment.items() if j != _NEXT}
+                sol = alt
+        lay = tuple(sorted(layout))
+        if lay == tuple(sorted(gs.layout)) and assignment == gs.assignment:
             return
+        thr = sum(speeds[j][pl.profile] for j, pl in assignment.items())
         cur_thr = sum(speeds[j][pl.profile] for j, pl in current.items()
                       if pl.profile in speeds[j])
-        gain = sol.throughput - cur_thr
+        restarted = [j for j in current if assignment.get(j) != current[j]]
+        gain = thr - cur_thr
         why = {
             "trigger": self.trigger,
             "speeds": {j: dict(speeds[j]) for j in jobs},
             "prior": sorted(j for j in jobs if j in self.prior and j not in self.est),
-            "objective": sol.objective, "throughput": sol.throughput,
+            "objective": sol.objective, "throughput": thr,
             "current_objective": cur_thr if current else None,
-            "restarts": list(sol.restarted), "pinned": sorted(pinned),
+            "restarts": restarted, "pinned": sorted(pinned),
             "expected_gain": gain, "horizon_s": horizon,
-            "note": _explain(g, sol.throughput, cur_thr if current else None, sol.restarted,
-                             horizon, self.restart_s),
+            "reserved": str(reserved) if reserved is not None else None,
+            "note": _explain(g, thr, cur_thr if current else None, restarted,
+                             horizon, self.restart_s)
+            + (f"; {reserved} kept free for the next arrival (expected within the horizon)"
+               if reserved is not None else ""),
         }
-        sc.out.append(ApplyLayout(g, st.new_plan_id(), lay, dict(sol.assignment), why=why))
+        sc.out.append(ApplyLayout(g, st.new_plan_id(), lay, assignment, why=why))
+
+    def on_capacity(self, now: float, sc: Scratch) -> None:
+        """Place queued jobs; with ``backfill`` a job that fits nowhere does not hold up the
+        ones behind it (the first ``BACKFILL_WINDOW`` of the queue are tried, in order, as the
+        baselines do)."""
+        if not self.backfill:
+            super().on_capacity(now, sc)
+            return
+        for j in sc.queue()[:BACKFILL_WINDOW]:
+            g = self.choose_gpu(now, j, sc)
+            if g is None:
+                continue
+            sc.place(j, g)
+            self.dirty.add(g)
+        for g in sorted(self.dirty, key=lambda x: self._order.get(x, 0)):
+            self.replan(now, g, sc)
+
+    def headroom(self, sc: Scratch, g: str, jobs: list[str]) -> dict[str, float] | None:
+        """Prior speeds of the next newcomer when one is expected on ``g`` before its jobs'
+        median remaining time (arrivals spread over the GPUs, nothing queued): the plan then
+        keeps a slice free for it, so its arrival restarts nobody. None otherwise."""
+        if not self.reserve or self.trigger == "profiled" or self.quiet(self.now):
+            return None
+        st = sc.state
+        gs = st.gpus[g]
+        gap = self.mean_gap()
+        if gap is None or len(jobs) + 1 > min(self.max_jobs, gs.geom.model.max_instances):
+            return None
+        if sc.queue():
+            return None  # queued jobs take free slices at once
+        first = next(iter(self.candidate_gpus(sc, jobs[0])), None)
+        if first is None or first[0] < len(jobs):
+            return None  # an idle or less crowded GPU takes the next arrival
+        ts = sorted(self.remaining(j) for j in jobs)
+        if gap * len(st.gpus) >= ts[len(ts) // 2]:
+            return None
+        mems = sorted(self.arrival_mem)
+        return prior_speeds(gs.geom, mems[len(mems) // 2] if mems else 0.0) or None
 
     # -- placement --------------------------------------------------------------------------
     def choose_gpu(self, now: float, job: str, sc: Scratch) -> str | None:
         """An idle GPU if any; else, among the least crowded GPUs that can hold the job, the
-        one where its net gain (throughput added minus restart costs) is largest."""
+        one where its net gain (throughput added minus restart costs) is largest. With
+        ``min_gain`` > 0 a job joins a shared GPU only where it adds at least that much
+        throughput: squeezing a job that runs slowly on small slices next to others slows them
+        more than its early start helps (mean JCT), so it waits for a better slot instead."""
         if not self.marginal_placement:
-            return super().choose_gpu(now, job, sc)
+            if self.min_gain <= 0:
+                return super().choose_gpu(now, job, sc)
+            for seen, (n, g) in enumerate(self.candidate_gpus(sc, job), start=1):
+                if n == 0:
+                    return g
+                gain = self.net_gain(g, sc.jobs_on(g), job, sc)
+                if gain is not None and gain >= self.min_gain:
+                    return g
+                if seen >= self.marginal_candidates:
+                    break
+            return None
         best: tuple[float, str] | None = None
         first_n: int | None = None
         for seen, (n, g) in enumerate(self.candidate_gpus(sc, job), start=1):
@@ -617,6 +712,8 @@ class MisoPlus(Miso):
                         f"whole GPU, finishing ~{-saved:.0f} s sooner net of one restart"}))
             self.replan(now, src, sc)
 
+
+_NEXT = "\x00next-arrival"   # the phantom newcomer of :meth:`MisoPlus.headroom`
 
 _TRIGGERS = {"JobSubmitted": "arrival", "JobFinished": "completion", "JobFailed": "completion",
              "ProfilingFinished": "profiled", "JobSpeedChanged": "speed_change",
