@@ -2,8 +2,8 @@
 
 The server is what the cluster head runs: the real app (:func:`miso.api.head.serve`) over the
 real controller on emulated GPUs (:class:`miso.controller.local.LocalCluster`, real job
-processes), in its own process, on 127.0.0.1 only. The clients (one asyncio process, httpx,
-keep-alive, one user and token each) run closed loops for ``--duration`` seconds: submitters
+processes), in its own process, on 127.0.0.1 only. The clients (threads of one process, one
+keep-alive connection, user and token each) run closed loops for ``--duration`` seconds: submitters
 submit ``sleep`` jobs as fast as answers come, the others alternate status and job listings.
 At the end every id answered to a submit must be in the store exactly once (no job lost or
 duplicated) and every request must have succeeded.
@@ -16,7 +16,6 @@ Bounded: at most 64 clients, 120 s, 20,000 submits (then the submitters stop).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import signal
@@ -73,49 +72,69 @@ def pct(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
-async def run_clients(url: str, tokens: dict[str, str], clients: int, submitters: int,
-                      duration: float) -> dict[str, Any]:
-    import httpx
+def run_clients(url: str, tokens: dict[str, str], clients: int, submitters: int,
+                duration: float) -> dict[str, Any]:
+    """Closed-loop clients, one thread and one keep-alive connection each (the standard
+    library's http.client: the lightest client, so the load generator leaves the CPU to the
+    server on a small machine)."""
+    import http.client
+    import threading
+    from urllib.parse import urlsplit
 
+    host = urlsplit(url)
     lat: dict[str, list[float]] = {"submit": [], "status": [], "list": []}
     errors: list[str] = []
     ids: list[str] = []
+    lock = threading.Lock()
     names = sorted(k for k in tokens if k != "admin")
     t_end = time.perf_counter() + duration
 
-    async def one(i: int) -> None:
+    def one(i: int) -> None:
         user = names[i % len(names)]
-        async with httpx.AsyncClient(base_url=url + "/api/v1", timeout=30.0, headers={
-                "Authorization": f"Bearer {tokens[user]}"}) as c:
-            n = 0
-            while time.perf_counter() < t_end:
-                n += 1
-                if i < submitters and len(ids) < MAX_SUBMITS:
-                    op, req = "submit", c.post("/jobs", json={
-                        "command": ["sleep", "600"], "name": f"{user}-{i}-{n}",
-                        "memory_gb": 4})
-                elif n % 2:
-                    op, req = "status", c.get("/status", params={"limit": 20})
-                else:
-                    op, req = "list", c.get("/jobs", params={"limit": 50})
-                t0 = time.perf_counter()
-                try:
-                    r = await req
-                except httpx.HTTPError as e:
-                    errors.append(f"{op}: {type(e).__name__}")
-                    continue
-                lat[op].append(time.perf_counter() - t0)
-                if r.status_code >= 300:
-                    errors.append(f"{op}: {r.status_code} {r.text[:80]}")
+        conn = http.client.HTTPConnection(host.hostname, host.port, timeout=30)
+        hdr = {"Authorization": f"Bearer {tokens[user]}", "Content-Type": "application/json"}
+        n = 0
+        while time.perf_counter() < t_end:
+            n += 1
+            if i < submitters and len(ids) < MAX_SUBMITS:
+                op, method, path = "submit", "POST", "/api/v1/jobs"
+                body: bytes | None = json.dumps({"command": ["sleep", "600"], "memory_gb": 4,
+                                                 "name": f"{user}-{i}-{n}"}).encode()
+            elif n % 2:
+                op, method, path, body = "status", "GET", "/api/v1/status?limit=20", None
+            else:
+                op, method, path, body = "list", "GET", "/api/v1/jobs?limit=50", None
+            t0 = time.perf_counter()
+            try:
+                conn.request(method, path, body=body, headers=hdr)
+                r = conn.getresponse()
+                data = r.read()
+            except (OSError, http.client.HTTPException) as e:
+                with lock:
+                    errors.append(f"{op}: {type(e).__name__}: {e}")
+                conn.close()
+                conn = http.client.HTTPConnection(host.hostname, host.port, timeout=30)
+                continue
+            dt = time.perf_counter() - t0
+            with lock:
+                lat[op].append(dt)
+                if r.status >= 300:
+                    errors.append(f"{op}: {r.status} {data[:80]!r}")
                 elif op == "submit":
-                    ids.append(r.json()["id"])
+                    ids.append(json.loads(data)["id"])
+        conn.close()
 
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(clients)]
     t0 = time.perf_counter()
-    await asyncio.gather(*(one(i) for i in range(clients)))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
     wall = time.perf_counter() - t0
-    async with httpx.AsyncClient(base_url=url + "/api/v1", timeout=120.0, headers={
-            "Authorization": f"Bearer {tokens['admin']}"}) as c:
-        stored = (await c.get("/jobs", params={"all": True})).json()["jobs"]
+    import httpx
+
+    stored = httpx.get(url + "/api/v1/jobs", params={"all": True}, timeout=120, headers={
+        "Authorization": f"Bearer {tokens['admin']}"}).json()["jobs"]
     stored_ids = [j["id"] for j in stored]
     return {
         "clients": clients, "submitters": submitters, "wall_s": round(wall, 1),
@@ -162,8 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         info = json.loads((state / "bench.json").read_text())
         assert info["url"].startswith("http://127.0.0.1:"), info["url"]  # loopback only
         cpu0, cpu_c0 = cpu_s(proc.pid), time.process_time()
-        res = asyncio.run(run_clients(info["url"], info["tokens"], a.clients, a.submitters,
-                                      a.duration))
+        res = run_clients(info["url"], info["tokens"], a.clients, a.submitters, a.duration)
         server_cpu, client_cpu = cpu_s(proc.pid) - cpu0, time.process_time() - cpu_c0
         res["cpu_ms_per_request"] = {"server": round(1000 * server_cpu / res["requests"], 2),
                                      "client": round(1000 * client_cpu / res["requests"], 2)}

@@ -63,10 +63,17 @@ def _private_file(path: Path) -> None:
 
 
 class UserStore:
-    """Users and audit in ``path`` (mode 0600); ``":memory:"`` for tests."""
+    """Users and audit in ``path`` (mode 0600); ``":memory:"`` for tests.
 
-    def __init__(self, path: str | Path) -> None:
+    :meth:`authenticate` answers from memory for ``auth_ttl`` seconds after a token was
+    looked up (a change made through this object takes effect at once; one made by another
+    process, e.g. the operator's bootstrap, within ``auth_ttl``).
+    """
+
+    def __init__(self, path: str | Path, *, auth_ttl: float = 2.0) -> None:
         self.path = str(path)
+        self.auth_ttl = auth_ttl
+        self._seen: dict[str, tuple[float, User | None]] = {}
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
             Path(self.path).touch(mode=0o600, exist_ok=True)
@@ -105,6 +112,7 @@ class UserStore:
                     (name, int(admin), unix_user, token_hash(token), now, now))
             except sqlite3.IntegrityError:
                 raise UserError(f"user {name!r} already exists") from None
+        self._seen.clear()
         return token
 
     def get(self, name: str) -> User:
@@ -134,6 +142,7 @@ class UserStore:
             if r["admin"] and admins <= 1:
                 raise UserError(f"{name!r} is the last admin; add another admin first")
             self._db.execute("DELETE FROM users WHERE name=?", (name,))
+            self._seen.clear()
 
     def rotate(self, name: str) -> str:
         """Give ``name`` a new token (the old one stops working); returns it."""
@@ -141,6 +150,7 @@ class UserStore:
         with self._lock:
             cur = self._db.execute("UPDATE users SET token_hash=?, rotated_at=? WHERE name=?",
                                    (token_hash(token), time.time(), name))
+        self._seen.clear()
         if cur.rowcount != 1:
             raise UserError(f"no user {name!r}")
         return token
@@ -150,11 +160,19 @@ class UserStore:
         if not token or len(token) > 256:
             return None
         h = token_hash(token)
+        now = time.monotonic()
+        hit = self._seen.get(h)
+        if hit is not None and now - hit[0] < self.auth_ttl:
+            return hit[1]
         with self._lock:
             r = self._db.execute("SELECT * FROM users WHERE token_hash=?", (h,)).fetchone()
-        if r is None or not matches(token, r["token_hash"]):
-            return None
-        return User(r["name"], bool(r["admin"]), r["unix_user"])
+        user = None
+        if r is not None and matches(token, r["token_hash"]):
+            user = User(r["name"], bool(r["admin"]), r["unix_user"])
+        if len(self._seen) > 10_000:  # bounded (wrong tokens are cached too)
+            self._seen.clear()
+        self._seen[h] = (now, user)
+        return user
 
     # ---- audit --------------------------------------------------------------------------
 

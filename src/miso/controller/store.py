@@ -233,6 +233,9 @@ class JobStore:
                     if col not in cols:
                         self._db.execute(f"ALTER TABLE jobs ADD COLUMN {col} TEXT")
                 self._db.execute("CREATE INDEX IF NOT EXISTS jobs_owner ON jobs(owner, seq)")
+                # the unique-name check of every submit (a table scan without it)
+                self._db.execute("CREATE INDEX IF NOT EXISTS jobs_name ON jobs(name, owner)")
+                self._db.execute("CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state)")  # counts
                 if v is None:
                     self._set_meta("schema_version", str(SCHEMA_VERSION))
                     self._set_meta("epoch", repr(time.time()))
