@@ -61,7 +61,8 @@ def api(tmp_path: Path) -> Any:
     tokens = {"admin": users.add("admin", admin=True, unix_user="root"),
               "alice": users.add("alice", unix_user="nobody"),
               "bob": users.add("bob")}
-    app = create_app(ctl, users, api_url="http://127.0.0.1:1", max_body_bytes=4096)
+    app = create_app(ctl, users, api_url="http://127.0.0.1:1", max_body_bytes=4096,
+                     snapshot_ttl=0.0)
     with TestClient(app) as client:
         yield client, tokens, ctl, users
 

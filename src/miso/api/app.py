@@ -112,7 +112,8 @@ AdminDep = Annotated[User, Depends(require_admin)]
 
 
 class _Snapshot:
-    """The controller's cluster snapshot, re-read at most every ``ttl`` seconds."""
+    """The controller's cluster snapshot and the job counts of everyone, re-read at most
+    every ``ttl`` seconds (a cluster view; each user's own jobs are always read fresh)."""
 
     def __init__(self, ctl: ControllerLike, ttl: float) -> None:
         self.ctl, self.ttl = ctl, ttl
@@ -123,7 +124,9 @@ class _Snapshot:
     def get(self) -> dict[str, Any]:
         with self._lock:
             if time.monotonic() - self._at > self.ttl:
-                self._snap, self._at = self.ctl.cluster(), time.monotonic()
+                snap = self.ctl.cluster()
+                snap["counts"] = self.ctl.store.counts()
+                self._snap, self._at = snap, time.monotonic()
             return self._snap
 
 
@@ -264,7 +267,7 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
             "nodes": snap.get("nodes", []),
             "gpus": [gpu_view(g, mine) for g in snap.get("gpus", [])],
             "jobs": [x.to_json() for x in recs],
-            "counts": {"mine": store.counts(owner=user.name), "all": store.counts()},
+            "counts": {"mine": store.counts(owner=user.name), "all": snap.get("counts", {})},
         }
         if user.admin:
             out["errors"] = snap.get("errors", [])
