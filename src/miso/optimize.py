@@ -43,6 +43,10 @@ class OptimizerError(ValueError):
     """Bad optimizer input: too many jobs, bad speeds, or a mix no layout can hold."""
 
 
+class Unreachable(OptimizerError):
+    """The objective cannot exceed the ``above`` given to :meth:`PartitionOptimizer.solve`."""
+
+
 @dataclass(frozen=True)
 class Solution:
     """The chosen layout and assignment.
@@ -77,12 +81,12 @@ class _Tables:
     arr_multiset: np.ndarray  # (K,) multiset id
     multiset_layouts: tuple[tuple[Layout, ...], ...]  # per multiset id
     default_assign: tuple[tuple[Placement, ...], ...]  # per arrangement, on its first layout
-    rows: np.ndarray  # arange(n), reused by every solve
+    flat: np.ndarray  # (K, n) indexes into a flattened (n, profiles) speed matrix
     # Every (arrangement, layout of its multiset) pair, by arrangement then layout order:
     pair_arr: np.ndarray  # (P,) arrangement index
     pair_layout: tuple[Layout, ...]  # (P,)
     pair_has: np.ndarray  # (P, U) bool: the pair's layout holds placement u
-    pair_prof: np.ndarray  # (P, n) profile index of each job's instance (arrangements[pair_arr])
+    pair_keeps: np.ndarray  # (P, n, U + 1) bool: job i keeps instance u (U: a foreign one)
     unit: dict[Placement, int]  # placement -> u
 
 
@@ -126,6 +130,7 @@ class PartitionOptimizer:
         objective: Objective | str = Objective.THROUGHPUT,
         restart_penalty: float | Mapping[str, float] = 0.1,
         pinned: Collection[str] = (),
+        above: float | None = None,
     ) -> Solution:
         """Best layout and assignment for the jobs of ``speeds``.
 
@@ -135,6 +140,9 @@ class PartitionOptimizer:
         all, or a value per job: the cost of restarting that job). Jobs of ``pinned`` (a
         subset of ``current``) must keep their instance: a hard constraint (jobs that cannot
         checkpoint lose all progress when moved); OptimizerError when no layout keeps them.
+
+        ``above``: raise :class:`Unreachable` (an OptimizerError) at a fraction of the cost of a
+        solve when a cheap upper bound shows the objective cannot exceed ``above``.
         """
         if objective is not Objective.THROUGHPUT:
             objective = Objective(objective)
@@ -147,7 +155,7 @@ class PartitionOptimizer:
                                  f"{self.max_jobs} instances")
         w = self.speed_matrix(jobs, speeds, log=objective is Objective.FAIRNESS)
         t = self._tables[n]
-        vals = w[t.rows, t.arrangements].sum(axis=1)
+        vals = np.add.reduce(w.take(t.flat), axis=1)
         a = int(vals.argmax())
         best_val = float(vals[a])
         if best_val <= _NEG / 2:
@@ -159,6 +167,14 @@ class PartitionOptimizer:
                    else float(restart_penalty) for j in cur if j not in pin}
         else:
             pen = dict.fromkeys((j for j in cur if j not in pin), 0.0)
+        if above is not None:
+            bound = best_val
+            if objective is Objective.RESTART_AWARE and pen:
+                bound = min(bound, max(self._keep_all(jobs, speeds, cur),
+                                       best_val - min(pen.values())))
+            # 1e-9: the bound may be summed in another order than the solver's sums.
+            if bound + 1e-9 <= above:
+                raise Unreachable(f"the objective cannot exceed {above}")
         if pin:
             mask = np.ones(len(vals), dtype=bool)
             for i, j in enumerate(jobs):
@@ -198,6 +214,19 @@ class PartitionOptimizer:
         return Solution(lay, assignment, score, thr, restarted, kept_jobs)
 
     # -- helpers ------------------------------------------------------------------------
+    def _keep_all(self, jobs: Sequence[str], speeds: Mapping[str, Mapping[str, float]],
+                  cur: Mapping[str, Placement]) -> float:
+        """An upper bound of the value of a plan that keeps every running job: their current
+        speeds plus the others' best speeds (for one other job: the best on an instance that
+        fits beside the running ones); -inf when no instance fits beside them."""
+        others = [j for j in jobs if j not in cur]
+        keep = sum(speeds[j].get(cur[j].profile, MAX_SPEED) for j in cur)
+        if len(others) != 1:
+            return keep + sum(max(speeds[j].values()) for j in others)
+        room = _addable(self.geom, tuple(sorted(cur.values())))
+        fits = [s for p, s in speeds[others[0]].items() if p in room]
+        return keep + max(fits) if fits else -math.inf
+
     def _best_pair(self, t: _Tables, jobs: Sequence[str], vals: np.ndarray, floor: float,
                    cur: Mapping[str, Placement], pen: Mapping[str, float],
                    pin: Mapping[str, Placement]) -> tuple[float, int, Layout]:
@@ -216,24 +245,18 @@ class PartitionOptimizer:
         if not idx.size:
             raise OptimizerError(f"no valid {self.geom.model.name} layout keeps the pinned "
                                  f"jobs {', '.join(sorted(pin))} on their instances")
-        pidx = self.profile_index
-        kept = {}
-        n_kept = np.zeros(idx.size, dtype=np.intp)
-        for i, j in enumerate(jobs):
-            c = cur.get(j)
-            if c is None:
-                continue
-            u = t.unit.get(c)
-            if u is None:
-                k = np.zeros(idx.size, dtype=bool)
-            else:
-                k = t.pair_has[idx, u] & (t.pair_prof[idx, i] == pidx[c.profile])
-            kept[j] = k
-            n_kept += k
-        # Penalties added one job at a time, in order: the same sums as a scalar loop.
-        cost = np.zeros(idx.size)
-        for j, p in pen.items():
-            cost += np.where(kept[j], 0.0, p)
+        # kept[:, k]: the k-th running job keeps its instance (in the pair's layout, same
+        # profile).
+        run = [(i, t.unit.get(cur[j], len(t.unit))) for i, j in enumerate(jobs) if j in cur]
+        kept = t.pair_keeps[idx[:, None], [i for i, _ in run], [u for _, u in run]]
+        n_kept = np.add.reduce(kept, axis=1)
+        # Penalties of the moved jobs, added one job at a time in order (the scalar loop's sums).
+        col = {j: k for k, j in enumerate(j for j in jobs if j in cur)}
+        if pen:
+            cost = np.where(kept[:, [col[j] for j in pen]], 0.0,
+                            np.array(list(pen.values()))).cumsum(axis=1)[:, -1]
+        else:
+            cost = np.zeros(idx.size)
         score = vals[pa[idx]] - cost
         top = score.max()
         near = score >= top - 1e-9
@@ -268,6 +291,14 @@ def _place(names: Sequence[str], arr: Sequence[int], lay: Layout,
     return tuple(pl for pl in out if pl is not None)
 
 
+@cache
+def _addable(geom: Geometry, placed: tuple[Placement, ...]) -> frozenset[str]:
+    """Profiles of the instances a valid layout can add to the instances ``placed``."""
+    have = set(placed)
+    return frozenset(pl.profile for lay in enumerate_layouts(geom) if len(lay) == len(have) + 1
+                     and have <= set(lay) for pl in lay if pl not in have)
+
+
 def _build_tables(geom: Geometry, n: int) -> _Tables:
     names = tuple(p.name for p in geom.profiles)
     idx = {nm: i for i, nm in enumerate(names)}
@@ -294,8 +325,12 @@ def _build_tables(geom: Geometry, n: int) -> _Tables:
     for p, lay in enumerate(pair_layout):
         has[p, [unit[pl] for pl in lay]] = True
     pa = np.array(pair_arr, dtype=np.intp)
+    unit_prof = np.array([idx[pl.profile] for pl in unit], dtype=np.intp)
+    keeps = np.zeros((len(pair_layout), n, len(unit) + 1), dtype=bool)
+    keeps[:, :, :-1] = has[:, None, :] & (arr[pa][:, :, None] == unit_prof[None, None, :])
+    flat = arr + np.arange(n)[None, :] * len(names)
     return _Tables(arr, np.array(ms_ids, dtype=np.intp), tuple(layouts), default_assign,
-                   np.arange(n), pa, pair_layout, has, arr[pa], unit)
+                   flat, pa, pair_layout, has, keeps, unit)
 
 
 @cache

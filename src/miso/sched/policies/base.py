@@ -30,9 +30,15 @@ def _fit_signature(geom: Geometry, memory_gb: float) -> tuple[str, ...]:
     return tuple(p.name for p in geom.profiles if p.memory_gib + 1e-9 >= memory_gb)
 
 
+_FITS: dict[tuple[Geometry, float], tuple[str, ...]] = {}
+
+
 def fitting_profiles(geom: Geometry, memory_gb: float) -> tuple[str, ...]:
     """Profiles of ``geom`` with enough memory for the job (cached)."""
-    return _fit_signature(geom, round(memory_gb, 3))
+    got = _FITS.get((geom, memory_gb))
+    if got is None:
+        got = _FITS[(geom, memory_gb)] = _fit_signature(geom, round(memory_gb, 3))
+    return got
 
 
 @cache

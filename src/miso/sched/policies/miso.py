@@ -580,15 +580,19 @@ class MisoPlus(Miso):
                 first_n = n
             elif n > first_n and best is not None:
                 break  # only the least crowded GPUs compete
-            gain = self.net_gain(g, sc.jobs_on(g), job, sc)
+            gain = self.net_gain(g, sc.jobs_on(g), job, sc,
+                                 floor=None if best is None else best[0] + 1e-9)
             if gain is not None and (best is None or gain > best[0] + 1e-9):
                 best = (gain, g)
             if seen >= self.marginal_candidates:
                 break
         return best[1] if best is not None else None
 
-    def net_gain(self, g: str, jobs: list[str], job: str, sc: Scratch) -> float | None:
-        """Throughput after adding ``job`` to ``g`` (restart costs subtracted) minus before."""
+    def net_gain(self, g: str, jobs: list[str], job: str, sc: Scratch,
+                 floor: float | None = None) -> float | None:
+        """Throughput after adding ``job`` to ``g`` (restart costs subtracted) minus before;
+        None when no layout holds the mix, or (given ``floor``) when the gain cannot exceed
+        ``floor`` (the optimizer checks a cheap upper bound first)."""
         gs = sc.state.gpus[g]
         opt = optimizer_for(gs.geom)
         sp = self.speeds(gs.geom, sc, jobs)
@@ -603,7 +607,8 @@ class MisoPlus(Miso):
                        for j, pl in current.items()}
         try:
             sol = opt.solve(sp, current=current, objective="restart-aware",
-                            restart_penalty=penalty, pinned=pinned)
+                            restart_penalty=penalty, pinned=pinned,
+                            above=None if floor is None else floor + before)
         except OptimizerError:
             return None
         return sol.objective - before
