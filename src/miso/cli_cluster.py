@@ -10,12 +10,16 @@ job commands (``submit``, ``status``, ``logs``, ``cancel``) speak the HTTP API
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
+import socket
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
@@ -31,8 +35,33 @@ Address = Annotated[str | None, typer.Option(
 
 
 def _fail(msg: str, code: int = 2) -> NoReturn:
-    typer.echo(f"error: {msg}", err=True)
+    typer.echo(f"error: {plain(msg)}", err=True)
     raise typer.Exit(code)
+
+
+_CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-_]|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def plain(text: Any) -> str:
+    """``text`` without terminal control characters and escape sequences."""
+    return _CONTROL.sub("", str(text))
+
+
+def safe(text: Any) -> str:
+    """User text made safe for rich: no control characters, markup escaped."""
+    return escape(plain(text))
+
+
+def reachable(addr: str, timeout: float = 3.0) -> str | None:
+    """None when something listens at ``host:port``, else why not (one line)."""
+    host, _, port = addr.rpartition(":")
+    if not host or not port.isdigit():
+        return None  # "auto" or a form Ray resolves itself
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            return None
+    except OSError as e:
+        return f"{e.strerror or type(e).__name__}"
 
 
 def _state_dir(state_dir: str | None) -> str:
@@ -40,10 +69,42 @@ def _state_dir(state_dir: str | None) -> str:
                     or Path.home() / ".miso" / "cluster").expanduser().resolve())
 
 
+ESTIMATORS = ("auto", "predictor", "heuristic", "true", "noisy")
+
+
 def _config(policy: str, profile_seconds: float, checkpoint_timeout: float,
             estimator: str) -> dict[str, Any]:
+    from miso.sched import policy_names
+
+    known = policy_names()
+    if policy not in known:
+        _fail(f"unknown policy {policy!r}; known: {', '.join(known)}")
+    if estimator not in ESTIMATORS:
+        _fail(f"unknown estimator {estimator!r}; known: {', '.join(ESTIMATORS)}")
+    for flag, v in (("--profile-seconds", profile_seconds),
+                    ("--checkpoint-timeout", checkpoint_timeout)):
+        if not (math.isfinite(v) and v > 0):
+            _fail(f"{flag} must be a positive number of seconds, got {v}")
     return {"policy": policy, "profile_seconds_per_level": profile_seconds,
             "checkpoint_timeout": checkpoint_timeout, "estimator": estimator}
+
+
+def _check_state_dir(sd: str) -> None:
+    """Refuse a state dir another live miso owns, or whose job store is damaged."""
+    from miso import raycluster as rc
+    from miso.controller.statelock import StateDirLock
+    from miso.controller.store import store_problem
+
+    for lock, what in ((rc.head_lock(sd), "a miso cluster head"),
+                       (StateDirLock(sd), "a miso controller")):
+        pid = lock.holder()
+        if pid is not None:
+            who = f"PID {pid}" if pid > 0 else "another process"
+            _fail(f"state directory {sd} is in use by {what} ({who}); stop it first "
+                  f"(miso cluster down --state-dir {sd})")
+    problem = store_problem(sd)
+    if problem:
+        _fail(problem)
 
 
 # ---- cluster up / down ----------------------------------------------------------------------
@@ -102,15 +163,25 @@ def up(
     if address is None:
         if not emulated:
             _fail("give --address for a Ray cluster with real GPUs, or --emulated")
-        f = rc.cluster_file(sd)
-        if f.exists():
-            _fail(f"a cluster already runs from {sd} (miso cluster down first)")
+        info = rc.read_cluster_file(sd)
+        if info is not None and rc.is_our_head(info, sd):
+            _fail(f"a cluster already runs from {sd} (PID {info['pid']}); miso cluster down "
+                  f"first")
+        _check_state_dir(sd)
+        rc.cluster_file(sd).unlink(missing_ok=True)  # stale: its head is gone
         operator = _bootstrap(sd)
-        info = rc.spawn_local_head(sd, gpus=gpus, model=model, config=cfg, api=api)
+        try:
+            info = rc.spawn_local_head(sd, gpus=gpus, model=model, config=cfg, api=api)
+        except RuntimeError as e:
+            _fail(str(e))
         console.print(f"miso cluster up: {gpus} emulated {model} GPUs, Ray at "
-                      f"{info['address']}, state in {sd}")
+                      f"{info['address']}, state in {safe(sd)}")
         _print_api(info.get("api_url"), operator, sd)
         return
+    _check_state_dir(sd)
+    why = reachable(address)
+    if why is not None:
+        _fail(f"cannot reach Ray at {address}: {why}")
     _ray_auth(sd)
     try:
         rc.connect(address)
@@ -125,7 +196,10 @@ def up(
     nodes = rc.start_agents(backend, str(Path(sd) / "agents"))
     if not nodes:
         _fail("no Ray node offers the 'miso_agent' resource or a GPU")
-    h = rc.start_controller(sd, cfg, api)
+    try:
+        h = rc.start_controller(sd, cfg, api)
+    except RuntimeError as e:
+        _fail(str(e))
     url = ray.get(h.api_url.remote(), timeout=60)
     rc.cluster_file(sd).write_text(json.dumps({
         "address": ray.get_runtime_context().gcs_address, "pid": 0, "state_dir": sd,
@@ -185,10 +259,13 @@ def down(state_dir: StateDir = None, address: Address = None) -> None:
 
     sd = _state_dir(state_dir)
     f = rc.cluster_file(sd)
-    info = json.loads(f.read_text()) if f.exists() else {}
+    info = rc.read_cluster_file(sd) or {}
     if info.get("pid"):
-        rc.stop_local_head(sd)
-        console.print("miso cluster down: local cluster stopped")
+        if rc.stop_local_head(sd):
+            console.print("miso cluster down: local cluster stopped")
+        else:
+            console.print(f"miso cluster down: no cluster runs from {safe(sd)} (PID "
+                          f"{info['pid']} is not its head; stale cluster.json removed)")
         return
     addr = address or info.get("address") or os.environ.get("RAY_ADDRESS")
     if not addr:

@@ -114,8 +114,6 @@ class Controller:
         controller runs on the same store."""
         if self.store.path != ":memory:":
             self._dir_lock = StateDirLock(Path(self.store.path).parent).acquire()
-        for bad in self.store.bad_rows:
-            self.rt.error(f"job {bad}: its record in the store is malformed; ignored")
         recover(self.rt)
         self.poller.discover(force=True)
         for rec in self.store.jobs(active_only=True):
@@ -223,7 +221,9 @@ class Controller:
             snap["unreachable"] = sorted(self.rt.fencing)
         snap["time"] = self.now()
         snap["policy"] = getattr(self.policy, "name", self.cfg.policy)
-        snap["errors"] = list(self.errors[-20:])
+        snap["errors"] = list(self.errors[-20:]) + [
+            f"job {b}: its record in the store is malformed; ignored (fix or delete the row "
+            f"in {self.store.path})" for b in self.store.bad_rows]
         return snap
 
     def logs(self, job: str, tail: int = 200) -> str:

@@ -169,6 +169,34 @@ def used_job_ids(state_dir: str | Path) -> set[str]:
     return {p.name for p in dirs if _JOB_DIR.match(p.name)}
 
 
+def _recovery_hint(d: Path) -> str:
+    db, bak = d / "miso.db", d / BACKUP
+    return (f"restore it from the backup taken at the last start (cp {bak} {db}) or move "
+            f"{d} away to start afresh" if bak.exists() else f"move {d} away to start afresh")
+
+
+def store_problem(state_dir: str | Path) -> str | None:
+    """What is wrong with the job store of ``state_dir`` and how to recover (one line), or
+    None when it is fine or new. Reads only."""
+    d = Path(state_dir)
+    db = d / "miso.db"
+    if not (d / MARKER).exists():
+        return None
+    if not db.exists():
+        return f"the job store {db} is missing (it held jobs before); {_recovery_hint(d)}"
+    if db.stat().st_size == 0:
+        return f"the job store {db} is empty (truncated?); {_recovery_hint(d)}"
+    try:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            con.execute("SELECT count(*) FROM jobs").fetchone()
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as e:
+        return f"{db}: not a readable job store ({e}); {_recovery_hint(d)}"
+    return None
+
+
 def open_store(state_dir: str | Path) -> JobStore:
     """The job store of ``state_dir`` (``miso.db``), created on first use.
 
@@ -178,13 +206,11 @@ def open_store(state_dir: str | Path) -> JobStore:
     """
     d = Path(state_dir)
     db, marker, bak = d / "miso.db", d / MARKER, d / BACKUP
-    fix = (f"restore it from the backup taken at the last start (cp {bak} {db}) or move "
-           f"{d} away to start afresh" if bak.exists() else f"move {d} away to start afresh")
+    fix = _recovery_hint(d)
     existed = marker.exists()
-    if existed and not db.exists():
-        raise StoreError(f"the job store {db} is missing (it held jobs before); {fix}")
-    if existed and db.stat().st_size == 0:
-        raise StoreError(f"the job store {db} is empty (truncated?); {fix}")
+    problem = store_problem(d)
+    if problem:
+        raise StoreError(problem)
     if not existed and db.exists() and db.stat().st_size == 0:
         db.unlink()
     used = used_job_ids(d)
