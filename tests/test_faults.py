@@ -470,3 +470,64 @@ def test_up__damaged_store_is_refused_before_starting_anything(tmp_path: Path) -
     (tmp_path / "miso.db").write_bytes(b"")
     r = runner.invoke(app, ["cluster", "up", "--emulated", "--state-dir", str(tmp_path)])
     assert r.exit_code != 0 and "is empty" in r.output and len(r.output.splitlines()) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_cluster__down_stops_jobs_without_the_helper_and_a_second_up_is_refused(
+        tmp_path: Path) -> None:
+    sd = str(tmp_path / "state")
+    mark = f"down-{os.getpid()}-{time.time()}"
+    r = runner.invoke(app, ["cluster", "up", "--emulated", "--gpus", "1", "--state-dir", sd,
+                            "--profile-seconds", "0.3"])
+    assert r.exit_code == 0, r.output
+    try:
+        r = runner.invoke(app, ["cluster", "up", "--emulated", "--state-dir", sd])
+        assert r.exit_code != 0 and "already runs" in r.output, r.output
+        r = runner.invoke(app, ["submit", "--state-dir", sd, "--env", f"MISO_TEST_MARK={mark}",
+                                "--", "sleep", "300"])
+        assert r.exit_code == 0, r.output
+        wait_for(lambda: running_copies(mark), 60)
+    finally:
+        import ray
+
+        ray.shutdown()
+        r = runner.invoke(app, ["cluster", "down", "--state-dir", sd])
+    assert r.exit_code == 0, r.output
+    wait_for(lambda: not pids_with_env("MISO_TEST_MARK", mark), 20)  # no orphan (PPID 1)
+
+
+@pytest.mark.slow
+def test_readme__pytorch_job_checkpoints_and_resumes_under_an_agent(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    assert torch
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    code = readme.split("# train.py\n", 1)[1].split("```", 1)[0]
+    code = code.replace(".cuda()", "").replace('device="cuda"', 'device="cpu"')
+    script = tmp_path / "train.py"
+    script.write_text(code.replace("10_000", "4_000"))
+    a = Agent("n0", EmulatedBackend(1), tmp_path / "agent")
+    try:
+        a.apply_layout(0, [[0, "7g.40gb"]])
+        ck = tmp_path / "ck"
+        spec = {"job": "t", "command": [sys.executable, str(script)], "gpu": 0,
+                "placement": [0, "7g.40gb"], "checkpoint_dir": str(ck),
+                "env": {"PYTHONPATH": str(Path(jobhelper.__file__).parents[1])}}
+        assert a.launch({**spec, "attempt": 1})["ok"]
+
+        def rep(n: int) -> dict[str, Any]:
+            return next(x for x in a.report()["jobs"] if x["attempt"] == n)
+
+        wait_for(lambda: (rep(1)["iteration"] or 0) > 50, 180)
+        assert rep(1)["checkpointable"] is True
+        assert a.checkpoint("t", 1)
+        r1 = wait_for(lambda: (x := rep(1))["status"] != "running" and x, 120)
+        assert r1["status"] == "checkpointed", a.logs("t")
+        saved = r1["checkpoint_iteration"]
+        assert saved and saved > 50 and Path(r1["checkpoint_path"]).exists()
+        assert a.launch({**spec, "attempt": 2, "resume_from": r1["checkpoint_path"]})["ok"]
+        r2 = wait_for(lambda: (x := rep(2))["status"] != "running" and x, 240)
+        assert r2["status"] == "finished", a.logs("t")
+        assert r2["start_iteration"] == saved and r2["iteration"] == 4000
+    finally:
+        a.shutdown()
