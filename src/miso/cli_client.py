@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
+import uuid
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -112,9 +114,19 @@ def submit(
     if memory_gb is not None:
         checks.positive(memory_gb, "--memory-gb")
     variables = parse_env(list(env or []), env_all)
+    request = uuid.uuid4().hex  # one id for every retry below: at most one job
+    deadline = time.time() + 30
     with client(url, token, state_dir, address) as c:
-        typer.echo(call(c.submit, list(command), name=name, memory_gb=memory_gb,
-                        env=variables, cwd=os.getcwd()))
+        while True:
+            try:
+                jid = c.submit(list(command), name=name, memory_gb=memory_gb, env=variables,
+                               cwd=os.getcwd(), request_id=request)
+                break
+            except ApiError as e:  # retried only when the answer may have been lost
+                if e.status not in (0, 502, 503, 504) or time.time() > deadline:
+                    fail(e.message)
+                time.sleep(1.0)
+        typer.echo(jid)
 
 
 def _progress(j: dict[str, Any]) -> str:
@@ -125,7 +137,9 @@ def _progress(j: dict[str, Any]) -> str:
 
 
 def render_status(st: dict[str, Any]) -> list[Table]:
-    """Rich tables of an API status: GPUs (other users' jobs as a count), then jobs."""
+    """Rich tables of an API status: GPUs (other users' jobs as a count), then jobs. All user
+    text is escaped (:func:`miso.cli_cluster.safe`)."""
+    from miso.cli_cluster import safe
     g = Table(title="GPUs")
     for c in ("gpu", "model", "phase", "layout", "jobs"):
         g.add_column(c)
@@ -135,16 +149,16 @@ def render_status(st: dict[str, Any]) -> list[Table]:
                 for j in gpu["jobs"]]
         if gpu.get("other_jobs"):
             jobs.append(f"+{gpu['other_jobs']} of other users")
-        g.add_row(gpu["id"], gpu["model"], gpu["phase"], " ".join(gpu["layout"]) or "-",
-                  ", ".join(jobs) or "-")
+        g.add_row(*(safe(x) for x in (gpu["id"], gpu["model"], gpu["phase"],
+                                      " ".join(gpu["layout"]) or "-", ", ".join(jobs) or "-")))
     who = f"{st.get('user')}{' (admin)' if st.get('admin') else ''}"
-    t = Table(title=f"Jobs of {who} (policy {st.get('policy', '?')})")
+    t = Table(title=safe(f"Jobs of {who} (policy {st.get('policy', '?')})"))
     cols = ["id", "name", "state", "gpu", "slice", "speed it/s", "progress", "restarts",
-            "reason"]
+            "why (waiting) / reason (ended)"]
     if st.get("admin"):
         cols.insert(1, "owner")
     for c in cols:
-        t.add_column(c)
+        t.add_column(c, overflow="fold" if c.startswith("why") else "ellipsis")
     for j in st.get("jobs", []):
         sl = j.get("placement") or "-"
         if j.get("mps_pct") is not None and j["state"] in ("profiling", "running"):
@@ -154,10 +168,10 @@ def render_status(st: dict[str, Any]) -> list[Table]:
         rate = f"{j['rate']:.1f}" if j.get("rate") and j["state"] in ("running", "profiling") \
             else "-"
         row = [j["id"], j["name"], j["state"], j.get("gpu") or "-", sl, rate, _progress(j),
-               str(j.get("restarts", 0)), j.get("reason") or ""]
+               str(j.get("restarts", 0)), j.get("why", j.get("reason")) or ""]
         if st.get("admin"):
             row.insert(1, j.get("owner") or "-")
-        t.add_row(*row)
+        t.add_row(*(safe(x) for x in row))
     return [g, t]
 
 
@@ -200,8 +214,28 @@ def logs(
     from miso import cli_checks as checks
 
     checks.number(tail, "--tail", low=1)
+    sd = state_dir or os.environ.get("MISO_STATE_DIR") or str(default_state_dir())
+    if url is None and address is None and not os.environ.get("MISO_URL") and \
+            (Path(sd) / "miso.db").exists() and not _cluster_runs(sd):
+        from miso.controller.offline import logs_from_disk
+
+        try:
+            text = logs_from_disk(sd, job, tail)
+        except LookupError as e:
+            fail(str(e))
+        typer.echo(f"(no cluster runs from {sd}: logs read from disk)", err=True)
+        typer.echo(text)
+        return
     with client(url, token, state_dir, address) as c:
         typer.echo(call(c.logs, job, tail))
+
+
+def _cluster_runs(state_dir: str) -> bool:
+    """True when ``state_dir`` has a live cluster (a head of ours, or a remote controller)."""
+    from miso import raycluster as rc
+
+    info = rc.read_cluster_file(state_dir)
+    return info is not None and (info.get("pid") == 0 or rc.is_our_head(info, state_dir))
 
 
 def cancel(

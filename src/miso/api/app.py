@@ -63,7 +63,8 @@ class ControllerLike(Protocol):
     def submit(self, command: list[str], *, name: str | None = None,
                memory_gb: float | None = None, workload: str | None = None,
                env: dict[str, str] | None = None, cwd: str | None = None,
-               owner: str | None = None, unix_user: str | None = None) -> str: ...
+               owner: str | None = None, unix_user: str | None = None,
+               request_id: str | None = None) -> str: ...
 
     def cancel(self, job: str) -> dict[str, Any]: ...
 
@@ -209,13 +210,15 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
     async def submit(body: SubmitRequest, user: UserDep) -> Json:
         from miso.controller import SubmitError  # noqa: PLC0415
 
+        # a retry (same client-chosen request id) gets the job of the first call
+        retry = {"request_id": f"{user.name}:{body.request_id}"} if body.request_id else {}
         try:
             jid = controller.submit(list(body.command), name=body.name,
                                     memory_gb=body.memory_gb, workload=body.workload,
                                     env=dict(body.env), cwd=body.cwd, owner=user.name,
-                                    unix_user=user.unix_user)
+                                    unix_user=user.unix_user, **retry)
         except SubmitError as e:
-            raise ApiError(409 if "already active" in str(e) else 400, str(e)) from None
+            raise ApiError(409 if "names are unique" in str(e) else 400, str(e)) from None
         users.record(user.name, "submit", jid, {"name": body.name, "argv0": body.command[0]})
         return Json({"id": jid, "name": body.name or jid}, status_code=201)
 
@@ -254,6 +257,8 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
     @r.get("/status")
     async def status(user: UserDep, limit: Annotated[int, Query(ge=1, le=100_000)] = 200
                      ) -> Json:
+        from miso.controller.controller import why  # noqa: PLC0415
+
         snap = snapshot.get()
         own = None if user.admin else user.name
         recs = store.jobs(owner=own, limit=limit)
@@ -266,7 +271,7 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
             "time": snap.get("time"), "policy": snap.get("policy"),
             "nodes": snap.get("nodes", []),
             "gpus": [gpu_view(g, mine) for g in snap.get("gpus", [])],
-            "jobs": [x.to_json() for x in recs],
+            "jobs": [{**x.to_json(), "why": why(x.to_json(), snap)} for x in recs],
             "counts": {"mine": store.counts(owner=user.name), "all": snap.get("counts", {})},
         }
         if user.admin:

@@ -61,10 +61,11 @@ class Client:
 
     def submit(self, command: list[str], *, name: str | None = None,
                memory_gb: float | None = None, workload: str | None = None,
-               env: dict[str, str] | None = None, cwd: str | None = None) -> str:
+               env: dict[str, str] | None = None, cwd: str | None = None,
+               request_id: str | None = None) -> str:
         body: dict[str, Any] = {"command": command, "env": env or {}}
         for k, v in (("name", name), ("memory_gb", memory_gb), ("workload", workload),
-                     ("cwd", cwd)):
+                     ("cwd", cwd), ("request_id", request_id)):
             if v is not None:
                 body[k] = v
         return str(self.request("POST", "/jobs", json=body)["id"])

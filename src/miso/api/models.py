@@ -27,6 +27,9 @@ class SubmitRequest(_Body):
     env: dict[str, Annotated[str, Field(max_length=32768)]] = Field(default_factory=dict,
                                                                    max_length=512)
     cwd: str | None = Field(default=None, max_length=4096)
+    #: Chosen by the client; a retried submission with the same id returns the same job.
+    request_id: str | None = Field(default=None, min_length=8, max_length=128,
+                                   pattern=r"^[A-Za-z0-9_.-]+$")
 
     @field_validator("command")
     @classmethod

@@ -204,7 +204,7 @@ class Controller:
         snap = self.cluster()
         jobs = [r.to_json() for r in self.store.jobs()]
         for j in jobs:
-            j["why"] = _why(j, snap)
+            j["why"] = why(j, snap)
         snap["jobs"] = jobs
         if not snap["nodes"] and any(j["state"] == "queued" for j in jobs):
             fencing = snap["unreachable"]
@@ -275,8 +275,9 @@ def _spec(rec: JobRecord) -> JobSpec:
                    checkpointable=rec.checkpointable is not False)
 
 
-def _why(j: dict[str, Any], snap: dict[str, Any]) -> str:
-    """One line on why a job is where it is (for ``miso status``)."""
+def why(j: dict[str, Any], snap: dict[str, Any]) -> str:
+    """One line on why job ``j`` (a record as JSON) is where it is: its full failure reason
+    when it ended, why it waits when queued (``snap`` is :meth:`Controller.cluster`)."""
     state = j["state"]
     if state in ("finished", "failed", "cancelled"):
         return str(j.get("reason") or "")
