@@ -133,6 +133,12 @@ def test_cluster_view__slices_on_placement_units_progress_and_wait_reasons() -> 
     assert "30 GB" in v["queue"][0]["reason"]
     assert "behind job 3" in v["queue"][1]["reason"]
     assert jobs["4"]["wait_reason"] == v["queue"][1]["reason"]
+    # the controller's own line on why a job waits comes first
+    src = FakeSource()
+    src.snap["jobs"][2]["why"] = "waits for a GPU with 30 GB free"
+    v = cluster_view(src.status())
+    assert v["queue"][0]["reason"] == "waits for a GPU with 30 GB free"
+    assert {j["id"]: j for j in v["jobs"]}["3"]["wait_reason"] == v["queue"][0]["reason"]
 
 
 def test_routes__page_static_events_cluster_metrics_with_auth() -> None:

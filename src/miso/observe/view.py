@@ -94,13 +94,14 @@ def cluster_view(snap: Mapping[str, Any], *, speeds: Mapping[str, Mapping[str, A
             prog = 1.0
         wait = None
         if state in ACTIVE and state != "running" and state != "profiling":
-            wait = qreason.get(jid) or _placed_reason(gpu, phase.get(gpu or ""))
+            # the controller's own line on why it waits (status "why"), else ours
+            wait = j.get("why") or qreason.get(jid) or _placed_reason(gpu, phase.get(gpu or ""))
         out_jobs.append({
             "id": jid, "name": j.get("name"), "owner": j.get("owner") or "",
             "state": state, "gpu": gpu, "slice": j.get("placement"),
             "progress": prog, "iteration": it, "total": total, "rate": j.get("rate"),
             "speed": dict(speeds.get(jid) or {}), "restarts": j.get("restarts", 0),
-            "submitted_at": j.get("submitted_at"), "wait_reason": j.get("wait_reason") or wait,
+            "submitted_at": j.get("submitted_at"), "wait_reason": wait,
             "reason": j.get("reason") or "",
         })
     out_queue = []
@@ -109,7 +110,7 @@ def cluster_view(snap: Mapping[str, Any], *, speeds: Mapping[str, Mapping[str, A
         sub = j.get("submitted_at")
         out_queue.append({"id": q, "name": j.get("name"), "owner": j.get("owner") or "",
                           "waited_s": round(now - float(sub), 1) if sub is not None else None,
-                          "reason": j.get("wait_reason") or qreason.get(q, "")})
+                          "reason": j.get("why") or qreason.get(q, "")})
     if visible is not None:
         out_queue = [q for q in out_queue if q["id"] != OTHER]
     recs = [dict(r, text=describe(r)) for r in decisions]
