@@ -153,3 +153,56 @@ def test_live_controller__metrics_after_three_jobs_and_one_repartition(tmp_path:
         assert client.get("/api/v1/metrics-nope").status_code == 404
     finally:
         c.close()
+
+
+def test_node_loss_preemption_and_failed_layouts_counted_by_reason() -> None:
+    from miso.mig import Placement
+    from miso.sched import (
+        ApplyLayout,
+        ClusterState,
+        GpuAdded,
+        GpuRemoved,
+        JobSpec,
+        JobSubmitted,
+        LayoutApplied,
+        LayoutFailed,
+        PlaceJob,
+        RequeueJob,
+    )
+
+    m = Metrics()
+    obs = Observer(m, DecisionLog(None))
+    st = ClusterState()
+    t = [0.0]
+
+    def ev(e: object) -> None:
+        t[0] += 1.0
+        obs.on_event(t[0], e, st)  # type: ignore[arg-type]
+        st.observe(t[0], e)  # type: ignore[arg-type]
+
+    def dec(d: object) -> None:
+        st.apply(t[0], d)  # type: ignore[arg-type]
+        obs.on_decision(t[0], d, st)  # type: ignore[arg-type]
+
+    full = Placement(0, "7g.40gb")
+    for g in ("g0", "g1"):
+        ev(GpuAdded(g, "A100-40GB"))
+    for j, g in (("a", "g0"), ("b", "g1")):
+        ev(JobSubmitted(JobSpec(j, j, 4.0)))
+        dec(PlaceJob(j, g))
+        dec(ApplyLayout(g, st.new_plan_id(), (full,), {j: full}))
+        ev(LayoutApplied(g, st.last_plan_id))
+    dec(RequeueJob("a", "make room"))        # a was running: a preemption restart
+    ev(GpuRemoved("g1"))                     # b was running there: a node-loss restart
+    ev(JobSubmitted(JobSpec("c", "c", 4.0)))
+    dec(PlaceJob("c", "g0"))
+    pid = st.new_plan_id()
+    dec(ApplyLayout("g0", pid, (full,), {"c": full}))
+    ev(LayoutFailed("g0", pid, "driver said no"))
+    sm = samples(m.render().decode())
+    assert value(sm, "miso_job_restarts_total", reason="preemption") == 1
+    assert value(sm, "miso_job_restarts_total", reason="node_loss") == 1
+    assert value(sm, "miso_job_restarts_total", reason="repartition") == 0
+    assert value(sm, "miso_failures_total", kind="layout") == 1
+    assert value(sm, "miso_reconfigurations_total") == 2
+    assert value(sm, "miso_controller_events_total", kind="GpuRemoved") == 1
