@@ -68,7 +68,7 @@ class Observer:
         self.log = log
         self.estimates = estimates
         self._event: Event | None = None
-        self._issued: dict[int, float] = {}          # plan id -> decision time
+        self._issued: dict[str, tuple[int, float]] = {}  # gpu -> (its latest plan, when)
         self._restarts: dict[str, int] = {}          # job -> restarts seen in the state
         self._started: set[str] = set()              # jobs a plan has run at least once
         self._gpu_of: dict[str, str] = {}            # job -> GPU it was placed on
@@ -124,7 +124,7 @@ class Observer:
             case LayoutApplied(gpu=g, plan_id=pid):
                 gs = state.gpus.get(g)
                 if gs is not None and gs.pending_plan_id == pid and m is not None:
-                    t0 = self._issued.pop(pid, None)
+                    t0 = self._issued_at(g, pid)
                     if t0 is not None:
                         m.reconfig_s.observe(max(0.0, now - t0))
                     d = gs.pending
@@ -135,13 +135,13 @@ class Observer:
             case LayoutFailed(gpu=g, plan_id=pid):
                 gs = state.gpus.get(g)
                 if gs is not None and gs.pending_plan_id == pid:
-                    self._issued.pop(pid, None)
+                    self._issued_at(g, pid)
                     if m is not None:
                         m.failures.labels("layout").inc()
             case ProfilingFinished(gpu=g, plan_id=pid):
                 gs = state.gpus.get(g)
                 if gs is not None and gs.pending_plan_id == pid:
-                    t0 = self._issued.pop(pid, None)
+                    t0 = self._issued_at(g, pid)
                     if t0 is not None and m is not None:
                         m.profiling_s.observe(max(0.0, now - t0))
             case SpeedObserved():
@@ -165,8 +165,8 @@ class Observer:
         if m is not None and restarted:
             m.restarts.labels(_RESTART_REASON.get(type(d), "repartition")).inc(len(restarted))
         pid = getattr(d, "plan_id", None)
-        if pid is not None:
-            self._issued[pid] = now
+        if pid is not None:  # a newer plan supersedes the GPU's pending one
+            self._issued[d.gpu] = (pid, now)  # type: ignore[attr-defined]
         if isinstance(d, (StartProfiling, ApplyLayout, RunMps)):
             for j in involved:
                 if j not in self._started:
@@ -207,6 +207,14 @@ class Observer:
             return {j: dict(v) for j, v in self._speed.items()}
 
     # ---- internals ------------------------------------------------------------------------
+
+    def _issued_at(self, gpu: str, pid: int) -> float | None:
+        """When plan ``pid`` of ``gpu`` was decided (None if superseded); forgets it."""
+        got = self._issued.get(gpu)
+        if got is None or got[0] != pid:
+            return None
+        del self._issued[gpu]
+        return got[1]
 
     def _speeds_for(self, d: Decision) -> Mapping[str, Mapping[str, float]] | None:
         why = getattr(d, "why", None)
