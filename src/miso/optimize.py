@@ -250,11 +250,11 @@ class PartitionOptimizer:
         run = [(i, t.unit.get(cur[j], len(t.unit))) for i, j in enumerate(jobs) if j in cur]
         kept = t.pair_keeps[idx[:, None], [i for i, _ in run], [u for _, u in run]]
         n_kept = np.add.reduce(kept, axis=1)
-        # Penalties of the moved jobs, added one job at a time in order (the scalar loop's sums).
-        col = {j: k for k, j in enumerate(j for j in jobs if j in cur)}
+        # Penalties of the moved jobs, added one job at a time in order (the scalar loop's sums;
+        # pinned jobs add an exact 0.0).
         if pen:
-            cost = np.where(kept[:, [col[j] for j in pen]], 0.0,
-                            np.array(list(pen.values()))).cumsum(axis=1)[:, -1]
+            penv = [pen.get(j, 0.0) for j in jobs if j in cur]
+            cost = np.where(kept, 0.0, penv).cumsum(axis=1)[:, -1]
         else:
             cost = np.zeros(idx.size)
         score = vals[pa[idx]] - cost

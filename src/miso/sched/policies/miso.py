@@ -100,17 +100,29 @@ class Miso(BasePolicy):
         ``max_jobs_per_gpu``, a valid layout for the mix): least crowded first, then GPU order.
         Lazy; consume it before the next placement or requeue."""
         occ = self.occ.view(sc)
+        for n, tags in self._tags_by_count(sc, job):
+            for g in occ.ordered(tags):
+                yield n, g
+
+    def first_candidate(self, sc: Scratch, job: str) -> tuple[int, str] | None:
+        """The first of :meth:`candidate_gpus`, without iterating."""
+        occ = self.occ.view(sc)
+        for n, tags in self._tags_by_count(sc, job):
+            g = occ.first(tags)
+            if g is not None:
+                return n, g
+        return None
+
+    def _tags_by_count(self, sc: Scratch, job: str) -> Iterator[tuple[int, list[Hashable]]]:
         mem = sc.state.jobs[job].spec.memory_gb
         fits = [(geom, fitting_profiles(geom, mem)) for geom in self._geoms]
         for n in range(max((g.model.max_instances for g in self._geoms), default=0)):
-            for g in occ.ordered([(n, geom, f) for geom, f in fits]):
-                yield n, g
+            yield n, [(n, geom, f) for geom, f in fits]
 
     def choose_gpu(self, now: float, job: str, sc: Scratch) -> str | None:
         """Least crowded GPU that can hold the job (count, then GPU order)."""
-        for _, g in self.candidate_gpus(sc, job):
-            return g
-        return None
+        got = self.first_candidate(sc, job)
+        return None if got is None else got[1]
 
     def on_capacity(self, now: float, sc: Scratch) -> None:
         for j in sc.queue():
@@ -543,7 +555,7 @@ class MisoPlus(Miso):
             return None
         if sc.queue():
             return None  # queued jobs take free slices at once
-        first = next(iter(self.candidate_gpus(sc, jobs[0])), None)
+        first = self.first_candidate(sc, jobs[0])
         if first is None or first[0] < len(jobs):
             return None  # an idle or less crowded GPU takes the next arrival
         ts = sorted(self.remaining(j) for j in jobs)
