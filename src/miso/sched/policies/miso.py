@@ -553,7 +553,7 @@ class MisoPlus(Miso):
         gap = self.mean_gap()
         if gap is None or len(jobs) + 1 > min(self.max_jobs, gs.geom.model.max_instances):
             return None
-        if sc.queue():
+        if any(j not in sc.placed for j in sc.state.queue) or sc.requeued:
             return None  # queued jobs take free slices at once
         first = self.first_candidate(sc, jobs[0])
         if first is None or first[0] < len(jobs):
