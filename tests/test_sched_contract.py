@@ -188,3 +188,42 @@ def test_predictor_estimator__survives_a_level_with_no_progress():
     assert set(out) == {"a", "b"}
     assert seen[0][:, 0].tolist() == [10.0, 4.0, 4.0]
     assert seen[0][:, 1].tolist() == [1.0, 1.0, 1.0]
+
+
+def test_job_checkpointable_event_updates_the_spec_and_miso_plus_pins_the_job():
+    """A driver that learns a job cannot checkpoint tells the core; miso+ then never moves it
+    once it has run (the optimizer keeps its instance)."""
+    from miso.mig import Placement
+    from miso.sched import (
+        ApplyLayout,
+        ClusterState,
+        GpuAdded,
+        JobCheckpointable,
+        JobSpec,
+        JobSubmitted,
+        LayoutApplied,
+        TrueSpeeds,
+        make_policy,
+    )
+
+    st = ClusterState()
+    pol = make_policy("miso+", estimator=TrueSpeeds())
+
+    def step(t, ev):  # noqa: ANN001, ANN202
+        st.observe(t, ev)
+        out = pol.decide(t, ev, st)
+        for d in out:
+            st.apply(t, d)
+        return out
+
+    step(0.0, GpuAdded("g0", "A100-40GB"))
+    out = step(1.0, JobSubmitted(JobSpec("a", "a", 4.0, "resnet_train64")))
+    lay = next(d for d in out if isinstance(d, ApplyLayout))
+    step(2.0, LayoutApplied("g0", lay.plan_id))
+    step(3.0, JobCheckpointable("a", False))
+    assert st.jobs["a"].spec.checkpointable is False
+    out = step(4.0, JobSubmitted(JobSpec("b", "b", 4.0, "mobilenet_train64")))
+    plans = [d for d in out if isinstance(d, ApplyLayout)]
+    # a keeps the whole GPU it runs on; b waits (no layout keeps a's 7g instance and adds b).
+    assert all(d.assignment.get("a") == Placement(0, "7g.40gb") for d in plans)
+    assert st.jobs["a"].restarts == 0

@@ -20,7 +20,14 @@ from miso.controller.executor import PlanExecutor, Relaunch
 from miso.controller.runtime import GpuRef, Runtime
 from miso.controller.transport import NodeUnavailable
 from miso.mig import geometry
-from miso.sched import GpuAdded, JobFailed, JobFinished, JobSpeedChanged, SpeedObserved
+from miso.sched import (
+    GpuAdded,
+    JobCheckpointable,
+    JobFailed,
+    JobFinished,
+    JobSpeedChanged,
+    SpeedObserved,
+)
 
 log = logging.getLogger(__name__)
 
@@ -229,3 +236,4 @@ class AgentPoller:
         rec = self.rt.job(job)
         if rec is not None and rec.checkpointable is not value:
             self.rt.store.progress(job, checkpointable=int(value))
+            self.rt.post_event(JobCheckpointable(job, bool(value)))

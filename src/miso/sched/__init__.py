@@ -47,6 +47,7 @@ from miso.sched.events import (
     Event,
     GpuAdded,
     GpuRemoved,
+    JobCheckpointable,
     JobFailed,
     JobFinished,
     JobSpec,
@@ -77,8 +78,8 @@ from miso.sched.state import (
 )
 
 __all__ = [
-    "MPS_LEVELS", "ApplyLayout", "ClusterState", "ContractError", "Decision", "Event",
-    "GpuAdded", "GpuRemoved", "GpuState", "JobFailed", "JobFinished", "JobSpec",
+    "MPS_LEVELS", "ApplyLayout", "ClusterState", "ContractError", "Decision", "Event", "GpuAdded",
+    "GpuRemoved", "GpuState", "JobCheckpointable", "JobFailed", "JobFinished", "JobSpec",
     "JobSpeedChanged", "JobState", "JobStatus", "JobSubmitted", "LayoutApplied", "LayoutFailed",
     "NoisyOracle", "Phase", "PlaceJob", "Policy", "PredictorEstimator", "ProfilingFinished",
     "RequeueJob", "RunMps", "SpeedEstimator", "SpeedObserved", "SpeedTable", "StartProfiling",

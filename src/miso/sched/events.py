@@ -101,6 +101,15 @@ class JobFailed(Event):
 
 
 @dataclass(frozen=True)
+class JobCheckpointable(Event):
+    """The driver learned whether a job can checkpoint (the ``miso.job`` helper announces it;
+    a job that never does cannot). ``ClusterState`` updates the job's spec."""
+
+    job: str
+    checkpointable: bool
+
+
+@dataclass(frozen=True)
 class SpeedObserved(Event):
     """First steady raw rate of a job on a MIG instance (once per job and placement run).
 

@@ -10,7 +10,7 @@ change a policy makes itself is drawing plan ids with :meth:`ClusterState.new_pl
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from miso.mig import Geometry, Placement, geometry, violations
@@ -27,6 +27,7 @@ from miso.sched.events import (
     Event,
     GpuAdded,
     GpuRemoved,
+    JobCheckpointable,
     JobFailed,
     JobFinished,
     JobSpec,
@@ -224,6 +225,9 @@ class ClusterState:
                     self.jobs[j].status = JobStatus.PLACED
                     self.jobs[j].placement = None
                 self._changed(g)
+            case JobCheckpointable(job=j, checkpointable=c):
+                if j in self.jobs and self.jobs[j].spec.checkpointable is not c:
+                    self.jobs[j].spec = replace(self.jobs[j].spec, checkpointable=c)
             case SpeedObserved(job=j, placement=pl, rate=r):
                 if j in self.jobs:
                     self.jobs[j].observed.setdefault(pl.profile, r)
