@@ -153,3 +153,16 @@ def test_credentials_precedence(home: Path, tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setenv("MISO_TOKEN", "tok-env")
     got = resolve(url="http://flag:2", token=None, state_dir=None, default_state_dir=sd)
     assert got == Credentials("http://flag:2", "tok-env", None)
+
+
+def test_cluster_up_refuses_plain_http_off_loopback(home: Path, tmp_path: Path) -> None:
+    sd = str(tmp_path / "st")
+    r = miso("cluster", "up", "--emulated", "--listen", "0.0.0.0:8443", "--state-dir", sd)
+    assert r.exit_code == 2 and "without TLS" in r.output
+    r = miso("cluster", "up", "--emulated", "--listen", "127.0.0.1:x", "--state-dir", sd)
+    assert r.exit_code == 2 and "HOST:PORT" in r.output
+    r = miso("cluster", "up", "--emulated", "--listen", "0.0.0.0:8443", "--tls-cert",
+             str(tmp_path / "none.pem"), "--tls-key", str(tmp_path / "none.key"),
+             "--state-dir", sd)
+    assert r.exit_code == 2 and "no such file" in r.output
+    assert not (tmp_path / "st" / "cluster.json").exists()

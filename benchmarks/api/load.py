@@ -32,12 +32,13 @@ MAX_CLIENTS, MAX_DURATION, MAX_SUBMITS = 64, 120.0, 20_000
 # ---- the server process ----------------------------------------------------------------------
 
 
-def serve_main(state: Path, users: int, gpus: int) -> int:
+def serve_main(state: Path, users: int, gpus: int, policy: str | None) -> int:
     from miso.api.head import serve, users_of
     from miso.controller import ControllerConfig
     from miso.controller.local import LocalCluster
 
-    lc = LocalCluster(state, gpus_per_node=gpus, config=ControllerConfig())
+    cfg = ControllerConfig(**({"policy": policy} if policy else {}))
+    lc = LocalCluster(state, gpus_per_node=gpus, config=cfg)
     store = users_of(state)
     tokens = {"admin": store.add("admin", admin=True)}
     for i in range(users):
@@ -155,19 +156,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--submitters", type=int, default=8, help="clients that only submit")
     ap.add_argument("--duration", type=float, default=30.0)
     ap.add_argument("--gpus", type=int, default=4, help="emulated GPUs of the cluster")
+    ap.add_argument("--policy", help="scheduling policy of the controller (default: its own)")
     ap.add_argument("--json", help="also write the result here")
     ap.add_argument("--serve", help=argparse.SUPPRESS)
     ap.add_argument("--users", type=int, default=16, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.serve:
-        return serve_main(Path(a.serve), a.users, a.gpus)
+        return serve_main(Path(a.serve), a.users, a.gpus, a.policy)
     if not (1 <= a.clients <= MAX_CLIENTS and 0 <= a.submitters <= a.clients
             and 0 < a.duration <= MAX_DURATION):
         ap.error(f"need 1 <= --clients <= {MAX_CLIENTS}, --submitters <= --clients, "
                  f"0 < --duration <= {MAX_DURATION:g}")
     state = Path(tempfile.mkdtemp(prefix="miso-apibench-"))
     proc = subprocess.Popen([sys.executable, __file__, "--serve", str(state), "--users",
-                             str(a.clients), "--gpus", str(a.gpus)],
+                             str(a.clients), "--gpus", str(a.gpus),
+                             *(["--policy", a.policy] if a.policy else [])],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             start_new_session=True)
     try:
@@ -185,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         server_cpu, client_cpu = cpu_s(proc.pid) - cpu0, time.process_time() - cpu_c0
         res["cpu_ms_per_request"] = {"server": round(1000 * server_cpu / res["requests"], 2),
                                      "client": round(1000 * client_cpu / res["requests"], 2)}
+        res["policy"] = a.policy or "default"
         res["load_avg"] = [round(x, 2) for x in os.getloadavg()]
         res["cpus"] = os.cpu_count()
     finally:
