@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,6 +42,7 @@ def cli(*args: str, env: dict[str, str], timeout: float = 240) -> subprocess.Com
 @pytest.fixture
 def up() -> Iterator[tuple[Path, dict[str, str], str]]:
     sd = Path(tempfile.mkdtemp(prefix="miso-rayauth-")) / "state"
+    os.chmod(sd.parent, 0o711)  # jobs' accounts reach the state dir (as under /var/lib)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "MISO_"))}
     env |= {"MISO_STATE_DIR": str(sd), "MISO_CONFIG": str(sd.parent / "cfg.json"),
             "RAY_USAGE_STATS_ENABLED": "0", "COLUMNS": "200"}
@@ -89,3 +91,20 @@ def test_ray_needs_the_clusters_token_and_state_is_private(up: tuple) -> None:
     assert r.returncode == 0, r.stderr
     st = json.loads(cli("status", "--json", env=env).stdout)
     assert st["api_url"] == url and st["jobs"][0]["id"] == r.stdout.strip()
+    # the README's multi-user set-up: the admin adds alice, she logs in from another shell
+    r = cli("user", "add", "alice", "--unix-user", "nobody", env=env)
+    assert r.returncode == 0, r.stderr
+    alice = {k: v for k, v in env.items() if k != "MISO_STATE_DIR"}
+    alice["MISO_CONFIG"] = str(sd.parent / "alice.json")
+    r = cli("login", "--url", url, "--token", r.stdout.strip(), env=alice)
+    assert r.returncode == 0 and "as alice" in r.stdout, r.stderr
+    r = cli("submit", "--name", "hers", "--", "/bin/sh", "-c", "id -u", env=alice)
+    assert r.returncode == 0, r.stderr
+    deadline = time.time() + 90
+    while "finished" not in cli("status", "--json", env=alice).stdout:
+        assert time.time() < deadline
+        time.sleep(1)
+    out = cli("logs", "hers", env=alice).stdout
+    assert ("65534" if os.geteuid() == 0 else str(os.geteuid())) in out, out
+    r = cli("logs", st["jobs"][0]["id"], env=alice)
+    assert r.returncode == 2 and "belongs to another user" in r.stderr
