@@ -166,3 +166,17 @@ def test_cluster_up_refuses_plain_http_off_loopback(home: Path, tmp_path: Path) 
              "--state-dir", sd)
     assert r.exit_code == 2 and "no such file" in r.output
     assert not (tmp_path / "st" / "cluster.json").exists()
+
+
+def test_env_all_passes_the_shell_without_miso_and_ray_variables(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from miso.cli_client import parse_env
+
+    monkeypatch.setenv("MISO_TOKEN", "secret")
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "secret")
+    monkeypatch.setenv("BASH_FUNC_f%%", "() { :; }")
+    monkeypatch.setenv("MY_VAR", "1")
+    env = parse_env(["A=b=c", "MY_VAR=2"], env_all=True)
+    assert env["A"] == "b=c" and env["MY_VAR"] == "2" and env["PATH"] == os.environ["PATH"]
+    assert not any(k.startswith(("MISO_", "RAY_", "BASH_FUNC")) for k in env)
+    assert parse_env(["X=1"], env_all=False) == {"X": "1"}

@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from miso.api.users import UserStore
 from miso.cli_client import StateDir, Token, Url, call, client, default_state_dir, fail
 
 user_app = typer.Typer(help="Users of the cluster and their API tokens.",
@@ -24,11 +25,9 @@ console = Console()
 USERS_DB = "users.db"
 
 
-def _bootstrap_store(state_dir: str | None) -> object | None:
+def _bootstrap_store(state_dir: str | None) -> UserStore | None:
     """The state dir's user store when this process may act as the local operator (the
     state directory is readable here and has no user yet), else None."""
-    from miso.api.users import UserStore
-
     sd = Path(state_dir or os.environ.get("MISO_STATE_DIR") or default_state_dir())
     db = sd / USERS_DB
     if db.exists() and not os.access(db, os.R_OK | os.W_OK):
@@ -56,10 +55,10 @@ def add(
 ) -> None:
     """Add a user (admin only; the first user, an admin, by the local operator). Prints the
     token once."""
-    from miso.api.users import UserError, UserStore
+    from miso.api.users import UserError
 
     store = _bootstrap_store(state_dir) if not (url or token) else None
-    if isinstance(store, UserStore):
+    if store is not None:
         try:
             if not admin:
                 fail("the cluster has no user yet: the first user must be an admin (--admin)")
