@@ -157,11 +157,16 @@ class ControllerActor:
         self.api = None
         if api is not None:  # the HTTP API (miso.api), in this process beside the controller
             from miso.api.head import serve  # noqa: PLC0415
+            from miso.api.server import ListenError  # noqa: PLC0415
             from miso.observe.routes import api_routers, instrument  # noqa: PLC0415
 
-            self.api = serve(self.ctl, d, api, extra_routers=api_routers(
-                self.ctl, self.obs, api.get("host", "127.0.0.1")),
-                setup=lambda app: instrument(app, self.obs))
+            try:
+                self.api = serve(self.ctl, d, api, extra_routers=api_routers(
+                    self.ctl, self.obs, api.get("host", "127.0.0.1")),
+                    setup=lambda app: instrument(app, self.obs))
+            except ListenError as e:  # e.g. the --listen port is taken: ping reports it
+                self.error = f"the API cannot start: {e}"
+                self.ctl.stop()
 
     def api_url(self) -> str | None:
         return self.api.url if getattr(self, "api", None) is not None else None
