@@ -172,8 +172,8 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
     """The API app over ``controller`` and ``users`` (see the module docstring)."""
     from miso.controller.store import StoreError  # noqa: PLC0415
 
-    app = FastAPI(title="miso", version="1", docs_url=None, redoc_url=None,
-                  openapi_url=f"{API}/openapi.json")
+    # no open schema or docs pages: every API answer needs a token
+    app = FastAPI(title="miso", version="1", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.controller = controller
     app.state.users = users
     app.state.api_url = api_url
