@@ -116,6 +116,7 @@ def test_first_user_is_made_by_the_local_operator(home: Path, tmp_path: Path) ->
     r = miso("user", "add", "boss", "--admin", "--state-dir", str(sd))
     assert r.exit_code == 0 and r.stdout.strip().startswith("miso_")
     assert stat.S_IMODE((sd / "users.db").stat().st_mode) == 0o600
+    assert stat.S_IMODE(sd.stat().st_mode) == 0o700
     # from now on adding a user needs an admin token through the API
     r = miso("user", "add", "carl", "--state-dir", str(sd))
     assert r.exit_code == 2 and "no miso cluster found" in r.output

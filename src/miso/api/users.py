@@ -75,7 +75,7 @@ class UserStore:
         self.auth_ttl = auth_ttl
         self._seen: dict[str, tuple[float, User | None]] = {}
         if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             Path(self.path).touch(mode=0o600, exist_ok=True)
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.row_factory = sqlite3.Row
