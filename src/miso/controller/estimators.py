@@ -58,12 +58,8 @@ class MpsProfileHeuristic:
 
 
 def load_predictor() -> Any | None:
-    """The packaged MPS->MIG predictor as ``raw (3, n) -> speeds (5, n)``, or None.
-
-    Uses ``miso.predict.Predictor.load()`` (shipped weights); rows of the result are the 7, 4,
-    3, 2, 1 compute-slice speeds relative to the full GPU, as
-    :class:`miso.sched.PredictorEstimator` expects.
-    """
+    """The packaged MPS->MIG predictor (``miso.predict.Predictor.load()``, shipped weights),
+    as :class:`miso.sched.PredictorEstimator` takes it, or None."""
     try:
         from miso.predict import Predictor  # noqa: PLC0415
 
@@ -72,10 +68,7 @@ def load_predictor() -> Any | None:
         log.info("MPS->MIG predictor unavailable: %s", e)
         return None
 
-    def predict(raw: Any) -> Any:
-        return pred.predict(raw).speed.T
-
-    return predict
+    return pred  # PredictorEstimator reads its speeds and their uncertainty
 
 
 def make_estimator(name: str) -> Any:

@@ -92,10 +92,12 @@ def _complete_profile(raw: np.ndarray) -> np.ndarray:
 class PredictorEstimator:
     """The learned MPS->MIG predictor on the mix's raw MPS profile.
 
-    ``predictor`` is any object with ``predict_mix(raw: ndarray (3, n)) -> ndarray (5, n)`` of
-    speeds relative to the full GPU on 7/4/3/2/1 compute slices (NaN = unknown), or a callable
-    of that shape. Memory fit comes from the job's ``memory_gb``; slices that the prediction
-    marks unknown are dropped.
+    ``predictor`` is a :class:`miso.predict.Predictor` (``predict(raw (3, n))`` returning
+    speeds and their uncertainty, each (n, 5)), any object with ``predict_mix(raw: ndarray (3,
+    n)) -> ndarray (5, n)`` of speeds relative to the full GPU on 7/4/3/2/1 compute slices (NaN
+    = unknown), or a callable of that shape. Memory fit comes from the job's ``memory_gb``;
+    slices that the prediction marks unknown are dropped. ``uncertainty[job]`` holds the
+    prediction's std per profile (where the predictor gives one), for explanations.
     """
 
     needs_profile = True
@@ -103,12 +105,16 @@ class PredictorEstimator:
 
     def __init__(self, predictor: Any) -> None:
         self.predictor = predictor
+        self.uncertainty: dict[str, dict[str, float]] = {}
 
-    def _predict(self, raw: np.ndarray) -> np.ndarray:
+    def _predict(self, raw: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         p = self.predictor
         if hasattr(p, "predict_mix"):
-            return np.asarray(p.predict_mix(raw))
-        return np.asarray(p(raw))
+            return np.asarray(p.predict_mix(raw)), None
+        if hasattr(p, "predict") and not callable(p):
+            got = p.predict(raw)
+            return np.asarray(got.speed, dtype=float).T, np.asarray(got.std, dtype=float).T
+        return np.asarray(p(raw)), None
 
     def estimate(self, geom: Geometry, jobs: Sequence[JobState],
                  profile: Mapping[str, tuple[float, ...]] | None = None) -> SpeedTable:
@@ -116,7 +122,7 @@ class PredictorEstimator:
             raise ValueError("the predictor needs an MPS profile of the mix")
         mix = list(profile)
         raw = _complete_profile(np.array([profile[j] for j in mix], dtype=float).T)  # (3, n)
-        pred = self._predict(raw)
+        pred, std = self._predict(raw)
         col = {j: i for i, j in enumerate(mix)}
         full = geom.model.full_profile()
         out: SpeedTable = {}
@@ -141,4 +147,11 @@ class PredictorEstimator:
                     sp[p.name] = float(np.clip(s, 0.01, 1.5))
             sp[full.name] = 1.0
             out[js.id] = sp
+            if std is not None:
+                by_std = {g: float(std[k, i]) for k, g in enumerate(self.SLICES)
+                          if np.isfinite(std[k, i])}
+                self.uncertainty[js.id] = {
+                    p.name: by_std[round(7.0 * p.compute_slices / full.compute_slices)]
+                    for p in geom.profiles if p.name in sp
+                    and round(7.0 * p.compute_slices / full.compute_slices) in by_std}
         return out

@@ -21,14 +21,9 @@ def _predictor():  # noqa: ANN202
 
 
 def unet_predictor():  # noqa: ANN201
-    """A callable raw MPS rates (3, n) -> speeds (5, n) on 7/4/3/2/1 slices (NaN = unknown)."""
-    pred = _predictor()
-
-    def f(raw: np.ndarray) -> np.ndarray:
-        p = pred.predict(np.asarray(raw, dtype=float))
-        return np.asarray(p.speed, dtype=float).T
-
-    return f
+    """The shipped predictor (``predict(raw (3, n))``: speeds and their uncertainty on
+    7/4/3/2/1 slices), as :class:`miso.sched.PredictorEstimator` takes it."""
+    return _predictor()
 
 
 def synthetic_mps(workloads: list[str], rng: np.random.Generator) -> list[tuple[float, ...]]:
