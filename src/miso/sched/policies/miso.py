@@ -139,16 +139,24 @@ class Miso(BasePolicy):
         self.on_capacity(now, sc)
 
     # -- planning -------------------------------------------------------------------------
-    def replan(self, now: float, g: str, sc: Scratch, force_solve: bool = False) -> None:
-        st = sc.state
-        gs = st.gpus.get(g)
+    def plannable(self, g: str, sc: Scratch) -> bool:
+        """True when ``g`` can be re-planned now; a busy GPU is marked dirty (re-planned once
+        its pending plan is acknowledged), a removed one forgotten."""
+        gs = sc.state.gpus.get(g)
         if gs is None:
             self.dirty.discard(g)
-            return
+            return False
         if gs.busy:
             self.dirty.add(g)
-            return
+            return False
         self.dirty.discard(g)
+        return True
+
+    def replan(self, now: float, g: str, sc: Scratch, force_solve: bool = False) -> None:
+        if not self.plannable(g, sc):
+            return
+        st = sc.state
+        gs = st.gpus[g]
         jobs = sc.jobs_on(g)
         if not jobs:
             return
@@ -431,15 +439,10 @@ class MisoPlus(Miso):
 
     # -- planning ---------------------------------------------------------------------------
     def replan(self, now: float, g: str, sc: Scratch, force_solve: bool = False) -> None:
+        if not self.plannable(g, sc):
+            return
         st = sc.state
-        gs = st.gpus.get(g)
-        if gs is None:
-            self.dirty.discard(g)
-            return
-        if gs.busy:
-            self.dirty.add(g)
-            return
-        self.dirty.discard(g)
+        gs = st.gpus[g]
         self.donors.changed(g)  # estimates of its jobs may change
         jobs = sc.jobs_on(g)
         if not jobs:
