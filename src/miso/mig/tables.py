@@ -97,6 +97,8 @@ class GpuModel:
     #: NVML device-name substrings that identify a model the tables have no PCI id for.
     device_names: tuple[str, ...] = ()
     _by_name: dict[str, Profile] = field(default_factory=dict, compare=False, repr=False)
+    #: default_profiles() and full_profile(), computed once (schedulers ask per event).
+    _derived: dict[str, object] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         for p in self.profiles:
@@ -117,13 +119,19 @@ class GpuModel:
 
     def default_profiles(self) -> tuple[Profile, ...]:
         """Profiles the scheduler uses by default, largest first."""
-        return tuple(
-            sorted((p for p in self.profiles if p.default), key=lambda p: -p.compute_slices)
-        )
+        got = self._derived.get("defaults")
+        if got is None:
+            got = self._derived["defaults"] = tuple(
+                sorted((p for p in self.profiles if p.default), key=lambda p: -p.compute_slices))
+        return got  # type: ignore[return-value]
 
     def full_profile(self) -> Profile:
         """The profile that spans the whole GPU (7g on most models, 4g on A30 and RTX PRO)."""
-        return max(self.default_profiles(), key=lambda p: (p.compute_slices, p.size))
+        got = self._derived.get("full")
+        if got is None:
+            got = self._derived["full"] = max(self.default_profiles(),
+                                              key=lambda p: (p.compute_slices, p.size))
+        return got  # type: ignore[return-value]
 
     @property
     def inferred(self) -> bool:

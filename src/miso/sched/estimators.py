@@ -69,7 +69,7 @@ class NoisyOracle:
                 got = {}
                 for prof, s in sorted(true_speeds(geom, j).items()):
                     e = rng.normal(self.mean, self.std) * (1 if rng.random() < 0.5 else -1)
-                    got[prof] = 1.0 if prof == full else float(np.clip(s + e, 0.01, 1.5))
+                    got[prof] = 1.0 if prof == full else min(max(s + e, 0.01), 1.5)
                 self._cache[key] = got
             out[j.id] = dict(got)
         return out

@@ -160,6 +160,10 @@ class Occupancy(Generic[V]):
         """``g``'s position in GPU order (the order GPUs were added)."""
         return self._rank[g]
 
+    def any(self) -> bool:
+        """Some GPU is in a class."""
+        return bool(self._members)
+
     def classes(self) -> Iterator[tuple[Hashable, str]]:
         """Every non-empty class with its first GPU (in GPU order)."""
         at = self._gpu_at

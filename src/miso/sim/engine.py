@@ -220,10 +220,22 @@ class Simulator:
         t_wall = time.perf_counter()
         for g in self.gpus:
             self._deliver(0.0, GpuAdded(g, self.cfg.gpu_model))
-        for j in self.jobs.values():
-            self._push(j.submit, _ARRIVE, j.id)
-        done = 0
+        # Arrivals enter the heap one at a time, in (time, sequence) order, each with the
+        # sequence number it would have had if all were pushed now: the same event order, but
+        # the heap holds the events in flight, not the whole trace.
+        js = list(self.jobs.values())
+        base = self.seq
+        self.seq += len(js)
+        arrivals = iter(sorted(range(len(js)), key=lambda i: (js[i].submit, i)))
         heap = self.heap
+
+        def next_arrival() -> None:
+            i = next(arrivals, None)
+            if i is not None:
+                heapq.heappush(heap, (js[i].submit, base + i + 1, _ARRIVE, js[i].id, None))
+
+        next_arrival()
+        done = 0
         while heap:
             t, _, kind, a, b = heapq.heappop(heap)
             if kind == _COMPLETE:
@@ -235,6 +247,7 @@ class Simulator:
                 if progress is not None and done % 50 == 0:
                     progress(done)
             elif kind == _ARRIVE:
+                next_arrival()
                 j = self.jobs[a]  # type: ignore[index]
                 self._deliver(t, JobSubmitted(j.spec))
             elif kind == _RESUME:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from functools import cache
 from itertools import islice
 
@@ -121,6 +122,14 @@ class Scratch:
         if not self.placed:
             return self.state.queue[:limit]
         return list(islice((j for j in self.state.queue if j not in self.placed), limit))
+
+    def iter_queue(self) -> Iterator[str]:
+        """:meth:`queue`, lazily (no copy of a long queue for a loop that stops early); the
+        caller may place the jobs it is given, nothing else, while it iterates."""
+        if self.requeued:
+            return iter(self.queue())
+        placed = self.placed
+        return (j for j in self.state.queue if j not in placed)
 
 
 class BasePolicy:

@@ -96,8 +96,13 @@ class OptSta(BasePolicy):
             return
         self._call_asg = new_asg = {}
         occ = self.occ.view(sc)
+        fail = float("inf")  # smallest memory that found no instance this call
         for j in queue:
             mem = st.jobs[j].spec.memory_gb
+            if not occ.any():
+                break
+            if mem >= fail:
+                continue  # placements only take instances: a larger job fits no better
             # The largest fitting free instance; then the GPU with fewest jobs; then GPU order.
             best: tuple[tuple[int, int, int], str, Placement] | None = None
             for (free, n, geom), g in occ.classes():  # type: ignore[misc]
@@ -108,6 +113,7 @@ class OptSta(BasePolicy):
                 if best is None or key < best[0]:
                     best = (key, g, got[1])
             if best is None:
+                fail = mem
                 continue
             _, g, pl = best
             asg = dict(new_asg.get(g) or self._asg(sc, g))
@@ -189,15 +195,21 @@ class MpsOnly(BasePolicy):
         st = sc.state
         share = 100 // self.slots
         touched: list[str] = []
+        fail = float("inf")  # smallest memory that found no GPU this call
         for j in sc.queue(BACKFILL_WINDOW):
             mem = st.jobs[j].spec.memory_gb
             occ = self.occ.view(sc)
+            if not occ.any():
+                break  # every GPU is full
+            if mem >= fail:
+                continue  # placements only fill GPUs: a larger job fits no better
             g = None
             for n in range(self.slots):  # least crowded first, then GPU order
                 g = occ.first((n,), lambda c, mem=mem: c[1] + mem <= c[2] + 1e-9)  # type: ignore
                 if g is not None:
                     break
             if g is None:
+                fail = mem
                 continue
             sc.place(j, g)
             if g not in touched:

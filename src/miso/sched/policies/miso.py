@@ -125,7 +125,7 @@ class Miso(BasePolicy):
         return None if got is None else got[1]
 
     def on_capacity(self, now: float, sc: Scratch) -> None:
-        for j in sc.queue():
+        for j in sc.iter_queue():
             g = self.choose_gpu(now, j, sc)
             if g is None:
                 break  # FIFO: the head waits
@@ -538,7 +538,7 @@ class MisoPlus(Miso):
         if not self.backfill:
             super().on_capacity(now, sc)
             return
-        for j in sc.queue()[:BACKFILL_WINDOW]:
+        for j in sc.queue(BACKFILL_WINDOW):
             g = self.choose_gpu(now, j, sc)
             if g is None:
                 continue
