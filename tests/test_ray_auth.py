@@ -1,12 +1,14 @@
 """A real `miso cluster up --emulated`: Ray runs with token auth and a process without the
 cluster's token cannot connect; the state files are private; the API URL is printed and the
-CLI works through it. Slow: Ray takes seconds to start."""
+CLI works through it for two users; after the controller is killed the API comes back at the
+same URL. Slow: Ray takes seconds to start."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -55,17 +57,26 @@ def up() -> Iterator[tuple[Path, dict[str, str], str]]:
         shutil.rmtree(sd.parent, ignore_errors=True)
 
 
-def probe(address: str, env: dict[str, str], user: int | None = None) -> str:
+PID = """
+import sys, ray
+ray.init(address=sys.argv[1], log_to_driver=False, configure_logging=False)
+h = ray.get_actor("miso-controller", namespace="miso")
+print("PID", ray.get(h.pid.remote(), timeout=60), flush=True)
+"""
+
+
+def probe(address: str, env: dict[str, str], user: int | None = None, code: str = PROBE
+          ) -> str:
     env = {**env, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
     try:
-        r = subprocess.run([sys.executable, "-c", PROBE, address], env=env, text=True,
+        r = subprocess.run([sys.executable, "-c", code, address], env=env, text=True,
                            capture_output=True, timeout=90, user=user)
     except subprocess.TimeoutExpired:
         return "TIMEOUT"  # it never got in
     return r.stdout
 
 
-def test_ray_needs_the_clusters_token_and_state_is_private(up: tuple) -> None:
+def test_real_cluster_ray_token_private_state_two_users_restart(up: tuple) -> None:
     sd, env, out = up
     info = json.loads((sd / "cluster.json").read_text())
     url = json.loads((sd / "api.json").read_text())["url"]
@@ -108,3 +119,15 @@ def test_ray_needs_the_clusters_token_and_state_is_private(up: tuple) -> None:
     assert ("65534" if os.geteuid() == 0 else str(os.geteuid())) in out, out
     r = cli("logs", st["jobs"][0]["id"], env=alice)
     assert r.returncode == 2 and "belongs to another user" in r.stderr
+    # the controller process dies: Ray restarts it and the API comes back at the same URL
+    pid = int(probe(info["address"], good, code=PID).split()[-1])
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.time() + 120
+    while True:
+        r = cli("status", "--json", env=alice, timeout=60)
+        if r.returncode == 0 and json.loads(r.stdout)["jobs"]:
+            break
+        assert time.time() < deadline, r.stderr
+        time.sleep(1)
+    assert json.loads((sd / "api.json").read_text())["url"] == url
+    assert json.loads(r.stdout)["jobs"][0]["name"] == "hers"
