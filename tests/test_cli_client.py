@@ -54,8 +54,10 @@ def miso(*args: str, **env: str) -> Any:
     return CliRunner().invoke(app, list(args), env=env or None)
 
 
-def test_two_users_through_the_cli(cluster: tuple[Path, str], home: Path) -> None:
+def test_two_users_through_the_cli(cluster: tuple[Path, str], home: Path,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
     sd, url = cluster
+    monkeypatch.chdir("/")  # the jobs run here: a directory alice's account can enter
     op = {"MISO_STATE_DIR": str(sd)}  # the operator on the head: url and token from there
     r = miso("user", "add", "alice", "--unix-user", "nobody", **op)
     assert r.exit_code == 0, r.output

@@ -37,8 +37,9 @@ def mode(p: Path) -> int:
 
 
 def cli(*args: str, env: dict[str, str], timeout: float = 240) -> subprocess.CompletedProcess:
+    # from "/": a submitted job runs in the caller's directory, which its account must enter
     return subprocess.run([sys.executable, "-m", "miso.cli", *args], env=env, text=True,
-                          capture_output=True, timeout=timeout)
+                          capture_output=True, timeout=timeout, cwd="/")
 
 
 @pytest.fixture
