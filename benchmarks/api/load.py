@@ -32,7 +32,7 @@ MAX_CLIENTS, MAX_DURATION, MAX_SUBMITS = 64, 120.0, 20_000
 # ---- the server process ----------------------------------------------------------------------
 
 
-def serve_main(state: Path, users: int, gpus: int, policy: str | None) -> int:
+def serve_main(state: Path, users: int, gpus: int, policy: str | None, observe: bool) -> int:
     from miso.api.head import serve, users_of
     from miso.controller import ControllerConfig
     from miso.controller.local import LocalCluster
@@ -44,7 +44,15 @@ def serve_main(state: Path, users: int, gpus: int, policy: str | None) -> int:
     for i in range(users):
         tokens[f"u{i:02d}"] = store.add(f"u{i:02d}")
     store.close()
-    srv = serve(lc.controller, state, {"host": "127.0.0.1", "port": 0})
+    extra: dict[str, Any] = {}
+    if observe:  # as the head serves it: metrics, decision log, their routes and middleware
+        from miso.observe import attach
+        from miso.observe.routes import api_routers, instrument
+
+        obs = attach(lc.controller, state)
+        extra = {"extra_routers": api_routers(lc.controller, obs),
+                 "setup": lambda app: instrument(app, obs)}
+    srv = serve(lc.controller, state, {"host": "127.0.0.1", "port": 0}, **extra)
     fd = os.open(state / "bench.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         json.dump({"url": srv.url, "tokens": tokens}, f)
@@ -157,12 +165,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--duration", type=float, default=30.0)
     ap.add_argument("--gpus", type=int, default=4, help="emulated GPUs of the cluster")
     ap.add_argument("--policy", help="scheduling policy of the controller (default: its own)")
+    ap.add_argument("--observe", action="store_true",
+                    help="with the observability side attached, as the cluster head runs it")
     ap.add_argument("--json", help="also write the result here")
     ap.add_argument("--serve", help=argparse.SUPPRESS)
     ap.add_argument("--users", type=int, default=16, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.serve:
-        return serve_main(Path(a.serve), a.users, a.gpus, a.policy)
+        return serve_main(Path(a.serve), a.users, a.gpus, a.policy, a.observe)
     if not (1 <= a.clients <= MAX_CLIENTS and 0 <= a.submitters <= a.clients
             and 0 < a.duration <= MAX_DURATION):
         ap.error(f"need 1 <= --clients <= {MAX_CLIENTS}, --submitters <= --clients, "
@@ -170,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     state = Path(tempfile.mkdtemp(prefix="miso-apibench-"))
     proc = subprocess.Popen([sys.executable, __file__, "--serve", str(state), "--users",
                              str(a.clients), "--gpus", str(a.gpus),
-                             *(["--policy", a.policy] if a.policy else [])],
+                             *(["--policy", a.policy] if a.policy else []),
+                             *(["--observe"] if a.observe else [])],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             start_new_session=True)
     try:
@@ -189,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         res["cpu_ms_per_request"] = {"server": round(1000 * server_cpu / res["requests"], 2),
                                      "client": round(1000 * client_cpu / res["requests"], 2)}
         res["policy"] = a.policy or "default"
+        res["observe"] = a.observe
         res["load_avg"] = [round(x, 2) for x in os.getloadavg()]
         res["cpus"] = os.cpu_count()
     finally:
