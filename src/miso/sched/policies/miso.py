@@ -538,9 +538,16 @@ class MisoPlus(Miso):
         if not self.backfill:
             super().on_capacity(now, sc)
             return
+        jobs = sc.state.jobs
+        no_room = float("inf")  # a job at least this large fits nowhere now (fit is monotone)
         for j in sc.queue(BACKFILL_WINDOW):
+            mem = jobs[j].spec.memory_gb
+            if mem >= no_room:
+                continue
             g = self.choose_gpu(now, j, sc)
             if g is None:
+                if self.min_gain <= 0 and not self.marginal_placement:
+                    no_room = mem
                 continue
             sc.place(j, g)
             self.dirty.add(g)
