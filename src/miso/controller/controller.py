@@ -60,14 +60,23 @@ class Controller:
     def remaining_s(self, job: str) -> float | None:
         """Seconds a job still needs at its current rate, from its own progress reports
         (iteration, total, rate; the ``miso.job`` helper sends them); None when unknown.
-        Restart-economy policies weigh restarts against it."""
+        Restart-economy policies weigh restarts against it. Read from the store at most once
+        a second per job (a re-plan asks for every job of a GPU; progress moves slowly)."""
+        now = time.monotonic()
+        hit = self._remaining_cache.get(job)
+        if hit is not None and now - hit[0] < 1.0:
+            return hit[1]
         try:
             rec = self.store.get(job)
         except Exception:  # noqa: BLE001 - unknown job or store hiccup: no estimate
             return None
-        if rec.terminal or not rec.total or rec.iteration is None or not rec.rate:
-            return None
-        return max(0.0, (rec.total - rec.iteration) / rec.rate)
+        val = None
+        if not (rec.terminal or not rec.total or rec.iteration is None or not rec.rate):
+            val = max(0.0, (rec.total - rec.iteration) / rec.rate)
+        if len(self._remaining_cache) > 100_000:
+            self._remaining_cache.clear()
+        self._remaining_cache[job] = (now, val)
+        return val
 
     def __init__(self, store: JobStore, transport: Transport,
                  config: ControllerConfig | None = None, *,
@@ -80,6 +89,7 @@ class Controller:
         self.checkpoint_root = Path(root)
         self.rt = Runtime(store, transport, self.cfg, self.checkpoint_root)
         self.policy = make_controller_policy(self.cfg)
+        self._remaining_cache: dict[str, tuple[float, float | None]] = {}
         attach = getattr(self.policy, "attach_progress", None)
         if callable(attach):
             attach(self.remaining_s)

@@ -311,8 +311,14 @@ class JobStore:
 
     @property
     def epoch(self) -> float:
-        """Wall-clock time (s) of the store's creation: the controller clock's zero."""
-        return float(self._meta("epoch") or 0.0)
+        """Wall-clock time (s) of the store's creation: the controller clock's zero (read once:
+        it never changes, and the controller asks for it on every clock reading)."""
+        got = getattr(self, "_epoch", None)
+        if got is None:
+            got = float(self._meta("epoch") or 0.0)
+            if got:
+                self._epoch = got
+        return got
 
     @property
     def lease_horizon(self) -> float:
