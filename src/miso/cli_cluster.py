@@ -123,8 +123,8 @@ def up(
         "--policy", help="Scheduling policy: miso+ (ours, default), miso (the paper's), "
         "oracle, optsta, mps or nopart.")] = "miso+",
     profile_seconds: Annotated[float, typer.Option(
-        "--profile-seconds", help="MPS profiling seconds per level (levels run in the order "
-        "50 %, 14 %, 100 % active threads).")] = 10.0,
+        "--profile-seconds", help="MPS profiling seconds per level (the levels run as the "
+        "policy asks with 100 % last: miso 50, 14, 100 %; miso+ 14, 100 %).")] = 10.0,
     checkpoint_timeout: Annotated[float, typer.Option(
         "--checkpoint-timeout", help="Seconds a job gets to checkpoint before it is killed.")]
     = 30.0,

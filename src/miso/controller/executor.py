@@ -34,6 +34,7 @@ from miso.sched import (
     RunMps,
     StartProfiling,
 )
+from miso.sched.events import profiling_run_order
 
 log = logging.getLogger(__name__)
 
@@ -298,7 +299,7 @@ class PlanExecutor:
         if not self._apply(d.gpu, [full], d.plan_id):
             return
         levels = list(d.levels)
-        order = [lv for lv in levels if lv != 100] + [100]
+        order = profiling_run_order(d.levels)
         rates: dict[str, dict[int, float]] = {j: {} for j in d.jobs}
         for i, lvl in enumerate(order):
             if worker.superseded(d):

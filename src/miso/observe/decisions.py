@@ -38,6 +38,7 @@ from miso.sched import (
     Tick,
     WakeUp,
 )
+from miso.sched.events import profiling_run_order
 
 Speeds = Mapping[str, Mapping[str, float]]
 
@@ -120,7 +121,8 @@ def explain(now: float, d: Decision, state: ClusterState, ctx: Context) -> dict[
             unknown = [j for j in d.jobs if not (ctx.speeds and j in ctx.speeds)]
             rec["note"] = (f"speeds of {_jobs_words(unknown or list(d.jobs))} unknown: profile "
                            f"the mix of {len(d.jobs)} jobs under MPS at "
-                           f"{'/'.join(map(str, d.levels))} % for "
+                           f"{'/'.join(map(str, profiling_run_order(d.levels)))} % "
+                           f"(run order) for "
                            f"{len(d.levels)} x {d.seconds_per_level:g} s")
         case RunMps():
             rec.update(gpu=d.gpu, plan_id=d.plan_id, jobs=sorted(d.shares),

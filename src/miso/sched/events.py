@@ -16,6 +16,13 @@ from miso.mig import Placement
 MPS_LEVELS: tuple[int, ...] = (100, 50, 14)
 
 
+def profiling_run_order(levels: tuple[int, ...]) -> tuple[int, ...]:
+    """The order drivers run a profiling run's levels in: as given, with 100 % last (added if
+    missing), so the jobs keep running at 100 % afterwards without one more switch (each level
+    is a new process: a thread percentage is fixed per process)."""
+    return tuple(lv for lv in levels if lv != 100) + (100,)
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """A submitted training job.

@@ -53,6 +53,7 @@ from miso.sched import (
     Tick,
     WakeUp,
 )
+from miso.sched.events import profiling_run_order
 from miso.sched.speeds import workload_memory_gb, workload_speeds
 from miso.sim.traces import TraceJob
 from miso.sim.world import WorldConfig, mps_only_speed, mps_profile_speeds
@@ -491,8 +492,7 @@ class Simulator:
             g.prof_speeds = {}
             g.prof_t0 = now
             g.prof_s = d.seconds_per_level
-            g.prof_levels = tuple(lv for lv in d.levels if lv != 100) + \
-                tuple(lv for lv in d.levels if lv == 100)
+            g.prof_levels = profiling_run_order(d.levels)
             self._push(now + reconf, _PROF_START, g.id, (d.plan_id, 0, d.levels))
         elif isinstance(d, RunMps):
             g = self.gpus[d.gpu]
