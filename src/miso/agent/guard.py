@@ -17,6 +17,9 @@ The agent starts every job through this guard (stdlib only, so it starts fast). 
 * on exit writes ``{"returncode", "fenced", "time"}`` to the exit record (in the agent's
   attempt directory, under the shared state directory: the controller reads it even when the
   node is unreachable), so a job that finished on a lost node is never run again;
+* copies the job's output (stdout and stderr, through a pipe) to its own stdout, the
+  attempt's log: a write that fails (the disk is full) drops that output, never the job - a
+  job writing straight to a full log file would die of ENOSPC on its next ``print``;
 * exits with the job's exit code (128 + N when the job died of signal N).
 
 An empty lease file (an agent no controller ever leased) means no fencing.
@@ -27,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -70,6 +74,31 @@ def write_record(path: str | None, returncode: int | None, fenced: bool, why: st
             os.unlink(tmp)
 
 
+class Output:
+    """Copies the job's pipe to fd 1; a failed write drops the data (and says so later)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.dropped = 0
+
+    def pump(self, timeout: float) -> bool:
+        """Copy what is there within ``timeout`` s; False at end of file."""
+        ready, _, _ = select.select([self.fd], [], [], timeout)
+        if not ready:
+            return True
+        data = os.read(self.fd, 65536)
+        if not data:
+            return False
+        if self.dropped:
+            data = f"[miso: {self.dropped} bytes of output lost: disk full?]\n".encode() + data
+        try:
+            os.write(1, data)
+            self.dropped = 0
+        except OSError:
+            self.dropped += len(data)
+        return True
+
+
 def main(argv: list[str]) -> int:
     if "--" not in argv:
         print("usage: guard.py --lease-fd FD --agent-pid PID [--exit-record FILE] -- CMD...",
@@ -96,7 +125,8 @@ def main(argv: list[str]) -> int:
         kw.update(user=int(args["--uid"]), group=int(args["--gid"]),
                   extra_groups=[int(g) for g in args.get("--groups", "").split(",") if g])
     try:
-        child = subprocess.Popen(cmd, **kw)  # type: ignore[call-overload]
+        child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 **kw)  # type: ignore[call-overload]
     except OSError as e:
         print(f"miso: cannot start {cmd[0] if cmd else ''!r}: {e}", file=sys.stderr)
         write_record(record, 127, False, str(e))
@@ -104,12 +134,23 @@ def main(argv: list[str]) -> int:
     box.append(child)
     for sig in pending:
         child.send_signal(sig)
+    assert child.stdout is not None
+    out = Output(child.stdout.fileno())
+    open_pipe = True
+    last_check = 0.0
     while True:
-        try:
-            rc = child.wait(timeout=POLL_S)
+        if open_pipe:
+            open_pipe = out.pump(POLL_S)
+        rc = child.poll()
+        if rc is not None:
+            while open_pipe:  # the rest of its output
+                open_pipe = out.pump(0.0) and bool(select.select([out.fd], [], [], 0)[0])
             break
-        except subprocess.TimeoutExpired:
-            pass
+        if not open_pipe:
+            time.sleep(POLL_S)
+        if time.time() - last_check < POLL_S:
+            continue
+        last_check = time.time()
         until = lease_until(lease) if lease >= 0 else None
         why = "lease expired" if until is not None and time.time() > until else \
             "agent died" if agent and not alive(agent) else ""

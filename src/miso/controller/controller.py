@@ -195,6 +195,7 @@ class Controller:
                                     request_id=request_id)
         except StoreError as e:
             raise SubmitError(str(e)) from None
+        self.rt.job_added()
         self.rt.post_event(JobSubmitted(_spec(rec)))
         return rec.id
 

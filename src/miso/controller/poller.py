@@ -104,6 +104,7 @@ class AgentPoller:
         rt = self.rt
         while not rt.stopping.is_set():
             try:
+                rt.backup_if_due()
                 self.discover()
                 with rt.lock:
                     nodes = sorted(rt.nodes)

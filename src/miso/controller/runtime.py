@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from miso.controller.store import JobRecord, JobStore, StoreError
+from miso.controller.store import BACKUP, JobRecord, JobStore, StoreError
 from miso.controller.transport import NodeUnavailable, Transport
 from miso.mig import Geometry, Placement
 from miso.sched import Event
@@ -103,6 +103,24 @@ class Runtime:
         self._horizon = 0.0
         #: Work directory of each node's agent (from its ``describe``).
         self.agent_dirs: dict[str, str] = {}
+        self._backup_due = False
+
+    def job_added(self) -> None:
+        """A job was submitted: the store's backup is due (see :meth:`backup_if_due`)."""
+        self._backup_due = True
+
+    def backup_if_due(self) -> None:
+        """Copy the store to ``miso.db.bak`` when jobs were added since the last copy, so a
+        lost or damaged store can be restored without losing a submitted job (their progress
+        comes back from the checkpoint and exit records)."""
+        if not self._backup_due or self.store.path == ":memory:":
+            return
+        self._backup_due = False
+        try:
+            self.store.backup(Path(self.store.path).parent / BACKUP)
+        except Exception as e:  # noqa: BLE001 - e.g. disk full: try again after the next job
+            self._backup_due = True
+            log.warning("job store backup failed: %s", e)
         self.queue: queue.Queue[tuple[Any, ...]] = queue.Queue()
         self.stopping = threading.Event()
         self.errors: list[str] = []

@@ -171,7 +171,8 @@ def used_job_ids(state_dir: str | Path) -> set[str]:
 
 def _recovery_hint(d: Path) -> str:
     db, bak = d / "miso.db", d / BACKUP
-    return (f"restore it from the backup taken at the last start (cp {bak} {db}) or move "
+    return (f"restore it from its backup (copied at each start and after new jobs: cp {bak} "
+            f"{db}) or move "
             f"{d} away to start afresh" if bak.exists() else f"move {d} away to start afresh")
 
 
