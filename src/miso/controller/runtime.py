@@ -104,6 +104,11 @@ class Runtime:
         #: Work directory of each node's agent (from its ``describe``).
         self.agent_dirs: dict[str, str] = {}
         self._backup_due = False
+        self.queue: queue.Queue[tuple[Any, ...]] = queue.Queue()
+        self.stopping = threading.Event()
+        self.errors: list[str] = []
+        #: optional observer (:class:`miso.observe.Observer`): metrics and the decision log
+        self.observer: Any = None
 
     def job_added(self) -> None:
         """A job was submitted: the store's backup is due (see :meth:`backup_if_due`)."""
@@ -121,11 +126,6 @@ class Runtime:
         except Exception as e:  # noqa: BLE001 - e.g. disk full: try again after the next job
             self._backup_due = True
             log.warning("job store backup failed: %s", e)
-        self.queue: queue.Queue[tuple[Any, ...]] = queue.Queue()
-        self.stopping = threading.Event()
-        self.errors: list[str] = []
-        #: optional observer (:class:`miso.observe.Observer`): metrics and the decision log
-        self.observer: Any = None
 
     def now(self) -> float:
         """Controller clock: seconds since the store was created (survives restarts)."""
