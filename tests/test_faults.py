@@ -534,3 +534,24 @@ def test_readme__pytorch_job_checkpoints_and_resumes_under_an_agent(tmp_path: Pa
         assert r2["start_iteration"] == saved and r2["iteration"] == 4000
     finally:
         a.shutdown()
+
+
+def test_recovery__a_restored_store_never_reuses_attempt_numbers(cluster) -> None:  # noqa: ANN001
+    c = cluster(gpus_per_node=1)
+    ctl = c.controller
+    j = c.submit(emu("bert_train2", 3.0, "--checkpoint-every", "0.3"))
+    wait_for(lambda: (ctl.store.get(j).checkpoint_iteration or 0) > 5, 40)
+    c.crash_controller()
+    db = sqlite3.connect(c.dir / "miso.db")  # as restored from a backup taken at submission
+    db.execute("UPDATE jobs SET attempts=0, state='queued', checkpoint_iteration=NULL, "
+               "checkpoint_path=NULL")
+    db.execute("DELETE FROM attempts")
+    db.commit()
+    db.close()
+    ctl = c.start_controller()
+    assert ctl.wait_all(60), ctl.status()
+    rec = ctl.store.get(j)
+    assert rec.state == "finished", rec.reason
+    used = sorted(int(p.name.split("-")[1]) for p in
+                  (c.dir / "agents" / "node0" / "jobs" / j).glob("attempt-*"))
+    assert len(used) == len(set(used)) and min(a["attempt"] for a in ctl.store.attempts(j)) > 1

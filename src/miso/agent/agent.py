@@ -300,13 +300,18 @@ class Agent:
         job, attempt = str(spec["job"]), int(spec["attempt"])
         gpu, pl = int(spec["gpu"]), placement_of(spec["placement"])
         d = attempt_dir(self.workdir, job, attempt)
-        d.mkdir(parents=True, exist_ok=True)
         log_file = d / "output.log"
         jd = d / "job"  # the job's own files (progress, checkpoint flag), owned by its account
         with self._lock:
             if (job, attempt) in self._attempts:
                 a = self._attempts[(job, attempt)]
-                return {"ok": True, "pid": a.proc.pid, "error": "", "log": str(log_file)}
+                if a.returncode is None and a.proc.poll() is None:  # a retried launch call
+                    return {"ok": True, "pid": a.proc.pid, "error": "", "log": str(log_file)}
+            if (job, attempt) in self._attempts or d.exists():
+                return {"ok": False, "pid": None, "log": str(log_file),
+                        "error": f"attempt {attempt} of {job} was run before on {self.node}: "
+                                 f"attempt numbers are never reused"}
+            d.mkdir(parents=True, exist_ok=True)
             try:
                 acct = runas.account_for(spec.get("owner"), spec.get("unix_user"))
                 ckpt = spec.get("checkpoint_dir")

@@ -204,7 +204,8 @@ class PlanExecutor:
             rt.store.progress(job, checkpoint_iteration=resume, checkpoint_path=path)
         attempt = rt.store.new_attempt(job, node=ref.node, gpu=gpu, placement=str(pl),
                                        mps_pct=mps_pct, resume_iteration=resume, at=now,
-                                       restart=rec.attempts > 0)
+                                       restart=rec.attempts > 0,
+                                       at_least=rt.used_attempts(job) + 1)
         spec = {"job": job, "attempt": attempt, "command": rec.command, "gpu": ref.index,
                 "placement": [pl.start, pl.profile], "mps_pct": mps_pct,
                 "checkpoint_dir": str(ck_dir), "resume_from": path,

@@ -138,6 +138,20 @@ class Runtime:
             known = self.agent_dirs.get(node)
         return Path(known) if known else self.checkpoint_root.parent / "agents" / node
 
+    def used_attempts(self, job: str) -> int:
+        """The highest attempt number of ``job`` with a directory under any agent's work
+        directory (0 if none): a store restored from its backup may not know them all."""
+        with self.lock:
+            dirs = {Path(d) for d in self.agent_dirs.values()}
+        dirs |= set((self.checkpoint_root.parent / "agents").glob("*"))
+        best = 0
+        for d in dirs:
+            for a in (d / "jobs" / job).glob("attempt-*"):
+                n = a.name.rsplit("-", 1)[-1]
+                if n.isdigit():
+                    best = max(best, int(n))
+        return best
+
     def post_event(self, ev: Event) -> None:
         """Hand an event to the loop thread."""
         self.queue.put(("event", ev, time.monotonic()))

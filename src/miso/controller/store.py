@@ -519,13 +519,14 @@ class JobStore:
 
     def new_attempt(self, job: str, *, node: str, gpu: str, placement: str,
                     mps_pct: int | None, resume_iteration: int | None, at: float,
-                    restart: bool) -> int:
-        """Record a new attempt of ``job`` and return its number (1, 2, ...)."""
+                    restart: bool, at_least: int = 1) -> int:
+        """Record a new attempt of ``job`` and return its number (1, 2, ...; at least
+        ``at_least``: numbers already used on disk are never handed out again)."""
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                n = int(self._db.execute("SELECT attempts FROM jobs WHERE id=?",
-                                         (job,)).fetchone()[0]) + 1
+                n = max(at_least, int(self._db.execute("SELECT attempts FROM jobs WHERE id=?",
+                                                       (job,)).fetchone()[0]) + 1)
                 self._db.execute(
                     "UPDATE jobs SET attempts=?, restarts=restarts+? WHERE id=?",
                     (n, 1 if restart else 0, job))
