@@ -104,6 +104,7 @@ class Runtime:
         #: Work directory of each node's agent (from its ``describe``).
         self.agent_dirs: dict[str, str] = {}
         self._backup_due = False
+        self._last_backup = 0.0
         self.queue: queue.Queue[tuple[Any, ...]] = queue.Queue()
         self.stopping = threading.Event()
         self.errors: list[str] = []
@@ -111,8 +112,11 @@ class Runtime:
         self.observer: Any = None
 
     def job_added(self) -> None:
-        """A job was submitted: the store's backup is due (see :meth:`backup_if_due`)."""
+        """A job was submitted: back the store up now, or within a second when the last
+        copy is younger than that (see :meth:`backup_if_due`)."""
         self._backup_due = True
+        if time.time() - self._last_backup >= 1.0:
+            self.backup_if_due()
 
     def backup_if_due(self) -> None:
         """Copy the store to ``miso.db.bak`` when jobs were added since the last copy, so a
@@ -121,6 +125,7 @@ class Runtime:
         if not self._backup_due or self.store.path == ":memory:":
             return
         self._backup_due = False
+        self._last_backup = time.time()
         try:
             self.store.backup(Path(self.store.path).parent / BACKUP)
         except Exception as e:  # noqa: BLE001 - e.g. disk full: try again after the next job

@@ -292,13 +292,13 @@ class JobStore:
     def backup(self, dest: str | Path) -> None:
         """Copy the whole store to ``dest`` (consistent, while in use)."""
         tmp = Path(f"{dest}.tmp")
-        with self._lock:
+        with self._lock:  # one copy at a time (they share the temp file)
             out = sqlite3.connect(tmp)
             try:
                 self._db.backup(out)
             finally:
                 out.close()
-        tmp.replace(dest)
+            tmp.replace(dest)
 
     # ---- meta ---------------------------------------------------------------------------
 
