@@ -105,6 +105,7 @@ class Runtime:
         self.agent_dirs: dict[str, str] = {}
         self._backup_due = False
         self._last_backup = 0.0
+        self._backup_timer: threading.Timer | None = None
         self.queue: queue.Queue[tuple[Any, ...]] = queue.Queue()
         self.stopping = threading.Event()
         self.errors: list[str] = []
@@ -117,15 +118,22 @@ class Runtime:
         self._backup_due = True
         if time.time() - self._last_backup >= 1.0:
             self.backup_if_due()
+            return
+        with self.lock:
+            if self._backup_timer is None or not self._backup_timer.is_alive():
+                self._backup_timer = threading.Timer(1.0, self.backup_if_due)
+                self._backup_timer.daemon = True
+                self._backup_timer.start()
 
     def backup_if_due(self) -> None:
         """Copy the store to ``miso.db.bak`` when jobs were added since the last copy, so a
         lost or damaged store can be restored without losing a submitted job (their progress
         comes back from the checkpoint and exit records)."""
-        if not self._backup_due or self.store.path == ":memory:":
-            return
-        self._backup_due = False
-        self._last_backup = time.time()
+        with self.lock:
+            if not self._backup_due or self.store.path == ":memory:":
+                return
+            self._backup_due = False
+            self._last_backup = time.time()
         try:
             self.store.backup(Path(self.store.path).parent / BACKUP)
         except Exception as e:  # noqa: BLE001 - e.g. disk full: try again after the next job
