@@ -74,6 +74,8 @@ def events(
         recs = read_records(path, job=job, gpu=gpu, since=since)
     except (OSError, UnicodeDecodeError) as e:
         _fail(f"cannot read {path}: {e}")
+    except ValueError as e:  # miso.observe.eventlog.LogError: not a decision log
+        _fail(str(e))
     _print(recs, policy, limit, json_out)
 
 

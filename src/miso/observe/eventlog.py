@@ -124,16 +124,32 @@ def iter_records(path: str | Path) -> Iterator[dict[str, Any]]:
     yield from _iter_file(Path(path))
 
 
+#: A decision record is a few KiB; a longer line means the file is not a decision log.
+MAX_RECORD_BYTES = 4 << 20
+
+
+class LogError(ValueError):
+    """The file is not a decision log (not a regular file, a line too long or too deep)."""
+
+
 def _iter_file(path: Path) -> Iterator[dict[str, Any]]:
+    if path.exists() and not path.is_file():
+        raise LogError(f"{path} is not a regular file, so not a decision log")
     with open(path, encoding="utf-8") as fh:
-        for line in fh:
+        for n, line in enumerate(iter(lambda: fh.readline(MAX_RECORD_BYTES + 1), ""), 1):
+            if len(line) > MAX_RECORD_BYTES:
+                raise LogError(f"{path}: line {n} is over {MAX_RECORD_BYTES >> 20} MiB, so "
+                               f"the file is not a decision log")
             line = line.strip()
             if not line:
                 continue
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError:
-                continue
+                continue  # a torn last line (a crash mid-write) is skipped
+            except RecursionError:
+                raise LogError(f"{path}: line {n} nests too deeply, so the file is not a "
+                               f"decision log") from None
             if isinstance(rec, dict):
                 yield rec
 
