@@ -192,8 +192,8 @@ class Miso(BasePolicy):
         current = {j: pl for j, pl in gs.assignment.items() if j in speeds}
         try:
             sol = optimizer_for(gs.geom).solve(
-                speeds, current=current, objective=self.objective_for(now, g, jobs, sc),
-                restart_penalty=self.penalty_for(now, g, jobs, sc))
+                speeds, current=current, objective=self.objective,
+                restart_penalty=self.restart_penalty)
         except OptimizerError:
             for j in jobs[-1:]:
                 sc.requeue(j, "no layout holds the mix")
@@ -202,12 +202,6 @@ class Miso(BasePolicy):
         if lay == tuple(sorted(gs.layout)) and sol.assignment == gs.assignment:
             return
         sc.out.append(ApplyLayout(g, st.new_plan_id(), lay, dict(sol.assignment)))
-
-    def objective_for(self, now: float, g: str, jobs: list[str], sc: Scratch) -> str:
-        return self.objective
-
-    def penalty_for(self, now: float, g: str, jobs: list[str], sc: Scratch) -> float:
-        return self.restart_penalty
 
     # -- events ---------------------------------------------------------------------------
     def on_profiled(self, now: float, ev: ProfilingFinished, sc: Scratch) -> None:
@@ -370,11 +364,12 @@ class MisoPlus(Miso):
             sc.out.append(WakeUp(self.arrivals[-1] + self.quiet_gaps * gap * 1.01, "quiet"))
             return
         # Arrivals stopped: re-plan GPUs that hold jobs and idle slices, with the long horizon.
-        st = sc.state
-        for g, gs in st.gpus.items():
-            if gs.jobs and len(gs.layout) > len(gs.jobs) or (
-                    gs.jobs and any(pl.profile != gs.geom.model.full_profile().name
-                                    for pl in gs.assignment.values()) and len(gs.jobs) == 1):
+        for g, gs in sc.state.gpus.items():
+            full = gs.geom.model.full_profile().name
+            idle_slice = len(gs.layout) > len(gs.jobs)
+            lone_on_part = len(gs.jobs) == 1 and any(pl.profile != full
+                                                     for pl in gs.assignment.values())
+            if gs.jobs and (idle_slice or lone_on_part):
                 self.replan(now, g, sc)
 
     def pinned(self, sc: Scratch, jobs: list[str]) -> set[str]:
@@ -432,10 +427,17 @@ class MisoPlus(Miso):
         gap = self.mean_gap()
         return gap is None or now - self.arrivals[-1] > self.quiet_gaps * gap
 
-    def restart_cost(self, speed: float, horizon: float) -> float:
-        """Throughput a restart costs when spread over the plan's horizon: the work the job
-        does not do while it restarts (``restart_s x speed``)."""
-        return self.restart_s * speed / horizon
+    def restart_prices(self, jobs: list[str], speeds: dict[str, dict[str, float]],
+                       current: dict[str, Placement]
+                       ) -> tuple[float | None, dict[str, float]]:
+        """(horizon, throughput each running job's restart costs over it): the work the job
+        does not do while it restarts (``restart_s x speed``) spread over the plan's
+        :meth:`horizon`. ``(None, {})`` without ``economy`` or when nothing runs."""
+        if not (self.economy and current):
+            return None, {}
+        horizon = self.horizon(jobs, speeds, current)
+        return horizon, {j: self.restart_s * speeds[j].get(pl.profile, 0.5) / horizon
+                         for j, pl in current.items()}
 
     # -- planning ---------------------------------------------------------------------------
     def replan(self, now: float, g: str, sc: Scratch, force_solve: bool = False) -> None:
@@ -474,13 +476,9 @@ class MisoPlus(Miso):
         current = {j: pl for j, pl in gs.assignment.items() if j in speeds}
         pinned = self.pinned(sc, jobs) & set(current)
         objective = self.objective
-        penalty: float | dict[str, float] = 0.0
-        horizon = None
-        if self.economy and current:
+        horizon, penalty = self.restart_prices(jobs, speeds, current)
+        if horizon is not None:
             objective = "restart-aware"
-            horizon = self.horizon(jobs, speeds, current)
-            penalty = {j: self.restart_cost(speeds[j].get(pl.profile, 0.5), horizon)
-                       for j, pl in current.items()}
         try:
             sol = optimizer_for(gs.geom).solve(speeds, current=current, objective=objective,
                                                restart_penalty=penalty, pinned=pinned)
@@ -624,11 +622,7 @@ class MisoPlus(Miso):
         before = sum(sp[j][pl.profile] for j, pl in current.items() if pl.profile in sp[j])
         sp[job] = self.speeds(gs.geom, sc, [job])[job]
         pinned = self.pinned(sc, jobs) & set(current)
-        penalty: float | dict[str, float] = 0.0
-        if self.economy and current:
-            horizon = self.horizon(list(sp), sp, current)
-            penalty = {j: self.restart_cost(sp[j].get(pl.profile, 0.5), horizon)
-                       for j, pl in current.items()}
+        _, penalty = self.restart_prices(list(sp), sp, current)
         try:
             sol = opt.solve(sp, current=current, objective="restart-aware",
                             restart_penalty=penalty, pinned=pinned,
