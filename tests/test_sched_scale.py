@@ -38,7 +38,8 @@ from miso.sched.policies.base import (
     mix_feasible,
 )
 from miso.sched.policies.baselines import BACKFILL_WINDOW, MpsOnly, NoPart, OptSta
-from miso.sched.policies.miso import Miso, MisoPlus
+from miso.sched.policies.miso import Miso
+from miso.sched.policies.misoplus import MisoPlus
 from miso.sched.speeds import workload_memory_gb
 from miso.sim.engine import Simulator
 from miso.sim.traces import poisson_jobs

@@ -1,0 +1,39 @@
+"""Recent arrivals as a restart-economy policy sees them: the mean gap between jobs, whether
+arrivals have stopped, the typical newcomer's memory. Pure bookkeeping, fed by the policy."""
+
+from __future__ import annotations
+
+from collections import deque
+
+
+class ArrivalClock:
+    """The last ``window`` arrivals (time, memory)."""
+
+    def __init__(self, quiet_gaps: float, window: int = 32) -> None:
+        self.quiet_gaps = quiet_gaps
+        self.times: deque[float] = deque(maxlen=window)
+        self.memory: deque[float] = deque(maxlen=window)
+
+    def note(self, now: float, memory_gb: float) -> None:
+        self.times.append(now)
+        self.memory.append(memory_gb)
+
+    def mean_gap(self) -> float | None:
+        """Mean inter-arrival time of the window (None before two distinct arrivals)."""
+        a = self.times
+        return (a[-1] - a[0]) / (len(a) - 1) if len(a) >= 2 and a[-1] > a[0] else None
+
+    def quiet(self, now: float) -> bool:
+        """No job has arrived for ``quiet_gaps`` mean inter-arrival times (or none ever)."""
+        gap = self.mean_gap()
+        return gap is None or now - self.times[-1] > self.quiet_gaps * gap
+
+    def quiet_from(self) -> float | None:
+        """When arrivals count as stopped if none comes first (a little after the limit, so
+        a timer set for it finds :meth:`quiet` true)."""
+        gap = self.mean_gap()
+        return None if gap is None else self.times[-1] + self.quiet_gaps * gap * 1.01
+
+    def median_memory(self) -> float:
+        m = sorted(self.memory)
+        return m[len(m) // 2] if m else 0.0

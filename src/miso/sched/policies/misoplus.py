@@ -1,0 +1,518 @@
+"""``miso+`` (ours): MISO redesigned around what restarts really cost; see :class:`MisoPlus`.
+The paper's policy, which it extends, is :mod:`miso.sched.policies.miso`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from miso.mig import Geometry, Placement
+from miso.optimize import OptimizerError, optimizer_for
+from miso.sched.decisions import ApplyLayout, Decision, StartProfiling, WakeUp
+from miso.sched.estimators import PredictorEstimator
+from miso.sched.events import (
+    MPS_LEVELS,
+    Event,
+    JobSpeedChanged,
+    JobSubmitted,
+    ProfilingFinished,
+    SpeedObserved,
+    Tick,
+)
+from miso.sched.policies.arrivals import ArrivalClock
+from miso.sched.policies.base import (
+    Scratch,
+)
+from miso.sched.policies.baselines import BACKFILL_WINDOW
+from miso.sched.policies.miso import Miso
+from miso.sched.policies.priors import prior_speeds
+from miso.sched.policies.rebalance import Donor, RebalanceIndex
+from miso.sched.policy import register
+from miso.sched.state import ClusterState
+
+
+@register("miso+")
+class MisoPlus(Miso):
+    """Ours: MISO redesigned around restart economy. Every change is a switch, so the ablation
+    table (benchmarks/README.md) can measure it:
+
+    * ``profile_newcomers_only``: a job's MIG speeds are its own (MIG isolates), so residents
+      are never re-profiled. A newcomer that lands on an idle GPU is profiled there alone (one
+      real job padded by the dummy: inside the predictor's training distribution), at
+      ``profile_levels`` (100 % last, so it keeps running at 100 % afterwards: one level switch
+      for two levels); a newcomer that joins occupied GPUs is placed with the catalogue-average
+      prior (:mod:`~miso.sched.policies.priors`) instead of stopping the residents to profile.
+    * ``economy``: a re-plan maximises throughput minus, per running job that would move, the
+      work its restart throws away over the plan's horizon (``restart_s x speed / horizon``, the
+      horizon being the median remaining time of the GPU's jobs, from their progress reports
+      via :meth:`attach_progress`, divided by the re-plans expected meanwhile, see
+      :meth:`horizon`); so a GPU is repartitioned only when the gain beats the restarts.
+    * ``pin_uncheckpointable``: a job that cannot checkpoint is never restarted once it has run
+      (the optimizer takes it as a hard constraint; it is never profiled or rebalanced).
+    * ``marginal_placement`` (off: measured worse on the saturated Philly trace, see
+      benchmarks/README.md): a newcomer goes to the GPU where its net gain (throughput added
+      minus restart costs) is largest, among the least crowded GPUs; otherwise the least
+      crowded GPU, as MISO.
+    * ``rebalance``: when nothing queues, a job of a crowded GPU moves onto an idle GPU if the
+      time it saves (its remaining work at its slice's speed vs on the full GPU) beats a restart.
+    * ``reserve``: while jobs keep arriving, nothing queues and no GPU is less crowded, a
+      plan keeps one slice free
+      for the next newcomer when one is expected on the GPU within its jobs' remaining time
+      (only where that restarts nobody), so the arrival itself restarts nobody.
+    * ``backfill``: a queued job that fits no GPU (too much memory for what is free) does not
+      hold up the smaller ones behind it (MISO waits FIFO).
+    * ``observed_correction``: observed MIG rates replace predictions once the job's full-GPU
+      rate is known; a phase change rescales a job's estimates by observed/baseline instead of
+      stopping its GPU to re-profile (a job alone on its GPU is re-profiled alone).
+    """
+
+    name = "miso+"
+
+    def __init__(self, restart_s: float = 60.0, profile_newcomers_only: bool = True,
+                 profile_levels: tuple[int, ...] = (14, 100), economy: bool = True,
+                 pin_uncheckpointable: bool = True, marginal_placement: bool = False,
+                 marginal_candidates: int = 8, rebalance: bool = True,
+                 observed_correction: bool = True, default_remaining_s: float = 3000.0,
+                 horizon_quantile: float = 0.5, replans: float = 25.0,
+                 quiet_gaps: float = 8.0, reserve: bool = True, backfill: bool = True,
+                 min_gain: float = 0.0, **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.restart_s = restart_s
+        self.profile_newcomers_only = profile_newcomers_only
+        self.profile_levels = tuple(profile_levels)
+        self.economy = economy
+        self.pin_uncheckpointable = pin_uncheckpointable
+        self.marginal_placement = marginal_placement
+        self.marginal_candidates = marginal_candidates
+        self.rebalance = rebalance
+        self.observed_correction = observed_correction
+        self.default_remaining_s = default_remaining_s
+        self.horizon_quantile = horizon_quantile
+        self.replans = replans
+        self.clock = ArrivalClock(quiet_gaps)
+        self.reserve = reserve
+        self.backfill = backfill
+        self.min_gain = min_gain
+        self.quiet_timer = False
+        self.ref_rate: dict[str, float] = {}
+        self.base_est: dict[str, dict[str, float]] = {}   # estimates before a rescale
+        self.ran: set[str] = set()          # jobs that have made progress
+        self.prior: set[str] = set()        # jobs planned with the prior (not profiled)
+        self.trigger = ""
+        self.now = 0.0
+        self._remaining: Callable[[str], float | None] | None = None
+        self.donors = RebalanceIndex(self.best_donor)
+
+    # -- inputs -----------------------------------------------------------------------------
+    def attach_progress(self, remaining_s: Callable[[str], float | None]) -> None:
+        """Give the policy each job's remaining work (seconds alone on a full GPU, from its
+        progress reports; None when the job does not report them). Drivers call this once."""
+        self._remaining = remaining_s
+
+    def remaining(self, job: str) -> float:
+        r = self._remaining(job) if self._remaining is not None else None
+        return self.default_remaining_s if r is None else max(1.0, r)
+
+    def decide(self, now: float, event: Event, state: ClusterState) -> list[Decision]:
+        self.trigger = _TRIGGERS.get(type(event).__name__, type(event).__name__)
+        self.donors.note(event, state)
+        self.now = now
+        if isinstance(event, JobSubmitted):
+            self.clock.note(now, event.job.memory_gb)
+        out = super().decide(now, event, state)
+        at = self.clock.quiet_from()
+        if isinstance(event, JobSubmitted) and at is not None and not self.quiet_timer:
+            self.quiet_timer = True
+            out.append(WakeUp(at, "quiet"))
+        return out
+
+    def on_tick(self, now: float, ev: Tick, sc: Scratch) -> None:
+        if ev.tag != "quiet":
+            super().on_tick(now, ev, sc)
+            return
+        self.quiet_timer = False
+        at = self.clock.quiet_from()
+        if not self.clock.quiet(now) and at is not None:
+            self.quiet_timer = True
+            sc.out.append(WakeUp(at, "quiet"))
+            return
+        # Arrivals stopped: re-plan GPUs that hold jobs and idle slices, with the long horizon.
+        for g, gs in sc.state.gpus.items():
+            full = gs.geom.model.full_profile().name
+            idle_slice = len(gs.layout) > len(gs.jobs)
+            lone_on_part = len(gs.jobs) == 1 and any(pl.profile != full
+                                                     for pl in gs.assignment.values())
+            if gs.jobs and (idle_slice or lone_on_part):
+                self.replan(now, g, sc)
+
+    def pinned(self, sc: Scratch, jobs: list[str]) -> set[str]:
+        if not self.pin_uncheckpointable:
+            return set()
+        st = sc.state
+        return {j for j in jobs if j in self.ran and not st.jobs[j].spec.checkpointable}
+
+    def speeds(self, geom: Geometry, sc: Scratch, jobs: list[str]) -> dict[str, dict[str, float]]:
+        out = {}
+        for j in jobs:
+            if j in self.est:
+                out[j] = self.est[j]
+            else:
+                out[j] = prior_speeds(geom, sc.state.jobs[j].spec.memory_gb)
+                self.prior.add(j)
+        return out
+
+    def horizon(self, jobs: list[str], speeds: dict[str, dict[str, float]],
+                current: dict[str, Placement]) -> float:
+        """How long a plan for these jobs is expected to stand (s): the ``horizon_quantile``
+        of their remaining times at current speeds (0.5: the median), divided by the number of
+        times the GPU is expected to be re-planned meanwhile. While jobs keep arriving that is
+        ``replans`` (every arrival and completion re-plans a GPU; 25 measured best, see
+        benchmarks/README.md), so only large gains pay for a restart and free slices are kept
+        for the next arrival; once arrivals stop (:meth:`ArrivalClock.quiet`) a plan stands
+        until the GPU's own jobs end, so jobs grow into idle slices."""
+        ts = []
+        for j in jobs:
+            pl = current.get(j)
+            s = speeds[j].get(pl.profile, 0.5) if pl is not None else 0.5
+            ts.append(self.remaining(j) / max(s, 0.05))
+        ts.sort()
+        if not ts:
+            return self.restart_s
+        t = ts[min(len(ts) - 1, int(self.horizon_quantile * len(ts)))]
+        k = float(len(ts)) if self.clock.quiet(self.now) else self.replans
+        return max(self.restart_s, t / max(1.0, k))
+
+    def arrival_within(self, seconds: float) -> bool:
+        """A newcomer is expected on a given GPU within ``seconds`` (arrivals spread evenly
+        over the GPUs): then a lone newcomer is not profiled, since the next arrival would
+        wait for the profiling run and the job will share its GPU (planned with the prior)
+        before its profile matters."""
+        gap = self.clock.mean_gap()
+        return (gap is not None and not self.clock.quiet(self.now)
+                and gap * len(self._order) < seconds)
+
+    def restart_prices(self, jobs: list[str], speeds: dict[str, dict[str, float]],
+                       current: dict[str, Placement]
+                       ) -> tuple[float | None, dict[str, float]]:
+        """(horizon, throughput each running job's restart costs over it): the work the job
+        does not do while it restarts (``restart_s x speed``) spread over the plan's
+        :meth:`horizon`. ``(None, {})`` without ``economy`` or when nothing runs."""
+        if not (self.economy and current):
+            return None, {}
+        horizon = self.horizon(jobs, speeds, current)
+        return horizon, {j: self.restart_s * speeds[j].get(pl.profile, 0.5) / horizon
+                         for j, pl in current.items()}
+
+    # -- planning ---------------------------------------------------------------------------
+    def replan(self, now: float, g: str, sc: Scratch, force_solve: bool = False) -> None:
+        if not self.plannable(g, sc):
+            return
+        st = sc.state
+        gs = st.gpus[g]
+        self.donors.changed(g)  # estimates of its jobs may change
+        jobs = sc.jobs_on(g)
+        if not jobs:
+            return
+        if not self.profile_newcomers_only:
+            super().replan(now, g, sc, force_solve)
+            return
+        if len(jobs) == 1:
+            j = jobs[0]
+            run_s = len(self.profile_levels) * self.profile_s + \
+                (len(self.profile_levels) - 1) * self.restart_s
+            if (self.estimator.needs_profile and j not in self.est and j not in self.ran
+                    and st.jobs[j].spec.checkpointable and not self.arrival_within(run_s)):
+                # A newcomer alone on an idle GPU: profile it there; nobody else stops.
+                sc.out.append(StartProfiling(
+                    g, st.new_plan_id(), (j,), levels=self.profile_levels,
+                    seconds_per_level=self.profile_s,
+                    why={"trigger": self.trigger, "note": f"{j} is new and alone on {g}: "
+                         f"profiled alone ({len(self.profile_levels)} MPS levels) so its MIG "
+                         f"speeds are known before it ever shares a GPU; no other job stops"}))
+                self.last_profile[g] = now
+                return
+        self.solve_and_apply(now, g, jobs, self.speeds(gs.geom, sc, jobs), sc)
+
+    def solve_and_apply(self, now: float, g: str, jobs: list[str],
+                        speeds: dict[str, dict[str, float]], sc: Scratch) -> None:
+        st = sc.state
+        gs = st.gpus[g]
+        current = {j: pl for j, pl in gs.assignment.items() if j in speeds}
+        pinned = self.pinned(sc, jobs) & set(current)
+        objective = self.objective
+        horizon, penalty = self.restart_prices(jobs, speeds, current)
+        if horizon is not None:
+            objective = "restart-aware"
+        try:
+            sol = optimizer_for(gs.geom).solve(speeds, current=current, objective=objective,
+                                               restart_penalty=penalty, pinned=pinned)
+        except OptimizerError:
+            movable = [j for j in jobs if j not in pinned and j not in current]
+            victim = (movable or [j for j in jobs if j not in pinned])[-1:]
+            for j in victim:
+                sc.requeue(j, "no layout holds the mix")
+            return
+        layout, assignment, reserved = sol.layout, dict(sol.assignment), None
+        ghost = self.headroom(sc, g, jobs)
+        if ghost is not None:
+            try:
+                alt = optimizer_for(gs.geom).solve(
+                    {**speeds, _NEXT: ghost}, current=current, objective=objective,
+                    restart_penalty=penalty, pinned=pinned)
+            except OptimizerError:
+                alt = None
+            # Headroom only for free: never restart a job for an arrival that may not come.
+            if alt is not None and set(alt.restarted) <= set(sol.restarted):
+                reserved = alt.assignment[_NEXT]
+                layout = alt.layout
+                assignment = {j: pl for j, pl in alt.assignment.items() if j != _NEXT}
+                sol = alt
+        lay = tuple(sorted(layout))
+        if lay == tuple(sorted(gs.layout)) and assignment == gs.assignment:
+            return
+        thr = sum(speeds[j][pl.profile] for j, pl in assignment.items())
+        cur_thr = sum(speeds[j][pl.profile] for j, pl in current.items()
+                      if pl.profile in speeds[j])
+        restarted = [j for j in current if assignment.get(j) != current[j]]
+        gain = thr - cur_thr
+        why = {
+            "trigger": self.trigger,
+            "speeds": {j: dict(speeds[j]) for j in jobs},
+            "std": {j: dict(getattr(self.estimator, "uncertainty", {}).get(j, {})) for j in jobs
+                    if j in getattr(self.estimator, "uncertainty", {})},
+            "prior": sorted(j for j in jobs if j in self.prior and j not in self.est),
+            "objective": sol.objective, "throughput": thr,
+            "current_objective": cur_thr if current else None,
+            "restarts": restarted, "pinned": sorted(pinned),
+            "expected_gain": gain, "horizon_s": horizon,
+            "reserved": str(reserved) if reserved is not None else None,
+            "note": _explain(g, thr, cur_thr if current else None, restarted,
+                             horizon, self.restart_s)
+            + (f"; {reserved} kept free for the next arrival (expected within the horizon)"
+               if reserved is not None else ""),
+        }
+        sc.out.append(ApplyLayout(g, st.new_plan_id(), lay, assignment, why=why))
+
+    def on_capacity(self, now: float, sc: Scratch) -> None:
+        """Place queued jobs; with ``backfill`` a job that fits nowhere does not hold up the
+        ones behind it (the first ``BACKFILL_WINDOW`` of the queue are tried, in order, as the
+        baselines do)."""
+        if not self.backfill:
+            super().on_capacity(now, sc)
+            return
+        jobs = sc.state.jobs
+        no_room = float("inf")  # a job at least this large fits nowhere now (fit is monotone)
+        for j in sc.queue(BACKFILL_WINDOW):
+            mem = jobs[j].spec.memory_gb
+            if mem >= no_room:
+                continue
+            g = self.choose_gpu(now, j, sc)
+            if g is None:
+                if self.min_gain <= 0 and not self.marginal_placement:
+                    no_room = mem
+                continue
+            sc.place(j, g)
+            self.dirty.add(g)
+        for g in sorted(self.dirty, key=lambda x: self._order.get(x, 0)):
+            self.replan(now, g, sc)
+
+    def headroom(self, sc: Scratch, g: str, jobs: list[str]) -> dict[str, float] | None:
+        """Prior speeds of the next newcomer when one is expected on ``g`` before its jobs'
+        median remaining time (arrivals spread over the GPUs, nothing queued): the plan then
+        keeps a slice free for it, so its arrival restarts nobody. None otherwise."""
+        if not self.reserve or self.trigger == "profiled" or self.clock.quiet(self.now):
+            return None
+        st = sc.state
+        gs = st.gpus[g]
+        gap = self.clock.mean_gap()
+        if gap is None or len(jobs) + 1 > min(self.max_jobs, gs.geom.model.max_instances):
+            return None
+        if any(j not in sc.placed for j in sc.state.queue) or sc.requeued:
+            return None  # queued jobs take free slices at once
+        first = self.first_candidate(sc, jobs[0])
+        if first is None or first[0] < len(jobs):
+            return None  # an idle or less crowded GPU takes the next arrival
+        ts = sorted(self.remaining(j) for j in jobs)
+        if gap * len(st.gpus) >= ts[len(ts) // 2]:
+            return None
+        return prior_speeds(gs.geom, self.clock.median_memory()) or None
+
+    # -- placement --------------------------------------------------------------------------
+    def choose_gpu(self, now: float, job: str, sc: Scratch) -> str | None:
+        """An idle GPU if any; else, among the least crowded GPUs that can hold the job, the
+        one where its net gain (throughput added minus restart costs) is largest. With
+        ``min_gain`` > 0 a job joins a shared GPU only where it adds at least that much
+        throughput: squeezing a job that runs slowly on small slices next to others slows them
+        more than its early start helps (mean JCT), so it waits for a better slot instead."""
+        if not self.marginal_placement:
+            if self.min_gain <= 0:
+                return super().choose_gpu(now, job, sc)
+            for seen, (n, g) in enumerate(self.candidate_gpus(sc, job), start=1):
+                if n == 0:
+                    return g
+                gain = self.net_gain(g, sc.jobs_on(g), job, sc)
+                if gain is not None and gain >= self.min_gain:
+                    return g
+                if seen >= self.marginal_candidates:
+                    break
+            return None
+        best: tuple[float, str] | None = None
+        first_n: int | None = None
+        for seen, (n, g) in enumerate(self.candidate_gpus(sc, job), start=1):
+            if n == 0:
+                return g
+            if first_n is None:
+                first_n = n
+            elif n > first_n and best is not None:
+                break  # only the least crowded GPUs compete
+            gain = self.net_gain(g, sc.jobs_on(g), job, sc,
+                                 floor=None if best is None else best[0] + 1e-9)
+            if gain is not None and (best is None or gain > best[0] + 1e-9):
+                best = (gain, g)
+            if seen >= self.marginal_candidates:
+                break
+        return best[1] if best is not None else None
+
+    def net_gain(self, g: str, jobs: list[str], job: str, sc: Scratch,
+                 floor: float | None = None) -> float | None:
+        """Throughput after adding ``job`` to ``g`` (restart costs subtracted) minus before;
+        None when no layout holds the mix, or (given ``floor``) when the gain cannot exceed
+        ``floor`` (the optimizer checks a cheap upper bound first)."""
+        gs = sc.state.gpus[g]
+        opt = optimizer_for(gs.geom)
+        sp = self.speeds(gs.geom, sc, jobs)
+        current = {j: pl for j, pl in gs.assignment.items() if j in sp}
+        before = sum(sp[j][pl.profile] for j, pl in current.items() if pl.profile in sp[j])
+        sp[job] = self.speeds(gs.geom, sc, [job])[job]
+        pinned = self.pinned(sc, jobs) & set(current)
+        _, penalty = self.restart_prices(list(sp), sp, current)
+        try:
+            sol = opt.solve(sp, current=current, objective="restart-aware",
+                            restart_penalty=penalty, pinned=pinned,
+                            above=None if floor is None else floor + before)
+        except OptimizerError:
+            return None
+        return sol.objective - before
+
+    # -- events -----------------------------------------------------------------------------
+    def on_applied(self, now: float, gpu: str, sc: Scratch) -> None:
+        self.ran.update(sc.state.gpus[gpu].assignment)
+        self.ran.update(sc.state.gpus[gpu].mps_shares)
+        super().on_applied(now, gpu, sc)
+
+    def on_profiled(self, now: float, ev: ProfilingFinished, sc: Scratch) -> None:
+        self.ran.update(ev.speeds)
+        if tuple(ev.levels) != MPS_LEVELS and ev.speeds and isinstance(
+                self.estimator, PredictorEstimator):
+            # The learned predictor reads all three levels: impute the ones not measured.
+            from miso.predict.levels import impute_profile
+
+            ev = ProfilingFinished(ev.gpu, ev.plan_id, {
+                j: impute_profile(tuple(ev.levels), v) for j, v in ev.speeds.items()},
+                MPS_LEVELS)
+        super().on_profiled(now, ev, sc)
+
+    def on_speed_observed(self, now: float, ev: SpeedObserved, sc: Scratch) -> None:
+        if not self.observed_correction:
+            return
+        gs = sc.state.gpus.get(ev.gpu)
+        if gs is None:
+            return
+        full = gs.geom.model.full_profile().name
+        if ev.placement.profile == full:
+            self.ref_rate[ev.job] = ev.rate
+        ref = self.ref_rate.get(ev.job)
+        if ref and ev.job in self.est:
+            obs = sc.state.jobs[ev.job].observed
+            for prof, r in obs.items():
+                if prof in self.est[ev.job]:
+                    self.est[ev.job][prof] = max(0.01, min(1.5, r / ref))
+
+    def on_speed_changed(self, now: float, ev: JobSpeedChanged, sc: Scratch) -> None:
+        if ev.baseline <= 0 or abs(ev.observed / ev.baseline - 1.0) <= self.threshold:
+            return
+        jobs = sc.jobs_on(ev.gpu) if ev.gpu in sc.state.gpus else []
+        recent = now - self.last_profile.get(ev.gpu, -1e18) < self.cooldown
+        if jobs == [ev.job] and sc.state.jobs[ev.job].spec.checkpointable and not recent:
+            self.est.pop(ev.job, None)    # alone: re-profile it alone, nobody else stops
+            self.ref_rate.pop(ev.job, None)
+            self.ran.discard(ev.job)
+            self.replan(now, ev.gpu, sc)
+            return
+        # Shared GPU: rescale instead of stopping the residents (relative speeds keep shape).
+        f = ev.observed / ev.baseline
+        if ev.job in self.est:
+            full = sc.state.gpus[ev.gpu].geom.model.full_profile().name
+            base = self.base_est.setdefault(ev.job, dict(self.est[ev.job]))
+            self.est[ev.job] = {p: (v if p == full else max(0.01, min(1.5, v * f)))
+                                for p, v in base.items()}
+        self.dirty.add(ev.gpu)
+        self.replan(now, ev.gpu, sc)
+
+    def on_finish(self, now: float, job: str, gpu: str | None, sc: Scratch) -> None:
+        self.ref_rate.pop(job, None)
+        self.base_est.pop(job, None)
+        getattr(self.estimator, "uncertainty", {}).pop(job, None)
+        self.ran.discard(job)
+        self.prior.discard(job)
+        super().on_finish(now, job, gpu, sc)
+        if self.rebalance:
+            self.fill_idle_gpus(now, sc)
+
+    def best_donor(self, sc: Scratch, g: str) -> Donor | None:
+        """(-saving, job) of the job of ``g`` that gains most from a whole GPU, when the time
+        it saves (remaining work at its slice's speed vs on the whole GPU) beats a restart."""
+        gs = sc.state.gpus[g]
+        jobs = sc.jobs_on(g)
+        if len(jobs) < 2 or gs.busy:
+            return None
+        pinned = self.pinned(sc, jobs)
+        best: Donor | None = None
+        for j in jobs:
+            pl = gs.assignment.get(j)
+            if pl is None or j in pinned:
+                continue
+            s = self.speeds(gs.geom, sc, [j])[j].get(pl.profile, 1.0)
+            w = self.remaining(j)
+            saved = w / max(s, 0.05) - (w + self.restart_s)
+            if saved > self.restart_s and (best is None or (-saved, j) < best):
+                best = (-saved, j)
+        return best
+
+    def fill_idle_gpus(self, now: float, sc: Scratch) -> None:
+        """When nothing queues, move the best donor job (:meth:`best_donor`) of a crowded GPU
+        onto each idle GPU, one per donor GPU, best first."""
+        st = sc.state
+        if sc.queue(1):
+            return
+        for target in self.donors.idle(sc):
+            got = self.donors.pop(sc)
+            if got is None:
+                return
+            saved, j, src = got
+            sc.requeue(j, f"rebalance to idle {target}")
+            sc.place(j, target)
+            full = Placement(0, st.gpus[target].geom.model.full_profile().name)
+            sc.out.append(ApplyLayout(target, st.new_plan_id(), (full,), {j: full}, why={
+                "trigger": "rebalance", "restarts": [j], "expected_gain": -saved,
+                "note": f"{target} is idle and nothing queues: {j} moves from {src} to the "
+                        f"whole GPU, finishing ~{-saved:.0f} s sooner net of one restart"}))
+            self.replan(now, src, sc)
+
+
+_NEXT = "\x00next-arrival"   # the phantom newcomer of :meth:`MisoPlus.headroom`
+
+_TRIGGERS = {"JobSubmitted": "arrival", "JobFinished": "completion", "JobFailed": "completion",
+             "ProfilingFinished": "profiled", "JobSpeedChanged": "speed_change",
+             "GpuAdded": "node_change", "GpuRemoved": "node_change", "LayoutFailed": "failure",
+             "LayoutApplied": "applied", "Tick": "timer", "SpeedObserved": "observed"}
+
+
+def _explain(g: str, thr: float, cur: float | None, restarted: Sequence[str],
+             horizon: float | None, restart_s: float) -> str:
+    if cur is None:
+        return f"{g}: best layout for its mix, total speed {thr:.2f} (nothing ran before)"
+    moved = ", ".join(restarted) or "none"
+    if horizon is None:
+        return f"{g}: total speed {cur:.2f} -> {thr:.2f}; restarts: {moved}"
+    return (f"{g}: total speed {cur:.2f} -> {thr:.2f} over a {horizon:.0f} s horizon; restarts "
+            f"({restart_s:.0f} s each): {moved}; chosen because the gain beats the restarts")
