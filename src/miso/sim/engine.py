@@ -375,7 +375,7 @@ class Simulator:
             sp = g.prof_speeds.get(j.id)
             if not sp:
                 return 0.0
-            return sp.get(100, sp[g.prof_levels[-1]] if g.prof_levels else 0.0)
+            return sp[100]  # the run ends at 100 % (profiling_run_order)
         return 0.0
 
     def _resume(self, now: float, jid: str, token: int) -> None:
@@ -450,7 +450,7 @@ class Simulator:
             plan = plan_transition(self.geom, cur_layout, cur, d.layout, d.assignment)
             reconf = cfg.reconfig_s if (plan.destroy or plan.create) else 0.0
             keep_mps = None
-            if g.mode == "prof" and len(d.assignment) == 1 and g.prof_levels[-1:] == (100,):
+            if g.mode == "prof" and len(d.assignment) == 1:
                 (jid, pl), = d.assignment.items()
                 j = self.jobs[jid]
                 if pl == g.full and j.mode == "prof" and not j.waiting and j.rate > 0:
@@ -544,10 +544,12 @@ class Simulator:
                 from miso.sim.unet import synthetic_mps
 
                 sp = synthetic_mps(wls, np.random.default_rng([self.seed, pid]))
-                sp = [tuple(row[(100, 50, 14).index(lv)] for lv in levels) for row in sp]
+                sp = [tuple(row[(100, 50, 14).index(lv)] for lv in g.prof_levels)
+                      for row in sp]
             else:
-                sp = mps_profile_speeds(wls, levels, self.cfg.mps_penalty)
-            g.prof_speeds = {j: dict(zip(levels, row, strict=True))
+                sp = mps_profile_speeds(wls, g.prof_levels, self.cfg.mps_penalty)
+            # Every level run has a speed (the run order adds 100 % when it is not asked for).
+            g.prof_speeds = {j: dict(zip(g.prof_levels, row, strict=True))
                              for j, row in zip(jobs, sp, strict=True)}
         wait = 0.0
         for jid in jobs:
@@ -588,9 +590,5 @@ class Simulator:
             j = self.jobs[jid]
             sp = g.prof_speeds[jid]
             speeds[jid] = tuple(sp[lv] * j.base_rate for lv in levels)
-            if g.prof_levels[-1] != 100:
-                # Ends at a lower level: one more switch back to 100 % (a restart).
-                self._set_rate(j, now, 0.0)
-                self._schedule_resume(j, now + self._restart(j, 1.0 / len(jobs)))
-            # else: keeps running at the 100 % level (its rate is already set)
+            # it keeps running at the last level, 100 % (its rate is already set)
         self._deliver(now, ProfilingFinished(gid, pid, speeds, levels))
