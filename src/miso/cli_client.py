@@ -138,8 +138,8 @@ def _progress(j: dict[str, Any]) -> str:
 
 def render_status(st: dict[str, Any]) -> list[Table]:
     """Rich tables of an API status: GPUs (other users' jobs as a count), then jobs. All user
-    text is escaped (:func:`miso.cli_cluster.safe`)."""
-    from miso.cli_cluster import safe
+    text is escaped (:func:`miso.cli_text.safe`)."""
+    from miso.cli_text import safe
     g = Table(title="GPUs")
     for c in ("gpu", "model", "phase", "layout", "jobs"):
         g.add_column(c)

@@ -12,14 +12,14 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import socket
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
+
+from miso.cli_text import fail, safe
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
@@ -32,24 +32,6 @@ StateDir = Annotated[str | None, typer.Option(
     "--state-dir", help="Cluster state directory (default $MISO_STATE_DIR or ~/.miso/cluster).")]
 Address = Annotated[str | None, typer.Option(
     "--address", help="Ray address of a running cluster ('auto' to find it).")]
-
-
-def _fail(msg: str, code: int = 2) -> NoReturn:
-    typer.echo(f"error: {plain(msg)}", err=True)
-    raise typer.Exit(code)
-
-
-_CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-_]|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def plain(text: Any) -> str:
-    """``text`` without terminal control characters and escape sequences."""
-    return _CONTROL.sub("", str(text))
-
-
-def safe(text: Any) -> str:
-    """User text made safe for rich: no control characters, markup escaped."""
-    return escape(plain(text))
 
 
 def reachable(addr: str, timeout: float = 3.0) -> str | None:
@@ -78,13 +60,13 @@ def _config(policy: str, profile_seconds: float, checkpoint_timeout: float,
 
     known = policy_names()
     if policy not in known:
-        _fail(f"unknown policy {policy!r}; known: {', '.join(known)}")
+        fail(f"unknown policy {policy!r}; known: {', '.join(known)}")
     if estimator not in ESTIMATORS:
-        _fail(f"unknown estimator {estimator!r}; known: {', '.join(ESTIMATORS)}")
+        fail(f"unknown estimator {estimator!r}; known: {', '.join(ESTIMATORS)}")
     for flag, v in (("--profile-seconds", profile_seconds),
                     ("--checkpoint-timeout", checkpoint_timeout)):
         if not (math.isfinite(v) and v > 0):
-            _fail(f"{flag} must be a positive number of seconds, got {v}")
+            fail(f"{flag} must be a positive number of seconds, got {v}")
     return {"policy": policy, "profile_seconds_per_level": profile_seconds,
             "checkpoint_timeout": checkpoint_timeout, "estimator": estimator}
 
@@ -100,11 +82,11 @@ def _check_state_dir(sd: str) -> None:
         pid = lock.holder()
         if pid is not None:
             who = f"PID {pid}" if pid > 0 else "another process"
-            _fail(f"state directory {sd} is in use by {what} ({who}); stop it first "
+            fail(f"state directory {sd} is in use by {what} ({who}); stop it first "
                   f"(miso cluster down --state-dir {sd})")
     problem = store_problem(sd)
     if problem:
-        _fail(problem)
+        fail(problem)
 
 
 # ---- cluster up / down ----------------------------------------------------------------------
@@ -154,18 +136,18 @@ def up(
     try:
         model = find_model(gpu_model).name
     except KeyError as e:
-        _fail(str(e.args[0]))
+        fail(str(e.args[0]))
     if gpus < 1:
-        _fail("--gpus must be at least 1")
+        fail("--gpus must be at least 1")
     cfg = _config(policy, profile_seconds, checkpoint_timeout, estimator)
     api = _api_listen(listen, tls_cert, tls_key, insecure)
     _private_state_dir(sd)
     if address is None:
         if not emulated:
-            _fail("give --address for a Ray cluster with real GPUs, or --emulated")
+            fail("give --address for a Ray cluster with real GPUs, or --emulated")
         info = rc.read_cluster_file(sd)
         if info is not None and rc.is_our_head(info, sd):
-            _fail(f"a cluster already runs from {sd} (PID {info['pid']}); miso cluster down "
+            fail(f"a cluster already runs from {sd} (PID {info['pid']}); miso cluster down "
                   f"first")
         _check_state_dir(sd)
         rc.cluster_file(sd).unlink(missing_ok=True)  # stale: its head is gone
@@ -173,7 +155,7 @@ def up(
         try:
             info = rc.spawn_local_head(sd, gpus=gpus, model=model, config=cfg, api=api)
         except RuntimeError as e:
-            _fail(str(e))
+            fail(str(e))
         console.print(f"miso cluster up: {gpus} emulated {model} GPUs, Ray at "
                       f"{info['address']}, state in {safe(sd)}")
         _print_api(info.get("api_url"), operator, sd)
@@ -181,12 +163,12 @@ def up(
     _check_state_dir(sd)
     why = reachable(address)
     if why is not None:
-        _fail(f"cannot reach Ray at {address}: {why}")
+        fail(f"cannot reach Ray at {address}: {why}")
     _ray_auth(sd)
     try:
         rc.connect(address)
     except Exception as e:  # noqa: BLE001 - Ray raises many kinds here
-        _fail(f"cannot connect to Ray at {address} (token auth on: RAY_AUTH_MODE=token and "
+        fail(f"cannot connect to Ray at {address} (token auth on: RAY_AUTH_MODE=token and "
               f"the cluster's token in RAY_AUTH_TOKEN_PATH): {e}")
     operator = _bootstrap(sd)
     import ray
@@ -195,11 +177,11 @@ def up(
         else {"kind": "nvml"}
     nodes = rc.start_agents(backend, str(Path(sd) / "agents"))
     if not nodes:
-        _fail("no Ray node offers the 'miso_agent' resource or a GPU")
+        fail("no Ray node offers the 'miso_agent' resource or a GPU")
     try:
         h = rc.start_controller(sd, cfg, api)
     except RuntimeError as e:
-        _fail(str(e))
+        fail(str(e))
     url = ray.get(h.api_url.remote(), timeout=60)
     rc.cluster_file(sd).write_text(json.dumps({
         "address": ray.get_runtime_context().gcs_address, "pid": 0, "state_dir": sd,
@@ -215,10 +197,10 @@ def _api_listen(listen: str, cert: str | None, key: str | None, insecure: bool
     try:
         lst = parse_listen(listen, tls_cert=cert, tls_key=key, insecure=insecure)
     except ListenError as e:
-        _fail(str(e))
+        fail(str(e))
     for f in (lst.tls_cert, lst.tls_key):
         if f is not None and not Path(f).is_file():
-            _fail(f"no such file: {f}")
+            fail(f"no such file: {f}")
     return {"host": lst.host, "port": lst.port,
             "tls_cert": str(Path(lst.tls_cert).resolve()) if lst.tls_cert else None,
             "tls_key": str(Path(lst.tls_key).resolve()) if lst.tls_key else None}
@@ -269,7 +251,7 @@ def down(state_dir: StateDir = None, address: Address = None) -> None:
         return
     addr = address or info.get("address") or os.environ.get("RAY_ADDRESS")
     if not addr:
-        _fail(f"no cluster recorded in {sd}; pass --address")
+        fail(f"no cluster recorded in {sd}; pass --address")
     _ray_auth(sd)
     rc.connect(addr)
     rc.stop_actors(stop_jobs=True)

@@ -12,15 +12,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from miso.cli_text import fail
 from miso.demo import DEMO_RESTART_S, DemoLocal, DemoRay, demo_jobs, summarize
 
 console = Console()
 err_console = Console(stderr=True)
 
 
-def _fail(msg: str, code: int = 2) -> typer.Exit:
-    typer.echo(f"error: {msg}", err=True)
-    raise typer.Exit(code)
 
 
 def demo(
@@ -53,17 +51,17 @@ def demo(
     try:
         model = find_model(gpu_model).name
     except KeyError as e:
-        _fail(str(e.args[0]))
+        fail(str(e.args[0]))
     if gpus < 1 or jobs < 1:
-        _fail("--gpus and --jobs must be at least 1")
+        fail("--gpus and --jobs must be at least 1")
     if not (timeout > 0):
-        _fail("--timeout must be a positive number of seconds")
+        fail("--timeout must be a positive number of seconds")
     known = policy_names()
     for p in [policy] + ([compare] if compare is not None else []):
         if p not in known:
-            _fail(f"unknown policy {p!r}; known: {', '.join(known)}")
+            fail(f"unknown policy {p!r}; known: {', '.join(known)}")
     if compare == policy:
-        _fail(f"--compare {compare} is the policy itself; name another policy")
+        fail(f"--compare {compare} is the policy itself; name another policy")
     out = err_console if json_out else console
     stream = demo_jobs(jobs, seed)
     results: dict[str, Any] = {}
@@ -119,7 +117,7 @@ def _run_stream(policy: str, stream: list[tuple[float, str, list[str]]], gpus: i
                 import ray
 
                 ray.shutdown()
-                _fail(f"Ray did not start ({type(e).__name__}: {e}); run `miso demo --no-ray` "
+                fail(f"Ray did not start ({type(e).__name__}: {e}); run `miso demo --no-ray` "
                       f"for the in-process cluster")
         out.print(f"cluster up in {time.time() - t_start:.1f}s; submitting {len(stream)} jobs")
         t0 = time.time()

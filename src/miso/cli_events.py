@@ -11,14 +11,11 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
 
-
-def _fail(msg: str, code: int = 2) -> NoReturn:
-    typer.echo(f"error: {msg}", err=True)
-    raise typer.Exit(code)
+from miso.cli_text import fail
 
 
 def _log_path(file: Path | None, state_dir: str | None) -> Path:
@@ -60,7 +57,7 @@ def events(
     from miso.observe import read_records
 
     if since is not None and not math.isfinite(since):
-        _fail(f"--since must be a number of seconds, got {since}")
+        fail(f"--since must be a number of seconds, got {since}")
     recs = None if file is not None else _from_api(state_dir, job, gpu, since)
     if recs is not None:
         _print(recs, policy, limit, json_out)
@@ -69,13 +66,13 @@ def events(
     if not path.exists():
         where = f"{path}" if file is not None else \
             f"{path} (is a cluster running with this --state-dir?)"
-        _fail(f"no decision log at {where}")
+        fail(f"no decision log at {where}")
     try:
         recs = read_records(path, job=job, gpu=gpu, since=since)
     except (OSError, UnicodeDecodeError) as e:
-        _fail(f"cannot read {path}: {e}")
+        fail(f"cannot read {path}: {e}")
     except ValueError as e:  # miso.observe.eventlog.LogError: not a decision log
-        _fail(str(e))
+        fail(str(e))
     _print(recs, policy, limit, json_out)
 
 
@@ -97,7 +94,7 @@ def _from_api(state_dir: str | None, job: str | None, gpu: str | None,
     except ApiError as e:
         if e.status == 0:
             return None  # nothing listens there (the cluster is down): read the file
-        _fail(f"the API at {c.url} refused: {e.message}")
+        fail(f"the API at {c.url} refused: {e.message}")
     recs = body.get("events") if isinstance(body, dict) else None
     return [{k: v for k, v in r.items() if k != "text"} for r in recs or []]
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from miso import cli_checks as checks
+from miso.cli_text import fail
 
 app = typer.Typer(
     help="MPS-to-MIG performance predictor: train the U-Net ensemble, evaluate it on a file.",
@@ -17,9 +18,6 @@ app = typer.Typer(
 )
 
 
-def _fail(msg: str) -> None:
-    typer.echo(f"error: {msg}", err=True)
-    raise typer.Exit(code=2)
 
 
 @app.command()
@@ -44,12 +42,12 @@ def train(
         if value is not None:
             checks.number(value, flag, low=1)
     if not 0.0 <= val_frac < 1.0:
-        _fail(f"--val-frac {val_frac}: must be in [0, 1)")
+        fail(f"--val-frac {val_frac}: must be in [0, 1)")
     checks.output_dir(out, "--out")
     try:
         d = load_pairs(data)
     except DataError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     from miso.predict.train import TrainConfig, train_ensemble  # torch: after the checks
 
     cfg = TrainConfig(seed=seed)
@@ -115,7 +113,7 @@ def eval_(
         pred = Predictor.load(model)
         p = pred.predict_mig_normalised(d.mps)
     except DataError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     err = abs(p - d.mig)
     res = {"mae": round(float(err.mean()), 6), "samples": len(d)}
     if as_json:

@@ -11,14 +11,12 @@ from typing import Annotated
 import typer
 
 from miso import cli_checks as checks
+from miso.cli_text import fail
 
 SWEEP_IAT = (20.0, 30.0, 45.0, 60.0, 90.0, 120.0)
 SWEEP_K = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
 
 
-def _fail(msg: str) -> None:
-    typer.echo(f"error: {msg}", err=True)
-    raise typer.Exit(2)
 
 
 def _window(window: str | None) -> tuple[float, float] | None:
@@ -90,18 +88,18 @@ def simulate(
     try:
         model = gpu_model(gpu).name
     except KeyError as e:
-        _fail(str(e.args[0]))
+        fail(str(e.args[0]))
     pols = checks.names(policies, "--policies")
     known = policy_names()
     bad = [p for p in pols if p not in known]
     if bad:
-        _fail(f"--policies: unknown policy {', '.join(bad)}; known: {', '.join(known)}")
+        fail(f"--policies: unknown policy {', '.join(bad)}; known: {', '.join(known)}")
     if predictor not in ("noisy", "unet", "true"):
-        _fail(f"--predictor must be noisy, unet or true, not {predictor!r}")
+        fail(f"--predictor must be noisy, unet or true, not {predictor!r}")
     if arrival != "poisson" and trace is None:
-        _fail(f"--arrival {arrival!r}: only poisson is built in; give a --trace")
+        fail(f"--arrival {arrival!r}: only poisson is built in; give a --trace")
     if sweep is not None and sweep not in ("interarrival", "jobs-per-gpu"):
-        _fail(f"--sweep must be interarrival or jobs-per-gpu, not {sweep!r}")
+        fail(f"--sweep must be interarrival or jobs-per-gpu, not {sweep!r}")
     if json_out is not None:
         checks.output_file(json_out, "--json")
     if plot is not None:
@@ -117,7 +115,7 @@ def simulate(
     cols = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/"
             "{task.total}"), TimeElapsedColumn())
     if sweep is not None and events is not None:
-        _fail("--events logs the decisions of one comparison; it does not apply to --sweep")
+        fail("--events logs the decisions of one comparison; it does not apply to --sweep")
     if sweep is not None:
         xs = SWEEP_IAT if sweep == "interarrival" else SWEEP_K
         with Progress(*cols, transient=True) as prog:
@@ -148,7 +146,7 @@ def simulate(
             tjobs = poisson_jobs(jobs, seed=seed, mean_interarrival_s=mean_interarrival,
                                  duration_scale=duration_scale)
     except TraceError as e:
-        _fail(str(e))
+        fail(str(e))
     with Progress(*cols, transient=True) as prog:
         tasks = {p: prog.add_task(p, total=len(tjobs)) for p in pols}
 
@@ -162,7 +160,7 @@ def simulate(
             for lg in logs:
                 lg.close()
         except ValueError as e:
-            _fail(str(e))
+            fail(str(e))
     out["policies"] = summary
     _print_table(summary)
     if plot is not None:
@@ -184,7 +182,7 @@ def _event_log(path: Path | None, logs: list):  # noqa: ANN202 - None or a facto
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("")
     except OSError as e:
-        _fail(f"--events {path}: {e.strerror or e}")
+        fail(f"--events {path}: {e.strerror or e}")
 
     def make(name: str, policy: object) -> Observer:
         for lg in logs:  # the previous policy's run is over

@@ -1,0 +1,28 @@
+"""Text every ``miso`` command prints about itself and its users: the one-line error that
+ends a command, and user text made safe for the terminal and for rich."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, NoReturn
+
+import typer
+from rich.markup import escape
+
+_CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-_]|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def plain(text: Any) -> str:
+    """``text`` without terminal control characters and escape sequences."""
+    return _CONTROL.sub("", str(text))
+
+
+def safe(text: Any) -> str:
+    """User text made safe for rich: no control characters, markup escaped."""
+    return escape(plain(text))
+
+
+def fail(msg: str, code: int = 2) -> NoReturn:
+    """End the command with ``error: <msg>`` (one line on stderr) and exit ``code``."""
+    typer.echo(f"error: {plain(msg)}", err=True)
+    raise typer.Exit(code)
