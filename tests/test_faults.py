@@ -377,6 +377,17 @@ def test_logs__read_from_disk_after_down_and_full_reasons(cluster, monkeypatch) 
     assert r.exit_code == 0 and "hello-from-job" in r.stdout, r.output
 
 
+def test_checkpointable__a_helper_job_can_say_it_cannot_save(cluster) -> None:  # noqa: ANN001
+    """``ctx.started(..., checkpointable=False)`` (here the emulated ``--no-checkpoint`` job)
+    reports progress yet is known not to checkpoint, so the core pins it."""
+    c = cluster(gpus_per_node=1)
+    job = c.submit(emu("bert_train2", 2.0, "--no-checkpoint"), name="nock")
+    assert c.controller.wait_all(60), c.controller.status()
+    rec = {r.id: r for r in c.controller.store.jobs()}[job]
+    assert rec.checkpointable is False and rec.state == "finished"
+    assert c.controller.loop.state.jobs[job].spec.checkpointable is False  # the core knows
+
+
 def test_checkpointable__known_per_job_and_silent_jobs_are_not_waited_for(cluster) -> None:  # noqa: ANN001
     c = cluster(gpus_per_node=1)
     ctl = c.controller

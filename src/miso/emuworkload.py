@@ -145,7 +145,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     state = (None if a.no_checkpoint else ctx.load()) or {}
     done = float(state.get("iteration", 0))
-    ctx.started(int(done), a.iterations)
+    ctx.started(int(done), a.iterations, checkpointable=not a.no_checkpoint)
+
+    def answer_checkpoint() -> None:
+        """Save and exit when miso asks (a job without checkpointing ignores it)."""
+        if ctx.checkpoint_requested() and not a.no_checkpoint and done < a.iterations:
+            ctx.save_json({"iteration": int(done)}, iteration=int(done))
+            print(f"emuworkload {wl.name}: checkpointed at {int(done)}", flush=True)
+            ctx.exit_checkpointed()
+
     print(f"emuworkload {wl.name}: {where}, resuming at {int(done)}/{a.iterations}", flush=True)
     if a.restart_s > 0 and ctx.attempt > 1:
         # Warm-up of a restarted job: no progress until it is over (checkpoint requests during
@@ -153,9 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         t_end = time.monotonic() + a.restart_s
         while time.monotonic() < t_end:
             time.sleep(0.05)
-            if ctx.checkpoint_requested() and not a.no_checkpoint:
-                ctx.save_json({"iteration": int(done)}, iteration=int(done))
-                ctx.exit_checkpointed()
+            answer_checkpoint()
     speed = base_speed()
     last_speed_read = last_save = t = time.monotonic()
     try:
@@ -174,10 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if a.checkpoint_every and now - last_save >= a.checkpoint_every:
                 ctx.save_json({"iteration": int(done)}, iteration=int(done))
                 last_save = now
-            if ctx.checkpoint_requested() and done < a.iterations:
-                ctx.save_json({"iteration": int(done)}, iteration=int(done))
-                print(f"emuworkload {wl.name}: checkpointed at {int(done)}", flush=True)
-                ctx.exit_checkpointed()
+            answer_checkpoint()
     finally:
         if registry is not None:
             registry.close()

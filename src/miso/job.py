@@ -161,9 +161,13 @@ class JobContext:
 
     # ---- progress -----------------------------------------------------------------------
 
-    def started(self, iteration: int, total: int | None = None) -> None:
-        """Record where this attempt starts (after loading a checkpoint)."""
+    def started(self, iteration: int, total: int | None = None, *,
+                checkpointable: bool = True) -> None:
+        """Record where this attempt starts (after loading a checkpoint). A job that reports
+        progress but cannot save it says ``checkpointable=False``: miso then never moves it
+        once it runs (a restart would throw its progress away)."""
         self._state["start_iteration"] = int(iteration)
+        self._state["checkpointable"] = bool(checkpointable)
         self.report(iteration, total, force=True)
 
     def report(self, iteration: int, total: int | None = None, *, force: bool = False,

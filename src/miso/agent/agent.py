@@ -168,10 +168,10 @@ class Attempt:
 
     @property
     def checkpointable(self) -> bool | None:
-        """True once the job announced the helper, False when it reported nothing within the
-        agent's grace period, None before that."""
+        """True once the job announced the helper (unless it said it cannot save), False
+        when it reported nothing within the agent's grace period, None before that."""
         if self.progress.get("helper"):
-            return True
+            return bool(self.progress.get("checkpointable", True))
         return None if self.progress or not self.no_helper else False
 
     no_helper: bool = False
