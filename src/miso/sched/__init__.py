@@ -50,6 +50,7 @@ from miso.sched.events import (
     JobCheckpointable,
     JobFailed,
     JobFinished,
+    JobProgress,
     JobSpec,
     JobSpeedChanged,
     JobSubmitted,
@@ -79,7 +80,8 @@ from miso.sched.state import (
 
 __all__ = [
     "MPS_LEVELS", "ApplyLayout", "ClusterState", "ContractError", "Decision", "Event", "GpuAdded",
-    "GpuRemoved", "GpuState", "JobCheckpointable", "JobFailed", "JobFinished", "JobSpec",
+    "GpuRemoved", "GpuState", "JobCheckpointable", "JobFailed", "JobFinished", "JobProgress",
+    "JobSpec",
     "JobSpeedChanged", "JobState", "JobStatus", "JobSubmitted", "LayoutApplied", "LayoutFailed",
     "NoisyOracle", "Phase", "PlaceJob", "Policy", "PredictorEstimator", "ProfilingFinished",
     "RequeueJob", "RunMps", "SpeedEstimator", "SpeedObserved", "SpeedTable", "StartProfiling",

@@ -30,7 +30,8 @@ class JobSpec:
     ``memory_gb`` is the job's peak GPU memory (GB); a slice with less memory cannot hold it.
     ``workload`` names a catalogue workload (:func:`miso.workloads.catalogue`) when it is known
     (simulation, emulated runs); only ground-truth estimators may read it.
-    ``duration_hint_s`` is an optional user estimate of the run time alone on a full GPU.
+    ``duration_hint_s`` is an optional estimate of the run time alone on a full GPU (the
+    job's remaining work until it reports progress, :class:`JobProgress`).
     ``checkpointable`` is False for a job that cannot save and resume its progress (no
     ``miso.job`` helper): a restart throws all its progress away, so restart-economy policies
     pin it once it has made progress.
@@ -114,6 +115,27 @@ class JobCheckpointable(Event):
 
     job: str
     checkpointable: bool
+
+
+@dataclass(frozen=True)
+class JobProgress(Event):
+    """How much work a job has left, as of the event's time, in ONE unit for every driver:
+    seconds alone on a full GPU (``work_s``), shrinking at ``rate`` full-GPU seconds per second
+    (the relative speed of the slice it runs on; 0 while it does not run).
+
+    The simulator knows both exactly. The live controller converts a job's own progress report
+    (iterations left, iterations/s on its current slice) with the slice's relative speed:
+    ``work_s = iterations_left / rate_on_slice * speed_of_slice``
+    (:func:`miso.sched.progress.full_gpu_work`). Drivers fold it into
+    :class:`~miso.sched.state.JobState` (:meth:`~miso.sched.state.JobState.remaining_work`)
+    without calling ``decide``: progress moves continuously, it is not a decision point. A job
+    that never reports progress (it cannot checkpoint: no ``miso.job`` helper) has no
+    remaining work known.
+    """
+
+    job: str
+    work_s: float
+    rate: float = 0.0
 
 
 @dataclass(frozen=True)

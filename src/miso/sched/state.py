@@ -30,6 +30,7 @@ from miso.sched.events import (
     JobCheckpointable,
     JobFailed,
     JobFinished,
+    JobProgress,
     JobSpec,
     JobSubmitted,
     LayoutApplied,
@@ -74,10 +75,23 @@ class JobState:
     profiled_with: tuple[str, ...] = ()       # the mix of that run (column order)
     observed: dict[str, float] = field(default_factory=dict)  # profile -> first raw rate seen
     finished_at: float | None = None
+    #: last progress report folded in (:class:`~miso.sched.events.JobProgress`):
+    #: (time, work left in full-GPU seconds, full-GPU seconds done per second)
+    progress: tuple[float, float, float] | None = None
 
     @property
     def id(self) -> str:
         return self.spec.id
+
+    def remaining_work(self, now: float) -> float | None:
+        """Work left at ``now`` in seconds alone on a full GPU, extrapolated from the last
+        progress report; None when the job never reported progress or has ended."""
+        p = self.progress
+        if p is None or self.status is JobStatus.FINISHED or self.status is JobStatus.FAILED:
+            return None
+        t, work, rate = p
+        left = work - (rate * (now - t) if rate > 0 else 0.0)
+        return max(0.0, left)
 
 
 @dataclass
@@ -163,10 +177,16 @@ class ClusterState:
         """Update from an event (driver calls this before ``policy.decide``)."""
         self.now = now
         match event:
+            case JobProgress(job=j, work_s=w, rate=r):
+                js = self.jobs.get(j)
+                if js is not None:
+                    js.progress = (now, w, r)
             case JobSubmitted(job=spec):
                 if spec.id in self.jobs:
                     raise ContractError(f"job {spec.id} submitted twice")
-                self.jobs[spec.id] = JobState(spec, now)
+                js = self.jobs[spec.id] = JobState(spec, now)
+                if spec.duration_hint_s is not None:
+                    js.progress = (now, spec.duration_hint_s, 0.0)
                 self.queue.append(spec.id)
             case GpuAdded(gpu=g, model=m, profiles=p, driver=d):
                 if g in self.gpus:

@@ -23,7 +23,6 @@ completion events; the optimizer is cached per geometry (:func:`miso.optimize.op
 
 from __future__ import annotations
 
-import heapq
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -35,10 +34,12 @@ from miso.mig import Placement, canonical, geometry, plan_transition
 from miso.sched import (
     ApplyLayout,
     ClusterState,
+    ContractError,
     Decision,
     Event,
     GpuAdded,
     JobFinished,
+    JobProgress,
     JobSpec,
     JobSpeedChanged,
     JobSubmitted,
@@ -53,6 +54,8 @@ from miso.sched import (
     Tick,
     WakeUp,
 )
+from miso.sched.clock import VirtualClock
+from miso.sched.driver import DriverStep
 from miso.sched.events import profiling_run_order
 from miso.sched.speeds import workload_memory_gb, workload_speeds
 from miso.sim.traces import TraceJob
@@ -157,10 +160,9 @@ class Simulator:
         self.state = ClusterState()
         self.geom = geometry(config.gpu_model)
         self.gpus = {f"gpu{i}": _Gpu(f"gpu{i}", self.geom) for i in range(config.n_gpus)}
-        self.heap: list[tuple[float, int, int, object, object]] = []
-        self.seq = 0
-        self.n_events = 0
-        self.n_decisions = 0
+        self.clock = VirtualClock()
+        self.step = DriverStep(self.state, policy, execute=self._execute, before=self._before,
+                               record=self._record if record else None, observer=observer)
         cat = catalogue()
         full_mem = self.geom.model.full_profile().memory_gib
         self.jobs: dict[str, _Job] = {}
@@ -177,7 +179,11 @@ class Simulator:
                                  f"than a whole {self.geom.model.name}")
             ckpt = not (config.no_checkpoint_frac > 0
                         and ck_rng.random() < config.no_checkpoint_frac)
-            spec = JobSpec(tj.id, f"job-{tj.id}", mem, tj.workload, checkpointable=ckpt)
+            # A job using the ``miso.job`` helper declares its total work when it is submitted
+            # and reports its progress (:class:`JobProgress`); one that cannot checkpoint has
+            # no helper and reports nothing.
+            spec = JobSpec(tj.id, f"job-{tj.id}", mem, tj.workload,
+                           duration_hint_s=tj.duration_s if ckpt else None, checkpointable=ckpt)
             jrng = np.random.default_rng([seed, zlib.crc32(tj.id.encode())])
             base = float(jrng.lognormal(2.0, 0.8))
             j = _Job(tj, spec, workload_speeds(self.geom, cat[tj.workload]), base)
@@ -187,9 +193,6 @@ class Simulator:
                     j.alt = cands[int(rng.integers(len(cands)))]
                     j.milestone = tj.duration_s * float(rng.uniform(0.2, 0.8))
             self.jobs[tj.id] = j
-        attach = getattr(policy, "attach_progress", None)
-        if callable(attach):
-            attach(self.remaining_s)
 
     def _alternatives(self) -> dict[str, list[str]]:
         cat = catalogue()
@@ -199,46 +202,42 @@ class Simulator:
             out[w] = [o for o in cat if o != w and have <= set(workload_speeds(self.geom, cat[o]))]
         return out
 
-    def remaining_s(self, jid: str) -> float | None:
-        """Work left (seconds alone on a full GPU) of a job that reports its progress and total,
-        as a job using the ``miso.job`` helper does; None for jobs that cannot checkpoint (no
-        helper, no progress reports) and for unknown or finished jobs."""
-        j = self.jobs.get(jid)
-        if j is None or not j.ckpt or j.finish is not None:
-            return None
-        left = j.work_left - (j.rate * (self.state.now - j.t_last) if j.rate > 0 else 0.0)
-        return max(0.0, left)
-
-    # -- heap ---------------------------------------------------------------------------------
+    # -- clock ------------------------------------------------------------------------------
     def _push(self, t: float, kind: int, a: object = None, b: object = None) -> None:
-        self.seq += 1
-        heapq.heappush(self.heap, (t, self.seq, kind, a, b))
+        self.clock.at(t, (kind, a, b))
 
     # -- driver loop --------------------------------------------------------------------------
+    @property
+    def n_events(self) -> int:
+        return self.step.events
+
+    @property
+    def n_decisions(self) -> int:
+        return self.step.decisions
+
     def run(self, progress: Callable[[int], None] | None = None) -> SimResult:
         import time
 
         t_wall = time.perf_counter()
         for g in self.gpus:
             self._deliver(0.0, GpuAdded(g, self.cfg.gpu_model))
-        # Arrivals enter the heap one at a time, in (time, sequence) order, each with the
-        # sequence number it would have had if all were pushed now: the same event order, but
-        # the heap holds the events in flight, not the whole trace.
+        # Arrivals enter the clock one at a time, in (time, sequence) order, each with the
+        # sequence number it would have had if all were scheduled now: the same event order,
+        # but the clock holds the events in flight, not the whole trace.
         js = list(self.jobs.values())
-        base = self.seq
-        self.seq += len(js)
+        clock = self.clock
+        base = clock.reserve(len(js))
         arrivals = iter(sorted(range(len(js)), key=lambda i: (js[i].submit, i)))
-        heap = self.heap
 
         def next_arrival() -> None:
             i = next(arrivals, None)
             if i is not None:
-                heapq.heappush(heap, (js[i].submit, base + i + 1, _ARRIVE, js[i].id, None))
+                clock.at_seq(js[i].submit, base + i + 1, (_ARRIVE, js[i].id, None))
 
         next_arrival()
         done = 0
-        while heap:
-            t, _, kind, a, b = heapq.heappop(heap)
+        while (nxt := clock.pop()) is not None:
+            t, (kind, a, b) = nxt
             if kind == _COMPLETE:
                 j = self.jobs[a]  # type: ignore[index]
                 if b != j.version or j.finish is not None:
@@ -269,6 +268,9 @@ class Simulator:
                 self._phase(t, a, b)  # type: ignore[arg-type]
         if progress is not None:
             progress(done)
+        if self.step.errors:
+            raise ContractError(f"{len(self.step.errors)} decisions broke the contract "
+                                f"(first: {self.step.errors[0]})")
         unfinished = [j.id for j in self.jobs.values() if j.finish is None]
         if unfinished:
             raise RuntimeError(f"{len(unfinished)} jobs never finished under "
@@ -289,26 +291,22 @@ class Simulator:
             lost_gpu_s=float(sum(j.lost for j in js)), profiling_gpu_s=self.profiling_gpu_s)
 
     def _deliver(self, now: float, ev: Event) -> None:
-        self.n_events += 1
-        st = self.state
-        if self.observer is not None:
-            self.observer.on_event(now, ev, st)
-        st.observe(now, ev)
-        if self.record:
-            self.log.append((now, ev))
-        for d in self.policy.decide(now, ev, st):
-            self.n_decisions += 1
-            gid = self._gpu_of(d)
-            if gid is not None:
-                self._touch(self.gpus[gid], now)
-            st.apply(now, d)
-            if self.observer is not None:
-                self.observer.on_decision(now, d, st)
-            if self.record:
-                self.log.append((now, d))
-            self._exec(now, d, gid)
-            if gid is not None:
-                self.gpus[gid].busy = bool(st.gpus[gid].jobs)
+        """One driver step (:class:`~miso.sched.driver.DriverStep`) for ``ev``."""
+        self.step(now, ev)
+
+    def _record(self, now: float, item: object) -> None:
+        self.log.append((now, item))
+
+    def _before(self, now: float, d: Decision) -> str | None:
+        gid = self._gpu_of(d)
+        if gid is not None:
+            self._touch(self.gpus[gid], now)
+        return gid
+
+    def _execute(self, now: float, d: Decision, gid: str | None) -> None:
+        self._exec(now, d, gid)
+        if gid is not None:
+            self.gpus[gid].busy = bool(self.state.gpus[gid].jobs)
 
     def _gpu_of(self, d: Decision) -> str | None:
         if isinstance(d, PlaceJob):
@@ -331,6 +329,10 @@ class Simulator:
         j.t_last = now
         j.rate = rate
         j.version += 1
+        if j.ckpt:
+            # what a job using the ``miso.job`` helper reports; one that cannot checkpoint
+            # has no helper and reports nothing
+            self.step.fold(now, JobProgress(j.id, j.work_left, rate))
         if rate > 0:
             self._push(now + j.work_left / rate, _COMPLETE, j.id, j.version)
             if j.milestone is not None and j.work_left > j.milestone:

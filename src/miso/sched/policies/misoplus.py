@@ -3,7 +3,7 @@ The paper's policy, which it extends, is :mod:`miso.sched.policies.miso`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from miso.mig import Geometry, Placement
 from miso.optimize import OptimizerError, optimizer_for
@@ -44,7 +44,8 @@ class MisoPlus(Miso):
     * ``economy``: a re-plan maximises throughput minus, per running job that would move, the
       work its restart throws away over the plan's horizon (``restart_s x speed / horizon``, the
       horizon being the median remaining time of the GPU's jobs, from their progress reports
-      via :meth:`attach_progress`, divided by the re-plans expected meanwhile, see
+      (:class:`~miso.sched.events.JobProgress` folded into their state), divided by the
+      re-plans expected meanwhile, see
       :meth:`horizon`); so a GPU is repartitioned only when the gain beats the restarts.
     * ``pin_uncheckpointable``: a job that cannot checkpoint is never restarted once it has run
       (the optimizer takes it as a hard constraint; it is never profiled or rebalanced).
@@ -99,21 +100,22 @@ class MisoPlus(Miso):
         self.prior: set[str] = set()        # jobs planned with the prior (not profiled)
         self.trigger = ""
         self.now = 0.0
-        self._remaining: Callable[[str], float | None] | None = None
+        self.state: ClusterState | None = None
         self.donors = RebalanceIndex(self.best_donor)
 
     # -- inputs -----------------------------------------------------------------------------
-    def attach_progress(self, remaining_s: Callable[[str], float | None]) -> None:
-        """Give the policy each job's remaining work (seconds alone on a full GPU, from its
-        progress reports; None when the job does not report them). Drivers call this once."""
-        self._remaining = remaining_s
-
     def remaining(self, job: str) -> float:
-        r = self._remaining(job) if self._remaining is not None else None
+        """Work the job has left (seconds alone on a full GPU) from its progress reports,
+        folded into its state by the driver (:meth:`JobState.remaining_work`);
+        ``default_remaining_s`` when it reports none."""
+        st = self.state
+        js = st.jobs.get(job) if st is not None else None
+        r = js.remaining_work(st.now) if js is not None else None  # type: ignore[union-attr]
         return self.default_remaining_s if r is None else max(1.0, r)
 
     def decide(self, now: float, event: Event, state: ClusterState) -> list[Decision]:
         self.trigger = _TRIGGERS.get(type(event).__name__, type(event).__name__)
+        self.state = state
         self.donors.note(event, state)
         self.now = now
         if isinstance(event, JobSubmitted):

@@ -1,0 +1,123 @@
+"""The driver step both drivers run for every event: observe -> decide -> apply -> log.
+
+The simulator (:mod:`miso.sim.engine`) and the live controller (:mod:`miso.controller.loop`)
+differ only in where events come from and how a decision is carried out; everything between
+an event and the execution of its decisions is this one function, so the two cannot drift:
+
+1. **filter** stale events (:func:`stale`): a second report of a job that already ended, a
+   duplicate submission, a speed report for a job that has left the GPU it was measured on;
+2. **observe**: ``state.observe(now, ev)``; a :class:`~miso.sched.events.JobProgress` stops
+   here (it is folded into the job's state, policies read it there; it is not a decision point);
+3. **decide**: ``policy.decide(now, ev, state)``;
+4. **apply** each decision in order: ``state.apply`` validates it; a decision that breaks the
+   contract (:class:`~miso.sched.state.ContractError`, a policy bug) is skipped and reported
+   through ``on_contract_error``, the others go on;
+5. **log** (``record``) and **execute** (``execute``) it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from miso.sched.decisions import Decision
+from miso.sched.events import (
+    Event,
+    JobFailed,
+    JobFinished,
+    JobProgress,
+    JobSpeedChanged,
+    JobSubmitted,
+    SpeedObserved,
+)
+from miso.sched.policy import Policy
+from miso.sched.state import ClusterState, ContractError, JobStatus
+
+_ENDED = (JobStatus.FINISHED, JobStatus.FAILED)
+
+
+def stale(ev: Event, state: ClusterState) -> bool:
+    """True for an event that no longer means anything to the state (see the module
+    docstring); drivers drop it before ``observe``."""
+    match ev:
+        case JobFinished(job=j) | JobFailed(job=j) | JobProgress(job=j):
+            js = state.jobs.get(j)
+            return js is None or js.status in _ENDED
+        case JobSubmitted(job=spec):
+            return spec.id in state.jobs
+        case SpeedObserved(job=j, gpu=g) | JobSpeedChanged(job=j, gpu=g):
+            js = state.jobs.get(j)
+            return js is None or js.status in _ENDED or js.gpu != g
+    return False
+
+
+class DriverStep:
+    """One driver's step over its ``state`` and ``policy`` (see the module docstring).
+
+    Hooks (all optional): ``observer`` (``on_event`` before observe, ``on_decision`` after
+    apply: :class:`miso.observe.Observer`), ``record(now, item)`` for every event and applied
+    decision, ``before(now, d)`` called before ``apply`` (returns a context handed to
+    ``execute``; the simulator reads a job's GPU there before a requeue clears it),
+    ``execute(now, d, ctx)``, and ``on_contract_error(now, d, err)``.
+    """
+
+    def __init__(self, state: ClusterState, policy: Policy, *,
+                 execute: Callable[[float, Decision, Any], None],
+                 before: Callable[[float, Decision], Any] | None = None,
+                 record: Callable[[float, object], None] | None = None,
+                 observer: Any = None,
+                 on_contract_error: Callable[[float, Decision, ContractError], None]
+                 | None = None) -> None:
+        self.state = state
+        self.policy = policy
+        self.execute = execute
+        self.before = before
+        self.record = record
+        self.observer = observer
+        self.on_contract_error = on_contract_error
+        self.events = 0
+        self.decisions = 0
+        self.errors: list[str] = []
+
+    def fold(self, now: float, ev: JobProgress) -> None:
+        """Fold a progress report into the state (no decision point)."""
+        js = self.state.jobs.get(ev.job)
+        if js is None or js.status in _ENDED:
+            return
+        self.state.observe(now, ev)
+        if self.record is not None:
+            self.record(now, ev)
+
+    def __call__(self, now: float, ev: Event) -> bool:
+        """Run the step for ``ev``; False when the event was dropped as stale."""
+        st = self.state
+        if isinstance(ev, JobProgress):
+            self.fold(now, ev)
+            return True
+        if stale(ev, st):
+            return False
+        self.events += 1
+        obs = self.observer
+        if obs is not None:
+            obs.on_event(now, ev, st)
+        st.observe(now, ev)
+        if self.record is not None:
+            self.record(now, ev)
+        for d in self.policy.decide(now, ev, st):
+            ctx = self.before(now, d) if self.before is not None else None
+            try:
+                st.apply(now, d)
+            except ContractError as e:
+                msg = f"policy {self.policy.name} broke the contract: {e}"
+                self.errors.append(msg)
+                del self.errors[:-100]
+                if self.on_contract_error is not None:
+                    self.on_contract_error(now, d, e)
+                continue
+            self.decisions += 1
+            if obs is not None:
+                obs.on_decision(now, d, st)
+            if self.record is not None:
+                self.record(now, d)
+            self.execute(now, d, ctx)
+        return True
