@@ -37,6 +37,7 @@ from miso.controller.store import GIB_PER_GB, JobRecord, JobStore, StoreError
 from miso.controller.transport import NodeUnavailable, Transport
 from miso.mig import GPU_MODELS, geometry
 from miso.sched import JobSpec, JobSubmitted, Policy
+from miso.sched.clock import Clock
 from miso.sched.policy import build_policy
 from miso.workloads import catalogue
 
@@ -57,42 +58,17 @@ def make_controller_policy(cfg: ControllerConfig) -> Policy:
 class Controller:
     """Controller over a :class:`JobStore` and a transport to agents. See the module docstring."""
 
-    def remaining_s(self, job: str) -> float | None:
-        """Seconds a job still needs at its current rate, from its own progress reports
-        (iteration, total, rate; the ``miso.job`` helper sends them); None when unknown.
-        Restart-economy policies weigh restarts against it. Read from the store at most once
-        a second per job (a re-plan asks for every job of a GPU; progress moves slowly)."""
-        now = time.monotonic()
-        hit = self._remaining_cache.get(job)
-        if hit is not None and now - hit[0] < 1.0:
-            return hit[1]
-        try:
-            rec = self.store.get(job)
-        except Exception:  # noqa: BLE001 - unknown job or store hiccup: no estimate
-            return None
-        val = None
-        if not (rec.terminal or not rec.total or rec.iteration is None or not rec.rate):
-            val = max(0.0, (rec.total - rec.iteration) / rec.rate)
-        if len(self._remaining_cache) > 100_000:
-            self._remaining_cache.clear()
-        self._remaining_cache[job] = (now, val)
-        return val
-
     def __init__(self, store: JobStore, transport: Transport,
                  config: ControllerConfig | None = None, *,
-                 checkpoint_root: str | Path | None = None) -> None:
+                 checkpoint_root: str | Path | None = None, clock: Clock | None = None) -> None:
         self.store = store
         self.transport = transport
         self.cfg = config or ControllerConfig()
         root = checkpoint_root or (Path(store.path).parent / "checkpoints"
                                    if store.path != ":memory:" else Path("/tmp/miso-ckpt"))
         self.checkpoint_root = Path(root)
-        self.rt = Runtime(store, transport, self.cfg, self.checkpoint_root)
+        self.rt = Runtime(store, transport, self.cfg, self.checkpoint_root, clock)
         self.policy = make_controller_policy(self.cfg)
-        self._remaining_cache: dict[str, tuple[float, float | None]] = {}
-        attach = getattr(self.policy, "attach_progress", None)
-        if callable(attach):
-            attach(self.remaining_s)
         self.executor = PlanExecutor(self.rt)
         self.loop = EventLoop(self.rt, self.executor, self.policy, self.cfg.policy)
         self.poller = AgentPoller(self.rt, self.executor)
@@ -258,8 +234,8 @@ class Controller:
 
     def wait_all(self, timeout: float) -> bool:
         """Wait until every job is terminal; False on timeout."""
-        deadline = time.time() + timeout
-        while time.time() < deadline:
+        deadline = time.monotonic() + timeout  # real time: the caller's patience
+        while time.monotonic() < deadline:
             if not self.store.jobs(active_only=True):
                 return True
             time.sleep(0.2)

@@ -157,9 +157,9 @@ class PlanExecutor:
             r.stopping = True
             rt.store.update(r.job, state="checkpointing")
             rt.try_call(r.node, "checkpoint", r.job, r.attempt)
-        deadline = time.time() + rt.cfg.checkpoint_timeout
+        deadline = time.monotonic() + rt.cfg.checkpoint_timeout
         for r in runs:
-            r.done.wait(max(0.0, deadline - time.time()))
+            r.done.wait(max(0.0, deadline - time.monotonic()))
         late = [r for r in runs if not r.done.is_set()]
         for r in late:
             log.warning("job %s did not checkpoint within %.1fs: killing it", r.job,
@@ -184,7 +184,7 @@ class PlanExecutor:
         # A job moved by one batch (requeued from one GPU, placed on another) still runs on
         # its old GPU until that GPU's worker has checkpointed it: wait for that, never run
         # two copies, and never mistake the old run for the new one.
-        deadline = time.time() + rt.cfg.checkpoint_timeout + rt.cfg.call_timeout
+        deadline = time.monotonic() + rt.cfg.checkpoint_timeout + rt.cfg.call_timeout
         while True:
             with rt.lock:
                 cur = rt.runs.get(job)
@@ -192,7 +192,7 @@ class PlanExecutor:
                 break
             if cur.gpu == gpu:
                 return cur
-            if time.time() > deadline:
+            if time.monotonic() > deadline:
                 log.warning("job %s: still running on %s; not started on %s", job, cur.gpu, gpu)
                 return None
             time.sleep(0.05)
@@ -210,6 +210,7 @@ class PlanExecutor:
                 "placement": [pl.start, pl.profile], "mps_pct": mps_pct,
                 "checkpoint_dir": str(ck_dir), "resume_from": path,
                 "env": rec.env, "cwd": rec.cwd, "owner": rec.owner, "unix_user": rec.unix_user}
+        # wall time: compared with the agent's report timestamps (another process)
         run = Run(job, attempt, ref.node, gpu, ref.index, pl, mps_pct, time.time())
         with rt.lock:
             rt.runs[job] = run
@@ -334,8 +335,8 @@ class PlanExecutor:
         rt.post_event(ProfilingFinished(d.gpu, d.plan_id, speeds, tuple(levels)))
 
     def _await_progress(self, runs: list[Run]) -> None:
-        deadline = time.time() + 20.0
-        while time.time() < deadline and not self.rt.stopping.is_set():
+        deadline = time.monotonic() + 20.0
+        while time.monotonic() < deadline and not self.rt.stopping.is_set():
             # a job the agent found silent (no progress within its grace) is not waited for
             if all(r.done.is_set() or (r.last.get("time") or 0) >= r.launched or
                    r.last.get("checkpointable") is False for r in runs):
@@ -362,10 +363,10 @@ class PlanExecutor:
                 if pt[1] > first[r.job][1]:
                     last[r.job] = pt
 
-        start = time.time()
+        start = time.monotonic()
         while not worker.superseded(d) and not self.rt.stopping.is_set():
             sample()
-            waited = time.time() - start
+            waited = time.monotonic() - start
             live = [r for r in runs if not r.done.is_set()]
             if waited >= seconds and (all(r.job in last for r in live) or
                                       waited >= 4 * seconds + 2.0):

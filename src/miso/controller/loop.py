@@ -1,18 +1,20 @@
 """The event loop: the only thread that touches the scheduling state and the policy.
 
 It takes items one at a time from the runtime's queue (events from the poller and the
-executor, user cancels, lost nodes) and timers the policy asked for, calls ``state.observe``,
-``policy.decide`` and ``state.apply``, and hands each decision to the plan executor. It never
-blocks on an agent for long. No scheduling choice is made here: every placement, layout,
-profiling run and requeue comes from the policy object.
+executor, progress reports, user cancels, lost nodes) and the items due on the runtime's clock
+(timers the policy asked for, lost nodes whose lease runs out later), and runs the shared driver
+step (:class:`miso.sched.driver.DriverStep`: filter stale -> observe -> decide -> apply -> log),
+handing each decision to the plan executor. It never blocks on an agent for long. No scheduling
+choice is made here: every placement, layout, profiling run and requeue comes from the policy.
+
+:meth:`EventLoop.run_once` handles one item and whatever is due: tests drive it on a
+:class:`~miso.sched.clock.VirtualClock` without the thread.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import heapq
-import itertools
 import logging
 import queue
 import threading
@@ -33,17 +35,17 @@ from miso.sched import (
     GpuRemoved,
     JobFailed,
     JobFinished,
-    JobSpeedChanged,
-    JobSubmitted,
+    JobProgress,
     PlaceJob,
     Policy,
     RequeueJob,
     RunMps,
-    SpeedObserved,
     StartProfiling,
     Tick,
     WakeUp,
 )
+from miso.sched.driver import DriverStep
+from miso.sched.progress import full_gpu_work, slice_speed
 from miso.sched.state import JobStatus
 
 log = logging.getLogger(__name__)
@@ -66,9 +68,9 @@ class EventLoop:
         self.policy = policy
         self.policy_name = policy_name
         self.state = ClusterState()
-        self._timers: list[tuple[float, int, str]] = []
-        self._deferred: list[tuple[float, int, tuple[Any, ...]]] = []  # (wall time, seq, item)
-        self._tseq = itertools.count()
+        self.step = DriverStep(self.state, policy, execute=self._execute_step,
+                               record=self._record, observer=rt.observer,
+                               on_contract_error=self._contract_error)
         self._snapshot: dict[str, Any] = {"gpus": [], "queue": []}
         self._thread: threading.Thread | None = None
 
@@ -88,40 +90,60 @@ class EventLoop:
     # ---- the loop -----------------------------------------------------------------------
 
     def _run(self) -> None:
+        while not self.rt.stopping.is_set():
+            self.run_once(timeout=0.5)
+
+    def run_once(self, timeout: float = 0.0) -> bool:
+        """Handle the clock's due items, then one queued item (waiting up to ``timeout``
+        seconds of real time, cut short by the next timer); False when there was nothing."""
         rt = self.rt
-        while not rt.stopping.is_set():
-            timeout = 0.5
-            if self._timers:
-                timeout = max(0.0, min(timeout, self._timers[0][0] - rt.now()))
-            if self._deferred:
-                timeout = max(0.0, min(timeout, self._deferred[0][0] - time.time()))
-            try:
-                item = rt.queue.get(timeout=timeout)
-            except queue.Empty:
-                item = None
-            while self._timers and self._timers[0][0] <= rt.now():
-                _, _, tag = heapq.heappop(self._timers)
-                self._safe(self._handle, Tick(tag))
-            if item is not None and item[0] == "node_lost" and item[2] > time.time():
-                heapq.heappush(self._deferred, (item[2], next(self._tseq), item))
-                item = None
-            if item is None and self._deferred and self._deferred[0][0] <= time.time():
-                item = heapq.heappop(self._deferred)[2]
-            if item is None:
-                continue
-            kind = item[0]
-            if kind == "event":
-                t0 = time.monotonic()
-                self._safe(self._handle, item[1])
-                if rt.observer is not None and len(item) > 2:
-                    rt.observer.on_timing("loop_lag", t0 - item[2])
-                    rt.observer.on_timing("event_handling", time.monotonic() - t0)
-            elif kind == "cancel":
-                self._safe(self._cancel, item[1])
-                item[2].set()
-            elif kind == "node_lost":
-                self._safe(self._node_lost, item[1])
-            self._update_snapshot()
+        clock = rt.clock
+        nxt = clock.next_at()
+        if nxt is not None:
+            timeout = max(0.0, min(timeout, nxt - clock.now()))
+        try:
+            item = rt.queue.get(timeout=timeout) if timeout > 0 else rt.queue.get_nowait()
+        except queue.Empty:
+            item = None
+        did = self.run_due()
+        if item is not None and item[0] == "node_lost" and item[2] > time.time():
+            # the lease (wall time: the agent reads it) runs out later: wait on our clock
+            clock.at(clock.now() + (item[2] - time.time()), item)
+            item = None
+        if item is None:
+            if did:
+                self._update_snapshot()
+            return did
+        self._dispatch(item)
+        self._update_snapshot()
+        return True
+
+    def run_due(self) -> bool:
+        """Handle the items due on the clock (timers, deferred lost nodes)."""
+        did = False
+        for _, item in self.rt.clock.due():
+            did = True
+            self._dispatch(item)
+        return did
+
+    def _dispatch(self, item: tuple[Any, ...]) -> None:
+        rt = self.rt
+        kind = item[0]
+        if kind == "event":
+            t0 = time.monotonic()
+            self._safe(self._handle, item[1])
+            if rt.observer is not None and len(item) > 2:
+                rt.observer.on_timing("loop_lag", t0 - item[2])
+                rt.observer.on_timing("event_handling", time.monotonic() - t0)
+        elif kind == "tick":
+            self._safe(self._handle, Tick(item[1]))
+        elif kind == "progress":
+            self._safe(self._progress, *item[1:])
+        elif kind == "cancel":
+            self._safe(self._cancel, item[1])
+            item[2].set()
+        elif kind == "node_lost":
+            self._safe(self._node_lost, item[1])
 
     def _safe(self, fn: Any, *args: Any) -> None:
         try:
@@ -131,44 +153,47 @@ class EventLoop:
             self.rt.error(f"{type(e).__name__}: {e}")
 
     def _handle(self, ev: Event) -> None:
+        """One driver step for ``ev``; a job's end is made terminal in the store first."""
         st = self.state
-        store = self.rt.store
         now = self.rt.now()
-        match ev:
-            case JobFinished(job=j) | JobFailed(job=j):
-                js = st.jobs.get(j)
-                if js is None or js.status in (JobStatus.FINISHED, JobStatus.FAILED):
-                    return
-                if isinstance(ev, JobFinished):
-                    store.finish(j, "finished", at=now)
-                else:
-                    store.finish(j, "failed", reason=ev.reason, at=now)
-            case SpeedObserved(job=j) | JobSpeedChanged(job=j):
-                js = st.jobs.get(j)
-                if js is None or js.status is not JobStatus.RUNNING or js.gpu != ev.gpu:
-                    return
-            case JobSubmitted(job=spec) if spec.id in st.jobs:
+        if isinstance(ev, JobFinished | JobFailed):
+            js = st.jobs.get(ev.job)
+            if js is None or js.status in (JobStatus.FINISHED, JobStatus.FAILED):
                 return
-            case _:
-                pass
-        obs = self.rt.observer
-        if obs is not None:
-            obs.on_event(now, ev, st)
-        st.observe(now, ev)
-        store.log_event(now, type(ev).__name__, _ev_body(ev))
-        decisions = self.policy.decide(now, ev, st)
-        for d in decisions:
-            try:
-                st.apply(now, d)
-            except ContractError as e:
-                msg = f"policy {self.policy_name} broke the contract: {e}"
-                log.error(msg)
-                self.rt.error(msg)
-                continue
-            store.log_event(now, "decision:" + type(d).__name__, _ev_body(d))
-            if obs is not None:
-                obs.on_decision(now, d, st)
-            self._execute(d)
+            if isinstance(ev, JobFinished):
+                self.rt.store.finish(ev.job, "finished", at=now)
+            else:
+                self.rt.store.finish(ev.job, "failed", reason=ev.reason, at=now)
+        self.step.observer = self.rt.observer
+        self.step(now, ev)
+
+    def _progress(self, job: str, gpu: str, placement: Any, mps_pct: int | None,
+                  iterations_left: float, rate: float) -> None:
+        """A job's own progress report (iterations left, iterations/s on its slice) as
+        :class:`JobProgress` in full-GPU seconds (:mod:`miso.sched.progress`)."""
+        js = self.state.jobs.get(job)
+        gs = self.state.gpus.get(gpu)
+        if js is None or gs is None or js.gpu != gpu:
+            return
+        speed = slice_speed(gs.geom, None if mps_pct is not None else placement, mps_pct,
+                            js.observed)
+        self.step(self.rt.now(), JobProgress(job, full_gpu_work(iterations_left, rate, speed),
+                                             speed))
+
+    def _record(self, now: float, item: object) -> None:
+        if isinstance(item, JobProgress):
+            return  # progress is in the job's record already
+        name = type(item).__name__
+        self.rt.store.log_event(now, name if isinstance(item, Event) else "decision:" + name,
+                                _ev_body(item))
+
+    def _contract_error(self, now: float, d: Decision, e: ContractError) -> None:
+        msg = f"policy {self.policy_name} broke the contract: {e}"
+        log.error(msg)
+        self.rt.error(msg)
+
+    def _execute_step(self, now: float, d: Decision, ctx: Any) -> None:
+        self._execute(d)
 
     def _execute(self, d: Decision) -> None:
         rt = self.rt
@@ -184,7 +209,7 @@ class EventLoop:
                 if not (g and self.executor.submit(g, d)):
                     rt.store.update(j, state="queued", gpu=None, placement=None)
             case WakeUp(at=at, tag=tag):
-                heapq.heappush(self._timers, (at, next(self._tseq), tag))
+                rt.clock.at(at, ("tick", tag))
 
     def _cancel(self, job: str) -> None:
         rt = self.rt

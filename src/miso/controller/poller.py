@@ -57,9 +57,9 @@ class AgentPoller:
     def discover(self, force: bool = False) -> None:
         """Add agents not known yet: clear their GPUs, announce them to the loop."""
         rt = self.rt
-        if not force and time.time() - self._last_discover < rt.cfg.discover_interval:
+        if not force and time.monotonic() - self._last_discover < rt.cfg.discover_interval:
             return
-        self._last_discover = time.time()
+        self._last_discover = time.monotonic()
         try:
             nodes = rt.transport.nodes()
         except Exception as e:  # noqa: BLE001 - a flaky listing must not kill the poller
@@ -126,14 +126,14 @@ class AgentPoller:
             with rt.lock:
                 if node not in rt.nodes:
                     return
-            t0 = time.time()
+            t0 = time.monotonic()
             try:
                 if not self._poll(node):
                     return
             except Exception as e:  # noqa: BLE001 - e.g. a store write failed: next poll retries
                 log.exception("poll %s failed", node)
                 rt.error(f"poll {node}: {type(e).__name__}: {e}")
-            rt.stopping.wait(max(0.0, rt.cfg.poll_interval - (time.time() - t0)))
+            rt.stopping.wait(max(0.0, rt.cfg.poll_interval - (time.monotonic() - t0)))
 
     def _poll(self, node: str) -> bool:
         """Poll ``node`` once; False when it has just been declared lost."""
@@ -160,6 +160,7 @@ class AgentPoller:
                 return
             rt.nodes.discard(node)
             rt.fencing.add(node)
+            # wall time: leases are read by the agents' guards (other processes)
             fence_at = rt.leases.get(node, time.time()) + 0.5
             gpus = [g.id for g in rt.gpus.values() if g.node == node]
         for g in gpus:
@@ -197,6 +198,10 @@ class AgentPoller:
                             checkpoint_path=a["checkpoint_path"])
             if prog:
                 rt.store.progress(job, **prog)
+            if a["status"] == "running" and not run.stopping and a.get("total") \
+                    and a.get("iteration") is not None and (a.get("rate") or 0) > 0:
+                rt.post_progress(job, run.gpu, run.placement, run.mps_pct,
+                                 float(a["total"]) - float(a["iteration"]), float(a["rate"]))
             if a["status"] == "running":
                 if run.mps_pct is None and not run.stopping:
                     if a.get("steady_rate") and not run.observed_sent:

@@ -49,7 +49,7 @@ def _close_orphans(rt: Runtime, now: float, reached: set[str]) -> None:
     orphans = rt.store.open_attempts()
     if not orphans:
         return
-    wait = rt.store.lease_horizon - time.time()
+    wait = rt.store.lease_horizon - time.time()  # wall time: leases are read by agents
     if wait > 0 and any(a["node"] not in reached for a in orphans):
         log.warning("recovery: %d attempts on unreachable nodes; waiting %.1fs for their "
                     "lease to end", len(orphans), wait)
@@ -72,8 +72,8 @@ def _recover_node(rt: Runtime, node: str, active: set[str], now: float) -> None:
                 rt.call(node, "checkpoint", a["job"], a["attempt"])
             else:
                 rt.call(node, "kill", a["job"], a["attempt"])
-    deadline = time.time() + rt.cfg.checkpoint_timeout
-    while time.time() < deadline:
+    deadline = time.monotonic() + rt.cfg.checkpoint_timeout
+    while time.monotonic() < deadline:
         rep = rt.report(node)
         if all(a["status"] != "running" for a in rep["jobs"]):
             break

@@ -20,6 +20,7 @@ from miso.controller.store import BACKUP, JobRecord, JobStore, StoreError
 from miso.controller.transport import NodeUnavailable, Transport
 from miso.mig import Geometry, Placement
 from miso.sched import Event
+from miso.sched.clock import Clock, WallClock
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +88,12 @@ class Runtime:
     """What the controller's threads share. See the module docstring."""
 
     def __init__(self, store: JobStore, transport: Transport, cfg: ControllerConfig,
-                 checkpoint_root: Path) -> None:
+                 checkpoint_root: Path, clock: Clock | None = None) -> None:
         self.store = store
+        #: the controller's clock (seconds since the store was created, so it survives a
+        #: restart); tests inject a :class:`~miso.sched.clock.VirtualClock`. Wall time
+        #: (``time.time()``) is used only where another process reads it: agent leases.
+        self.clock: Clock = clock if clock is not None else WallClock(store.epoch)
         self.transport = transport
         self.cfg = cfg
         self.checkpoint_root = checkpoint_root
@@ -104,7 +109,7 @@ class Runtime:
         #: Work directory of each node's agent (from its ``describe``).
         self.agent_dirs: dict[str, str] = {}
         self._backup_due = False
-        self._last_backup = 0.0
+        self._last_backup = -1e9
         self._backup_timer: threading.Timer | None = None
         self.queue: queue.Queue[tuple[Any, ...]] = queue.Queue()
         self.stopping = threading.Event()
@@ -116,7 +121,7 @@ class Runtime:
         """A job was submitted: back the store up now, or within a second when the last
         copy is younger than that (see :meth:`backup_if_due`)."""
         self._backup_due = True
-        if time.time() - self._last_backup >= 1.0:
+        if time.monotonic() - self._last_backup >= 1.0:
             self.backup_if_due()
             return
         with self.lock:
@@ -133,7 +138,7 @@ class Runtime:
             if not self._backup_due or self.store.path == ":memory:":
                 return
             self._backup_due = False
-            self._last_backup = time.time()
+            self._last_backup = time.monotonic()
         try:
             self.store.backup(Path(self.store.path).parent / BACKUP)
         except Exception as e:  # noqa: BLE001 - e.g. disk full: try again after the next job
@@ -142,7 +147,7 @@ class Runtime:
 
     def now(self) -> float:
         """Controller clock: seconds since the store was created (survives restarts)."""
-        return time.time() - self.store.epoch
+        return self.clock.now()
 
     def agent_dir(self, node: str) -> Path:
         """The agent work directory of ``node``: as it described it, else the default place
@@ -169,6 +174,11 @@ class Runtime:
         """Hand an event to the loop thread."""
         self.queue.put(("event", ev, time.monotonic()))
 
+    def post_progress(self, job: str, gpu: str, placement: Placement, mps_pct: int | None,
+                      iterations_left: float, rate: float) -> None:
+        """Hand a job's progress report to the loop (it converts it to full-GPU seconds)."""
+        self.queue.put(("progress", job, gpu, placement, mps_pct, iterations_left, rate))
+
     def error(self, msg: str) -> None:
         """Record an error shown in ``status()["errors"]``."""
         self.errors.append(msg)
@@ -182,6 +192,7 @@ class Runtime:
     def report(self, node: str) -> dict[str, Any]:
         """Poll one agent, renewing its lease (recorded before the call: the agent may get it
         even when the answer is lost)."""
+        # wall time: the agent's guard (another process) compares the lease with its clock
         until = time.time() + self.cfg.lease_s
         with self.lock:
             self.leases[node] = max(self.leases.get(node, 0.0), until)
