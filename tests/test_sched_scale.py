@@ -23,6 +23,7 @@ from miso.sched import (
     JobSubmitted,
     LayoutApplied,
     LayoutFailed,
+    NoisyOracle,
     PlaceJob,
     ProfilingFinished,
     RunMps,
@@ -238,9 +239,9 @@ def _pair(name: str, **kw: object) -> tuple[object, object]:
     if name == "oracle":
         return Miso(estimator=TrueSpeeds(), **kw), RefMiso(estimator=TrueSpeeds(), **kw)
     if name == "miso+":
-        return MisoPlus(**kw), RefMisoPlus(**kw)
+        return MisoPlus(estimator=NoisyOracle(), **kw), RefMisoPlus(estimator=NoisyOracle(), **kw)
     assert name == "miso"
-    return Miso(**kw), RefMiso(**kw)
+    return Miso(estimator=NoisyOracle(), **kw), RefMiso(estimator=NoisyOracle(), **kw)
 
 
 POLICIES = ["nopart", "optsta", "mps", "oracle", "miso", "miso+"]

@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from miso.controller.estimators import make_estimator
 from miso.controller.executor import PlanExecutor
 from miso.controller.loop import EventLoop
 from miso.controller.poller import AgentPoller
@@ -38,7 +37,8 @@ from miso.controller.transport import NodeUnavailable, Transport
 from miso.mig import GPU_MODELS, geometry
 from miso.sched import JobSpec, JobSubmitted, Policy
 from miso.sched.clock import Clock
-from miso.sched.policy import build_policy
+from miso.sched.estimators import make_estimator
+from miso.sched.policies import build_policy, policy_options
 from miso.workloads import catalogue
 
 __all__ = ["Controller", "ControllerConfig", "SubmitError"]
@@ -46,13 +46,13 @@ __all__ = ["Controller", "ControllerConfig", "SubmitError"]
 
 def make_controller_policy(cfg: ControllerConfig) -> Policy:
     """The policy ``cfg.policy`` with the controller's estimator and profiling knobs."""
-    options: dict[str, Any] = {
-        "estimator": make_estimator(cfg.estimator),
+    defaults: dict[str, Any] = {
         "profile_seconds_per_level": cfg.profile_seconds_per_level,
         "reprofile_cooldown_s": cfg.reprofile_cooldown_s,
     }
-    options.update(cfg.policy_args)
-    return build_policy(cfg.policy, **options)
+    if "estimator" in policy_options(cfg.policy) and "estimator" not in cfg.policy_args:
+        defaults["estimator"] = make_estimator(cfg.estimator)
+    return build_policy(cfg.policy, defaults, **cfg.policy_args)
 
 
 class Controller:

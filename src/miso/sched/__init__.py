@@ -60,14 +60,7 @@ from miso.sched.events import (
     SpeedObserved,
     Tick,
 )
-from miso.sched.policy import (
-    Policy,
-    SpeedEstimator,
-    SpeedTable,
-    make_policy,
-    policy_names,
-    register,
-)
+from miso.sched.policy import Policy, SpeedEstimator, SpeedTable
 from miso.sched.speeds import workload_speeds
 from miso.sched.state import (
     ClusterState,
@@ -77,6 +70,9 @@ from miso.sched.state import (
     JobStatus,
     Phase,
 )
+
+# The policy table last: the policies import the modules above.
+from miso.sched.policies import make_policy, policy_names, register  # noqa: E402  isort: skip
 
 __all__ = [
     "MPS_LEVELS", "ApplyLayout", "ClusterState", "ContractError", "Decision", "Event", "GpuAdded",

@@ -7,12 +7,20 @@
   std 0.0032). Needs a profile to have been taken (``needs_profile``), like a real predictor.
 * :class:`PredictorEstimator` - the real MPS->MIG predictor (:mod:`miso.predict`) applied to the
   raw MPS profile of the mix.
+* :class:`MpsProfileHeuristic` - speeds read straight off the MPS profile (no model).
+
+:func:`make_estimator` builds one by name for both drivers (the simulator's
+``WorldConfig.predictor`` and the controller's ``--estimator``): ``true``, ``noisy``,
+``heuristic``, ``predictor`` (alias ``unet``: the learned U-Net ensemble, loaded once by
+:func:`load_predictor`) and ``auto`` (the predictor, else the heuristic, logged).
 """
 
 from __future__ import annotations
 
+import logging
 import zlib
 from collections.abc import Mapping, Sequence
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -23,6 +31,8 @@ from miso.sched.state import JobState
 from miso.workloads import catalogue
 
 SpeedTable = dict[str, dict[str, float]]
+log = logging.getLogger(__name__)
+ESTIMATORS = ("auto", "predictor", "unet", "heuristic", "true", "noisy")
 
 
 def true_speeds(geom: Geometry, job: JobState) -> dict[str, float]:
@@ -155,3 +165,71 @@ class PredictorEstimator:
                     for p in geom.profiles if p.name in sp
                     and round(7.0 * p.compute_slices / full.compute_slices) in by_std}
         return out
+
+
+class MpsProfileHeuristic:
+    """Relative speed on a slice of ``g`` of ``G`` compute slices, read straight off the MPS
+    profile: piecewise linear through (14 %, r14/ref), (50 %, r50/ref), (100 %, 1), where ``ref``
+    is the job's best profiled rate. Crude; used only when no trained predictor is installed.
+    """
+
+    needs_profile = True
+
+    def estimate(self, geom: Geometry, jobs: Sequence[JobState],
+                 profile: Mapping[str, tuple[float, ...]] | None = None
+                 ) -> dict[str, dict[str, float]]:
+        if profile is None:
+            raise ValueError("the heuristic needs an MPS profile of the mix")
+        full = geom.model.full_profile()
+        out: dict[str, dict[str, float]] = {}
+        for js in jobs:
+            r = list(profile.get(js.id, ()))
+            ref = max(r) if r and max(r) > 0 else 1.0
+            pts = [(0.0, 0.0)]
+            if len(r) >= 3:
+                pts += [(0.14, r[2] / ref), (0.5, max(r[1], r[2]) / ref)]
+            pts.append((1.0, 1.0))
+            sp: dict[str, float] = {}
+            for p in geom.profiles:
+                if p.memory_gib + 1e-9 < js.spec.memory_gb:
+                    continue
+                x = p.compute_slices / full.compute_slices
+                for (x0, y0), (x1, y1) in zip(pts, pts[1:], strict=False):
+                    if x0 <= x <= x1:
+                        y = y0 + (y1 - y0) * (x - x0) / (x1 - x0) if x1 > x0 else y1
+                        sp[p.name] = min(1.0, max(0.01, y))
+                        break
+            sp[full.name] = 1.0
+            out[js.id] = sp
+        return out
+
+
+@cache
+def load_predictor() -> Any:
+    """The shipped MPS->MIG predictor (the U-Net ensemble, :meth:`miso.predict.Predictor.load`),
+    loaded once per process, as :class:`PredictorEstimator` takes it. Raises when unusable."""
+    from miso.predict.predictor import Predictor  # noqa: PLC0415 - torch-free but heavy
+
+    return Predictor.load()
+
+
+def make_estimator(name: str, *, seed: int = 0, error_mean: float = 0.016,
+                   error_std: float = 0.0032) -> Any:
+    """The estimator ``name`` (see the module docstring); ``seed`` and the error figures
+    are the noisy oracle's."""
+    if name == "true":
+        return TrueSpeeds()
+    if name == "noisy":
+        return NoisyOracle(error_mean, error_std, seed)
+    if name == "heuristic":
+        return MpsProfileHeuristic()
+    if name in ("auto", "predictor", "unet"):
+        try:
+            return PredictorEstimator(load_predictor())
+        except Exception as e:  # noqa: BLE001 - optional component (weights may be missing)
+            if name != "auto":
+                raise ValueError(f"estimator {name!r}: the learned predictor is not usable "
+                                 f"here ({type(e).__name__}: {e})") from None
+            log.warning("no trained predictor (%s): using the MPS-profile heuristic", e)
+            return MpsProfileHeuristic()
+    raise ValueError(f"unknown estimator {name!r}: {', '.join(ESTIMATORS)}")

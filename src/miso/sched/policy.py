@@ -1,10 +1,10 @@
-"""The Policy protocol, the speed-estimator protocol and the name -> factory registry."""
+"""The Policy protocol and the speed-estimator protocol (the policy table, built by name, is
+:mod:`miso.sched.policies`)."""
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Mapping, Sequence
+from typing import Protocol, runtime_checkable
 
 from miso.mig import Geometry
 from miso.sched.decisions import Decision
@@ -41,54 +41,3 @@ class Policy(Protocol):
     name: str
 
     def decide(self, now: float, event: Event, state: ClusterState) -> list[Decision]: ...
-
-
-PolicyFactory = Callable[..., Policy]
-_REGISTRY: dict[str, PolicyFactory] = {}
-
-
-def register(name: str) -> Callable[[PolicyFactory], PolicyFactory]:
-    """Class/function decorator adding a policy factory under ``name``."""
-
-    def deco(f: PolicyFactory) -> PolicyFactory:
-        _REGISTRY[name] = f
-        return f
-
-    return deco
-
-
-def policy_names() -> list[str]:
-    """Registered policy names."""
-    _load_builtin()
-    return list(_REGISTRY)
-
-
-def make_policy(name: str, **kwargs: Any) -> Policy:
-    """Build a registered policy (kwargs go to its factory, e.g. ``estimator=``)."""
-    _load_builtin()
-    try:
-        f = _REGISTRY[name]
-    except KeyError:
-        raise KeyError(f"unknown policy {name!r}; known: {', '.join(_REGISTRY)}") from None
-    return f(**kwargs)
-
-
-def build_policy(name: str, **options: Any) -> Policy:
-    """Like :func:`make_policy`, but drop the options the policy's factory does not take.
-
-    For drivers (the live controller) that pass one set of knobs to whatever policy is named.
-    """
-    _load_builtin()
-    f = _REGISTRY.get(name)
-    if f is not None:
-        try:
-            params = inspect.signature(f).parameters
-        except (TypeError, ValueError):
-            params = None
-        if params is not None and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
-            options = {k: v for k, v in options.items() if k in params}
-    return make_policy(name, **options)
-
-
-def _load_builtin() -> None:
-    import miso.sched.policies  # noqa: F401  (registers the built-in policies)

@@ -542,7 +542,7 @@ class Simulator:
         g.prof_jobs = jobs
         if k == 0 and jobs:
             wls = [self.jobs[j].workload for j in jobs]
-            if self.cfg.predictor == "unet":
+            if self.cfg.predictor in ("unet", "predictor"):
                 from miso.sim.unet import synthetic_mps
 
                 sp = synthetic_mps(wls, np.random.default_rng([self.seed, pid]))

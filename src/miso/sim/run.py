@@ -8,7 +8,8 @@ from dataclasses import replace
 from typing import Any
 
 from miso.mig import enumerate_layouts, geometry, multiset
-from miso.sched import NoisyOracle, Policy, PredictorEstimator, TrueSpeeds, make_policy
+from miso.sched import Policy, make_policy
+from miso.sched.estimators import make_estimator as estimator_named
 from miso.sched.speeds import workload_speeds
 from miso.sim.engine import SimResult, Simulator
 from miso.sim.metrics import summarize
@@ -19,18 +20,10 @@ ALL_POLICIES = ("nopart", "optsta", "mps", "oracle", "miso", "miso+")
 
 
 def make_estimator(cfg: Any, seed: int) -> Any:
-    """The speed estimator of MISO-like policies for a world config."""
-    if cfg.predictor == "true":
-        return TrueSpeeds()
-    if cfg.predictor == "unet":
-        from miso.sim.unet import unet_predictor
-
-        try:
-            return PredictorEstimator(unet_predictor())
-        except (OSError, ImportError, ValueError) as e:
-            raise ValueError(f"--predictor unet: the learned predictor is not usable here "
-                             f"({type(e).__name__}: {e})") from None
-    return NoisyOracle(cfg.error_mean, cfg.error_std, seed)
+    """The speed estimator of MISO-like policies for a world config
+    (:func:`miso.sched.estimators.make_estimator` of ``cfg.predictor``)."""
+    return estimator_named(cfg.predictor, seed=seed, error_mean=cfg.error_mean,
+                           error_std=cfg.error_std)
 
 
 def optsta_candidates(gpu_model: str) -> list[tuple]:

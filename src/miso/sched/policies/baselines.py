@@ -9,19 +9,17 @@ from miso.mig import Geometry, Placement
 from miso.sched.decisions import ApplyLayout, RunMps
 from miso.sched.occupancy import Occupancy
 from miso.sched.policies.base import BasePolicy, Scratch, fitting_profiles
-from miso.sched.policy import register
 
 #: How far down the queue a policy looks for a job that fits (backfilling), per event.
 BACKFILL_WINDOW = 64
 
 
-@register("nopart")
 class NoPart(BasePolicy):
     """One job per whole GPU, FIFO. A new job takes the free GPU that was added first."""
 
     name = "nopart"
 
-    def __init__(self, **_: object) -> None:
+    def __init__(self) -> None:
         self.occ: Occupancy[Scratch] = Occupancy(
             lambda sc, g: None if sc.jobs_on(g) else "free")
 
@@ -46,7 +44,6 @@ class NoPart(BasePolicy):
             fi += 1
 
 
-@register("optsta")
 class OptSta(BasePolicy):
     """One static layout on every GPU; a job takes the largest free instance that fits.
 
@@ -58,8 +55,8 @@ class OptSta(BasePolicy):
 
     name = "optsta"
 
-    def __init__(self, layout: Sequence[Placement] | None = None, promote: bool = True,
-                 **_: object) -> None:
+    def __init__(self, layout: Sequence[Placement] | None = None, promote: bool = True
+                 ) -> None:
         self.layout = tuple(sorted(layout)) if layout is not None else None
         self.promote = promote
         # GPUs with a free instance, by (free instances, assigned jobs, geometry).
@@ -173,14 +170,13 @@ def _jobs_tag(cls: Hashable) -> tuple[Hashable]:
     return (cls[0],)  # type: ignore[index]
 
 
-@register("mps")
 class MpsOnly(BasePolicy):
     """Each GPU split into ``slots`` equal MPS shares (paper: 3); new job to the least crowded
     GPU whose memory still holds it. The co-location penalty is physics (simulator/hardware)."""
 
     name = "mps"
 
-    def __init__(self, slots: int = 3, **_: object) -> None:
+    def __init__(self, slots: int = 3) -> None:
         self.slots = slots
         # GPUs with a free slot, by (resident jobs, memory they use, GPU memory); tag: jobs.
         self.occ: Occupancy[Scratch] = Occupancy(self._occ_key, _jobs_tag)

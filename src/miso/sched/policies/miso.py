@@ -15,11 +15,12 @@ Oracle: the same policy with the true speeds and no profiling.
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterator
+from typing import Any
 
 from miso.mig import Geometry, Placement
 from miso.optimize import OptimizerError, optimizer_for
 from miso.sched.decisions import ApplyLayout, StartProfiling, WakeUp
-from miso.sched.estimators import NoisyOracle, TrueSpeeds
+from miso.sched.estimators import TrueSpeeds
 from miso.sched.events import (
     JobSpeedChanged,
     ProfilingFinished,
@@ -34,10 +35,9 @@ from miso.sched.policies.base import (
     signature,
     signature_feasible,
 )
-from miso.sched.policy import SpeedEstimator, register
+from miso.sched.policy import SpeedEstimator
 
 
-@register("miso")
 class Miso(BasePolicy):
     """The MISO policy; see the module docstring. All knobs are constructor arguments."""
 
@@ -45,16 +45,19 @@ class Miso(BasePolicy):
 
     def __init__(
         self,
-        estimator: SpeedEstimator | None = None,
+        *,
+        estimator: SpeedEstimator,
         max_jobs_per_gpu: int = 7,
         speed_change_threshold: float = 0.1,
         reprofile_cooldown_s: float = 600.0,
         profile_seconds_per_level: float = 10.0,
         objective: str = "throughput",
         restart_penalty: float = 0.0,
-        **_: object,
     ) -> None:
-        self.estimator: SpeedEstimator = estimator if estimator is not None else NoisyOracle()
+        if estimator is None:
+            raise TypeError(f"policy {self.name!r} needs an estimator (estimator=...: "
+                            f"miso.sched.make_estimator)")
+        self.estimator: SpeedEstimator = estimator
         self.max_jobs = max_jobs_per_gpu
         self.threshold = speed_change_threshold
         self.cooldown = reprofile_cooldown_s
@@ -237,10 +240,19 @@ class Miso(BasePolicy):
                 self.replan(now, g, sc)
 
 
-@register("oracle")
-def oracle(**kw: object) -> Miso:
-    """MISO with the true per-profile speeds and no profiling cost."""
-    kw = {k: v for k, v in kw.items() if k != "estimator"}
-    p = Miso(estimator=TrueSpeeds(), **kw)  # type: ignore[arg-type]
-    p.name = "oracle"
-    return p
+class Oracle(Miso):
+    """MISO with the true per-profile speeds and no profiling cost (it takes MISO's options
+    except ``estimator``)."""
+
+    name = "oracle"
+
+    def __init__(self, **miso_options: Any) -> None:
+        if "estimator" in miso_options:
+            raise TypeError("policy 'oracle' has no option 'estimator' (it uses the true "
+                            "speeds)")
+        super().__init__(estimator=TrueSpeeds(), **miso_options)
+
+
+def oracle(**miso_options: Any) -> Miso:
+    """:class:`Oracle` (the old factory spelling)."""
+    return Oracle(**miso_options)

@@ -4,6 +4,7 @@ The paper's policy, which it extends, is :mod:`miso.sched.policies.miso`."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from miso.mig import Geometry, Placement
 from miso.optimize import OptimizerError, optimizer_for
@@ -26,11 +27,9 @@ from miso.sched.policies.baselines import BACKFILL_WINDOW
 from miso.sched.policies.miso import Miso
 from miso.sched.policies.priors import prior_speeds
 from miso.sched.policies.rebalance import Donor, RebalanceIndex
-from miso.sched.policy import register
 from miso.sched.state import ClusterState
 
 
-@register("miso+")
 class MisoPlus(Miso):
     """Ours: MISO redesigned around restart economy. Every change is a switch, so the ablation
     table (benchmarks/README.md) can measure it:
@@ -75,8 +74,8 @@ class MisoPlus(Miso):
                  observed_correction: bool = True, default_remaining_s: float = 3000.0,
                  horizon_quantile: float = 0.5, replans: float = 25.0,
                  quiet_gaps: float = 8.0, reserve: bool = True, backfill: bool = True,
-                 min_gain: float = 0.0, **kw: object) -> None:
-        super().__init__(**kw)  # type: ignore[arg-type]
+                 min_gain: float = 0.0, **miso_options: Any) -> None:
+        super().__init__(**miso_options)
         self.restart_s = restart_s
         self.profile_newcomers_only = profile_newcomers_only
         self.profile_levels = tuple(profile_levels)
