@@ -60,7 +60,8 @@ class Controller:
 
     def __init__(self, store: JobStore, transport: Transport,
                  config: ControllerConfig | None = None, *,
-                 checkpoint_root: str | Path | None = None, clock: Clock | None = None) -> None:
+                 checkpoint_root: str | Path | None = None, clock: Clock | None = None,
+                 policy: Policy | None = None) -> None:
         self.store = store
         self.transport = transport
         self.cfg = config or ControllerConfig()
@@ -68,7 +69,8 @@ class Controller:
                                    if store.path != ":memory:" else Path("/tmp/miso-ckpt"))
         self.checkpoint_root = Path(root)
         self.rt = Runtime(store, transport, self.cfg, self.checkpoint_root, clock)
-        self.policy = make_controller_policy(self.cfg)
+        #: ``policy`` (tests) replaces the one ``config`` names
+        self.policy = policy if policy is not None else make_controller_policy(self.cfg)
         self.executor = PlanExecutor(self.rt)
         self.loop = EventLoop(self.rt, self.executor, self.policy, self.cfg.policy)
         self.poller = AgentPoller(self.rt, self.executor)

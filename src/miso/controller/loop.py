@@ -111,12 +111,15 @@ class EventLoop:
             clock.at(clock.now() + (item[2] - time.time()), item)
             item = None
         if item is None:
-            if did:
-                self._update_snapshot()
             return did
+        self.handle(item)
+        return True
+
+    def handle(self, item: tuple[Any, ...]) -> None:
+        """Handle one queue item (``("event", ev, t)``, ``("progress", ...)``, ``("cancel",
+        job, done)``, ``("node_lost", node, lease_end)``) now, whatever the clock says."""
         self._dispatch(item)
         self._update_snapshot()
-        return True
 
     def run_due(self) -> bool:
         """Handle the items due on the clock (timers, deferred lost nodes)."""
@@ -124,6 +127,8 @@ class EventLoop:
         for _, item in self.rt.clock.due():
             did = True
             self._dispatch(item)
+        if did:
+            self._update_snapshot()
         return did
 
     def _dispatch(self, item: tuple[Any, ...]) -> None:

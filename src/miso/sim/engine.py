@@ -38,6 +38,8 @@ from miso.sched import (
     Decision,
     Event,
     GpuAdded,
+    GpuRemoved,
+    JobFailed,
     JobFinished,
     JobProgress,
     JobSpec,
@@ -62,8 +64,8 @@ from miso.sim.traces import TraceJob
 from miso.sim.world import WorldConfig, mps_only_speed, mps_profile_speeds
 from miso.workloads import catalogue
 
-_ARRIVE, _COMPLETE, _RESUME, _PLAN_DONE, _PROF_START, _PROF_DONE, _TICK, _PHASE, _PROF_RUN = \
-    range(9)
+(_ARRIVE, _COMPLETE, _RESUME, _PLAN_DONE, _PROF_START, _PROF_DONE, _TICK, _PHASE, _PROF_RUN,
+ _EXTERNAL) = range(10)
 
 
 class _Job:
@@ -202,6 +204,15 @@ class Simulator:
             out[w] = [o for o in cat if o != w and have <= set(workload_speeds(self.geom, cat[o]))]
         return out
 
+    def inject(self, at: float, ev: JobFailed | GpuRemoved) -> None:
+        """Schedule an outside event: a job failing or cancelled (``JobFailed``; it ends
+        then, its JCT counts to that time) or a GPU lost (``GpuRemoved``; its jobs stop and
+        return to the queue, a job that cannot checkpoint losing its progress when it is
+        restarted). The sim/live parity test feeds both drivers such a stream."""
+        if not isinstance(ev, JobFailed | GpuRemoved):
+            raise TypeError(f"cannot inject {type(ev).__name__}")
+        self._push(at, _EXTERNAL, ev)
+
     # -- clock ------------------------------------------------------------------------------
     def _push(self, t: float, kind: int, a: object = None, b: object = None) -> None:
         self.clock.at(t, (kind, a, b))
@@ -266,6 +277,8 @@ class Simulator:
                 self._deliver(t, Tick(a))  # type: ignore[arg-type]
             elif kind == _PHASE:
                 self._phase(t, a, b)  # type: ignore[arg-type]
+            elif kind == _EXTERNAL:
+                self._external(t, a)  # type: ignore[arg-type]
         if progress is not None:
             progress(done)
         if self.step.errors:
@@ -411,6 +424,42 @@ class Simulator:
             g.busy = bool(self.state.gpus[g.id].jobs)
             if in_mps:
                 self._refresh_mps(g, now)
+
+    def _external(self, now: float, ev: JobFailed | GpuRemoved) -> None:
+        if isinstance(ev, JobFailed):
+            j = self.jobs.get(ev.job)
+            if j is None or j.finish is not None:
+                return
+            self._stop(j, now)
+            j.finish = now
+            gid = self.state.jobs[j.id].gpu if j.id in self.state.jobs else None
+            g = self.gpus[gid] if gid is not None and gid in self.state.gpus else None
+            in_mps = False
+            if g is not None:
+                self._touch(g, now)
+                g.mig_asg.pop(j.id, None)
+                in_mps = g.mps.pop(j.id, None) is not None
+            self._deliver(now, ev)
+            if g is not None:
+                g.busy = bool(self.state.gpus[g.id].jobs)
+                if in_mps:
+                    self._refresh_mps(g, now)
+            return
+        g = self.gpus.get(ev.gpu)
+        if g is None or ev.gpu not in self.state.gpus:
+            return
+        self._touch(g, now)
+        for jid in self.state.gpus[g.id].jobs:
+            j = self.jobs[jid]
+            self._stop(j, now)
+            j.mode = None
+            j.placement = None
+        g.mig_asg = {}
+        g.mps = {}
+        g.mode = "gone"
+        g.plan = -1      # acks of its plans in flight never come
+        g.busy = False
+        self._deliver(now, ev)
 
     def _refresh_mps(self, g: _Gpu, now: float) -> None:
         for jid in g.mps:
