@@ -9,6 +9,7 @@ approximation stated wherever a non-A100 model is simulated or emulated.
 from __future__ import annotations
 
 import csv
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -46,11 +47,22 @@ class Workload:
         if not pts:
             return 1.0
         if slices <= pts[0][0]:
-            return pts[0][1] * slices / pts[0][0]
-        for (g0, s0), (g1, s1) in zip(pts, pts[1:], strict=False):
-            if g0 <= slices <= g1:
-                return s0 + (s1 - s0) * (slices - g0) / (g1 - g0)
-        return pts[-1][1]
+            pts.insert(0, (0.0, 0.0))  # proportional to compute below the smallest slice
+        got = piecewise_linear(pts, slices)
+        return pts[-1][1] if got is None else got
+
+
+def piecewise_linear(points: Sequence[tuple[float, float]], x: float) -> float | None:
+    """The value at ``x`` of the line through ``points`` (sorted by x), None outside them.
+
+    The one slice-count-to-speed interpolation: the catalogue's :meth:`Workload.speed_at`,
+    per-model speeds (:mod:`miso.sched.speeds`), the predictor's speeds on profiles between
+    the slice counts it predicts and the MPS-profile heuristic (:mod:`miso.sched.estimators`).
+    """
+    for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
+        if x0 <= x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0) if x1 > x0 else y1
+    return None
 
 
 @cache

@@ -35,6 +35,7 @@ from miso.sched import (
     StartProfiling,
 )
 from miso.sched.events import profiling_run_order
+from miso.sched.profiles import fill_missing_levels
 
 log = logging.getLogger(__name__)
 
@@ -323,13 +324,8 @@ class PlanExecutor:
             got = rates[j]
             if not got:
                 continue  # finished, failed or never started during the run
-            # a level that could not be measured takes the nearest measured level's rate; a
-            # job that made no progress at a level gets a tiny positive rate (predictors need
-            # positive rates)
-            floor = 1e-3 * max(max(got.values()), 1e-3)
-            speeds[j] = tuple(max(floor, got[lv] if lv in got else
-                                  got[min(got, key=lambda x, lv=lv: abs(x - lv))])
-                              for lv in levels)
+            # a level without a usable reading: the one rule of miso.sched.profiles
+            speeds[j] = fill_missing_levels([got.get(lv) for lv in levels])
         rt.store.log_event(rt.now(), "profile", {"gpu": d.gpu, "plan_id": d.plan_id,
                                                  "speeds": speeds})
         rt.post_event(ProfilingFinished(d.gpu, d.plan_id, speeds, tuple(levels)))

@@ -26,9 +26,10 @@ from typing import Any
 import numpy as np
 
 from miso.mig import Geometry
+from miso.sched.profiles import fill_missing_levels
 from miso.sched.speeds import workload_speeds
 from miso.sched.state import JobState
-from miso.workloads import catalogue
+from miso.workloads import catalogue, piecewise_linear
 
 SpeedTable = dict[str, dict[str, float]]
 log = logging.getLogger(__name__)
@@ -86,16 +87,14 @@ class NoisyOracle:
 
 
 def _complete_profile(raw: np.ndarray) -> np.ndarray:
-    """Fill levels where a job showed no progress (a short window on a busy node, a job still
-    starting) so one bad reading cannot stall the GPU: a missing level is taken to be as slow as
-    the job's slowest measured level; a job with no reading at all gets a flat profile."""
+    """Levels (rows) without a usable reading of each job (column) filled by the one rule of
+    :func:`miso.sched.profiles.fill_missing_levels`."""
     ok = np.isfinite(raw) & (raw > 0)
     if ok.all():
         return raw
     out = raw.copy()
     for i in range(raw.shape[1]):
-        good = raw[ok[:, i], i]
-        out[~ok[:, i], i] = good.min() if good.size else 1.0
+        out[:, i] = fill_missing_levels([float(x) for x in raw[:, i]])
     return out
 
 
@@ -147,12 +146,7 @@ class PredictorEstimator:
                 x = 7.0 * p.compute_slices / full.compute_slices
                 s = by.get(round(x)) if abs(x - round(x)) < 1e-9 else None
                 if s is None and by:
-                    lo = [g for g in by if g <= x]
-                    hi = [g for g in by if g >= x]
-                    if lo and hi:
-                        g0, g1 = max(lo), min(hi)
-                        s = by[g0] if g0 == g1 else by[g0] + (by[g1] - by[g0]) * (x - g0) / (
-                            g1 - g0)
+                    s = piecewise_linear(sorted(by.items()), x)
                 if s is not None:
                     sp[p.name] = float(np.clip(s, 0.01, 1.5))
             sp[full.name] = 1.0
@@ -193,12 +187,9 @@ class MpsProfileHeuristic:
             for p in geom.profiles:
                 if p.memory_gib + 1e-9 < js.spec.memory_gb:
                     continue
-                x = p.compute_slices / full.compute_slices
-                for (x0, y0), (x1, y1) in zip(pts, pts[1:], strict=False):
-                    if x0 <= x <= x1:
-                        y = y0 + (y1 - y0) * (x - x0) / (x1 - x0) if x1 > x0 else y1
-                        sp[p.name] = min(1.0, max(0.01, y))
-                        break
+                y = piecewise_linear(pts, p.compute_slices / full.compute_slices)
+                if y is not None:
+                    sp[p.name] = min(1.0, max(0.01, y))
             sp[full.name] = 1.0
             out[js.id] = sp
         return out
