@@ -9,6 +9,7 @@ import sys
 import time
 
 import pytest
+from fakenvml import FakeNvml
 
 from miso.backend import (
     EmulatedBackend,
@@ -19,7 +20,6 @@ from miso.backend import (
     NotSupported,
     ReconfigurationError,
 )
-from miso.backend.fakenvml import FakeNvml
 from miso.backend.mps import MpsManager
 from miso.backend.nvml import NvmlBackend
 from miso.mig import Placement, enumerate_layouts, geometry, violations

@@ -26,8 +26,7 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
-from miso import cli_checks as checks
-from miso.cli import app
+from miso.cli import app, checks
 
 LIMIT_S = 10.0
 

@@ -173,7 +173,7 @@ def test_cluster_up_refuses_plain_http_off_loopback(home: Path, tmp_path: Path) 
 
 def test_env_all_passes_the_shell_without_miso_and_ray_variables(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from miso.cli_client import parse_env
+    from miso.cli.client import parse_env
 
     monkeypatch.setenv("MISO_TOKEN", "secret")
     monkeypatch.setenv("RAY_AUTH_TOKEN", "secret")

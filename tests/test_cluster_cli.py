@@ -11,10 +11,10 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from miso.cli_client import cancel, logs, status, submit
-from miso.cli_cluster import cluster_app
-from miso.cli_demo import demo
-from miso.demo import demo_jobs, summarize
+from miso.cli.client import cancel, logs, status, submit
+from miso.cli.cluster import cluster_app
+from miso.cli.demo import demo
+from miso.cli.demo_cluster import demo_jobs, summarize
 
 app = typer.Typer()
 app.add_typer(cluster_app, name="cluster")
@@ -50,7 +50,7 @@ def test_demo__stream_and_summary() -> None:
 
 
 def test_demo__in_process_json(monkeypatch) -> None:  # noqa: ANN001
-    monkeypatch.setattr("miso.cli_demo.demo_jobs",
+    monkeypatch.setattr("miso.cli.demo.demo_jobs",
                         lambda n, seed=0: [(0.3 * i, f"d{i}", [
                             sys.executable, "-m", "miso.emuworkload", "--workload",
                             "gnn_train64", "--iterations", "40", "--ips", "40"])
@@ -76,7 +76,7 @@ def test_demo__compare_runs_the_same_stream_under_both_policies(monkeypatch) -> 
         return ({"completed": len(stream), "failed": 0, "avg_jct_s": jct, "makespan_s": 20.0,
                  "restarts": 1, "restarts_per_job": 0.1}, [])
 
-    monkeypatch.setattr("miso.cli_demo._run_stream", fake_run)
+    monkeypatch.setattr("miso.cli.demo._run_stream", fake_run)
     r = runner.invoke(app, ["demo", "--no-ray", "--jobs", "5", "--seed", "2", "--compare",
                             "nopart", "--json"])
     assert r.exit_code == 0, r.output

@@ -6,11 +6,11 @@ import json
 import sys
 
 import pytest
+from fakenvml import FakeNvml
 from typer.testing import CliRunner
 
-from miso.backend.fakenvml import FakeNvml
 from miso.cli import app
-from miso.doctor import collect, reconfigure_permission, run
+from miso.cli.doctor import collect, reconfigure_permission, run
 from miso.mig import GPU_MODELS
 
 runner = CliRunner()

@@ -25,8 +25,8 @@ from miso import job as jobhelper
 from miso.agent import Agent
 from miso.backend import EmulatedBackend
 from miso.backend.emulated import pids_with_env
-from miso.cli_client import logs, render_status, status, submit
-from miso.cli_cluster import cluster_app
+from miso.cli.client import logs, render_status, status, submit
+from miso.cli.cluster import cluster_app
 from miso.controller import ControllerConfig, NodeUnavailable, StoreError, SubmitError
 from miso.controller.local import LocalCluster
 from miso.controller.offline import logs_from_disk

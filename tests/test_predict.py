@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from miso.cli_predictor import app
+from miso.cli.predictor import app
 from miso.predict import (
     A100_40GB_PROFILES,
     DUMMY,

@@ -230,7 +230,7 @@ def test_trace__extra_columns_sampled_workloads_window_and_shipped(tmp_path):
 # -- CLI ------------------------------------------------------------------------------------
 @pytest.fixture()
 def app() -> typer.Typer:
-    from miso.cli_simulate import simulate
+    from miso.cli.simulate import simulate
 
     a = typer.Typer()
     a.command("simulate")(simulate)

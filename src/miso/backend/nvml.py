@@ -1,7 +1,7 @@
 """Real GPUs through NVML (nvidia-ml-py). The only module of miso that talks to pynvml.
 
 The pynvml module is injected through the constructor (``NvmlBackend(nvml=...)``) so the backend
-can be tested against a fake built on the hardware tables (:mod:`miso.backend.fakenvml`).
+can be tested against a fake built on the hardware tables (:mod:`tests/fakenvml.py`).
 
 What it does, with the pynvml names (see the project's MIG notes, section 4):
 

@@ -10,8 +10,8 @@ from typing import Annotated
 
 import typer
 
-from miso import cli_checks as checks
-from miso.cli_text import fail
+from miso.cli import checks
+from miso.cli.text import fail
 
 SWEEP_IAT = (20.0, 30.0, 45.0, 60.0, 90.0, 120.0)
 SWEEP_K = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)

@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from miso.cli_text import fail
+from miso.cli.text import fail
 
 
 def _log_path(file: Path | None, state_dir: str | None) -> Path:

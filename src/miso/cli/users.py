@@ -10,14 +10,17 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from miso.api.users import UserStore
-from miso.cli_client import StateDir, Token, Url, call, client, default_state_dir, fail
+from miso.cli.client import StateDir, Token, Url, call, client, default_state_dir
+from miso.cli.text import fail
+
+if TYPE_CHECKING:
+    from miso.api.users import UserStore
 
 user_app = typer.Typer(help="Users of the cluster and their API tokens.",
                        no_args_is_help=True)
@@ -34,6 +37,8 @@ def _bootstrap_store(state_dir: str | None) -> UserStore | None:
         return None
     if not db.exists() and sd.exists() and not os.access(sd, os.W_OK):
         return None
+    from miso.api.users import UserStore
+
     store = UserStore(db)
     if store.count() == 0:
         return store

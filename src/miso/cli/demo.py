@@ -12,8 +12,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from miso.cli_text import fail
-from miso.demo import DEMO_RESTART_S, DemoLocal, DemoRay, demo_jobs, summarize
+from miso.cli.demo_cluster import DEMO_RESTART_S, DemoLocal, DemoRay, demo_jobs, summarize
+from miso.cli.text import fail
 
 console = Console()
 err_console = Console(stderr=True)

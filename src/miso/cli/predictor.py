@@ -8,8 +8,8 @@ from pathlib import Path
 
 import typer
 
-from miso import cli_checks as checks
-from miso.cli_text import fail
+from miso.cli import checks
+from miso.cli.text import fail
 
 app = typer.Typer(
     help="MPS-to-MIG performance predictor: train the U-Net ensemble, evaluate it on a file.",

@@ -1,5 +1,5 @@
 """The demo: an emulated job stream, its clusters (in-process or a private local Ray) and its
-summary. The ``miso demo`` command is :mod:`miso.cli_demo`."""
+summary. The ``miso demo`` command is :mod:`miso.cli.demo`."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ read access to the driver's ``mig/config`` capability device).
 
 No call here sets anything: no MIG mode, no compute mode, no instance create/destroy, no reset.
 :func:`collect` reads (the pynvml module is injected, so tests run it on
-:class:`miso.backend.fakenvml.FakeNvml`); :func:`compare_profiles` is pure; :func:`doctor` is the
+:class:`tests/fakenvml.py.FakeNvml`); :func:`compare_profiles` is pure; :func:`doctor` is the
 command (exit 0 all match, 1 mismatches, 2 no NVIDIA driver).
 """
 
@@ -24,11 +24,12 @@ import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from miso.mig.tables import GpuModel, Profile, model_for_name, model_for_pci
+if TYPE_CHECKING:  # the MIG tables are read when the command runs (``--help`` stays fast)
+    from miso.mig.tables import GpuModel, Profile
 
 #: Largest difference between NVML's memorySizeMB (in GiB) and the table's GiB that still matches.
 MEMORY_TOLERANCE_GIB = 0.02
@@ -205,6 +206,8 @@ def _gpu(n: Any, i: int, driver: str) -> GpuReport:
     h = n.nvmlDeviceGetHandleByIndex(i)
     name = _text(n.nvmlDeviceGetName(h))
     dev_id = int(n.nvmlDeviceGetPciInfo(h).pciDeviceId) >> 16
+    from miso.mig.tables import model_for_name, model_for_pci
+
     model = model_for_pci(dev_id) or model_for_name(name)
     try:
         cur, pend = n.nvmlDeviceGetMigMode(h)

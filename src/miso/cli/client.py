@@ -13,13 +13,16 @@ import re
 import time
 import uuid
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from miso.api.client import ApiError, Client
+from miso.cli.text import fail
+
+if TYPE_CHECKING:  # the HTTP client is imported when a command runs (``--help`` stays fast)
+    from miso.api.client import Client
 
 console = Console()
 
@@ -38,11 +41,6 @@ _INTERNAL = re.compile(r"^(MISO_|RAY_)")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 
-def fail(msg: str, code: int = 2) -> NoReturn:
-    typer.echo(f"error: {msg}", err=True)
-    raise typer.Exit(code)
-
-
 def default_state_dir() -> Path:
     return Path.home() / ".miso" / "cluster"
 
@@ -50,6 +48,7 @@ def default_state_dir() -> Path:
 def client(url: str | None, token: str | None, state_dir: str | None,
            address: str | None = None) -> Client:
     """A client for the cluster the flags, environment or files name (one-line errors)."""
+    from miso.api.client import Client
     from miso.api.credentials import resolve
 
     if address is not None:
@@ -69,6 +68,8 @@ def client(url: str | None, token: str | None, state_dir: str | None,
 
 
 def call(fn: Any, *args: Any, **kw: Any) -> Any:
+    from miso.api.client import ApiError
+
     try:
         return fn(*args, **kw)
     except ApiError as e:
@@ -109,11 +110,13 @@ def submit(
 
     The job runs in this directory with only the variables given by --env/--env-all plus
     miso's own (CUDA_VISIBLE_DEVICES, MISO_*; see miso.job)."""
-    from miso import cli_checks as checks
+    from miso.cli import checks
 
     if memory_gb is not None:
         checks.positive(memory_gb, "--memory-gb")
     variables = parse_env(list(env or []), env_all)
+    from miso.api.client import ApiError
+
     request = uuid.uuid4().hex  # one id for every retry below: at most one job
     deadline = time.time() + 30
     with client(url, token, state_dir, address) as c:
@@ -138,8 +141,8 @@ def _progress(j: dict[str, Any]) -> str:
 
 def render_status(st: dict[str, Any]) -> list[Table]:
     """Rich tables of an API status: GPUs (other users' jobs as a count), then jobs. All user
-    text is escaped (:func:`miso.cli_text.safe`)."""
-    from miso.cli_text import safe
+    text is escaped (:func:`miso.cli.text.safe`)."""
+    from miso.cli.text import safe
     g = Table(title="GPUs")
     for c in ("gpu", "model", "phase", "layout", "jobs"):
         g.add_column(c)
@@ -185,7 +188,7 @@ def status(
     address: RayAddress = None,
 ) -> None:
     """GPUs with their layouts, and your jobs with state, slice, speed and progress."""
-    from miso import cli_checks as checks
+    from miso.cli import checks
 
     checks.number(limit, "--limit", low=1)
     with client(url, token, state_dir, address) as c:
@@ -211,7 +214,7 @@ def logs(
     address: RayAddress = None,
 ) -> None:
     """Print the output of every attempt of one of your jobs."""
-    from miso import cli_checks as checks
+    from miso.cli import checks
 
     checks.number(tail, "--tail", low=1)
     sd = state_dir or os.environ.get("MISO_STATE_DIR") or str(default_state_dir())
@@ -260,6 +263,7 @@ def login(
 ) -> None:
     """Check a token against the server and keep URL and token in ~/.miso/config.json (0600;
     $MISO_CONFIG elsewhere)."""
+    from miso.api.client import Client
     from miso.api.credentials import save_login
 
     token = token or os.environ.get("MISO_TOKEN") or typer.prompt("token", hide_input=True)

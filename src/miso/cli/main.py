@@ -14,7 +14,8 @@ from rich.console import Console
 from rich.table import Table
 from typer.core import TyperGroup
 
-from miso import cli_checks as checks
+from miso.cli import checks
+from miso.cli.text import fail
 
 if TYPE_CHECKING:
     from miso.mig import Geometry
@@ -26,7 +27,7 @@ DEBUG_ENV = "MISO_DEBUG"
 class OneLineErrors(TyperGroup):
     """The root command: every error is one line on stderr and a non-zero exit, no traceback.
 
-    Usage errors (a missing option, a value of the wrong type, a failed :mod:`miso.cli_checks`
+    Usage errors (a missing option, a value of the wrong type, a failed :mod:`miso.cli.checks`
     check) exit 2; an unexpected exception exits 1 with its type and message (``MISO_DEBUG=1``
     re-raises it).
     """
@@ -70,12 +71,6 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 console = Console()
-
-
-def fail(message: str, code: int = 2) -> NoReturn:
-    """Print a one-line error to stderr and exit non-zero (no traceback)."""
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
 
 
 #: MIG first shipped with driver R450; a smaller major version is a typo.
@@ -213,16 +208,14 @@ def optimize(
 
 def _mount() -> None:
     """Attach the predictor, simulator and live-cluster commands (imported lazily inside)."""
-    from miso import (
-        cli_client,
-        cli_cluster,
-        cli_demo,
-        cli_events,
-        cli_predictor,
-        cli_simulate,
-        cli_users,
-    )
-    from miso.doctor import doctor
+    from miso.cli import client as cli_client
+    from miso.cli import cluster as cli_cluster
+    from miso.cli import demo as cli_demo
+    from miso.cli import events as cli_events
+    from miso.cli import predictor as cli_predictor
+    from miso.cli import simulate as cli_simulate
+    from miso.cli import users as cli_users
+    from miso.cli.doctor import doctor
 
     app.add_typer(cli_predictor.app, name="predictor")
     app.command("simulate")(cli_simulate.simulate)

@@ -2,7 +2,7 @@
 
 The lead mounts these on the main app as ``app.add_typer(cluster_app, name="cluster")``. The
 job commands (``submit``, ``status``, ``logs``, ``cancel``) speak the HTTP API
-(:mod:`miso.cli_client`); only ``up``/``down`` use Ray, with the cluster's Ray token
+(:mod:`miso.cli.client`); only ``up``/``down`` use Ray, with the cluster's Ray token
 (:mod:`miso.raytoken`). The state directory is ``--state-dir``, ``$MISO_STATE_DIR`` or
 ``~/.miso/cluster`` (mode 0700).
 """
@@ -19,7 +19,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from miso.cli_text import fail, safe
+from miso.cli.text import fail, safe
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 

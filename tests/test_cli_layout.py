@@ -1,0 +1,30 @@
+"""The ``miso`` command's layout promises: client commands import no server, and every error
+line is stripped of terminal control characters."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from typer.testing import CliRunner
+
+from miso.cli import app
+
+HEAVY = ("fastapi", "uvicorn", "ray", "torch", "matplotlib", "miso.api.app", "miso.controller")
+
+
+def test_the_command_and_its_help_import_no_server_ray_or_torch():
+    code = ("import sys; from miso.cli import app\n"
+            "try:\n    app(['status', '--help'])\nexcept SystemExit:\n    pass\n"
+            f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"
+
+
+def test_an_error_line_carries_no_control_characters():
+    r = CliRunner().invoke(app, ["status", "--url", "ftp://x\a\b\x1b[31m"])
+    assert r.exit_code == 2
+    err = r.stderr if r.stderr_bytes is not None else r.output
+    assert "error: --url ftp://x" in err
+    assert not any(c in err for c in "\a\b\x1b")
