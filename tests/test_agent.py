@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import emu_iterations as emu
 from waiting import wait_for
 
 from miso.agent import Agent, RateTracker
@@ -17,12 +18,6 @@ from miso.backend import EmulatedBackend
 from miso.emuworkload import mps_speed
 from miso.job import EXIT_CHECKPOINTED, JobContext
 from miso.workloads import workload
-
-
-def emu(wl: str = "resnet_train128", iters: int = 200, ips: float = 40.0,
-        *extra: str) -> list[str]:
-    return [sys.executable, "-m", "miso.emuworkload", "--workload", wl, "--iterations",
-            str(iters), "--ips", str(ips), *extra]
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import FAST
 from typer.testing import CliRunner
 from waiting import wait_for
 
@@ -21,9 +22,6 @@ from miso.api.head import bootstrap_operator, serve
 from miso.cli import app
 from miso.controller import ControllerConfig
 from miso.controller.local import LocalCluster
-
-FAST = dict(profile_seconds_per_level=0.3, profile_warmup_s=0.15, checkpoint_timeout=3.0,
-            poll_interval=0.1)
 
 
 @pytest.fixture

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import FAST
+from helpers import emu as emu_job
 
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # everything on 127.0.0.1
@@ -23,13 +24,10 @@ from miso.backend.emulated import pids_with_env  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
-FAST = {"profile_seconds_per_level": 0.3, "profile_warmup_s": 0.15, "checkpoint_timeout": 3.0,
-        "poll_interval": 0.1}
 
 
-def emu(wl: str, work_s: float, ips: float = 40.0) -> list[str]:
-    return [sys.executable, "-m", "miso.emuworkload", "--workload", wl, "--iterations",
-            str(int(work_s * ips)), "--ips", str(ips), "--checkpoint-every", "0.4"]
+def emu(wl: str, work_s: float) -> list[str]:
+    return emu_job(wl, work_s, "--checkpoint-every", "0.4")
 
 
 def call(ref_fn: Any, timeout: float = 60.0) -> Any:

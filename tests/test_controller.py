@@ -6,26 +6,22 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import FAST as BASE_FAST
+from helpers import emu
 from waiting import wait_for
 
 from miso.controller import ControllerConfig, JobStore, StoreError, SubmitError
 from miso.controller.local import LocalCluster
 from miso.mig import Placement, geometry, violations
 
-FAST = dict(profile_seconds_per_level=0.3, profile_warmup_s=0.15, checkpoint_timeout=3.0,
-            poll_interval=0.1, lease_s=2.0)
+FAST = {**BASE_FAST, "lease_s": 2.0}
 
-
-def emu(wl: str, work_s: float, *extra: str, ips: float = 40.0) -> list[str]:
-    return [sys.executable, "-m", "miso.emuworkload", "--workload", wl, "--iterations",
-            str(int(work_s * ips)), "--ips", str(ips), *extra]
 
 
 @pytest.fixture

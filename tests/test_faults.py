@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -17,6 +18,8 @@ from typing import Any
 
 import pytest
 import typer
+from helpers import FAST as BASE_FAST
+from helpers import emu
 from rich.console import Console
 from typer.testing import CliRunner
 from waiting import wait_for
@@ -33,8 +36,7 @@ from miso.controller.offline import logs_from_disk
 from miso.controller.statelock import StateDirLock, StateDirLocked
 from miso.controller.store import open_store
 
-FAST = dict(profile_seconds_per_level=0.3, profile_warmup_s=0.15, checkpoint_timeout=3.0,
-            poll_interval=0.1, lease_s=2.0, poll_timeout=1.0)
+FAST = {**BASE_FAST, "lease_s": 2.0, "poll_timeout": 1.0}
 
 app = typer.Typer()
 app.add_typer(cluster_app, name="cluster")
@@ -42,10 +44,6 @@ for _n, _f in [("submit", submit), ("status", status), ("logs", logs)]:
     app.command(_n)(_f)
 runner = CliRunner()
 
-
-def emu(wl: str, work_s: float, *extra: str, ips: float = 40.0) -> list[str]:
-    return [sys.executable, "-m", "miso.emuworkload", "--workload", wl, "--iterations",
-            str(int(work_s * ips)), "--ips", str(ips), *extra]
 
 
 @pytest.fixture
@@ -454,20 +452,52 @@ def test_cli__cluster_side_bad_inputs_are_one_line_errors(tmp_path: Path, args: 
     assert "Traceback" not in r.output
 
 
-def test_status__unreachable_address_gives_up_and_honours_sigterm(tmp_path: Path) -> None:
+def test_status__unreachable_url_gives_up_and_honours_sigterm(tmp_path: Path) -> None:
+    """A refused connection is a one-line error at once; a server that accepts and never
+    answers leaves ``miso status`` waiting, and SIGTERM ends that wait."""
     env = {**os.environ, "PYTHONPATH": str(Path(jobhelper.__file__).parents[1])}
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        closed = free.getsockname()[1]
     t0 = time.time()
-    p = subprocess.run([sys.executable, "-m", "miso.cli", "status", "--address", "127.0.0.1:1",
-                        "--state-dir", str(tmp_path)], capture_output=True, text=True,
-                       timeout=60, env=env)
+    p = subprocess.run([sys.executable, "-m", "miso.cli", "status", "--url",
+                        f"http://127.0.0.1:{closed}", "--token", "t", "--state-dir",
+                        str(tmp_path)], capture_output=True, text=True, timeout=60, env=env)
     assert p.returncode != 0 and time.time() - t0 < 10
-    assert p.stderr.strip().count("\n") == 0 and "127.0.0.1:1" in p.stderr
-    q = subprocess.Popen([sys.executable, "-m", "miso.cli", "status", "--address",
-                          "127.0.0.1:1", "--state-dir", str(tmp_path)], env=env,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(0.5)
-    q.send_signal(signal.SIGTERM)
-    assert q.wait(timeout=10) != 0
+    assert p.stderr.strip().count("\n") == 0 and f"127.0.0.1:{closed}" in p.stderr, p.stderr
+    with socket.socket() as silent:   # accepts (backlog), never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        q = subprocess.Popen([sys.executable, "-m", "miso.cli", "status", "--url",
+                              f"http://127.0.0.1:{port}", "--token", "t", "--state-dir",
+                              str(tmp_path)], env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        try:
+            wait_for(lambda: q.poll() is not None or _connected(silent), timeout=20)
+            assert q.poll() is None, "status should still be waiting on the silent server"
+            q.send_signal(signal.SIGTERM)
+            assert q.wait(timeout=10) != 0
+        finally:
+            if q.poll() is None:
+                q.kill()
+                q.wait()
+            while _held:
+                _held.pop().close()
+
+
+def _connected(server: socket.socket) -> bool:
+    """True once a client connection is queued on ``server`` (non-blocking accept)."""
+    server.setblocking(False)
+    try:
+        conn, _ = server.accept()
+    except BlockingIOError:
+        return False
+    _held.append(conn)   # keep it open: the client waits for an answer
+    return True
+
+
+_held: list[socket.socket] = []
 
 
 def test_lock__held_state_dir_refused_by_up_naming_the_pid(tmp_path: Path) -> None:

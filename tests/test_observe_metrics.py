@@ -4,11 +4,11 @@ with prometheus-client's own parser."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from helpers import emu
 from prometheus_client.parser import text_string_to_metric_families
 from waiting import wait_for
 
@@ -93,10 +93,6 @@ def test_simulated_profiling_restarts_are_counted_as_profiling() -> None:
     after = [r for r in log.recent() if r["kind"] == "ApplyLayout" and r["trigger"] == "profiled"]
     assert after and "arrival of job b" in after[0]["origin"]
 
-
-def emu(wl: str, work_s: float, ips: float = 40.0) -> list[str]:
-    return [sys.executable, "-m", "miso.emuworkload", "--workload", wl, "--iterations",
-            str(int(work_s * ips)), "--ips", str(ips)]
 
 
 def test_live_controller__metrics_after_three_jobs_and_one_repartition(tmp_path: Path) -> None:

@@ -120,13 +120,24 @@ def test_grouped_ensemble_splits_into_equal_unets():
 
 def test_train_ensemble_members_differ_and_learn():
     from miso.predict.data import PairData
-    from miso.predict.train import TrainConfig, train_ensemble
+    from miso.predict.train import TrainConfig, predict_models, train_ensemble
 
     rng = np.random.default_rng(0)
     mps = rng.uniform(0.3, 1.0, size=(40, 3, 7)).astype(np.float32)
     mig = np.clip(mps[:, ::-1] * 0.8 + 0.1, 0.01, 1.0).astype(np.float32)
     d = PairData(mps, mig, np.arange(40))
-    models = train_ensemble(d, TrainConfig(width=4, epochs=2, members=2, batch_size=16))
+    maes: list[float] = []
+    cfg = TrainConfig(width=4, epochs=8, members=2, batch_size=16)
+    models = train_ensemble(d, cfg, on_epoch=lambda e, mae: maes.append(mae))
     assert len(models) == 2
     w0, w1 = (m.state_dict()["enc1.0.weight"] for m in models)
     assert not torch.equal(w0, w1)
+    # learning: the training error falls, and the trained members predict the pairs better
+    # than members trained one epoch (same seeds)
+    assert len(maes) == 8 and maes[-1] < 0.8 * maes[0], maes
+    early = train_ensemble(d, TrainConfig(width=4, epochs=1, members=2, batch_size=16))
+
+    def err(ms: list) -> float:
+        return float(np.abs(predict_models(ms, mps, canonical=False) - mig[None]).mean())
+
+    assert err(models) < err(early), (err(models), err(early))

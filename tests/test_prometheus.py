@@ -11,13 +11,13 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from helpers import emu
 
 from miso.api.server import ApiServer, Listen
 from miso.controller import Controller, ControllerConfig, JobStore
@@ -35,10 +35,6 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
-
-def emu(wl: str, work_s: float, ips: float = 40.0) -> list[str]:
-    return [sys.executable, "-m", "miso.emuworkload", "--workload", wl, "--iterations",
-            str(int(work_s * ips)), "--ips", str(ips)]
 
 
 def query(base: str, q: str) -> list[dict[str, Any]]:

@@ -23,11 +23,14 @@ from miso.sched import (
     RequeueJob,
     RunMps,
     StartProfiling,
+    Tick,
     TrueSpeeds,
+    WakeUp,
     make_policy,
     policy_names,
 )
 from miso.sched.speeds import workload_memory_gb
+from miso.sched.state import JobStatus
 from miso.workloads import catalogue
 
 
@@ -96,7 +99,8 @@ def test_state__stale_acks_are_ignored_and_failure_leaves_jobs_resident():
 def _random_driver(policy_name: str, seed: int, n_jobs: int = 40, n_gpus: int = 3) -> None:
     """Feed a policy random events (arrivals, finishes, acks, profiles, speed changes) and check
     the invariants after every step: no job on two GPUs, <= 7 jobs per GPU, memory respected,
-    valid layouts, plan ids strictly increasing."""
+    valid layouts, plan ids strictly increasing. Then liveness: with no more arrivals, plans
+    acknowledged, timers fired and running jobs finishing, every job runs and finishes."""
     rng = random.Random(seed)
     names = sorted(catalogue())
     kw = {"estimator": TrueSpeeds()} if policy_name in ("miso", "miso+") else {}
@@ -105,6 +109,7 @@ def _random_driver(policy_name: str, seed: int, n_jobs: int = 40, n_gpus: int = 
     pol = make_policy(policy_name, **kw)
     st = ClusterState()
     pending: list[object] = []
+    timers: list[WakeUp] = []
     last_pid = 0
     now = 0.0
 
@@ -121,6 +126,8 @@ def _random_driver(policy_name: str, seed: int, n_jobs: int = 40, n_gpus: int = 
                 assert is_valid(st.gpus[d.gpu].geom, d.layout)
             if isinstance(d, (ApplyLayout, StartProfiling, RunMps)):
                 pending.append(d)
+            if isinstance(d, WakeUp):
+                timers.append(d)
         where: dict[str, str] = {}
         for g, gs in st.gpus.items():
             assert len(gs.jobs) <= 7
@@ -158,6 +165,31 @@ def _random_driver(policy_name: str, seed: int, n_jobs: int = 40, n_gpus: int = 
             if running:
                 j, g = rng.choice(running)
                 deliver(JobSpeedChanged(j, g, 0.5, 1.0))
+
+    # Liveness: drain (acks first, then timers, then one running job finishes at a time).
+    assert submitted == n_jobs
+    for _ in range(20 * n_jobs):
+        if all(js.status is JobStatus.FINISHED for js in st.jobs.values()):
+            break
+        now += 1.0
+        if pending:
+            d = pending.pop(0)
+            if isinstance(d, StartProfiling):
+                deliver(ProfilingFinished(d.gpu, d.plan_id,
+                                          {j: (1.0, 0.8, 0.3) for j in d.jobs}))
+            else:
+                deliver(LayoutApplied(d.gpu, d.plan_id))  # type: ignore[attr-defined]
+        elif timers:
+            w = timers.pop(0)
+            now = max(now, w.at)
+            deliver(Tick(w.tag))
+        else:
+            running = [j for j, js in st.jobs.items() if js.status is JobStatus.RUNNING]
+            waiting = sorted(j for j, js in st.jobs.items() if js.status is not JobStatus.FINISHED)
+            assert running, f"{policy_name}: stuck, nothing runs; waiting: {waiting}"
+            deliver(JobFinished(running[0]))
+    left = sorted(j for j, js in st.jobs.items() if js.status is not JobStatus.FINISHED)
+    assert not left, f"{policy_name}: jobs never finished: {left}"
 
 
 @pytest.mark.parametrize("name", ["nopart", "optsta", "mps", "oracle", "miso", "miso+"])
@@ -223,7 +255,17 @@ def test_job_checkpointable_event_updates_the_spec_and_miso_plus_pins_the_job():
     step(3.0, JobCheckpointable("a", False))
     assert st.jobs["a"].spec.checkpointable is False
     out = step(4.0, JobSubmitted(JobSpec("b", "b", 4.0, "mobilenet_train64")))
-    plans = [d for d in out if isinstance(d, ApplyLayout)]
-    # a keeps the whole GPU it runs on; b waits (no layout keeps a's 7g instance and adds b).
-    assert all(d.assignment.get("a") == Placement(0, "7g.40gb") for d in plans)
+    # a keeps the whole GPU it runs on; b waits (no layout keeps a's 7g instance and adds b):
+    # no plan at all, b back in the queue.
+    assert not [d for d in out if isinstance(d, ApplyLayout)]
     assert st.jobs["a"].restarts == 0
+    assert st.jobs["a"].placement == Placement(0, "7g.40gb")
+    assert st.jobs["b"].status is JobStatus.QUEUED
+    # Control: had a been able to checkpoint, b's arrival would have repartitioned g0.
+    st = ClusterState()
+    pol = make_policy("miso+", estimator=TrueSpeeds())
+    step(0.0, GpuAdded("g0", "A100-40GB"))
+    out = step(1.0, JobSubmitted(JobSpec("a", "a", 4.0, "resnet_train64")))
+    step(2.0, LayoutApplied("g0", next(d for d in out if isinstance(d, ApplyLayout)).plan_id))
+    out = step(4.0, JobSubmitted(JobSpec("b", "b", 4.0, "mobilenet_train64")))
+    assert any(isinstance(d, ApplyLayout) and "b" in d.assignment for d in out)

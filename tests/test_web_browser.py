@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import getpass
 import os
-import sys
 import time
 from pathlib import Path
 
 import httpx
 import pytest
+from helpers import emu
 
 from miso.api.app import create_app
 from miso.api.server import ApiServer, Listen
@@ -66,10 +66,6 @@ CONTRAST_JS = """(sels) => {
 }"""
 
 
-def emu(wl: str, work_s: float, ips: float = 20.0) -> list[str]:
-    return [sys.executable, "-m", "miso.emuworkload", "--workload", wl, "--iterations",
-            str(int(work_s * ips)), "--ips", str(ips)]
-
 
 def test_web_page_in_chromium__gpus_jobs_progress_and_explanations(tmp_path: Path) -> None:
     sync_api = pytest.importorskip("playwright.sync_api")
@@ -95,7 +91,7 @@ def test_web_page_in_chromium__gpus_jobs_progress_and_explanations(tmp_path: Pat
                            timeout=10)
 
         def submit(name: str, wl: str, work_s: float) -> str:
-            r = api.post("/api/v1/jobs", json={"command": emu(wl, work_s), "name": name})
+            r = api.post("/api/v1/jobs", json={"command": emu(wl, work_s, ips=20.0), "name": name})
             assert r.status_code == 201, r.text
             return str(r.json()["id"])
 
