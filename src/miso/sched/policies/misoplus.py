@@ -3,10 +3,9 @@ The paper's policy, which it extends, is :mod:`miso.sched.policies.miso`."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-from miso.mig import Geometry, Placement
+from miso.mig import Geometry
 from miso.optimize import OptimizerError, optimizer_for
 from miso.sched.decisions import ApplyLayout, Decision, StartProfiling, WakeUp
 from miso.sched.estimators import PredictorEstimator
@@ -24,13 +23,15 @@ from miso.sched.policies.base import (
     Scratch,
 )
 from miso.sched.policies.baselines import BACKFILL_WINDOW
+from miso.sched.policies.economy import RestartEconomy
+from miso.sched.policies.explain import TRIGGERS, explain_plan
 from miso.sched.policies.miso import Miso
 from miso.sched.policies.priors import prior_speeds
-from miso.sched.policies.rebalance import Donor, RebalanceIndex
+from miso.sched.policies.rebalance import RebalanceIndex, Rebalancing
 from miso.sched.state import ClusterState
 
 
-class MisoPlus(Miso):
+class MisoPlus(RestartEconomy, Rebalancing, Miso):
     """Ours: MISO redesigned around restart economy. Every change is a switch, so the ablation
     table (benchmarks/README.md) can measure it:
 
@@ -103,17 +104,8 @@ class MisoPlus(Miso):
         self.donors = RebalanceIndex(self.best_donor)
 
     # -- inputs -----------------------------------------------------------------------------
-    def remaining(self, job: str) -> float:
-        """Work the job has left (seconds alone on a full GPU) from its progress reports,
-        folded into its state by the driver (:meth:`JobState.remaining_work`);
-        ``default_remaining_s`` when it reports none."""
-        st = self.state
-        js = st.jobs.get(job) if st is not None else None
-        r = js.remaining_work(st.now) if js is not None else None  # type: ignore[union-attr]
-        return self.default_remaining_s if r is None else max(1.0, r)
-
     def decide(self, now: float, event: Event, state: ClusterState) -> list[Decision]:
-        self.trigger = _TRIGGERS.get(type(event).__name__, type(event).__name__)
+        self.trigger = TRIGGERS.get(type(event).__name__, type(event).__name__)
         self.state = state
         self.donors.note(event, state)
         self.now = now
@@ -161,27 +153,6 @@ class MisoPlus(Miso):
                 self.prior.add(j)
         return out
 
-    def horizon(self, jobs: list[str], speeds: dict[str, dict[str, float]],
-                current: dict[str, Placement]) -> float:
-        """How long a plan for these jobs is expected to stand (s): the ``horizon_quantile``
-        of their remaining times at current speeds (0.5: the median), divided by the number of
-        times the GPU is expected to be re-planned meanwhile. While jobs keep arriving that is
-        ``replans`` (every arrival and completion re-plans a GPU; 25 measured best, see
-        benchmarks/README.md), so only large gains pay for a restart and free slices are kept
-        for the next arrival; once arrivals stop (:meth:`ArrivalClock.quiet`) a plan stands
-        until the GPU's own jobs end, so jobs grow into idle slices."""
-        ts = []
-        for j in jobs:
-            pl = current.get(j)
-            s = speeds[j].get(pl.profile, 0.5) if pl is not None else 0.5
-            ts.append(self.remaining(j) / max(s, 0.05))
-        ts.sort()
-        if not ts:
-            return self.restart_s
-        t = ts[min(len(ts) - 1, int(self.horizon_quantile * len(ts)))]
-        k = float(len(ts)) if self.clock.quiet(self.now) else self.replans
-        return max(self.restart_s, t / max(1.0, k))
-
     def arrival_within(self, seconds: float) -> bool:
         """A newcomer is expected on a given GPU within ``seconds`` (arrivals spread evenly
         over the GPUs): then a lone newcomer is not profiled, since the next arrival would
@@ -190,18 +161,6 @@ class MisoPlus(Miso):
         gap = self.clock.mean_gap()
         return (gap is not None and not self.clock.quiet(self.now)
                 and gap * len(self._order) < seconds)
-
-    def restart_prices(self, jobs: list[str], speeds: dict[str, dict[str, float]],
-                       current: dict[str, Placement]
-                       ) -> tuple[float | None, dict[str, float]]:
-        """(horizon, throughput each running job's restart costs over it): the work the job
-        does not do while it restarts (``restart_s x speed``) spread over the plan's
-        :meth:`horizon`. ``(None, {})`` without ``economy`` or when nothing runs."""
-        if not (self.economy and current):
-            return None, {}
-        horizon = self.horizon(jobs, speeds, current)
-        return horizon, {j: self.restart_s * speeds[j].get(pl.profile, 0.5) / horizon
-                         for j, pl in current.items()}
 
     # -- planning ---------------------------------------------------------------------------
     def replan(self, now: float, g: str, sc: Scratch, force_solve: bool = False) -> None:
@@ -286,7 +245,7 @@ class MisoPlus(Miso):
             "restarts": restarted, "pinned": sorted(pinned),
             "expected_gain": gain, "horizon_s": horizon,
             "reserved": str(reserved) if reserved is not None else None,
-            "note": _explain(g, thr, cur_thr if current else None, restarted,
+            "note": explain_plan(g, thr, cur_thr if current else None, restarted,
                              horizon, self.restart_s)
             + (f"; {reserved} kept free for the next arrival (expected within the horizon)"
                if reserved is not None else ""),
@@ -315,27 +274,6 @@ class MisoPlus(Miso):
             self.dirty.add(g)
         for g in sorted(self.dirty, key=lambda x: self._order.get(x, 0)):
             self.replan(now, g, sc)
-
-    def headroom(self, sc: Scratch, g: str, jobs: list[str]) -> dict[str, float] | None:
-        """Prior speeds of the next newcomer when one is expected on ``g`` before its jobs'
-        median remaining time (arrivals spread over the GPUs, nothing queued): the plan then
-        keeps a slice free for it, so its arrival restarts nobody. None otherwise."""
-        if not self.reserve or self.trigger == "profiled" or self.clock.quiet(self.now):
-            return None
-        st = sc.state
-        gs = st.gpus[g]
-        gap = self.clock.mean_gap()
-        if gap is None or len(jobs) + 1 > min(self.max_jobs, gs.geom.model.max_instances):
-            return None
-        if any(j not in sc.placed for j in sc.state.queue) or sc.requeued:
-            return None  # queued jobs take free slices at once
-        first = self.first_candidate(sc, jobs[0])
-        if first is None or first[0] < len(jobs):
-            return None  # an idle or less crowded GPU takes the next arrival
-        ts = sorted(self.remaining(j) for j in jobs)
-        if gap * len(st.gpus) >= ts[len(ts) // 2]:
-            return None
-        return prior_speeds(gs.geom, self.clock.median_memory()) or None
 
     # -- placement --------------------------------------------------------------------------
     def choose_gpu(self, now: float, job: str, sc: Scratch) -> str | None:
@@ -459,61 +397,4 @@ class MisoPlus(Miso):
         if self.rebalance:
             self.fill_idle_gpus(now, sc)
 
-    def best_donor(self, sc: Scratch, g: str) -> Donor | None:
-        """(-saving, job) of the job of ``g`` that gains most from a whole GPU, when the time
-        it saves (remaining work at its slice's speed vs on the whole GPU) beats a restart."""
-        gs = sc.state.gpus[g]
-        jobs = sc.jobs_on(g)
-        if len(jobs) < 2 or gs.busy:
-            return None
-        pinned = self.pinned(sc, jobs)
-        best: Donor | None = None
-        for j in jobs:
-            pl = gs.assignment.get(j)
-            if pl is None or j in pinned:
-                continue
-            s = self.speeds(gs.geom, sc, [j])[j].get(pl.profile, 1.0)
-            w = self.remaining(j)
-            saved = w / max(s, 0.05) - (w + self.restart_s)
-            if saved > self.restart_s and (best is None or (-saved, j) < best):
-                best = (-saved, j)
-        return best
-
-    def fill_idle_gpus(self, now: float, sc: Scratch) -> None:
-        """When nothing queues, move the best donor job (:meth:`best_donor`) of a crowded GPU
-        onto each idle GPU, one per donor GPU, best first."""
-        st = sc.state
-        if sc.queue(1):
-            return
-        for target in self.donors.idle(sc):
-            got = self.donors.pop(sc)
-            if got is None:
-                return
-            saved, j, src = got
-            sc.requeue(j, f"rebalance to idle {target}")
-            sc.place(j, target)
-            full = Placement(0, st.gpus[target].geom.model.full_profile().name)
-            sc.out.append(ApplyLayout(target, st.new_plan_id(), (full,), {j: full}, why={
-                "trigger": "rebalance", "restarts": [j], "expected_gain": -saved,
-                "note": f"{target} is idle and nothing queues: {j} moves from {src} to the "
-                        f"whole GPU, finishing ~{-saved:.0f} s sooner net of one restart"}))
-            self.replan(now, src, sc)
-
-
 _NEXT = "\x00next-arrival"   # the phantom newcomer of :meth:`MisoPlus.headroom`
-
-_TRIGGERS = {"JobSubmitted": "arrival", "JobFinished": "completion", "JobFailed": "completion",
-             "ProfilingFinished": "profiled", "JobSpeedChanged": "speed_change",
-             "GpuAdded": "node_change", "GpuRemoved": "node_change", "LayoutFailed": "failure",
-             "LayoutApplied": "applied", "Tick": "timer", "SpeedObserved": "observed"}
-
-
-def _explain(g: str, thr: float, cur: float | None, restarted: Sequence[str],
-             horizon: float | None, restart_s: float) -> str:
-    if cur is None:
-        return f"{g}: best layout for its mix, total speed {thr:.2f} (nothing ran before)"
-    moved = ", ".join(restarted) or "none"
-    if horizon is None:
-        return f"{g}: total speed {cur:.2f} -> {thr:.2f}; restarts: {moved}"
-    return (f"{g}: total speed {cur:.2f} -> {thr:.2f} over a {horizon:.0f} s horizon; restarts "
-            f"({restart_s:.0f} s each): {moved}; chosen because the gain beats the restarts")

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+from miso.mig import Placement
+from miso.sched.decisions import ApplyLayout
 from miso.sched.events import Event
 from miso.sched.occupancy import Occupancy
 from miso.sched.policies.base import Scratch
@@ -79,3 +81,52 @@ class RebalanceIndex:
             self._ranking.refresh(self._round)
         got = self._ranking.pop(self._round)
         return None if got is None else got[0]
+
+
+class Rebalancing:
+    """miso+'s moves onto idle GPUs: a mixin of
+    :class:`~miso.sched.policies.misoplus.MisoPlus` (it reads ``donors``, ``restart_s`` and
+    the policy's ``pinned``, ``speeds``, ``remaining`` and ``replan``)."""
+
+    donors: RebalanceIndex
+    restart_s: float
+
+    def best_donor(self, sc: Scratch, g: str) -> Donor | None:
+        """(-saving, job) of the job of ``g`` that gains most from a whole GPU, when the time
+        it saves (remaining work at its slice's speed vs on the whole GPU) beats a restart."""
+        gs = sc.state.gpus[g]
+        jobs = sc.jobs_on(g)
+        if len(jobs) < 2 or gs.busy:
+            return None
+        pinned = self.pinned(sc, jobs)
+        best: Donor | None = None
+        for j in jobs:
+            pl = gs.assignment.get(j)
+            if pl is None or j in pinned:
+                continue
+            s = self.speeds(gs.geom, sc, [j])[j].get(pl.profile, 1.0)
+            w = self.remaining(j)
+            saved = w / max(s, 0.05) - (w + self.restart_s)
+            if saved > self.restart_s and (best is None or (-saved, j) < best):
+                best = (-saved, j)
+        return best
+
+    def fill_idle_gpus(self, now: float, sc: Scratch) -> None:
+        """When nothing queues, move the best donor job (:meth:`best_donor`) of a crowded GPU
+        onto each idle GPU, one per donor GPU, best first."""
+        st = sc.state
+        if sc.queue(1):
+            return
+        for target in self.donors.idle(sc):
+            got = self.donors.pop(sc)
+            if got is None:
+                return
+            saved, j, src = got
+            sc.requeue(j, f"rebalance to idle {target}")
+            sc.place(j, target)
+            full = Placement(0, st.gpus[target].geom.model.full_profile().name)
+            sc.out.append(ApplyLayout(target, st.new_plan_id(), (full,), {j: full}, why={
+                "trigger": "rebalance", "restarts": [j], "expected_gain": -saved,
+                "note": f"{target} is idle and nothing queues: {j} moves from {src} to the "
+                        f"whole GPU, finishing ~{-saved:.0f} s sooner net of one restart"}))
+            self.replan(now, src, sc)

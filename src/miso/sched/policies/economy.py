@@ -1,0 +1,94 @@
+"""miso+'s restart economy: what a restart costs over the time a plan is expected to stand,
+from each job's remaining work, and the slice kept free for the next arrival.
+
+A mixin of :class:`~miso.sched.policies.misoplus.MisoPlus` (it reads the policy's knobs:
+``restart_s``, ``economy``, ``replans``, ``horizon_quantile``, ``default_remaining_s``,
+``reserve``, ``max_jobs``, its arrival clock ``clock``, the current ``state`` and ``now``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from miso.mig import Placement
+from miso.sched.policies.base import Scratch
+from miso.sched.policies.priors import prior_speeds
+
+
+class RestartEconomy:
+    """Pricing of restarts and reservation of headroom (see the module docstring)."""
+
+    restart_s: float
+    economy: bool
+    replans: float
+    horizon_quantile: float
+    default_remaining_s: float
+    reserve: bool
+    max_jobs: int
+    clock: Any
+    state: Any
+    now: float
+    trigger: str
+
+    def remaining(self, job: str) -> float:
+        """Work the job has left (seconds alone on a full GPU) from its progress reports,
+        folded into its state by the driver (:meth:`JobState.remaining_work`);
+        ``default_remaining_s`` when it reports none."""
+        st = self.state
+        js = st.jobs.get(job) if st is not None else None
+        r = js.remaining_work(st.now) if js is not None else None  # type: ignore[union-attr]
+        return self.default_remaining_s if r is None else max(1.0, r)
+
+    def horizon(self, jobs: list[str], speeds: dict[str, dict[str, float]],
+                current: dict[str, Placement]) -> float:
+        """How long a plan for these jobs is expected to stand (s): the ``horizon_quantile``
+        of their remaining times at current speeds (0.5: the median), divided by the number of
+        times the GPU is expected to be re-planned meanwhile. While jobs keep arriving that is
+        ``replans`` (every arrival and completion re-plans a GPU; 25 measured best, see
+        benchmarks/README.md), so only large gains pay for a restart and free slices are kept
+        for the next arrival; once arrivals stop (:meth:`ArrivalClock.quiet`) a plan stands
+        until the GPU's own jobs end, so jobs grow into idle slices."""
+        ts = []
+        for j in jobs:
+            pl = current.get(j)
+            s = speeds[j].get(pl.profile, 0.5) if pl is not None else 0.5
+            ts.append(self.remaining(j) / max(s, 0.05))
+        ts.sort()
+        if not ts:
+            return self.restart_s
+        t = ts[min(len(ts) - 1, int(self.horizon_quantile * len(ts)))]
+        k = float(len(ts)) if self.clock.quiet(self.now) else self.replans
+        return max(self.restart_s, t / max(1.0, k))
+
+    def restart_prices(self, jobs: list[str], speeds: dict[str, dict[str, float]],
+                       current: dict[str, Placement]
+                       ) -> tuple[float | None, dict[str, float]]:
+        """(horizon, throughput each running job's restart costs over it): the work the job
+        does not do while it restarts (``restart_s x speed``) spread over the plan's
+        :meth:`horizon`. ``(None, {})`` without ``economy`` or when nothing runs."""
+        if not (self.economy and current):
+            return None, {}
+        horizon = self.horizon(jobs, speeds, current)
+        return horizon, {j: self.restart_s * speeds[j].get(pl.profile, 0.5) / horizon
+                         for j, pl in current.items()}
+
+    def headroom(self, sc: Scratch, g: str, jobs: list[str]) -> dict[str, float] | None:
+        """Prior speeds of the next newcomer when one is expected on ``g`` before its jobs'
+        median remaining time (arrivals spread over the GPUs, nothing queued): the plan then
+        keeps a slice free for it, so its arrival restarts nobody. None otherwise."""
+        if not self.reserve or self.trigger == "profiled" or self.clock.quiet(self.now):
+            return None
+        st = sc.state
+        gs = st.gpus[g]
+        gap = self.clock.mean_gap()
+        if gap is None or len(jobs) + 1 > min(self.max_jobs, gs.geom.model.max_instances):
+            return None
+        if any(j not in sc.placed for j in sc.state.queue) or sc.requeued:
+            return None  # queued jobs take free slices at once
+        first = self.first_candidate(sc, jobs[0])
+        if first is None or first[0] < len(jobs):
+            return None  # an idle or less crowded GPU takes the next arrival
+        ts = sorted(self.remaining(j) for j in jobs)
+        if gap * len(st.gpus) >= ts[len(ts) // 2]:
+            return None
+        return prior_speeds(gs.geom, self.clock.median_memory()) or None
