@@ -82,7 +82,7 @@ def test_state_limits_never_exceeded_during_a_run(small_jobs):
     cfg = WorldConfig(n_gpus=2)  # crowded: up to 7 jobs per GPU and a queue
     pol = build_policy("miso", small_jobs, cfg, seed=1)
     sim = Simulator(pol, small_jobs, cfg, seed=1)
-    orig = sim._deliver
+    orig = sim.deliver
     peak = [0]
 
     def checked(now, ev):
@@ -92,7 +92,7 @@ def test_state_limits_never_exceeded_during_a_run(small_jobs):
             assert sim.state.memory_used(g) <= 40.0
             peak[0] = max(peak[0], len(gs.jobs))
 
-    sim._deliver = checked  # type: ignore[method-assign]
+    sim.deliver = checked  # type: ignore[method-assign]
     sim.run()
     assert peak[0] == 7
 

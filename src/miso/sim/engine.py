@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -38,17 +37,13 @@ from miso.sched import (
     Decision,
     Event,
     GpuAdded,
-    GpuRemoved,
-    JobFailed,
     JobFinished,
     JobProgress,
     JobSpec,
-    JobSpeedChanged,
     JobSubmitted,
     LayoutApplied,
     PlaceJob,
     Policy,
-    ProfilingFinished,
     RequeueJob,
     RunMps,
     SpeedObserved,
@@ -58,97 +53,30 @@ from miso.sched import (
 )
 from miso.sched.clock import VirtualClock
 from miso.sched.driver import DriverStep
-from miso.sched.events import profiling_run_order
 from miso.sched.speeds import workload_memory_gb, workload_speeds
+from miso.sim.bodies import (
+    ARRIVE,
+    COMPLETE,
+    EXTERNAL,
+    PHASE,
+    PLAN_DONE,
+    PROF_DONE,
+    PROF_RUN,
+    PROF_START,
+    RESUME,
+    TICK,
+    SimGpu,
+    SimJob,
+)
+from miso.sim.disturbances import Disturbances
+from miso.sim.profiling import ProfilingRuns
+from miso.sim.result import SimResult
 from miso.sim.traces import TraceJob
-from miso.sim.world import WorldConfig, mps_only_speed, mps_profile_speeds
+from miso.sim.world import WorldConfig, mps_only_speed
 from miso.workloads import catalogue
 
-(_ARRIVE, _COMPLETE, _RESUME, _PLAN_DONE, _PROF_START, _PROF_DONE, _TICK, _PHASE, _PROF_RUN,
- _EXTERNAL) = range(10)
 
-
-class _Job:
-    __slots__ = ("id", "spec", "duration", "work_left", "rate", "t_last", "version", "token",
-                 "truth", "workload", "base_rate", "started", "mode", "placement", "waiting",
-                 "submit", "first_start", "finish", "milestone", "alt", "ckpt", "restarts",
-                 "lost")
-
-    def __init__(self, tj: TraceJob, spec: JobSpec, truth: dict[str, float], base_rate: float):
-        self.id = tj.id
-        self.spec = spec
-        self.duration = tj.duration_s
-        self.work_left = tj.duration_s
-        self.rate = 0.0
-        self.t_last = 0.0
-        self.version = 0
-        self.token = 0
-        self.truth = truth
-        self.workload = tj.workload
-        self.base_rate = base_rate
-        self.started = False
-        self.mode: str | None = None      # mig | mps | prof | None
-        self.placement: Placement | None = None
-        self.waiting = False
-        self.submit = tj.submit_s
-        self.first_start: float | None = None
-        self.finish: float | None = None
-        self.milestone: float | None = None
-        self.alt: str | None = None
-        self.ckpt = spec.checkpointable
-        self.restarts = 0
-        self.lost = 0.0
-
-
-class _Gpu:
-    __slots__ = ("id", "geom", "full", "layout", "mig_asg", "mode", "plan", "mps",
-                 "prof_jobs", "prof_speeds", "busy", "busy_t", "busy_total", "prof_t0",
-                 "prof_levels", "prof_s")
-
-    def __init__(self, gid: str, geom) -> None:  # noqa: ANN001
-        self.id = gid
-        self.geom = geom
-        self.full = Placement(0, geom.model.full_profile().name)
-        self.layout: tuple[Placement, ...] = (self.full,)  # GPUs start with MIG on, one 7g
-        self.mig_asg: dict[str, Placement] = {}
-        self.mode = "mig"
-        self.plan = 0
-        self.mps: dict[str, int] = {}
-        self.prof_jobs: list[str] = []
-        self.prof_speeds: dict[str, dict[int, float]] = {}   # job -> level -> speed
-        self.busy = False
-        self.busy_t = 0.0
-        self.busy_total = 0.0
-        self.prof_t0 = 0.0
-        self.prof_levels: tuple[int, ...] = ()   # run order (100 % last)
-        self.prof_s = 0.0
-
-
-@dataclass
-class SimResult:
-    """Per-job outcomes and cluster figures of one run."""
-
-    policy: str
-    job_ids: list[str]
-    submit: np.ndarray
-    finish: np.ndarray
-    duration: np.ndarray
-    restarts: np.ndarray
-    busy_gpu_s: float
-    n_gpus: int
-    events: int
-    decisions: int
-    wall_s: float = 0.0
-    log: list[tuple[float, object]] = field(default_factory=list)
-    lost_gpu_s: float = 0.0
-    profiling_gpu_s: float = 0.0
-
-    @property
-    def jct(self) -> np.ndarray:
-        return self.finish - self.submit
-
-
-class Simulator:
+class Simulator(ProfilingRuns, Disturbances):
     """One run of one policy over one trace."""
 
     def __init__(self, policy: Policy, jobs: Sequence[TraceJob], config: WorldConfig,
@@ -161,17 +89,17 @@ class Simulator:
         self.log: list[tuple[float, object]] = []
         self.state = ClusterState()
         self.geom = geometry(config.gpu_model)
-        self.gpus = {f"gpu{i}": _Gpu(f"gpu{i}", self.geom) for i in range(config.n_gpus)}
+        self.gpus = {f"gpu{i}": SimGpu(f"gpu{i}", self.geom) for i in range(config.n_gpus)}
         self.clock = VirtualClock()
         self.step = DriverStep(self.state, policy, execute=self._execute, before=self._before,
                                record=self._record if record else None, observer=observer)
         cat = catalogue()
         full_mem = self.geom.model.full_profile().memory_gib
-        self.jobs: dict[str, _Job] = {}
+        self.jobs: dict[str, SimJob] = {}
         rng = np.random.default_rng([seed, 99])
         ck_rng = np.random.default_rng([seed, 7])
         self.profiling_gpu_s = 0.0
-        alts = self._alternatives() if config.phase_change_prob > 0 else {}
+        alts = self.alternatives() if config.phase_change_prob > 0 else {}
         for tj in jobs:
             if tj.id in self.jobs:
                 raise ValueError(f"duplicate job id {tj.id} in trace")
@@ -188,7 +116,7 @@ class Simulator:
                            duration_hint_s=tj.duration_s if ckpt else None, checkpointable=ckpt)
             jrng = np.random.default_rng([seed, zlib.crc32(tj.id.encode())])
             base = float(jrng.lognormal(2.0, 0.8))
-            j = _Job(tj, spec, workload_speeds(self.geom, cat[tj.workload]), base)
+            j = SimJob(tj, spec, workload_speeds(self.geom, cat[tj.workload]), base)
             if config.phase_change_prob > 0 and rng.random() < config.phase_change_prob:
                 cands = alts.get(tj.workload, [])
                 if cands:
@@ -196,25 +124,8 @@ class Simulator:
                     j.milestone = tj.duration_s * float(rng.uniform(0.2, 0.8))
             self.jobs[tj.id] = j
 
-    def _alternatives(self) -> dict[str, list[str]]:
-        cat = catalogue()
-        out = {}
-        for w in cat:
-            have = set(workload_speeds(self.geom, cat[w]))
-            out[w] = [o for o in cat if o != w and have <= set(workload_speeds(self.geom, cat[o]))]
-        return out
-
-    def inject(self, at: float, ev: JobFailed | GpuRemoved) -> None:
-        """Schedule an outside event: a job failing or cancelled (``JobFailed``; it ends
-        then, its JCT counts to that time) or a GPU lost (``GpuRemoved``; its jobs stop and
-        return to the queue, a job that cannot checkpoint losing its progress when it is
-        restarted). The sim/live parity test feeds both drivers such a stream."""
-        if not isinstance(ev, JobFailed | GpuRemoved):
-            raise TypeError(f"cannot inject {type(ev).__name__}")
-        self._push(at, _EXTERNAL, ev)
-
     # -- clock ------------------------------------------------------------------------------
-    def _push(self, t: float, kind: int, a: object = None, b: object = None) -> None:
+    def push(self, t: float, kind: int, a: object = None, b: object = None) -> None:
         self.clock.at(t, (kind, a, b))
 
     # -- driver loop --------------------------------------------------------------------------
@@ -231,7 +142,7 @@ class Simulator:
 
         t_wall = time.perf_counter()
         for g in self.gpus:
-            self._deliver(0.0, GpuAdded(g, self.cfg.gpu_model))
+            self.deliver(0.0, GpuAdded(g, self.cfg.gpu_model))
         # Arrivals enter the clock one at a time, in (time, sequence) order, each with the
         # sequence number it would have had if all were scheduled now: the same event order,
         # but the clock holds the events in flight, not the whole trace.
@@ -243,13 +154,13 @@ class Simulator:
         def next_arrival() -> None:
             i = next(arrivals, None)
             if i is not None:
-                clock.at_seq(js[i].submit, base + i + 1, (_ARRIVE, js[i].id, None))
+                clock.at_seq(js[i].submit, base + i + 1, (ARRIVE, js[i].id, None))
 
         next_arrival()
         done = 0
         while (nxt := clock.pop()) is not None:
             t, (kind, a, b) = nxt
-            if kind == _COMPLETE:
+            if kind == COMPLETE:
                 j = self.jobs[a]  # type: ignore[index]
                 if b != j.version or j.finish is not None:
                     continue
@@ -257,28 +168,28 @@ class Simulator:
                 done += 1
                 if progress is not None and done % 50 == 0:
                     progress(done)
-            elif kind == _ARRIVE:
+            elif kind == ARRIVE:
                 next_arrival()
                 j = self.jobs[a]  # type: ignore[index]
-                self._deliver(t, JobSubmitted(j.spec))
-            elif kind == _RESUME:
+                self.deliver(t, JobSubmitted(j.spec))
+            elif kind == RESUME:
                 self._resume(t, a, b)  # type: ignore[arg-type]
-            elif kind == _PLAN_DONE:
+            elif kind == PLAN_DONE:
                 g = self.gpus[a]  # type: ignore[index]
                 if g.plan == b:
-                    self._deliver(t, LayoutApplied(g.id, b))  # type: ignore[arg-type]
-            elif kind == _PROF_START:
-                self._prof_start(t, a, b)  # type: ignore[arg-type]
-            elif kind == _PROF_RUN:
-                self._prof_run(t, a, b)  # type: ignore[arg-type]
-            elif kind == _PROF_DONE:
-                self._prof_done(t, a, b)  # type: ignore[arg-type]
-            elif kind == _TICK:
-                self._deliver(t, Tick(a))  # type: ignore[arg-type]
-            elif kind == _PHASE:
-                self._phase(t, a, b)  # type: ignore[arg-type]
-            elif kind == _EXTERNAL:
-                self._external(t, a)  # type: ignore[arg-type]
+                    self.deliver(t, LayoutApplied(g.id, b))  # type: ignore[arg-type]
+            elif kind == PROF_START:
+                self.prof_start(t, a, b)  # type: ignore[arg-type]
+            elif kind == PROF_RUN:
+                self.prof_run(t, a, b)  # type: ignore[arg-type]
+            elif kind == PROF_DONE:
+                self.prof_done(t, a, b)  # type: ignore[arg-type]
+            elif kind == TICK:
+                self.deliver(t, Tick(a))  # type: ignore[arg-type]
+            elif kind == PHASE:
+                self.phase_change(t, a, b)  # type: ignore[arg-type]
+            elif kind == EXTERNAL:
+                self.outside_event(t, a)  # type: ignore[arg-type]
         if progress is not None:
             progress(done)
         if self.step.errors:
@@ -290,7 +201,7 @@ class Simulator:
                                f"{self.policy.name} (first: {unfinished[:5]})")
         end = max(j.finish for j in self.jobs.values())  # type: ignore[type-var]
         for g in self.gpus.values():
-            self._touch(g, end)
+            self.touch(g, end)
         ids = list(self.jobs)
         js = [self.jobs[i] for i in ids]
         return SimResult(
@@ -303,7 +214,7 @@ class Simulator:
             wall_s=time.perf_counter() - t_wall, log=self.log,
             lost_gpu_s=float(sum(j.lost for j in js)), profiling_gpu_s=self.profiling_gpu_s)
 
-    def _deliver(self, now: float, ev: Event) -> None:
+    def deliver(self, now: float, ev: Event) -> None:
         """One driver step (:class:`~miso.sched.driver.DriverStep`) for ``ev``."""
         self.step(now, ev)
 
@@ -313,7 +224,7 @@ class Simulator:
     def _before(self, now: float, d: Decision) -> str | None:
         gid = self._gpu_of(d)
         if gid is not None:
-            self._touch(self.gpus[gid], now)
+            self.touch(self.gpus[gid], now)
         return gid
 
     def _execute(self, now: float, d: Decision, gid: str | None) -> None:
@@ -328,13 +239,13 @@ class Simulator:
             return self.state.jobs[d.job].gpu
         return None
 
-    def _touch(self, g: _Gpu, now: float) -> None:
+    def touch(self, g: SimGpu, now: float) -> None:
         if g.busy:
             g.busy_total += now - g.busy_t
         g.busy_t = now
 
     # -- job physics --------------------------------------------------------------------------
-    def _set_rate(self, j: _Job, now: float, rate: float) -> None:
+    def set_rate(self, j: SimJob, now: float, rate: float) -> None:
         if j.rate > 0:
             j.work_left -= j.rate * (now - j.t_last)
             if j.work_left < 0:
@@ -347,16 +258,16 @@ class Simulator:
             # has no helper and reports nothing
             self.step.fold(now, JobProgress(j.id, j.work_left, rate))
         if rate > 0:
-            self._push(now + j.work_left / rate, _COMPLETE, j.id, j.version)
+            self.push(now + j.work_left / rate, COMPLETE, j.id, j.version)
             if j.milestone is not None and j.work_left > j.milestone:
-                self._push(now + (j.work_left - j.milestone) / rate, _PHASE, j.id, j.version)
+                self.push(now + (j.work_left - j.milestone) / rate, PHASE, j.id, j.version)
 
-    def _stop(self, j: _Job, now: float) -> None:
-        self._set_rate(j, now, 0.0)
+    def stop_job(self, j: SimJob, now: float) -> None:
+        self.set_rate(j, now, 0.0)
         j.token += 1
         j.waiting = False
 
-    def _restart(self, j: _Job, share: float) -> float:
+    def restart(self, j: SimJob, share: float) -> float:
         """Account one restart of a job that has made progress; returns its wait (s)."""
         cost = self.cfg.restart_s
         j.restarts += 1
@@ -372,12 +283,12 @@ class Simulator:
         return self.geom.model.profile(pl.profile).compute_slices / \
             self.geom.model.full_profile().compute_slices
 
-    def _schedule_resume(self, j: _Job, at: float) -> None:
+    def _schedule_resume(self, j: SimJob, at: float) -> None:
         j.token += 1
         j.waiting = True
-        self._push(at, _RESUME, j.id, j.token)
+        self.push(at, RESUME, j.id, j.token)
 
-    def _target_rate(self, j: _Job, g: _Gpu) -> float:
+    def target_rate(self, j: SimJob, g: SimGpu) -> float:
         if j.mode == "mig":
             assert j.placement is not None
             s = j.truth.get(j.placement.profile)
@@ -405,87 +316,31 @@ class Simulator:
         j.started = True
         if j.first_start is None:
             j.first_start = now
-        self._set_rate(j, now, self._target_rate(j, g))
+        self.set_rate(j, now, self.target_rate(j, g))
         if j.mode == "mig" and self.cfg.observe_speeds and j.placement is not None:
-            self._deliver(now, SpeedObserved(jid, gid, j.placement, j.rate * j.base_rate))
+            self.deliver(now, SpeedObserved(jid, gid, j.placement, j.rate * j.base_rate))
 
-    def _finish(self, now: float, j: _Job) -> None:
+    def _finish(self, now: float, j: SimJob) -> None:
         j.work_left = 0.0
         j.rate = 0.0
         j.finish = now
         gid = self.state.jobs[j.id].gpu
         g = self.gpus[gid] if gid is not None else None
         if g is not None:
-            self._touch(g, now)
+            self.touch(g, now)
             g.mig_asg.pop(j.id, None)
             in_mps = g.mps.pop(j.id, None) is not None
-        self._deliver(now, JobFinished(j.id))
+        self.deliver(now, JobFinished(j.id))
         if g is not None:
             g.busy = bool(self.state.gpus[g.id].jobs)
             if in_mps:
-                self._refresh_mps(g, now)
+                self.refresh_mps(g, now)
 
-    def _external(self, now: float, ev: JobFailed | GpuRemoved) -> None:
-        if isinstance(ev, JobFailed):
-            j = self.jobs.get(ev.job)
-            if j is None or j.finish is not None:
-                return
-            self._stop(j, now)
-            j.finish = now
-            gid = self.state.jobs[j.id].gpu if j.id in self.state.jobs else None
-            g = self.gpus[gid] if gid is not None and gid in self.state.gpus else None
-            in_mps = False
-            if g is not None:
-                self._touch(g, now)
-                g.mig_asg.pop(j.id, None)
-                in_mps = g.mps.pop(j.id, None) is not None
-            self._deliver(now, ev)
-            if g is not None:
-                g.busy = bool(self.state.gpus[g.id].jobs)
-                if in_mps:
-                    self._refresh_mps(g, now)
-            return
-        g = self.gpus.get(ev.gpu)
-        if g is None or ev.gpu not in self.state.gpus:
-            return
-        self._touch(g, now)
-        for jid in self.state.gpus[g.id].jobs:
-            j = self.jobs[jid]
-            self._stop(j, now)
-            j.mode = None
-            j.placement = None
-        g.mig_asg = {}
-        g.mps = {}
-        g.mode = "gone"
-        g.plan = -1      # acks of its plans in flight never come
-        g.busy = False
-        self._deliver(now, ev)
-
-    def _refresh_mps(self, g: _Gpu, now: float) -> None:
+    def refresh_mps(self, g: SimGpu, now: float) -> None:
         for jid in g.mps:
             j = self.jobs[jid]
             if j.mode == "mps" and not j.waiting and j.finish is None:
-                self._set_rate(j, now, self._target_rate(j, g))
-
-    def _phase(self, now: float, jid: str, version: int) -> None:
-        j = self.jobs[jid]
-        if version != j.version or j.finish is None and j.alt is None:
-            return
-        if j.finish is not None or j.alt is None:
-            return
-        old = j.rate
-        j.truth = workload_speeds(self.geom, catalogue()[j.alt])
-        j.workload = j.alt
-        j.alt = None
-        j.milestone = None
-        gid = self.state.jobs[jid].gpu
-        if gid is None or j.waiting or old <= 0:
-            return
-        g = self.gpus[gid]
-        self._set_rate(j, now, self._target_rate(j, g))
-        if old > 0 and abs(j.rate / old - 1.0) > self.cfg.speed_report_threshold:
-            self._deliver(now, JobSpeedChanged(jid, gid, j.rate * j.base_rate,
-                                               old * j.base_rate))
+                self.set_rate(j, now, self.target_rate(j, g))
 
     # -- decisions ----------------------------------------------------------------------------
     def _exec(self, now: float, d: Decision, gid: str | None = None) -> None:
@@ -511,40 +366,21 @@ class Simulator:
                 if jid == keep_mps:
                     j.mode = "mig"
                     j.placement = pl
-                    self._set_rate(j, now, self._target_rate(j, g))
+                    self.set_rate(j, now, self.target_rate(j, g))
                     continue
-                self._stop(j, now)
+                self.stop_job(j, now)
                 j.mode = "mig"
                 j.placement = pl
-                wait = self._restart(j, self._share(pl)) if j.started else 0.0
+                wait = self.restart(j, self._share(pl)) if j.started else 0.0
                 self._schedule_resume(j, now + reconf + wait)
             g.layout = canonical(d.layout)
             g.mig_asg = dict(d.assignment)
             g.mode = "mig"
             g.mps = {}
             g.plan = d.plan_id
-            self._push(now + reconf, _PLAN_DONE, g.id, d.plan_id)
+            self.push(now + reconf, PLAN_DONE, g.id, d.plan_id)
         elif isinstance(d, StartProfiling):
-            g = self.gpus[d.gpu]
-            reconf = cfg.reconfig_s if (g.mode != "mig" or g.layout != (g.full,)) else 0.0
-            if g.mode == "prof":
-                reconf = 0.0
-            for jid in d.jobs:
-                j = self.jobs[jid]
-                self._stop(j, now)
-                j.mode = "prof"
-                j.placement = None
-            g.layout = (g.full,)
-            g.mig_asg = {}
-            g.mps = {}
-            g.mode = "prof"
-            g.plan = d.plan_id
-            g.prof_jobs = list(d.jobs)
-            g.prof_speeds = {}
-            g.prof_t0 = now
-            g.prof_s = d.seconds_per_level
-            g.prof_levels = profiling_run_order(d.levels)
-            self._push(now + reconf, _PROF_START, g.id, (d.plan_id, 0, d.levels))
+            self.start_profiling(now, d)
         elif isinstance(d, RunMps):
             g = self.gpus[d.gpu]
             old = g.mps if g.mode == "mps" else {}
@@ -556,90 +392,22 @@ class Simulator:
             for jid, share in d.shares.items():
                 j = self.jobs[jid]
                 if old.get(jid) != share or j.mode != "mps":
-                    self._stop(j, now)
+                    self.stop_job(j, now)
                     j.mode = "mps"
                     j.placement = None
-                    wait = self._restart(j, share / 100.0) if j.started else 0.0
+                    wait = self.restart(j, share / 100.0) if j.started else 0.0
                     self._schedule_resume(j, now + wait)
-            self._refresh_mps(g, now)
-            self._push(now, _PLAN_DONE, g.id, d.plan_id)
+            self.refresh_mps(g, now)
+            self.push(now, PLAN_DONE, g.id, d.plan_id)
         elif isinstance(d, RequeueJob):
             j = self.jobs[d.job]
-            self._stop(j, now)
+            self.stop_job(j, now)
             j.mode = None
             j.placement = None
             # The job's GPU before the requeue (``gid``): no scan over every GPU.
             for g in [self.gpus[gid]] if gid is not None else self.gpus.values():
                 g.mig_asg.pop(d.job, None)
                 if g.mps.pop(d.job, None) is not None:
-                    self._refresh_mps(g, now)
+                    self.refresh_mps(g, now)
         elif isinstance(d, WakeUp):
-            self._push(max(now, d.at), _TICK, d.tag)
-
-    def _prof_jobs(self, g: _Gpu) -> list[str]:
-        resident = set(self.state.gpus[g.id].jobs)
-        return [j for j in g.prof_jobs if j in resident and self.jobs[j].finish is None]
-
-    def _prof_start(self, now: float, gid: str, info: tuple[int, int, tuple[int, ...]]) -> None:
-        """Level ``k`` of a profiling run begins: every job starts a new process at the level
-        (a restart for a job that has run before), then runs for ``seconds_per_level``."""
-        pid, k, levels = info
-        g = self.gpus[gid]
-        if g.plan != pid or g.mode != "prof":
-            return
-        jobs = self._prof_jobs(g)
-        g.prof_jobs = jobs
-        if k == 0 and jobs:
-            wls = [self.jobs[j].workload for j in jobs]
-            if self.cfg.predictor in ("unet", "predictor"):
-                from miso.sim.unet import synthetic_mps
-
-                sp = synthetic_mps(wls, np.random.default_rng([self.seed, pid]))
-                sp = [tuple(row[(100, 50, 14).index(lv)] for lv in g.prof_levels)
-                      for row in sp]
-            else:
-                sp = mps_profile_speeds(wls, g.prof_levels, self.cfg.mps_penalty)
-            # Every level run has a speed (the run order adds 100 % when it is not asked for).
-            g.prof_speeds = {j: dict(zip(g.prof_levels, row, strict=True))
-                             for j, row in zip(jobs, sp, strict=True)}
-        wait = 0.0
-        for jid in jobs:
-            j = self.jobs[jid]
-            if j.rate > 0:
-                self._set_rate(j, now, 0.0)
-            if j.started:
-                wait = max(wait, self._restart(j, 1.0 / len(jobs)))
-        self._push(now + wait, _PROF_RUN, gid, info)
-
-    def _prof_run(self, now: float, gid: str, info: tuple[int, int, tuple[int, ...]]) -> None:
-        pid, k, levels = info
-        g = self.gpus[gid]
-        if g.plan != pid or g.mode != "prof":
-            return
-        level = g.prof_levels[k]
-        for jid in self._prof_jobs(g):
-            j = self.jobs[jid]
-            j.started = True
-            if j.first_start is None:
-                j.first_start = now
-            self._set_rate(j, now, float(g.prof_speeds[jid][level]))
-        nxt = now + g.prof_s
-        if k + 1 < len(g.prof_levels):
-            self._push(nxt, _PROF_START, gid, (pid, k + 1, levels))
-        else:
-            self._push(nxt, _PROF_DONE, gid, (pid, levels))
-
-    def _prof_done(self, now: float, gid: str, info: tuple[int, tuple[int, ...]]) -> None:
-        pid, levels = info
-        g = self.gpus[gid]
-        if g.plan != pid or g.mode != "prof":
-            return
-        self.profiling_gpu_s += now - g.prof_t0
-        speeds = {}
-        jobs = self._prof_jobs(g)
-        for jid in jobs:
-            j = self.jobs[jid]
-            sp = g.prof_speeds[jid]
-            speeds[jid] = tuple(sp[lv] * j.base_rate for lv in levels)
-            # it keeps running at the last level, 100 % (its rate is already set)
-        self._deliver(now, ProfilingFinished(gid, pid, speeds, levels))
+            self.push(max(now, d.at), TICK, d.tag)
