@@ -3,17 +3,22 @@
 Vocabulary: :mod:`~miso.sched.events` (what happened), :mod:`~miso.sched.decisions` (what to
 do), :class:`~miso.sched.state.ClusterState` (what both sides know), and policies
 (:class:`~miso.sched.policy.Policy`: ``decide(now, event, state) -> list[Decision]``) built by
-name with :func:`make_policy` (``nopart``, ``optsta``, ``mps``, ``oracle``, ``miso``, ``miso+``).
+name with :func:`make_policy` from the table :data:`miso.sched.policies.POLICIES` (``nopart``,
+``optsta``, ``mps``, ``oracle``, ``miso``, ``miso+``).
 Policies do no I/O, know nothing of Ray, NVML or simulation, and get speeds through an injected
 :class:`~miso.sched.policy.SpeedEstimator` (:mod:`~miso.sched.estimators`).
 
 Event-loop contract (how a driver uses a policy)
 ------------------------------------------------
-1. The driver owns one ``ClusterState`` and one policy. At start it delivers ``GpuAdded`` for
-   every GPU, then events as they happen, one at a time, in time order.
-2. For each event: ``state.observe(now, ev)``, then ``ds = policy.decide(now, ev, state)``, then
-   for each ``d`` in ``ds`` in order: ``state.apply(now, d)`` (validates, raises
-   ``ContractError`` on a policy bug) and then execute ``d``.
+1. The driver owns one ``ClusterState``, one policy and one clock
+   (:mod:`~miso.sched.clock`). At start it delivers ``GpuAdded`` for every GPU, then events as
+   they happen, one at a time, in time order.
+2. For each event it runs the one driver step (:class:`~miso.sched.driver.DriverStep`): drop a
+   stale event, ``state.observe(now, ev)``, ``ds = policy.decide(now, ev, state)``, then for
+   each ``d`` in ``ds`` in order ``state.apply(now, d)`` (validates; a ``ContractError``, a
+   policy bug, skips the decision and is reported) and then execute ``d``. ``JobProgress``
+   (remaining work in full-GPU seconds, :mod:`~miso.sched.progress`) is folded into the job's
+   state without a decision.
 3. ``PlaceJob`` is bookkeeping only (queue -> GPU). Jobs run once ``ApplyLayout`` / ``RunMps``
    is acknowledged or while ``StartProfiling`` runs them under MPS.
 4. Plan ids come from ``state.new_plan_id()``: strictly increasing over the cluster. Every

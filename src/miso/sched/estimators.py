@@ -49,6 +49,9 @@ class TrueSpeeds:
 
     needs_profile = False
 
+    def __init__(self) -> None:
+        self.uncertainty: dict[str, dict[str, float]] = {}
+
     def estimate(self, geom: Geometry, jobs: Sequence[JobState],
                  profile: Mapping[str, tuple[float, ...]] | None = None) -> SpeedTable:
         return {j.id: true_speeds(geom, j) for j in jobs}
@@ -66,6 +69,7 @@ class NoisyOracle:
 
     def __init__(self, mean: float = 0.016, std: float = 0.0032, seed: int = 0) -> None:
         self.mean, self.std, self.seed = mean, std, seed
+        self.uncertainty: dict[str, dict[str, float]] = {}
         self._cache: dict[tuple[str, str], dict[str, float]] = {}
 
     def estimate(self, geom: Geometry, jobs: Sequence[JobState],
@@ -168,6 +172,9 @@ class MpsProfileHeuristic:
     """
 
     needs_profile = True
+
+    def __init__(self) -> None:
+        self.uncertainty: dict[str, dict[str, float]] = {}
 
     def estimate(self, geom: Geometry, jobs: Sequence[JobState],
                  profile: Mapping[str, tuple[float, ...]] | None = None

@@ -24,6 +24,8 @@ class SpeedEstimator(Protocol):
     """
 
     needs_profile: bool
+    #: job -> profile -> std of the estimate, where the estimator knows one (explanations)
+    uncertainty: dict[str, dict[str, float]]
 
     def estimate(self, geom: Geometry, jobs: Sequence[JobState],
                  profile: Mapping[str, tuple[float, ...]] | None = None) -> SpeedTable: ...

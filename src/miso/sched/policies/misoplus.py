@@ -237,8 +237,8 @@ class MisoPlus(RestartEconomy, Rebalancing, Miso):
         why = {
             "trigger": self.trigger,
             "speeds": {j: dict(speeds[j]) for j in jobs},
-            "std": {j: dict(getattr(self.estimator, "uncertainty", {}).get(j, {})) for j in jobs
-                    if j in getattr(self.estimator, "uncertainty", {})},
+            "std": {j: dict(self.estimator.uncertainty.get(j, {})) for j in jobs
+                    if j in self.estimator.uncertainty},
             "prior": sorted(j for j in jobs if j in self.prior and j not in self.est),
             "objective": sol.objective, "throughput": thr,
             "current_objective": cur_thr if current else None,
@@ -390,7 +390,7 @@ class MisoPlus(RestartEconomy, Rebalancing, Miso):
     def on_finish(self, now: float, job: str, gpu: str | None, sc: Scratch) -> None:
         self.ref_rate.pop(job, None)
         self.base_est.pop(job, None)
-        getattr(self.estimator, "uncertainty", {}).pop(job, None)
+        self.estimator.uncertainty.pop(job, None)
         self.ran.discard(job)
         self.prior.discard(job)
         super().on_finish(now, job, gpu, sc)
