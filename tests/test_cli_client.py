@@ -111,6 +111,33 @@ def test_two_users_through_the_cli(cluster: tuple[Path, str], home: Path,
     assert r.exit_code == 2 and "invalid token" in r.output
 
 
+def test_user_commands_follow_login_and_env_like_every_client(
+        cluster: tuple[Path, str], home: Path) -> None:
+    """`miso user add` of a logged-in admin goes to the cluster (no local database appears);
+    a non-admin is refused, not told "added"."""
+    sd, url = cluster
+    op_token = (sd / "operator.token").read_text().strip()
+    assert miso("login", "--url", url, "--token", op_token).exit_code == 0
+    r = miso("user", "add", "carol", "--admin")
+    assert r.exit_code == 0, r.output
+    carol = r.stdout.strip().splitlines()[-1]
+    r = miso("user", "add", "dave")  # not an admin: allowed through the API for an admin
+    assert r.exit_code == 0, r.output
+    dave = r.stdout.strip().splitlines()[-1]
+    assert not (home / ".miso" / "cluster" / "users.db").exists()
+    names = {u["name"] for u in json.loads(miso("user", "list", "--json").stdout)}
+    assert {"carol", "dave"} <= names
+    # MISO_URL/MISO_TOKEN, as for `miso status`: carol (an admin) adds erin
+    r = miso("user", "add", "erin", MISO_URL=url, MISO_TOKEN=carol)
+    assert r.exit_code == 0, r.output
+    # a non-admin gets a refusal and exit 2, and nothing is added anywhere
+    r = miso("user", "add", "mallory", "--admin", MISO_URL=url, MISO_TOKEN=dave)
+    assert r.exit_code == 2 and "not an admin" in r.output and "added" not in r.output
+    names = {u["name"] for u in json.loads(miso("user", "list", "--json").stdout)}
+    assert "erin" in names and "mallory" not in names
+    assert not (home / ".miso" / "cluster" / "users.db").exists()
+
+
 def test_first_user_is_made_by_the_local_operator(home: Path, tmp_path: Path) -> None:
     sd = tmp_path / "state"
     r = miso("user", "add", "bob", "--state-dir", str(sd))
