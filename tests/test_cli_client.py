@@ -16,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 from waiting import wait_for
 
+from miso import runas
 from miso.api.credentials import Credentials, resolve, save_login
 from miso.api.head import bootstrap_operator, serve
 from miso.cli import app
@@ -136,6 +137,42 @@ def test_user_commands_follow_login_and_env_like_every_client(
     names = {u["name"] for u in json.loads(miso("user", "list", "--json").stdout)}
     assert "erin" in names and "mallory" not in names
     assert not (home / ".miso" / "cluster" / "users.db").exists()
+
+
+def test_a_multi_user_submit_runs_the_program_the_submitters_shell_finds(
+        cluster: tuple[Path, str], home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`-- mytool` runs the program on the submitter's PATH (sent as an absolute path), even
+    under an account whose standard PATH lacks it; a bare name the account cannot find is
+    refused at submit time with the fix."""
+    sd, url = cluster
+    monkeypatch.chdir("/")
+    bindir = Path(tempfile.mkdtemp(prefix="miso-bin-"))  # under /tmp: any account reaches it
+    try:
+        bindir.chmod(0o755)
+        tool = bindir / "miso-test-tool"
+        tool.write_text("#!/bin/sh\necho tool ran as $(id -u)\n")
+        tool.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+        op = {"MISO_STATE_DIR": str(sd)}
+        alice = miso("user", "add", "alice", "--unix-user", "nobody", **op).stdout.split()[-1]
+        me = {"MISO_URL": url, "MISO_TOKEN": alice}
+        r = miso("submit", "--name", "t", "--", "miso-test-tool", **me)
+        assert r.exit_code == 0, r.output
+        st = wait_for(lambda: (s := json.loads(miso("status", "--json", **me).stdout))
+                      ["jobs"][0]["state"] in ("finished", "failed") and s, timeout=60)
+        job = st["jobs"][0]
+        assert job["command"] == [str(tool)]
+        assert job["state"] == "finished", job
+        assert "tool ran as" in miso("logs", "t", **me).stdout
+        if os.geteuid() == 0:
+            # a direct API client sending a bare name the job's account would not find
+            resp = __import__("httpx").post(
+                url + "/api/v1/jobs", json={"command": ["miso-test-tool"]},
+                headers={"Authorization": f"Bearer {alice}"})
+            assert resp.status_code == 400, resp.text
+            assert "absolute path" in resp.text and str(runas.DEFAULT_PATH) in resp.text
+    finally:
+        shutil.rmtree(bindir, ignore_errors=True)
 
 
 def test_first_user_is_made_by_the_local_operator(home: Path, tmp_path: Path) -> None:

@@ -88,6 +88,19 @@ def parse_env(pairs: list[str], env_all: bool) -> dict[str, str]:
     return env
 
 
+def resolve_program(command: list[str], path: str | None = None) -> list[str]:
+    """``command`` with its program as this shell finds it: a bare name (``python``) becomes
+    the absolute path on the submitter's ``PATH`` (or the job's ``--env PATH``), so the job runs
+    the same program whatever ``PATH`` its account gets. Unknown names stay as they are (the
+    cluster refuses them with the fix)."""
+    import shutil
+
+    if not command or "/" in command[0]:
+        return command
+    found = shutil.which(command[0], path=path)
+    return [os.path.abspath(found), *command[1:]] if found else command
+
+
 def submit(
     command: Annotated[list[str], typer.Argument(help="The command, after `--`.")],
     name: Annotated[str | None, typer.Option("--name", help="Job name, unique among your "
@@ -108,12 +121,14 @@ def submit(
     """Submit a job: ``miso submit --name x --memory-gb 8 -- python train.py``. Prints its id.
 
     The job runs in this directory with only the variables given by --env/--env-all plus
-    miso's own (CUDA_VISIBLE_DEVICES, MISO_*; see miso.job)."""
+    miso's own (CUDA_VISIBLE_DEVICES, MISO_*; see miso.job). A bare program name is sent as
+    the absolute path this shell finds (`python` -> /path/to/venv/bin/python)."""
     from miso import cli_checks as checks
 
     if memory_gb is not None:
         checks.positive(memory_gb, "--memory-gb")
     variables = parse_env(list(env or []), env_all)
+    command = resolve_program(list(command), variables.get("PATH"))
     request = uuid.uuid4().hex  # one id for every retry below: at most one job
     deadline = time.time() + 30
     with client(url, token, state_dir, address) as c:

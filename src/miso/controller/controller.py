@@ -20,12 +20,14 @@ slices are sized in GiB (2^30 bytes); the controller converts (40 GB = 37.3 GiB)
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from miso import runas
 from miso.controller.estimators import make_estimator
 from miso.controller.executor import PlanExecutor
 from miso.controller.loop import EventLoop
@@ -169,6 +171,7 @@ class Controller:
         if self.cfg.check_commands and shutil.which(command[0]) is None and \
                 not Path(command[0]).exists():
             raise SubmitError(f"unknown command {command[0]!r}: not found on PATH")
+        _check_program_of_account(command[0], env or {}, unix_user)
         if workload is None and "miso.emuworkload" in command and "--workload" in command:
             i = command.index("--workload")
             workload = command[i + 1] if i + 1 < len(command) else None
@@ -305,3 +308,17 @@ def why(j: dict[str, Any], snap: dict[str, Any]) -> str:
     busy = ", ".join(f"{g['id']} {g['phase']} {len(g['jobs'])} jobs" for g in snap["gpus"])
     return (f"waiting for a slice with {j.get('memory_gib') or 0:.1f} GiB; the policy has not "
             f"placed it ({busy})")
+
+
+def _check_program_of_account(program: str, env: dict[str, str], unix_user: str | None) -> None:
+    """Refuse at submit time a bare program name that a job switching to ``unix_user`` would
+    not find: such a job gets the standard ``PATH`` (or the one passed with ``--env``), not the
+    submitter's; ``miso submit`` sends absolute paths, so this catches direct API clients."""
+    if unix_user is None or os.geteuid() != 0 or "/" in program:
+        return
+    path = env.get("PATH") or runas.DEFAULT_PATH
+    if shutil.which(program, path=path) is None:
+        raise SubmitError(
+            f"{program!r} is not on the PATH of jobs run as {unix_user} ({path}): give its "
+            f"absolute path (e.g. `-- $(command -v {program}) ...`; for miso.job, a Python "
+            "where miso is installed), or pass --env PATH=...")
