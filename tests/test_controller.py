@@ -214,3 +214,40 @@ def test_store__schema_versioned_and_finish_exactly_once(tmp_path: Path) -> None
     db.close()
     with pytest.raises(StoreError, match="schema version 99"):
         JobStore(tmp_path / "m.db")
+
+
+def _job(state: str, **kw: object) -> dict[str, object]:
+    return {"id": "j2", "state": state, "note": None, "checkpointable": None,
+            "iteration": None, "memory_gib": 4.0, **kw}
+
+
+def _snap(phase: str, jobs: list[str]) -> dict[str, object]:
+    return {"gpus": [{"id": "node0/0", "phase": phase, "jobs": jobs}], "unreachable": []}
+
+
+def test_why__a_job_without_progress_reports_is_said_to_be_not_profiled() -> None:
+    from miso.controller.controller import why
+
+    snap = _snap("running", ["j2"])
+    # the default policy never profiles it: still, status says so
+    assert why(_job("running", checkpointable=False), snap) == \
+        "not profiled: no progress reports"
+    assert why(_job("running", checkpointable=True, iteration=5, note="x"), snap) == "x"
+    # --policy miso runs it in a profiling run: never "profiling" and "not profiled" at once
+    for j in (_job("profiling", checkpointable=False),
+              _job("profiling", note="not profiled: no progress reports")):
+        line = why(j, _snap("profiling", ["j2"]))
+        assert "not profiled" not in line and "not measured" in line
+
+
+def test_why__a_queued_job_is_told_the_true_cause_of_its_wait() -> None:
+    from miso.controller.controller import why
+
+    q = _job("queued")
+    pinned = _snap("running", ["j1", "j2"])
+    line = why(q, pinned, {"j1"}.__contains__)
+    assert "cannot checkpoint" in line and "j1" not in line
+    assert "reconfiguration or profiling" not in line
+    assert "being profiled" in why(q, _snap("profiling", ["j1", "j2"]))
+    assert "layout is being changed" in why(q, _snap("reconfiguring", ["j1", "j2"]))
+    assert "not applied yet" in why(q, pinned, set().__contains__)
