@@ -251,3 +251,18 @@ def test_why__a_queued_job_is_told_the_true_cause_of_its_wait() -> None:
     assert "being profiled" in why(q, _snap("profiling", ["j1", "j2"]))
     assert "layout is being changed" in why(q, _snap("reconfiguring", ["j1", "j2"]))
     assert "not applied yet" in why(q, pinned, set().__contains__)
+
+
+def test_failure_cause_is_the_exception_line_not_a_cut_piece() -> None:
+    from miso.controller.poller import failure_cause
+
+    tb = """  File "/x/train.py", line 8, in <module>
+    model = torch.nn.Linear(512, 10).cuda()
+            ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+  File "/v/torch/cuda/__init__.py", line 403, in _lazy_init
+    raise AssertionError("Torch not compiled with CUDA enabled")
+AssertionError: Torch not compiled with CUDA enabled
+"""
+    assert failure_cause(tb) == "AssertionError: Torch not compiled with CUDA enabled"
+    assert failure_cause("starting\nout of data: stop\n\n") == "out of data: stop"
+    assert failure_cause("") == ""

@@ -492,7 +492,7 @@ def attempt_report(a: Attempt) -> dict[str, Any]:
     tail = ""
     if status == "failed":
         try:
-            tail = "\n".join(a.log_file.read_text(errors="replace").splitlines()[-5:])
+            tail = "\n".join(a.log_file.read_text(errors="replace").splitlines()[-20:])
         except OSError:
             tail = ""
     return {
