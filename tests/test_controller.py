@@ -159,6 +159,9 @@ def test_controller__bad_input_is_refused_or_fails_with_a_reason(make_cluster) -
     # names stay unique after a job ended: `logs dup` / `cancel dup` keep meaning one job
     with pytest.raises(SubmitError, match="already exists .*finished"):
         c.submit(["true"], name="dup")
+    # a failed job's name is free again; the name then means the new job
+    retry = c.submit(emu("gnn_train64", 0.5), name="crasher")
+    assert retry != bad and ctl.store.get("crasher").id == retry
     # the cluster keeps running: a new job still completes
     again = c.submit(emu("gnn_train64", 0.5), name="dup2")
     assert ctl.wait_all(60)

@@ -103,10 +103,13 @@ def resolve_program(command: list[str], path: str | None = None) -> list[str]:
 
 def submit(
     command: Annotated[list[str], typer.Argument(help="The command, after `--`.")],
-    name: Annotated[str | None, typer.Option("--name", help="Job name, unique among your "
-                                             "active jobs.")] = None,
+    name: Annotated[str | None, typer.Option(
+        "--name", help="Job name, unique among your active and finished jobs (a failed or "
+        "cancelled job's name is free again).  [default: the job id]")] = None,
     memory_gb: Annotated[float | None, typer.Option(
-        "--memory-gb", help="Peak GPU memory of the job (GB).")] = None,
+        "--memory-gb", help="Peak GPU memory of the job in GB (10^9 bytes); it gets a slice "
+        "at least this large.  [default: 1 GiB = 1.07 GB, or an emulated workload's own]")]
+    = None,
     env: Annotated[list[str] | None, typer.Option(
         "--env", help="Set a variable in the job's environment (NAME=VALUE; repeatable).")]
     = None,
