@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from miso.api.client import ApiError, Client
+from miso.cli_text import make_console
 
-console = Console()
+console = make_console()
 
 Url = Annotated[str | None, typer.Option(
     "--url", help="API URL of the cluster (default $MISO_URL, the state dir or `miso login`).")]

@@ -12,11 +12,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from miso.cli_text import fail
+from miso.cli_text import fail, make_console
 from miso.demo import DEMO_RESTART_S, DemoLocal, DemoRay, demo_jobs, summarize
 
-console = Console()
-err_console = Console(stderr=True)
+console = make_console()
+err_console = make_console(stderr=True)
 
 
 

@@ -13,15 +13,15 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from miso.api.users import UserStore
 from miso.cli_client import StateDir, Token, Url, call, client, default_state_dir, fail
+from miso.cli_text import make_console
 
 user_app = typer.Typer(help="Users of the cluster and their API tokens.",
                        no_args_is_help=True)
-console = Console()
+console = make_console()
 USERS_DB = "users.db"
 
 
