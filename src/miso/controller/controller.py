@@ -302,7 +302,9 @@ def why(j: dict[str, Any], snap: dict[str, Any],
         return str(j.get("reason") or "")
     note = str(j.get("note") or "")
     silent = j.get("checkpointable") is False and j.get("iteration") is None
-    if state == "profiling" and (silent or note == NOT_PROFILED):
+    if note == NOT_PROFILED and not silent:
+        note = ""  # it was slow to start, then reported progress: the note is stale
+    if state == "profiling" and silent:
         return "runs under MPS while its GPU's other jobs are measured; not measured itself " \
             "(no progress reports)"
     if state != "queued":
