@@ -135,8 +135,7 @@ OldGpu = Annotated[str | None, typer.Option("--gpu", hidden=True,
 
 
 def _model_flag(gpu_model: str | None, gpu: str | None) -> str:
-    return str(checks.required(checks.alias(gpu_model, gpu, "--gpu-model", "--gpu"),
-                               "--gpu-model"))
+    return checks.required(checks.alias(gpu_model, gpu, "--gpu-model", "--gpu"), "--gpu-model")
 
 
 @app.command()

@@ -16,10 +16,12 @@ import math
 import os
 import tempfile
 from pathlib import Path
+from typing import TypeVar
 
 import typer
 
 MIB = 1024 * 1024
+T = TypeVar("T")
 
 
 class InputError(typer.BadParameter):
@@ -161,7 +163,7 @@ def write_text(path: Path, text: str, flag: str) -> None:
         raise InputError(f"{flag} {path}: cannot write ({exc.strerror or exc})") from None
 
 
-def alias(value: object, old_value: object, flag: str, old_flag: str) -> object:
+def alias(value: T | None, old_value: T | None, flag: str, old_flag: str) -> T | None:
     """The value given with ``flag`` or with its old spelling ``old_flag`` (kept as a hidden
     alias so scripts keep working); both with different values is an error."""
     if old_value is None:
@@ -171,7 +173,7 @@ def alias(value: object, old_value: object, flag: str, old_flag: str) -> object:
     return old_value
 
 
-def required(value: object, flag: str) -> object:
+def required(value: T | None, flag: str) -> T:
     """``value``, or an error naming the missing ``flag``."""
     if value is None:
         raise InputError(f"missing option {flag}")

@@ -15,6 +15,7 @@ from typing import Annotated
 
 import typer
 
+from miso import cli_checks as checks
 from miso.cli_text import fail
 
 
@@ -60,9 +61,7 @@ def events(
 
     if since is not None and not math.isfinite(since):
         fail(f"--since must be a number of seconds, got {since}")
-    from miso import cli_checks as checks
-
-    gpu = checks.alias(gpu_id, gpu, "--gpu-id", "--gpu")  # type: ignore[assignment]
+    gpu = checks.alias(gpu_id, gpu, "--gpu-id", "--gpu")
     recs = None if file is not None else _from_api(state_dir, job, gpu, since)
     if recs is not None:
         _print(recs, policy, limit, json_out)

@@ -40,7 +40,8 @@ def _given(value: str, old_value: str | None, default: str, flag: str, old_flag:
     """``flag``'s value, or its hidden old spelling's when only that one was given."""
     if old_value is None:
         return value
-    return str(checks.alias(None if value == default else value, old_value, flag, old_flag))
+    return checks.required(checks.alias(None if value == default else value, old_value, flag,
+                                        old_flag), flag)
 
 
 def simulate(
