@@ -70,6 +70,8 @@ def test_submit_help_says_the_defaults_and_the_name_rule() -> None:
     text = " ".join(_help("submit").split())
     assert "[default: 1 GiB" in text
     assert "failed or cancelled job's name is free again" in text
+    # the job does get the agent's environment (less miso's and Ray's variables)
+    assert "agent's environment" in text and "only the variables given" not in text
 
 
 def test_cluster_down_with_nothing_running_says_so(tmp_path: Path) -> None:

@@ -123,8 +123,9 @@ def submit(
 ) -> None:
     """Submit a job: ``miso submit --name x --memory-gb 8 -- python train.py``. Prints its id.
 
-    The job runs in this directory with only the variables given by --env/--env-all plus
-    miso's own (CUDA_VISIBLE_DEVICES, MISO_*; see miso.job). A bare program name is sent as
+    The job runs in this directory with the agent's environment (less miso's and Ray's own
+    variables; a job run as another Unix account gets only a standard PATH, LANG, HOME and
+    USER), plus --env/--env-all and miso's own (CUDA_VISIBLE_DEVICES, MISO_*; see miso.job). A bare program name is sent as
     the absolute path this shell finds (`python` -> /path/to/venv/bin/python)."""
     from miso import cli_checks as checks
 
