@@ -125,8 +125,9 @@ def submit(
 
     The job runs in this directory with the agent's environment (less miso's and Ray's own
     variables; a job run as another Unix account gets only a standard PATH, LANG, HOME and
-    USER), plus --env/--env-all and miso's own (CUDA_VISIBLE_DEVICES, MISO_*; see miso.job). A bare program name is sent as
-    the absolute path this shell finds (`python` -> /path/to/venv/bin/python)."""
+    USER), plus --env/--env-all and miso's own (CUDA_VISIBLE_DEVICES, MISO_*; see miso.job).
+    A bare program name is sent as the absolute path this shell finds (`python` ->
+    /path/to/venv/bin/python)."""
     from miso import cli_checks as checks
 
     if memory_gb is not None:
