@@ -175,6 +175,20 @@ def test_job_helper__flag_file_and_save(tmp_path: Path) -> None:
     assert ctx2.load() == {"iteration": 7}
 
 
+
+def test_job_helper__the_framework_checkpoint_path_is_not_a_json_name(tmp_path: Path) -> None:
+    """`torch.save(..., ctx.checkpoint_path)` must not write a file named `.json`; save_json
+    keeps its own JSON file, so the two never overwrite each other."""
+    env = {"MISO_PROGRESS_FILE": str(tmp_path / "p.json"),
+           "MISO_CHECKPOINT_DIR": str(tmp_path / "ck")}
+    ctx = JobContext(env=env, install_signal=False)
+    assert ctx.checkpoint_path is not None
+    assert not ctx.checkpoint_path.endswith(".json")
+    assert Path(ctx.checkpoint_path).parent == tmp_path / "ck"
+    saved = ctx.save_json({"x": 1}, iteration=1)
+    assert saved is not None and saved.endswith(".json") and saved != ctx.checkpoint_path
+
+
 def test_mps_speed__contention_lowers_speed() -> None:
     alone = mps_speed("resnet_train128", 100, [])
     crowded = mps_speed("resnet_train128", 100, [("bert_train2", 100.0)] * 3)

@@ -17,6 +17,7 @@ from helpers import FAST
 from typer.testing import CliRunner
 from waiting import wait_for
 
+from miso import runas
 from miso.api.credentials import Credentials, resolve, save_login
 from miso.api.head import bootstrap_operator, serve
 from miso.cli import app
@@ -107,6 +108,69 @@ def test_two_users_through_the_cli(cluster: tuple[Path, str], home: Path,
     assert r.exit_code == 0
     r = miso("status", **me)
     assert r.exit_code == 2 and "invalid token" in r.output
+
+
+def test_user_commands_follow_login_and_env_like_every_client(
+        cluster: tuple[Path, str], home: Path) -> None:
+    """`miso user add` of a logged-in admin goes to the cluster (no local database appears);
+    a non-admin is refused, not told "added"."""
+    sd, url = cluster
+    op_token = (sd / "operator.token").read_text().strip()
+    assert miso("login", "--url", url, "--token", op_token).exit_code == 0
+    r = miso("user", "add", "carol", "--admin")
+    assert r.exit_code == 0, r.output
+    carol = r.stdout.strip().splitlines()[-1]
+    r = miso("user", "add", "dave")  # not an admin: allowed through the API for an admin
+    assert r.exit_code == 0, r.output
+    dave = r.stdout.strip().splitlines()[-1]
+    assert not (home / ".miso" / "cluster" / "users.db").exists()
+    names = {u["name"] for u in json.loads(miso("user", "list", "--json").stdout)}
+    assert {"carol", "dave"} <= names
+    # MISO_URL/MISO_TOKEN, as for `miso status`: carol (an admin) adds erin
+    r = miso("user", "add", "erin", MISO_URL=url, MISO_TOKEN=carol)
+    assert r.exit_code == 0, r.output
+    # a non-admin gets a refusal and exit 2, and nothing is added anywhere
+    r = miso("user", "add", "mallory", "--admin", MISO_URL=url, MISO_TOKEN=dave)
+    assert r.exit_code == 2 and "not an admin" in r.output and "added" not in r.output
+    names = {u["name"] for u in json.loads(miso("user", "list", "--json").stdout)}
+    assert "erin" in names and "mallory" not in names
+    assert not (home / ".miso" / "cluster" / "users.db").exists()
+
+
+def test_a_multi_user_submit_runs_the_program_the_submitters_shell_finds(
+        cluster: tuple[Path, str], home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`-- mytool` runs the program on the submitter's PATH (sent as an absolute path), even
+    under an account whose standard PATH lacks it; a bare name the account cannot find is
+    refused at submit time with the fix."""
+    sd, url = cluster
+    monkeypatch.chdir("/")
+    bindir = Path(tempfile.mkdtemp(prefix="miso-bin-"))  # under /tmp: any account reaches it
+    try:
+        bindir.chmod(0o755)
+        tool = bindir / "miso-test-tool"
+        tool.write_text("#!/bin/sh\necho tool ran as $(id -u)\n")
+        tool.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+        op = {"MISO_STATE_DIR": str(sd)}
+        alice = miso("user", "add", "alice", "--unix-user", "nobody", **op).stdout.split()[-1]
+        me = {"MISO_URL": url, "MISO_TOKEN": alice}
+        r = miso("submit", "--name", "t", "--", "miso-test-tool", **me)
+        assert r.exit_code == 0, r.output
+        st = wait_for(lambda: (s := json.loads(miso("status", "--json", **me).stdout))
+                      ["jobs"][0]["state"] in ("finished", "failed") and s, timeout=60)
+        job = st["jobs"][0]
+        assert job["command"] == [str(tool)]
+        assert job["state"] == "finished", job
+        assert "tool ran as" in miso("logs", "t", **me).stdout
+        if os.geteuid() == 0:
+            # a direct API client sending a bare name the job's account would not find
+            resp = __import__("httpx").post(
+                url + "/api/v1/jobs", json={"command": ["miso-test-tool"]},
+                headers={"Authorization": f"Bearer {alice}"})
+            assert resp.status_code == 400, resp.text
+            assert "absolute path" in resp.text and str(runas.DEFAULT_PATH) in resp.text
+    finally:
+        shutil.rmtree(bindir, ignore_errors=True)
 
 
 def test_first_user_is_made_by_the_local_operator(home: Path, tmp_path: Path) -> None:

@@ -155,6 +155,9 @@ def test_controller__bad_input_is_refused_or_fails_with_a_reason(make_cluster) -
     # names stay unique after a job ended: `logs dup` / `cancel dup` keep meaning one job
     with pytest.raises(SubmitError, match="already exists .*finished"):
         c.submit(["true"], name="dup")
+    # a failed job's name is free again; the name then means the new job
+    retry = c.submit(emu("gnn_train64", 0.5), name="crasher")
+    assert retry != bad and ctl.store.get("crasher").id == retry
     # the cluster keeps running: a new job still completes
     again = c.submit(emu("gnn_train64", 0.5), name="dup2")
     assert ctl.wait_all(60)
@@ -210,3 +213,58 @@ def test_store__schema_versioned_and_finish_exactly_once(tmp_path: Path) -> None
     db.close()
     with pytest.raises(StoreError, match="schema version 99"):
         JobStore(tmp_path / "m.db")
+
+
+def _job(state: str, **kw: object) -> dict[str, object]:
+    return {"id": "j2", "state": state, "note": None, "checkpointable": None,
+            "iteration": None, "memory_gib": 4.0, **kw}
+
+
+def _snap(phase: str, jobs: list[str]) -> dict[str, object]:
+    return {"gpus": [{"id": "node0/0", "phase": phase, "jobs": jobs}], "unreachable": []}
+
+
+def test_why__a_job_without_progress_reports_is_said_to_be_not_profiled() -> None:
+    from miso.controller.controller import why
+
+    snap = _snap("running", ["j2"])
+    # the default policy never profiles it: still, status says so
+    assert why(_job("running", checkpointable=False), snap) == \
+        "not profiled: no progress reports"
+    assert why(_job("running", checkpointable=True, iteration=5, note="x"), snap) == "x"
+    # --policy miso runs it in a profiling run: never "profiling" and "not profiled" at once
+    line = why(_job("profiling", checkpointable=False), _snap("profiling", ["j2"]))
+    assert "not profiled" not in line and "not measured" in line
+    # slow to start (the note was written), then it reported progress: no stale note
+    late = _job("profiling", checkpointable=True, iteration=40,
+                note="not profiled: no progress reports")
+    assert why(late, _snap("profiling", ["j2"])) == ""
+    assert why({**late, "state": "running"}, snap) == ""
+
+
+def test_why__a_queued_job_is_told_the_true_cause_of_its_wait() -> None:
+    from miso.controller.controller import why
+
+    q = _job("queued")
+    pinned = _snap("running", ["j1", "j2"])
+    line = why(q, pinned, {"j1"}.__contains__)
+    assert "cannot checkpoint" in line and "j1" not in line
+    assert "reconfiguration or profiling" not in line
+    assert "being profiled" in why(q, _snap("profiling", ["j1", "j2"]))
+    assert "layout is being changed" in why(q, _snap("reconfiguring", ["j1", "j2"]))
+    assert "not applied yet" in why(q, pinned, set().__contains__)
+
+
+def test_failure_cause_is_the_exception_line_not_a_cut_piece() -> None:
+    from miso.controller.poller import failure_cause
+
+    tb = """  File "/x/train.py", line 8, in <module>
+    model = torch.nn.Linear(512, 10).cuda()
+            ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+  File "/v/torch/cuda/__init__.py", line 403, in _lazy_init
+    raise AssertionError("Torch not compiled with CUDA enabled")
+AssertionError: Torch not compiled with CUDA enabled
+"""
+    assert failure_cause(tb) == "AssertionError: Torch not compiled with CUDA enabled"
+    assert failure_cause("starting\nout of data: stop\n\n") == "out of data: stop"
+    assert failure_cause("") == ""

@@ -255,6 +255,7 @@ def test_cli_eval_errors(tmp_path, kind):
 
 
 def test_cli_train_is_deterministic(tmp_path):
+    pytest.importorskip("torch")  # the optional extra [train]
     f = tmp_path / "d.npz"
     np.savez(f, **synthetic_pairs(24))
     outs = []

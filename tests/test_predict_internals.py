@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
-from miso.predict.model import UNet
-from miso.predict.mps_model import DUMMY, mps_speed, params, synthesize_mps_speeds
-from miso.predict.numpy_unet import NumpyEnsemble
+torch = pytest.importorskip("torch")  # the optional extra [train]
+
+from miso.predict.model import UNet  # noqa: E402
+from miso.predict.mps_model import DUMMY, mps_speed, params, synthesize_mps_speeds  # noqa: E402
+from miso.predict.numpy_unet import NumpyEnsemble  # noqa: E402
 
 
 def test_numpy_forward_matches_torch():

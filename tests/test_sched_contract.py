@@ -269,3 +269,35 @@ def test_job_checkpointable_event_updates_the_spec_and_miso_plus_pins_the_job():
     step(2.0, LayoutApplied("g0", next(d for d in out if isinstance(d, ApplyLayout)).plan_id))
     out = step(4.0, JobSubmitted(JobSpec("b", "b", 4.0, "mobilenet_train64")))
     assert any(isinstance(d, ApplyLayout) and "b" in d.assignment for d in out)
+
+
+def test_miso_plus_never_queues_a_job_behind_a_pinned_resident_while_another_gpu_has_room():
+    """Two GPUs each with one job; g0's job cannot checkpoint and holds the whole GPU (pinned).
+    A newcomer goes to g1, which can take it, not to g0 where it would wait for the pinned
+    job to end (both GPUs are equally crowded, g0 comes first)."""
+    from miso.sched import JobCheckpointable
+
+    st = _state(2)
+    pol = make_policy("miso+", estimator=TrueSpeeds())
+    for g in ("g0", "g1"):
+        pol.decide(0.0, GpuAdded(g, "A100-40GB"), st)
+
+    def step(t: float, ev: object) -> list[object]:
+        st.observe(t, ev)  # type: ignore[arg-type]
+        out = pol.decide(t, ev, st)  # type: ignore[arg-type]
+        for d in out:
+            st.apply(t, d)
+        for d in out:
+            if isinstance(d, ApplyLayout):
+                out += step(t, LayoutApplied(d.gpu, d.plan_id))
+        return out
+
+    step(1.0, JobSubmitted(JobSpec("a", "a", 4.0, "resnet_train64")))
+    step(2.0, JobCheckpointable("a", False))
+    step(3.0, JobSubmitted(JobSpec("c", "c", 4.0, "mobilenet_train64")))
+    assert st.gpus["g0"].jobs == ["a"] and st.gpus["g1"].jobs == ["c"]
+    assert st.gpus["g0"].assignment["a"] == Placement(0, "7g.40gb")
+    step(4.0, JobSubmitted(JobSpec("b", "b", 4.0, "bert_train2")))
+    assert "b" in st.gpus["g1"].jobs and "b" not in st.queue
+    assert st.gpus["g0"].assignment["a"] == Placement(0, "7g.40gb")
+    assert st.jobs["a"].restarts == 0

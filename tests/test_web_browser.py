@@ -101,10 +101,16 @@ def test_web_page_in_chromium__gpus_jobs_progress_and_explanations(tmp_path: Pat
             page.goto(url + "/")
             # no token yet: the page asks for one (labelled field), keyboard only
             page.get_by_label("API token").wait_for(timeout=15_000)
+            # ... and says where to find it
+            where = page.locator("#token-where")
+            assert where.is_visible() and "operator.token" in where.inner_text()
             page.get_by_label("API token").fill(token)
             page.keyboard.press("Enter")
             page.locator("article.gpu").first.wait_for(timeout=15_000)
             assert page.locator("#token-form").is_hidden()
+            # an empty queue is said in words, not as a numbered "1. empty"
+            page.locator("#queue-empty").wait_for(timeout=10_000)
+            assert page.locator("#queue li").count() == 0
             a = submit("resnet", "resnet_train128", 90)
             row = page.locator("#jobs tbody tr", has_text="resnet")
             row.wait_for(timeout=20_000)
@@ -119,6 +125,18 @@ def test_web_page_in_chromium__gpus_jobs_progress_and_explanations(tmp_path: Pat
                 time.sleep(0.5)
                 v1 = float(row.locator("progress").get_attribute("value") or 0)
             assert v1 > v0, (v0, v1)
+            # the progress bar and its percentage stay on one line
+            assert row.locator("td.nowrap").evaluate(
+                """td => { const bar = td.querySelector("progress").getBoundingClientRect();
+                           const r = document.createRange();
+                           r.selectNode(td.querySelector("span").lastChild);
+                           const t = r.getBoundingClientRect();
+                           return t.top < bar.bottom && t.left >= bar.right; }""")
+            # it/s and the relative speed are two columns, one unit each
+            cells = row.locator("td").all_inner_texts()
+            heads = page.locator("#jobs th").all_inner_texts()
+            assert not any("it/s" in c for c in cells), cells
+            assert "waiting because" not in [" ".join(h.split()) for h in heads]
             # a second job splits the GPU: two slices, each with its job, and the decision
             # that split it explained in words and numbers
             b = submit("bert", "bert_train2", 90)

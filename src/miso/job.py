@@ -48,6 +48,8 @@ EXIT_CHECKPOINTED = 75
 CHECKPOINT_SIGNAL = signal.SIGUSR1
 #: Name of the record of the last completed save, inside ``MISO_CHECKPOINT_DIR/.miso``.
 LAST_CHECKPOINT = "last-checkpoint.json"
+#: The file :meth:`JobContext.save_json` writes (the controller's fallback resume point).
+JSON_CHECKPOINT = "checkpoint.json"
 
 
 def write_json_atomic(path: str | Path, data: Any) -> None:
@@ -110,8 +112,10 @@ class JobContext:
 
     @property
     def checkpoint_path(self) -> str | None:
-        """Default file to save a checkpoint to (inside ``MISO_CHECKPOINT_DIR``)."""
-        return str(Path(self.checkpoint_dir) / "checkpoint.json") if self.checkpoint_dir else None
+        """Default file for a framework's checkpoint (``torch.save``; inside
+        ``MISO_CHECKPOINT_DIR``, no extension: any format). :meth:`save_json` writes
+        ``checkpoint.json`` beside it."""
+        return str(Path(self.checkpoint_dir) / "checkpoint") if self.checkpoint_dir else None
 
     # ---- resume / save ------------------------------------------------------------------
 
@@ -123,13 +127,14 @@ class JobContext:
         return data if isinstance(data, dict) else None
 
     def save_json(self, state: dict[str, Any], *, iteration: int) -> str | None:
-        """Save ``state`` atomically to :attr:`checkpoint_path` and record it as done.
+        """Save ``state`` atomically to ``checkpoint.json`` in the checkpoint directory and
+        record it as done.
 
         Returns the path, or None when there is nowhere to save or the write failed (the
         previous checkpoint stays the one miso resumes from)."""
-        path = self.checkpoint_path
-        if path is None:
+        if not self.checkpoint_dir:
             return None
+        path = str(Path(self.checkpoint_dir) / JSON_CHECKPOINT)
         try:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             write_json_atomic(path, state)

@@ -346,7 +346,9 @@ class Agent:
                 cwd = spec.get("cwd") or None
                 if not cmd or (shutil.which(cmd[0], path=env.get("PATH")) is None and
                                not Path(cwd or ".", cmd[0]).exists()):
-                    raise OSError(f"{cmd[0] if cmd else ''!r} not found")
+                    raise OSError(f"{cmd[0] if cmd else ''!r} not found" + (
+                        f" on the PATH of the job's account ({env.get('PATH')}): submit its "
+                        "absolute path" if runas.switches(acct) else ""))
                 record.unlink(missing_ok=True)
                 lease_fd = self._lease_reader()
                 kw = runas.popen_kwargs(acct)
@@ -492,7 +494,7 @@ def attempt_report(a: Attempt) -> dict[str, Any]:
     tail = ""
     if status == "failed":
         try:
-            tail = "\n".join(a.log_file.read_text(errors="replace").splitlines()[-5:])
+            tail = "\n".join(a.log_file.read_text(errors="replace").splitlines()[-20:])
         except OSError:
             tail = ""
     return {

@@ -266,12 +266,20 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
         if not user.admin:
             placed = {j for g in snap.get("gpus", []) for j in g.get("jobs", [])}
             mine = {j for j, o in store.owners(placed).items() if o == user.name}
+
+        def cannot_checkpoint(job: str) -> bool:
+            try:
+                return store.get(job).checkpointable is False
+            except StoreError:
+                return False
+
         out: dict[str, Any] = {
             "api_url": app.state.api_url, "user": user.name, "admin": user.admin,
             "time": snap.get("time"), "policy": snap.get("policy"),
             "nodes": snap.get("nodes", []),
             "gpus": [gpu_view(g, mine) for g in snap.get("gpus", [])],
-            "jobs": [{**x.to_json(), "why": why(x.to_json(), snap)} for x in recs],
+            "jobs": [{**x.to_json(), "why": why(x.to_json(), snap, cannot_checkpoint)}
+                     for x in recs],
             "counts": {"mine": store.counts(owner=user.name), "all": snap.get("counts", {})},
         }
         if user.admin:

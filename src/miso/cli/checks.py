@@ -16,10 +16,12 @@ import math
 import os
 import tempfile
 from pathlib import Path
+from typing import TypeVar
 
 import typer
 
 MIB = 1024 * 1024
+T = TypeVar("T")
 
 
 class InputError(typer.BadParameter):
@@ -159,3 +161,20 @@ def write_text(path: Path, text: str, flag: str) -> None:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
         raise InputError(f"{flag} {path}: cannot write ({exc.strerror or exc})") from None
+
+
+def alias(value: T | None, old_value: T | None, flag: str, old_flag: str) -> T | None:
+    """The value given with ``flag`` or with its old spelling ``old_flag`` (kept as a hidden
+    alias so scripts keep working); both with different values is an error."""
+    if old_value is None:
+        return value
+    if value is not None and value != old_value:
+        raise InputError(f"{old_flag} is the old spelling of {flag}; give one of them")
+    return old_value
+
+
+def required(value: T | None, flag: str) -> T:
+    """``value``, or an error naming the missing ``flag``."""
+    if value is None:
+        raise InputError(f"missing option {flag}")
+    return value

@@ -16,15 +16,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from miso.cli.text import fail
+from miso.cli.text import fail, make_console
 
 if TYPE_CHECKING:  # the HTTP client is imported when a command runs (``--help`` stays fast)
     from miso.api.client import Client
 
-console = Console()
+console = make_console()
 
 Url = Annotated[str | None, typer.Option(
     "--url", help="API URL of the cluster (default $MISO_URL, the state dir or `miso login`).")]
@@ -89,12 +88,28 @@ def parse_env(pairs: list[str], env_all: bool) -> dict[str, str]:
     return env
 
 
+def resolve_program(command: list[str], path: str | None = None) -> list[str]:
+    """``command`` with its program as this shell finds it: a bare name (``python``) becomes
+    the absolute path on the submitter's ``PATH`` (or the job's ``--env PATH``), so the job runs
+    the same program whatever ``PATH`` its account gets. Unknown names stay as they are (the
+    cluster refuses them with the fix)."""
+    import shutil
+
+    if not command or "/" in command[0]:
+        return command
+    found = shutil.which(command[0], path=path)
+    return [os.path.abspath(found), *command[1:]] if found else command
+
+
 def submit(
     command: Annotated[list[str], typer.Argument(help="The command, after `--`.")],
-    name: Annotated[str | None, typer.Option("--name", help="Job name, unique among your "
-                                             "active jobs.")] = None,
+    name: Annotated[str | None, typer.Option(
+        "--name", help="Job name, unique among your active and finished jobs (a failed or "
+        "cancelled job's name is free again).  [default: the job id]")] = None,
     memory_gb: Annotated[float | None, typer.Option(
-        "--memory-gb", help="Peak GPU memory of the job (GB).")] = None,
+        "--memory-gb", help="Peak GPU memory of the job in GB (10^9 bytes); it gets a slice "
+        "at least this large.  [default: 1 GiB = 1.07 GB, or an emulated workload's own]")]
+    = None,
     env: Annotated[list[str] | None, typer.Option(
         "--env", help="Set a variable in the job's environment (NAME=VALUE; repeatable).")]
     = None,
@@ -108,8 +123,11 @@ def submit(
 ) -> None:
     """Submit a job: ``miso submit --name x --memory-gb 8 -- python train.py``. Prints its id.
 
-    The job runs in this directory with only the variables given by --env/--env-all plus
-    miso's own (CUDA_VISIBLE_DEVICES, MISO_*; see miso.job)."""
+    The job runs in this directory with the agent's environment (less miso's and Ray's own
+    variables; a job run as another Unix account gets only a standard PATH, LANG, HOME and
+    USER), plus --env/--env-all and miso's own (CUDA_VISIBLE_DEVICES, MISO_*; see miso.job).
+    A bare program name is sent as the absolute path this shell finds (`python` ->
+    /path/to/venv/bin/python)."""
     from miso.cli import checks
 
     if memory_gb is not None:
@@ -117,6 +135,7 @@ def submit(
     variables = parse_env(list(env or []), env_all)
     from miso.api.client import ApiError
 
+    command = resolve_program(list(command), variables.get("PATH"))
     request = uuid.uuid4().hex  # one id for every retry below: at most one job
     deadline = time.time() + 30
     with client(url, token, state_dir, address) as c:

@@ -17,16 +17,15 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
-from miso.cli.text import fail, safe
+from miso.cli.text import fail, make_console, safe
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 cluster_app = typer.Typer(help="Start or stop a miso cluster (controller + agents on Ray).",
                           no_args_is_help=True)
-console = Console()
-err_console = Console(stderr=True)
+console = make_console()
+err_console = make_console(stderr=True)
 
 StateDir = Annotated[str | None, typer.Option(
     "--state-dir", help="Cluster state directory (default $MISO_STATE_DIR or ~/.miso/cluster).")]
@@ -251,7 +250,8 @@ def down(state_dir: StateDir = None, address: Address = None) -> None:
         return
     addr = address or info.get("address") or os.environ.get("RAY_ADDRESS")
     if not addr:
-        fail(f"no cluster recorded in {sd}; pass --address")
+        console.print(f"miso cluster down: no cluster runs from {safe(sd)}; nothing to stop")
+        return
     _ray_auth(sd)
     rc.connect(addr)
     rc.stop_actors(stop_jobs=True)

@@ -13,10 +13,10 @@ from rich.console import Console
 from rich.table import Table
 
 from miso.cli.demo_cluster import DEMO_RESTART_S, DemoLocal, DemoRay, demo_jobs, summarize
-from miso.cli.text import fail
+from miso.cli.text import fail, make_console
 
-console = Console()
-err_console = Console(stderr=True)
+console = make_console()
+err_console = make_console(stderr=True)
 
 
 

@@ -15,6 +15,7 @@ from typing import Annotated
 
 import typer
 
+from miso.cli import checks
 from miso.cli.text import fail
 
 
@@ -31,8 +32,8 @@ def _log_path(file: Path | None, state_dir: str | None) -> Path:
 def events(
     job: Annotated[str | None, typer.Option("--job", help="Only decisions about this job.")]
     = None,
-    gpu: Annotated[str | None, typer.Option("--gpu", help="Only decisions on this GPU "
-                                                          "(e.g. node0/1, gpu3).")] = None,
+    gpu_id: Annotated[str | None, typer.Option(
+        "--gpu-id", help="Only decisions on this GPU (its id: node0/1, gpu3).")] = None,
     since: Annotated[float | None, typer.Option(
         "--since", help="Only decisions at or after T seconds (the controller's or the "
         "simulation's clock, as printed).")] = None,
@@ -49,6 +50,8 @@ def events(
         "~/.miso/cluster).")] = None,
     policy: Annotated[str | None, typer.Option(
         "--policy", help="With a simulator log of several policies: only this one.")] = None,
+    gpu: Annotated[str | None, typer.Option("--gpu", hidden=True,
+                                            help="Old spelling of --gpu-id.")] = None,
 ) -> None:
     """Print the decision log: every decision of the scheduler with its reason (trigger,
     predicted speeds, chosen layout and its objective vs the current one, restarts, gain)."""
@@ -58,6 +61,7 @@ def events(
 
     if since is not None and not math.isfinite(since):
         fail(f"--since must be a number of seconds, got {since}")
+    gpu = checks.alias(gpu_id, gpu, "--gpu-id", "--gpu")
     recs = None if file is not None else _from_api(state_dir, job, gpu, since)
     if recs is not None:
         _print(recs, policy, limit, json_out)

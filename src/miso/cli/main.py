@@ -10,12 +10,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-from rich.console import Console
 from rich.table import Table
 from typer.core import TyperGroup
 
 from miso.cli import checks
-from miso.cli.text import fail
+from miso.cli.text import fail, make_console
 
 if TYPE_CHECKING:
     from miso.mig import Geometry
@@ -70,7 +69,7 @@ app = typer.Typer(
     add_completion=False,
     rich_markup_mode=None,
 )
-console = Console()
+console = make_console()
 
 
 #: MIG first shipped with driver R450; a smaller major version is a typo.
@@ -121,9 +120,21 @@ def gpus(
         console.print(t)
 
 
+#: ``--gpu-model`` is a GPU model in every command; ``--gpu``, its old spelling here, is
+#: hidden (``miso events`` takes a GPU id as ``--gpu-id``).
+GpuModel = Annotated[str | None, typer.Option(
+    "--gpu-model", help="GPU model, e.g. A100-40GB (see `miso gpus`; required).")]
+OldGpu = Annotated[str | None, typer.Option("--gpu", hidden=True,
+                                            help="Old spelling of --gpu-model.")]
+
+
+def _model_flag(gpu_model: str | None, gpu: str | None) -> str:
+    return checks.required(checks.alias(gpu_model, gpu, "--gpu-model", "--gpu"), "--gpu-model")
+
+
 @app.command()
 def layouts(
-    gpu: Annotated[str, typer.Option(help="GPU model, e.g. A100-40GB (see `miso gpus`).")],
+    gpu_model: GpuModel = None,
     profiles: Annotated[str | None, typer.Option(
         help="Comma-separated profiles to use (default: the scheduler's).")] = None,
     driver: Annotated[int | None, typer.Option(
@@ -131,11 +142,12 @@ def layouts(
     maximal: Annotated[bool, typer.Option(
         help="Only layouts no instance can be added to.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    gpu: OldGpu = None,
 ) -> None:
     """Enumerate the valid MIG layouts of a GPU."""
     from miso.mig import enumerate_layouts
 
-    geom = _geometry(gpu, profiles, driver)
+    geom = _geometry(_model_flag(gpu_model, gpu), profiles, driver)
     lays = enumerate_layouts(geom, maximal=maximal)
     if json_out:
         typer.echo(json.dumps([[pl.to_json() for pl in lay] for lay in lays]))
@@ -171,7 +183,6 @@ def _load_speeds(path: Path) -> dict[str, dict[str, float]]:
 
 @app.command()
 def optimize(
-    gpu: Annotated[str, typer.Option(help="GPU model, e.g. A100-40GB.")],
     speeds: Annotated[Path, typer.Option(
         help='JSON file {"jobs": {"<job id>": {"<profile>": speed, ...}, ...}}; speed is relative '
         "to the full GPU, a missing profile means the job does not fit there.")],
@@ -179,11 +190,13 @@ def optimize(
         help="throughput | restart-aware | fairness")] = "throughput",
     driver: Annotated[int | None, typer.Option(help="Driver major version.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    gpu_model: GpuModel = None,
+    gpu: OldGpu = None,
 ) -> None:
     """Best MIG layout and job-to-slice assignment for up to 7 jobs."""
     from miso.optimize import Objective, OptimizerError, optimizer_for
 
-    geom = _geometry(gpu, None, driver)
+    geom = _geometry(_model_flag(gpu_model, gpu), None, driver)
     job_speeds = _load_speeds(speeds)
     try:
         obj = Objective(objective)

@@ -17,7 +17,10 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-
+#: Training is the only command that needs PyTorch; the base install has none.
+TORCH_MISSING = ('training needs PyTorch, which the base install leaves out: pip install -e '
+                 '".[train]" (pip install "miso-gpu[train]"; on a machine without a GPU install '
+                 "PyTorch's CPU build first)")
 
 
 @app.command()
@@ -48,7 +51,12 @@ def train(
         d = load_pairs(data)
     except DataError as exc:
         fail(str(exc))
-    from miso.predict.train import TrainConfig, train_ensemble  # torch: after the checks
+    try:  # torch (the optional extra [train]): after the checks
+        from miso.predict.train import TrainConfig, train_ensemble
+    except ModuleNotFoundError as exc:
+        if exc.name != "torch":
+            raise
+        fail(TORCH_MISSING)
 
     cfg = TrainConfig(seed=seed)
     if epochs is not None:

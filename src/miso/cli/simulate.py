@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from miso.cli import checks
-from miso.cli.text import fail
+from miso.cli.text import fail, make_console
 
 SWEEP_IAT = (20.0, 30.0, 45.0, 60.0, 90.0, 120.0)
 SWEEP_K = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
@@ -32,8 +32,21 @@ def _window(window: str | None) -> tuple[float, float] | None:
     return a, b
 
 
+DEFAULT_MODEL = "A100-40GB"
+ALL_POLICIES = "nopart,optsta,mps,oracle,miso,miso+"
+
+
+def _given(value: str, old_value: str | None, default: str, flag: str, old_flag: str) -> str:
+    """``flag``'s value, or its hidden old spelling's when only that one was given."""
+    if old_value is None:
+        return value
+    return checks.required(checks.alias(None if value == default else value, old_value, flag,
+                                        old_flag), flag)
+
+
 def simulate(
-    gpu: Annotated[str, typer.Option(help="GPU model (see `miso gpus`).")] = "A100-40GB",
+    gpu_model: Annotated[str, typer.Option(
+        "--gpu-model", help="GPU model (see `miso gpus`).")] = DEFAULT_MODEL,
     gpus: Annotated[int, typer.Option(min=1, help="Number of GPUs.")] = 40,
     jobs: Annotated[int, typer.Option(
         min=1, help="Jobs to simulate (with --trace: the first N).")] = 1000,
@@ -43,9 +56,9 @@ def simulate(
         help="Mean Poisson inter-arrival time (s, > 0).")] = 60.0,
     trace: Annotated[str | None, typer.Option(
         help="CSV file (job_id,submit_time_s,duration_s[,workload]) or miso100 / philly.")] = None,
-    policies: Annotated[str, typer.Option(
-        help="Comma-separated policies: nopart, optsta, mps, oracle, miso, miso+.")] = (
-        "nopart,optsta,mps,oracle,miso,miso+"),
+    policy: Annotated[str, typer.Option(
+        "--policy", help="Policy to run, or several to compare, comma-separated: nopart, "
+        "optsta, mps, oracle, miso, miso+.")] = ALL_POLICIES,
     seed: Annotated[int, typer.Option(help="Seed (>= 0; runs are deterministic per seed).")] = 1,
     json_out: Annotated[Path | None, typer.Option(
         "--json", help="Write the results (JSON) to this file.")] = None,
@@ -67,11 +80,15 @@ def simulate(
     events: Annotated[Path | None, typer.Option(
         "--events", help="Write the decision log (JSONL, one record per decision with its "
         "reason) here; read it with `miso events --file FILE`.")] = None,
+    gpu: Annotated[str | None, typer.Option("--gpu", hidden=True,
+                                            help="Old spelling of --gpu-model.")] = None,
+    policies: Annotated[str | None, typer.Option("--policies", hidden=True,
+                                                 help="Old spelling of --policy.")] = None,
 ) -> None:
     """Simulate MIG scheduling policies and report JCT, makespan, STP and restarts."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from miso.mig import gpu_model
+    from miso.mig import gpu_model as find_gpu_model
     from miso.sched import policy_names
     from miso.sim.run import compare, sweep_interarrival, sweep_jobs_per_gpu
     from miso.sim.traces import TraceError, load_trace, poisson_jobs
@@ -86,14 +103,17 @@ def simulate(
     checks.fraction(no_checkpoint_frac, "--no-checkpoint-frac")
     win = _window(window)
     try:
-        model = gpu_model(gpu).name
+        model = find_gpu_model(_given(gpu_model, gpu, DEFAULT_MODEL, "--gpu-model",
+                                      "--gpu")).name
     except KeyError as e:
         fail(str(e.args[0]))
-    pols = checks.names(policies, "--policies")
+    pol_flag = "--policy" if policies is None else "--policies"  # the spelling given
+    pols = checks.names(_given(policy, policies, ALL_POLICIES, "--policy", "--policies"),
+                        pol_flag)
     known = policy_names()
     bad = [p for p in pols if p not in known]
     if bad:
-        fail(f"--policies: unknown policy {', '.join(bad)}; known: {', '.join(known)}")
+        fail(f"{pol_flag}: unknown policy {', '.join(bad)}; known: {', '.join(known)}")
     if predictor not in ("noisy", "unet", "true"):
         fail(f"--predictor must be noisy, unet or true, not {predictor!r}")
     if arrival != "poisson" and trace is None:
@@ -199,7 +219,6 @@ def _write(path: Path | None, out: dict[str, object]) -> None:
 
 
 def _print_table(summary: dict[str, dict[str, float]]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     t = Table("policy", "avg JCT s", "p95 JCT s", "makespan s", "STP", "restarts/job",
@@ -209,15 +228,14 @@ def _print_table(summary: dict[str, dict[str, float]]) -> None:
                   f"{s['stp']:.3f}", f"{s['restarts_per_job']:.2f}",
                   f"{s['lost_gpu_s'] / 3600:.1f}", f"{s['profiling_gpu_s'] / 3600:.1f}",
                   f"{s['gpu_utilisation']:.2f}", f"{s['wall_s']:.2f}")
-    Console().print(t)
+    make_console().print(t)
 
 
 def _print_sweep(data: dict[str, dict[str, dict[str, float]]]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     t = Table("x", "policy", "avg JCT s", "makespan s", "STP")
     for x, res in data.items():
         for p, s in res.items():
             t.add_row(x, p, f"{s['avg_jct_s']:.0f}", f"{s['makespan_s']:.0f}", f"{s['stp']:.3f}")
-    Console().print(t)
+    make_console().print(t)

@@ -13,18 +13,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from miso.cli.client import StateDir, Token, Url, call, client, default_state_dir
-from miso.cli.text import fail
+from miso.cli.text import fail, make_console
 
 if TYPE_CHECKING:
     from miso.api.users import UserStore
 
 user_app = typer.Typer(help="Users of the cluster and their API tokens.",
                        no_args_is_help=True)
-console = Console()
+console = make_console()
 USERS_DB = "users.db"
 
 
@@ -46,6 +45,17 @@ def _bootstrap_store(state_dir: str | None) -> UserStore | None:
     return None
 
 
+def _cluster_configured(url: str | None, token: str | None, state_dir: str | None) -> bool:
+    """Whether the connection settings of every client command (flags, ``MISO_URL``/
+    ``MISO_TOKEN``, a state dir's ``api.json``, ``miso login``) name a cluster: then users are
+    added through its API, never into a local database."""
+    from miso.api.credentials import resolve
+
+    creds = resolve(url=url, token=token, state_dir=state_dir,
+                    default_state_dir=default_state_dir())
+    return bool(creds.url or creds.token)
+
+
 @user_app.command("add")
 def add(
     name: Annotated[str, typer.Argument(help="User name.")],
@@ -62,7 +72,7 @@ def add(
     token once."""
     from miso.api.users import UserError
 
-    store = _bootstrap_store(state_dir) if not (url or token) else None
+    store = None if _cluster_configured(url, token, state_dir) else _bootstrap_store(state_dir)
     if store is not None:
         try:
             if not admin:
@@ -74,6 +84,8 @@ def add(
             fail(str(e))
         finally:
             store.close()
+        typer.echo(f"no cluster configured (--url, MISO_URL, `miso login`, a state dir's "
+                   f"api.json): {name} added to {store.path}", err=True)
     else:
         with client(url, token, state_dir) as c:
             new = call(c.add_user, name, admin=admin, unix_user=unix_user)["token"]

@@ -20,13 +20,16 @@ slices are sized in GiB (2^30 bytes); the controller converts (40 GB = 37.3 GiB)
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from miso.controller.executor import PlanExecutor
+from miso import runas
+from miso.controller.executor import NOT_PROFILED, PlanExecutor
 from miso.controller.loop import EventLoop
 from miso.controller.poller import AgentPoller
 from miso.controller.recovery import recover
@@ -147,6 +150,7 @@ class Controller:
         if self.cfg.check_commands and shutil.which(command[0]) is None and \
                 not Path(command[0]).exists():
             raise SubmitError(f"unknown command {command[0]!r}: not found on PATH")
+        _check_program_of_account(command[0], env or {}, unix_user)
         if workload is None and "miso.emuworkload" in command and "--workload" in command:
             i = command.index("--workload")
             workload = command[i + 1] if i + 1 < len(command) else None
@@ -192,8 +196,9 @@ class Controller:
         line on why it waits, or its full failure reason)."""
         snap = self.cluster()
         jobs = [r.to_json() for r in self.store.jobs()]
+        pinned = {j["id"] for j in jobs if j.get("checkpointable") is False}
         for j in jobs:
-            j["why"] = why(j, snap)
+            j["why"] = why(j, snap, pinned.__contains__)
         snap["jobs"] = jobs
         if not snap["nodes"] and any(j["state"] == "queued" for j in jobs):
             fencing = snap["unreachable"]
@@ -264,22 +269,54 @@ def _spec(rec: JobRecord) -> JobSpec:
                    checkpointable=rec.checkpointable is not False)
 
 
-def why(j: dict[str, Any], snap: dict[str, Any]) -> str:
+def why(j: dict[str, Any], snap: dict[str, Any],
+        cannot_checkpoint: Callable[[str], bool] | None = None) -> str:
     """One line on why job ``j`` (a record as JSON) is where it is: its full failure reason
-    when it ended, why it waits when queued (``snap`` is :meth:`Controller.cluster`)."""
+    when it ended, why it waits when queued (``snap`` is :meth:`Controller.cluster`), and for a
+    job that sends no progress reports that it is not profiled. ``cannot_checkpoint(job id)``
+    tells whether a resident of a GPU is pinned (never named: it may be another user's)."""
     state = j["state"]
     if state in ("finished", "failed", "cancelled"):
         return str(j.get("reason") or "")
     note = str(j.get("note") or "")
+    silent = j.get("checkpointable") is False and j.get("iteration") is None
+    if note == NOT_PROFILED and not silent:
+        note = ""  # it was slow to start, then reported progress: the note is stale
+    if state == "profiling" and silent:
+        return "runs under MPS while its GPU's other jobs are measured; not measured itself " \
+            "(no progress reports)"
     if state != "queued":
-        return note
+        return NOT_PROFILED if silent else note
     if not snap["gpus"]:
         fencing = snap.get("unreachable") or []
         return "waiting: no GPU node is up" + (f" ({', '.join(fencing)} unreachable)"
                                                if fencing else "")
     gpu = next((g for g in snap["gpus"] if j["id"] in g["jobs"]), None)
     if gpu is not None:
-        return f"waiting on {gpu['id']}: {gpu['phase']} (reconfiguration or profiling)"
+        where = f"waiting on {gpu['id']}"
+        if gpu["phase"] == "reconfiguring":
+            return f"{where}: its MIG layout is being changed"
+        if gpu["phase"] == "profiling":
+            return f"{where}: its jobs are being profiled under MPS"
+        others = [x for x in gpu["jobs"] if x != j["id"]]
+        if cannot_checkpoint is not None and any(cannot_checkpoint(x) for x in others):
+            return (f"{where}: a job there cannot checkpoint and keeps its slice until it "
+                    "ends; no layout adds this job beside it")
+        return f"{where}: placed there, its new layout is not applied yet"
     busy = ", ".join(f"{g['id']} {g['phase']} {len(g['jobs'])} jobs" for g in snap["gpus"])
     return (f"waiting for a slice with {j.get('memory_gib') or 0:.1f} GiB; the policy has not "
             f"placed it ({busy})")
+
+
+def _check_program_of_account(program: str, env: dict[str, str], unix_user: str | None) -> None:
+    """Refuse at submit time a bare program name that a job switching to ``unix_user`` would
+    not find: such a job gets the standard ``PATH`` (or the one passed with ``--env``), not the
+    submitter's; ``miso submit`` sends absolute paths, so this catches direct API clients."""
+    if unix_user is None or os.geteuid() != 0 or "/" in program:
+        return
+    path = env.get("PATH") or runas.DEFAULT_PATH
+    if shutil.which(program, path=path) is None:
+        raise SubmitError(
+            f"{program!r} is not on the PATH of jobs run as {unix_user} ({path}): give its "
+            f"absolute path (e.g. `-- $(command -v {program}) ...`; for miso.job, a Python "
+            "where miso is installed), or pass --env PATH=...")

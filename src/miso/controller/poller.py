@@ -12,6 +12,7 @@ the loop as a lost node, which the loop handles once the node's lease has run ou
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from typing import Any
@@ -231,8 +232,8 @@ class AgentPoller:
             elif not run.stopping:
                 why = f"exit code {a['returncode']}" if a["status"] != "checkpointed" else \
                     "exited with the checkpoint code although no checkpoint was asked"
-                tail = (a.get("log_tail") or "").strip()
-                rt.post_event(JobFailed(job, why + (f": {tail}" if tail else "")))
+                cause = failure_cause(a.get("log_tail") or "")
+                rt.post_event(JobFailed(job, why + (f": {cause}" if cause else "")))
             run.done.set()
             rt.try_call(node, "forget", job, attempt)
 
@@ -243,3 +244,17 @@ class AgentPoller:
         if rec is not None and rec.checkpointable is not value:
             self.rt.store.progress(job, checkpointable=int(value))
             self.rt.post_event(JobCheckpointable(job, bool(value)))
+
+
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Fault)\b(:.*)?$")
+
+
+def failure_cause(tail: str) -> str:
+    """The line of a failed job's output that says why it failed: the exception line of its
+    last Python traceback (``AssertionError: Torch not compiled with CUDA enabled``), else its
+    last non-empty line; the whole output stays in ``miso logs``."""
+    lines = [ln.strip() for ln in tail.splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if _EXCEPTION_LINE.match(ln):
+            return ln
+    return lines[-1] if lines else ""

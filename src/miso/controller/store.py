@@ -105,6 +105,10 @@ CREATE TABLE IF NOT EXISTS events (
 """
 
 
+#: A job that ended in one of these states gives its name back (a re-run after a fix).
+NAME_FREED = ("failed", "cancelled")
+
+
 class StoreError(ValueError):
     """Bad request to the store (unknown job, duplicate name, schema mismatch, damage)."""
 
@@ -348,7 +352,9 @@ class JobStore:
                env: dict[str, str] | None = None, cwd: str | None = None,
                at: float | None = None, owner: str | None = None,
                unix_user: str | None = None, request_id: str | None = None) -> JobRecord:
-        """Add a queued job. Names are unique among an owner's jobs, finished ones too.
+        """Add a queued job. Names are unique among an owner's active and finished jobs; a
+        failed or cancelled job's name is free again (its records stay, by id; the name then
+        means the newest job).
         ``owner`` is the API user who submitted it (None: the local operator), ``unix_user``
         the account its processes run as when the agent is root. A known ``request_id``
         returns the job it created (a retried submission)."""
@@ -373,11 +379,11 @@ class JobStore:
                     dup = self._db.execute(
                         "SELECT id, state FROM jobs WHERE (name=? AND owner IS ?) OR id=? "
                         "ORDER BY seq DESC", (name, owner, name)).fetchone()
-                    if dup is not None:
+                    if dup is not None and (dup[0] == name or dup[1] not in NAME_FREED):
                         what = f"is already active ({dup[0]})" if dup[1] not in TERMINAL \
                             else f"already exists ({dup[0]}, {dup[1]})"
-                        raise StoreError(f"a job named {name!r} {what}; names are unique: "
-                                         f"choose another")
+                        raise StoreError(f"a job named {name!r} {what}; names are unique "
+                                         "among active and finished jobs: choose another")
                     self._db.execute(
                         "INSERT INTO jobs(id, name, command, memory_gb, memory_gib, workload, "
                         "env, cwd, state, submitted_at, owner, unix_user, request_id) "

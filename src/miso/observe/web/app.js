@@ -94,24 +94,32 @@
         el("span", {}, el("progress", { max: "100", value: String(pct),
           "aria-label": `job ${j.id} progress ${pct} %` }), ` ${pct} %`);
       const sp = j.speed || {};
-      const speed = (sp.observed != null || sp.predicted != null)
+      // one unit per column: iterations per second; speed relative to the full GPU
+      const rate = j.rate != null && (j.state === "running" || j.state === "profiling")
+        ? fmt(j.rate, 1) : "\u2013";
+      const rel = (sp.observed != null || sp.predicted != null)
         ? `${fmt(sp.observed)} / ${fmt(sp.predicted)}` + (sp.profile ? ` on ${sp.profile}` : "")
-        : (j.rate != null ? `${fmt(j.rate, 1)} it/s` : "\u2013");
+        : "\u2013";
+      const ended = j.state === "failed" || j.state === "cancelled" || j.state === "finished";
+      const why = j.wait_reason ? `waiting: ${j.wait_reason}` :
+        (ended && j.reason ? `${j.state}: ${j.reason}` : "");
       tb.append(el("tr", {},
         el("td", { text: j.id }), el("td", { text: j.name || "" }),
         el("td", { text: j.owner || "" }),
         el("td", { class: "state-" + j.state, text: j.state }),
         el("td", { text: (j.gpu || "\u2013") + (j.slice ? " \u00b7 " + j.slice : "") }),
-        el("td", {}, prog), el("td", { text: speed }),
-        el("td", { text: String(j.restarts ?? 0) }),
-        el("td", { text: j.wait_reason || (j.reason && j.state !== "running" ? j.reason : "") })));
+        el("td", { class: "nowrap" }, prog), el("td", { class: "num", text: rate }),
+        el("td", { text: rel }),
+        el("td", { class: "num", text: String(j.restarts ?? 0) }),
+        el("td", { text: why })));
     }
   }
 
   function drawQueue(queue) {
     const q = $("queue");
     q.replaceChildren();
-    if (!queue.length) q.append(el("li", { text: "empty" }));
+    $("queue-empty").hidden = queue.length > 0;
+    q.hidden = !queue.length;
     for (const e of queue)
       q.append(el("li", { text: `job ${e.id} (${e.name || ""}${e.owner ? ", " + e.owner : ""})` +
         ` waiting ${fmt(e.waited_s, 0)} s: ${e.reason}` }));

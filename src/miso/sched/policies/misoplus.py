@@ -284,7 +284,10 @@ class MisoPlus(RestartEconomy, Rebalancing, Miso):
         more than its early start helps (mean JCT), so it waits for a better slot instead."""
         if not self.marginal_placement:
             if self.min_gain <= 0:
-                return super().choose_gpu(now, job, sc)
+                for n, g in self.candidate_gpus(sc, job):
+                    if n == 0 or self.fits_beside_pinned(g, job, sc):
+                        return g
+                return None
             for seen, (n, g) in enumerate(self.candidate_gpus(sc, job), start=1):
                 if n == 0:
                     return g
@@ -310,6 +313,24 @@ class MisoPlus(RestartEconomy, Rebalancing, Miso):
             if seen >= self.marginal_candidates:
                 break
         return best[1] if best is not None else None
+
+    def fits_beside_pinned(self, g: str, job: str, sc: Scratch) -> bool:
+        """Whether a layout keeps the pinned residents of ``g`` (jobs that cannot checkpoint
+        keep their instance) and holds ``job`` too; a GPU without pinned residents always can
+        (:meth:`candidate_gpus` checked the mix). Else the job would wait there for the pinned
+        job to end while another GPU could take it."""
+        jobs = sc.jobs_on(g)
+        gs = sc.state.gpus[g]
+        pinned = self.pinned(sc, jobs) & set(gs.assignment)
+        if not pinned:
+            return True
+        sp = self.speeds(gs.geom, sc, [*jobs, job])
+        current = {j: pl for j, pl in gs.assignment.items() if j in sp}
+        try:
+            optimizer_for(gs.geom).solve(sp, current=current, pinned=pinned)
+        except OptimizerError:
+            return False
+        return True
 
     def net_gain(self, g: str, jobs: list[str], job: str, sc: Scratch,
                  floor: float | None = None) -> float | None:
