@@ -43,7 +43,7 @@ def test_every_module_but_training_imports_without_torch() -> None:
         skip = {sorted(TORCH_MODULES)!r}
         names = [m.name for m in pkgutil.walk_packages(miso.__path__, "miso.")]
         for n in names:
-            if n not in skip:
+            if n not in skip and not n.endswith(".__main__"):
                 importlib.import_module(n)
         assert "torch" not in sys.modules
         print(len(names))
