@@ -5,8 +5,9 @@ The simulator runs a trace (with outside events injected: failures, cancellation
 and records every event it delivers. The stream is then replayed into a real
 :class:`~miso.controller.Controller` (in-memory job store, :class:`VirtualClock`, no agents, a
 plan executor that only records): submissions through the store, cancellations as the API's
-cancel, the lost node as the poller reports it, acknowledgements and progress as the poller and
-executor post them. Timers are *not* replayed: the live loop must raise its own ``Tick`` from
+cancel, the lost node as the poller reports it, acknowledgements as the poller and executor
+post them, progress as ``JobProgress`` events (the live conversion from iterations is tested in
+test_sched_core.py). Timers are *not* replayed: the live loop must raise its own ``Tick`` from
 its clock when the replay reaches the time the simulator raised it.
 """
 
