@@ -271,7 +271,7 @@ class Output:
         self.cap = cap if cap >= 8 * MARK_BYTES else 0
         self.log = log
         if log is not None:
-            self.out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            self.out = os.open(log, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
             self.size = os.lseek(self.out, 0, os.SEEK_END)
         else:
             self.out, self.size = 1, 0
@@ -321,7 +321,8 @@ class Output:
         os.pwrite(self.out, note.encode()[:MARK_BYTES - 1].ljust(MARK_BYTES - 1) + b"\n", head)
         with contextlib.suppress(OSError):
             tmp = f"{self.log}.cap.tmp"
-            with open(tmp, "w") as f:
+            with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
+                              0o600), "w") as f:
                 json.dump({"dropped": self.cut, "cap": self.cap, "head": head}, f)
             os.replace(tmp, f"{self.log}.cap")
 

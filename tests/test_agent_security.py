@@ -1,0 +1,282 @@
+"""A job's environment never reaches a root process; a job's processes end with it, even
+those that left its process group; a job's log is capped and read from its end.
+
+Run as root (as the CI does) these use real, throw-away Unix accounts."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import tracemalloc
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from accounts import unix_account
+from waiting import wait_for
+
+from miso.agent import Agent
+from miso.backend import EmulatedBackend
+
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="switching uids needs root")
+#: A Python any account can run (the test's own may live under /root).
+USER_PYTHON = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin") or sys.executable
+
+
+@pytest.fixture
+def state() -> Iterator[Path]:
+    d = Path(tempfile.mkdtemp(prefix="miso-sec-"))  # under /tmp: jobs' accounts reach it
+    os.chmod(d, 0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def make_agent(state: Path, **kw: object) -> Agent:
+    agent = Agent("node0", EmulatedBackend(1, "A100-40GB"), state / "agent", **kw)
+    assert agent.apply_layout(0, [[0, "7g.40gb"]])["ok"]
+    return agent
+
+
+def launch(agent: Agent, state: Path, job: str, command: list[str], *, env: dict | None = None,
+           owner: str | None = None, unix_user: str | None = None) -> dict:
+    return agent.launch({"job": job, "attempt": 1, "command": command, "gpu": 0,
+                         "placement": [0, "7g.40gb"], "mps_pct": None,
+                         "checkpoint_dir": str(state / "ck" / job), "resume_from": None,
+                         "env": env or {}, "cwd": "/", "owner": owner, "unix_user": unix_user})
+
+
+def ended(agent: Agent, job: str) -> dict | None:
+    rep = [a for a in agent.report()["jobs"] if a["job"] == job]
+    return rep[0] if rep and rep[0]["status"] != "running" else None
+
+
+# ---- item 1: no root from a job's environment ----------------------------------------------
+
+HOOK = textwrap.dedent("""\
+    import os as _os
+    _p = _os.path.join({out!r}, "py-%d-%d" % (_os.getuid(), _os.getpid()))
+    with open(_p, "w") as _f:
+        _f.write(str(_os.getuid()))
+""")
+PRELOAD = r"""
+#include <stdio.h>
+#include <unistd.h>
+__attribute__((constructor)) static void evil(void) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/so-%d-%d", OUT, (int)getuid(), (int)getpid());
+    FILE *f = fopen(p, "w");
+    if (f) { fprintf(f, "%d", (int)getuid()); fclose(f); }
+}
+"""
+
+
+def evil_dir(root: Path) -> tuple[Path, Path, Path]:
+    """A user's directory of hooks: Python modules that shadow the stdlib, and an LD_PRELOAD
+    library; each records the uid it ran as in ``out/``."""
+    evil, out = root / "evil", root / "out"
+    evil.mkdir()
+    out.mkdir()
+    os.chmod(out, 0o1777)
+    for name in ("json", "subprocess", "select", "ctypes", "sitecustomize", "usercustomize"):
+        (evil / f"{name}.py").write_text(HOOK.format(out=str(out)))
+    src = root / "p.c"
+    src.write_text(PRELOAD)
+    so = evil / "p.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", f'-DOUT="{out}"', "-o", str(so), str(src)],
+                   check=True)
+    for p in (root, evil, *evil.iterdir()):
+        os.chmod(p, 0o755)
+    return evil, so, out
+
+
+def uids_seen(out: Path) -> set[int]:
+    return {int(p.read_text() or -1) for p in out.iterdir()}
+
+
+@root_only
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+def test_a_jobs_environment_never_runs_code_as_root(state: Path) -> None:
+    evil, so, out = evil_dir(state)
+    agent = make_agent(state)
+    with unix_account() as acct:
+        env = {"PYTHONPATH": str(evil), "LD_PRELOAD": str(so), "LD_LIBRARY_PATH": str(evil),
+               "PYTHONSTARTUP": str(evil / "json.py")}
+        r = launch(agent, state, "evil", [USER_PYTHON, "-c", "import json; print('job ran')"],
+                   env=env, owner="mallory", unix_user=acct.pw_name)
+        assert r["ok"], r
+        rep = wait_for(lambda: ended(agent, "evil"))
+        seen = uids_seen(out)
+        # nothing ran the user's code as root ...
+        assert 0 not in seen, sorted(p.name for p in out.iterdir())
+        # ... and the job itself, as its owner, did get the variables (that is allowed)
+        assert rep["status"] == "finished", agent.logs("evil")
+        assert "job ran" in agent.logs("evil")
+        assert acct.pw_uid in seen, (seen, agent.logs("evil"))
+    agent.shutdown()
+
+
+def test_job_env_names_and_sizes_are_checked(state: Path) -> None:
+    agent = make_agent(state)
+    for i, bad in enumerate([{"A=B": "x"}, {"1X": "x"}, {"X": "a\0b"}, {"": "x"},
+                             {f"V{i}": "x" for i in range(600)}, {"X": "y" * (2 << 20)}]):
+        r = launch(agent, state, f"bad{i}", ["/bin/true"], env=bad)
+        assert not r["ok"] and ("environment" in r["error"] or "NUL" in r["error"]), r
+    agent.shutdown()
+
+
+# ---- item 4: a job's processes are a set, not a group ---------------------------------
+
+ESCAPER = textwrap.dedent("""\
+    import os, sys, time
+    marker, stay = sys.argv[1], sys.argv[2] == "stay"
+    def sleeper():
+        os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(1000)",
+                                  marker + "-s"])
+    if os.fork() == 0:          # leaves the process group: a new session
+        os.setsid()
+        sleeper()
+    if os.fork() == 0:          # double fork: the grandchild is orphaned, in its own session
+        os.setsid()
+        if os.fork() == 0:
+            sleeper()
+        os._exit(0)
+    def count():
+        n = 0
+        for p in os.listdir("/proc"):
+            try:
+                argv = open(f"/proc/{p}/cmdline", "rb").read().split(b"\\0")
+                n += (marker + "-s").encode() in argv
+            except OSError:
+                pass
+        return n
+    while count() < 2:
+        time.sleep(0.05)
+    print("spawned", flush=True)
+    if stay:
+        time.sleep(1000)
+""")
+
+
+def marked(marker: str) -> list[int]:
+    """Live processes with an argument that starts with ``marker``."""
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                argv = (p / "cmdline").read_bytes().split(b"\0")
+                st = (p / "stat").read_text().rpartition(")")[2].split()[0]
+            except OSError:
+                continue
+            if any(a.startswith(marker.encode()) for a in argv) and st != "Z":
+                out.append(int(p.name))
+    return out
+
+
+@pytest.fixture
+def marker() -> Iterator[str]:
+    m = f"miso-escaper-{os.getpid()}-{time.monotonic_ns()}"
+    yield m
+    for pid in marked(m):  # whatever a failed test left behind
+        os.kill(pid, signal.SIGKILL)
+
+
+def start_escaper(agent: Agent, state: Path, job: str, marker: str, stay: bool,
+                  unix_user: str | None = None) -> None:
+    script = state / "escaper.py"
+    script.write_text(ESCAPER)
+    os.chmod(script, 0o644)
+    r = launch(agent, state, job, [USER_PYTHON if unix_user else sys.executable, str(script),
+                                   marker,
+                                   "stay" if stay else "go"],
+               owner="u" if unix_user else None, unix_user=unix_user)
+    assert r["ok"], r
+    if stay:
+        wait_for(lambda: "spawned" in agent.logs(job))
+        assert len(marked(marker + "-s")) == 2, agent.logs(job)
+
+
+def test_cancel_ends_processes_that_left_the_group(state: Path, marker: str) -> None:
+    agent = make_agent(state)
+    start_escaper(agent, state, "esc", marker, stay=True)
+    assert agent.kill("esc", 1)
+    assert wait_for(lambda: ended(agent, "esc"))["status"] == "killed"
+    assert marked(marker) == []
+    agent.shutdown()
+
+
+def test_a_job_that_exits_leaves_no_process_behind(state: Path, marker: str) -> None:
+    agent = make_agent(state)
+    start_escaper(agent, state, "esc", marker, stay=False)
+    assert wait_for(lambda: ended(agent, "esc"))["status"] == "finished"
+    assert "spawned" in agent.logs("esc")
+    wait_for(lambda: marked(marker) == [], timeout=5)
+    agent.shutdown()
+
+
+@root_only
+def test_fencing_ends_every_process_of_a_users_job(state: Path, marker: str) -> None:
+    agent = make_agent(state)
+    with unix_account() as acct:
+        agent.renew_lease(time.time() + 30)
+        start_escaper(agent, state, "esc", marker, stay=True, unix_user=acct.pw_name)
+        agent.renew_lease(time.time() - 1)  # the controller's lease ran out: fence
+        assert wait_for(lambda: ended(agent, "esc"))["status"] == "fenced"
+        assert marked(marker) == []
+    agent.shutdown()
+
+
+def test_shutdown_ends_every_process(state: Path, marker: str) -> None:
+    agent = make_agent(state)
+    start_escaper(agent, state, "esc", marker, stay=True)
+    agent.shutdown()
+    assert marked(marker) == []
+
+
+# ---- item 5: capped logs, read from the end ----------------------------------------------
+
+def test_a_log_is_capped_keeping_head_and_tail(state: Path) -> None:
+    agent = make_agent(state, log_cap_mb=1)
+    script = "import sys\nfor i in range(60000): print(f'line {i:06d} ' + 'x' * 40)\n"
+    r = launch(agent, state, "loud", [sys.executable, "-c", script])
+    assert r["ok"], r
+    assert wait_for(lambda: ended(agent, "loud"))["status"] == "finished"
+    log = state / "agent" / "jobs" / "loud" / "attempt-1" / "output.log"
+    assert log.stat().st_size <= 1 << 20
+    text = log.read_text()
+    assert text.startswith("line 000000 ") and "line 059999 " in text
+    out = agent.logs("loud", tail=3).splitlines()
+    assert out[1].startswith("[miso: ") and "bytes dropped from the middle of this log; cap 1 MiB" \
+        in out[1], out
+    dropped = int(out[1].split()[1])
+    assert dropped == 60000 * 53 - (log.stat().st_size - 100), (dropped, log.stat().st_size)
+    assert out[-1].startswith("line 059999 ") and len(out) == 5
+    agent.shutdown()
+
+
+def test_logs_tail_reads_the_end_without_loading_the_file(state: Path) -> None:
+    agent = make_agent(state)
+    r = launch(agent, state, "big", ["/bin/true"])
+    assert r["ok"]
+    wait_for(lambda: ended(agent, "big"))
+    log = state / "agent" / "jobs" / "big" / "attempt-1" / "output.log"
+    block = b"".join(b"%07d spam spam spam spam spam spam\n" % i for i in range(25000))
+    with open(log, "ab") as f:
+        for _ in range(64):  # ~56 MB, written as a job would (the agent's cap is not at play)
+            f.write(block)
+        f.write(b"the end\n")
+    tracemalloc.start()
+    try:
+        out = agent.logs("big", tail=3)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert out.splitlines()[-3:] == ["0024998 spam spam spam spam spam spam",
+                                     "0024999 spam spam spam spam spam spam", "the end"]
+    assert peak < 4 << 20, peak
+    agent.shutdown()
