@@ -19,8 +19,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from waiting import wait_for
 
-from miso.agent import Agent, reports
-from miso.agent.logfile import tail_lines
+from miso.agent import Agent
 from miso.backend import EmulatedBackend
 from miso.job import LAST_CHECKPOINT, last_checkpoint
 
@@ -84,6 +83,8 @@ def well_typed(a: dict) -> None:
 
 
 def test_no_job_file_stops_the_poll_or_another_job(state: Path) -> None:
+    from miso.agent import reports
+
     agent = Agent("node0", EmulatedBackend(1, "A100-40GB"), state / "agent")
     slots = [[0, "3g.20gb"], [4, "2g.10gb"], [6, "1g.5gb"]]
     assert agent.apply_layout(0, slots)["ok"]
@@ -164,6 +165,8 @@ def test_a_checkpoint_record_is_a_valid_record_or_none(data: bytes) -> None:
 @settings(max_examples=60, deadline=None, database=None)
 @given(st.binary(max_size=5000), st.integers(1, 50))
 def test_any_log_bytes_read_back(data: bytes, n: int) -> None:
+    from miso.agent.logfile import tail_lines
+
     with tempfile.TemporaryDirectory() as d:
         f = Path(d) / "output.log"
         f.write_bytes(data)
@@ -171,3 +174,38 @@ def test_any_log_bytes_read_back(data: bytes, n: int) -> None:
         assert len(lines) <= n
         want = data.decode(errors="replace").splitlines()[-n:]
         assert lines == [ln.rstrip() if ln.startswith("[miso: ") else ln for ln in want]
+
+
+HOSTILE = textwrap.dedent("""\
+    import json, os, time
+    for _ in range(30):
+        with open(os.environ["MISO_PROGRESS_FILE"] + ".tmp", "w") as f:
+            json.dump({"time": "x", "iteration": 1, "total": 10, "helper": True}, f)
+        os.replace(os.environ["MISO_PROGRESS_FILE"] + ".tmp", os.environ["MISO_PROGRESS_FILE"])
+        time.sleep(0.1)
+""")
+
+
+def test_a_bad_progress_file_is_shown_and_blinds_nothing(tmp_path: Path) -> None:
+    from miso.controller import ControllerConfig
+    from miso.controller.local import LocalCluster
+
+    cfg = ControllerConfig(profile_seconds_per_level=0.3, profile_warmup_s=0.15,
+                           checkpoint_timeout=3.0, poll_interval=0.1, lease_s=2.0)
+    c = LocalCluster(tmp_path / "c", config=cfg, rate_window=0.5, gpus_per_node=2)
+    try:
+        ctl = c.controller
+        assert ctl is not None
+        bad = c.submit([sys.executable, "-c", HOSTILE], memory_gb=1.0)
+        good = c.submit([sys.executable, "-c", VICTIM], memory_gb=1.0)
+        quick = c.submit(["/bin/true"], memory_gb=1.0)
+        note = wait_for(lambda: next((j["why"] for j in ctl.status()["jobs"]
+                                      if j["id"] == bad and j["state"] != "queued" and
+                                      j["why"]), None))
+        assert note.startswith("reports invalid: invalid progress file: 'time'"), note
+        assert ctl.wait_all(60)
+        for j in (bad, good, quick):
+            rec = ctl.store.get(j)
+            assert (rec.state, rec.attempts) == ("finished", 1), rec
+    finally:
+        c.close()
