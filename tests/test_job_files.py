@@ -150,6 +150,8 @@ def test_no_job_file_stops_the_poll_or_another_job(state: Path) -> None:
 
 @settings(max_examples=60, deadline=None, database=None)
 @given(contents)
+@example(b'{"path": "/x\\u0000y", "iteration": 3}')
+@example(b'{"path": "/x", "iteration": "3"}')
 def test_a_checkpoint_record_is_a_valid_record_or_none(data: bytes) -> None:
     with tempfile.TemporaryDirectory() as d:
         (Path(d) / ".miso").mkdir()
