@@ -211,3 +211,46 @@ def test_a_bad_progress_file_is_shown_and_blinds_nothing(tmp_path: Path) -> None
             assert (rec.state, rec.attempts) == ("finished", 1), rec
     finally:
         c.close()
+
+
+def test_a_job_that_finishes_while_a_move_waits_is_not_run_again(tmp_path: Path) -> None:
+    """A move (launch on another GPU) that waits for the job's old copy to stop must not start
+    the job again when that copy *finished* it (seen by the security benchmark: a victim ran a
+    second time)."""
+    import threading
+
+    from miso.controller import ControllerConfig
+    from miso.controller.local import LocalCluster
+    from miso.mig import Placement
+
+    cfg = ControllerConfig(profile_seconds_per_level=0.3, profile_warmup_s=0.15,
+                           checkpoint_timeout=3.0, poll_interval=0.1, lease_s=2.0)
+    c = LocalCluster(tmp_path / "c", config=cfg, rate_window=0.5, gpus_per_node=2)
+    try:
+        ctl = c.controller
+        assert ctl is not None
+        flag = tmp_path / "go"
+        j = c.submit(["/bin/sh", "-c", f"while [ ! -e {flag} ]; do sleep 0.05; done"],
+                     memory_gb=1.0)
+        run = wait_for(lambda: ctl.rt.runs.get(j))
+        other = next(g for g in ctl.rt.gpus if g != run.gpu)
+        agent = c.transport.agents()["node0"]
+        idx = ctl.rt.gpus[other].index
+        assert agent.apply_layout(idx, [[0, "7g.40gb"]])["ok"]
+        box: list = []
+
+        def move() -> None:
+            try:
+                box.append(ctl.executor._launch(j, other, Placement(0, "7g.40gb"), None))
+            except Exception as e:  # noqa: BLE001 - shown by the assertion
+                box.append(e)
+
+        t = threading.Thread(target=move)
+        t.start()
+        flag.touch()  # the old copy finishes the job while the move waits for it
+        t.join(30)
+        assert box == [None]
+        assert ctl.wait_all(20)
+        assert [a["status"] for a in ctl.store.attempts(j)] == ["finished"]
+    finally:
+        c.close()
