@@ -280,3 +280,52 @@ def test_logs_tail_reads_the_end_without_loading_the_file(state: Path) -> None:
                                      "0024999 spam spam spam spam spam spam", "the end"]
     assert peak < 4 << 20, peak
     agent.shutdown()
+
+
+def cgroup2_writable() -> bool:
+    from miso.agent import guard
+    home = guard.own_cgroup()
+    if home is None or os.geteuid() != 0:
+        return False
+    probe = os.path.join(home, f"miso-probe-{os.getpid()}")
+    try:
+        os.mkdir(probe)
+        os.rmdir(probe)
+        return True
+    except OSError:
+        return False
+
+
+HIDER = textwrap.dedent("""\
+    import os, sys, time
+    marker = sys.argv[1]
+    if os.fork() == 0:          # own session, no environment (no MISO_ATTEMPT_TOKEN)
+        os.setsid()
+        if os.fork() == 0:
+            os.execve("/bin/sleep", [marker + "-s", "1000"], {})
+        os._exit(0)
+    time.sleep(1000)
+""")
+
+
+@pytest.mark.skipif(not cgroup2_writable(), reason="needs a writable cgroup v2 (and root)")
+def test_the_cgroup_holds_what_the_guard_and_the_token_cannot(state: Path, marker: str) -> None:
+    """The job's processes sit in the attempt's cgroup: one that double-forked and cleared its
+    environment is still killed when its guard is gone (SIGKILLed)."""
+    agent = make_agent(state)
+    script = state / "hider.py"
+    script.write_text(HIDER)
+    r = launch(agent, state, "hide", [sys.executable, str(script), marker])
+    assert r["ok"], r
+    sleeper = wait_for(lambda: marked(marker + "-s"))[0]
+    cg = Path(f"/proc/{sleeper}/cgroup").read_text()
+    assert f"/miso-{r['pid']}\n" in cg, cg
+    os.kill(r["pid"], signal.SIGKILL)  # the guard is gone: no subreaper any more
+    wait_for(lambda: ended(agent, "hide"))
+    assert marked(marker + "-s") == [sleeper]  # orphaned, outside the group and the token
+    agent.kill("hide", 1)
+    assert marked(marker + "-s") == []
+    from miso.agent import guard
+    assert not os.path.exists(os.path.join(guard.own_cgroup() or "/nonexistent",
+                                           f"miso-{r['pid']}"))
+    agent.shutdown()

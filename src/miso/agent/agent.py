@@ -456,6 +456,11 @@ class Agent:
                 log.error("%s: guard %d did not end its job", self.node, a.proc.pid)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(a.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            a.proc.wait(timeout=5)
+        if guard.end_cgroup(a.proc.pid):
+            log.warning("%s: killed what %s attempt %d left in its cgroup", self.node, a.job,
+                        a.attempt)
         if a.token:
             for _ in range(3):
                 pids = guard.token_pids(a.token)

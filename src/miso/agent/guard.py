@@ -159,6 +159,57 @@ def cgroup2_root() -> str | None:
     return None
 
 
+def cgroup_procs(path: str) -> list[int]:
+    try:
+        with open(os.path.join(path, "cgroup.procs")) as f:
+            return [int(x) for x in f.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def kill_cgroup(path: str) -> None:
+    """SIGKILL every process of a cgroup (``cgroup.kill``, else one by one)."""
+    try:
+        with open(os.path.join(path, "cgroup.kill"), "w") as f:
+            f.write("1")
+    except OSError:
+        for p in cgroup_procs(path):
+            if p != os.getpid():
+                with contextlib.suppress(OSError):
+                    os.kill(p, signal.SIGKILL)
+
+
+def own_cgroup() -> str | None:
+    """This process's cgroup v2 directory, if the node has a cgroup2 mount."""
+    mnt = cgroup2_root()
+    if mnt is None:
+        return None
+    try:
+        with open("/proc/self/cgroup") as f:
+            own = next(ln.split(":", 2)[2].strip() for ln in f if ln.startswith("0::"))
+    except (OSError, StopIteration):
+        return None
+    return os.path.join(mnt, own.lstrip("/"))
+
+
+def end_cgroup(guard_pid: int) -> int:
+    """Kill what is left in the cgroup of a guard that is gone (the guard was started by this
+    process, so its cgroup is ``miso-<pid>`` under this process's own); returns how many
+    processes were still there."""
+    home = own_cgroup()
+    path = os.path.join(home, f"miso-{guard_pid}") if home else None
+    if path is None or not os.path.isdir(path):
+        return 0
+    left = cgroup_procs(path)
+    kill_cgroup(path)
+    deadline = time.time() + 2.0
+    while cgroup_procs(path) and time.time() < deadline:
+        time.sleep(0.01)
+    with contextlib.suppress(OSError):
+        os.rmdir(path)
+    return len(left)
+
+
 class Tracker:
     """The set of the job's processes: a cgroup v2 when usable, the subreaper tree always."""
 
@@ -168,21 +219,17 @@ class Tracker:
         with contextlib.suppress(OSError, AttributeError):
             libc = ctypes.CDLL(None, use_errno=True)
             self.subreaper = libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
-        self.home: str | None = None
-        mnt = cgroup2_root()
-        if mnt is None:
+        self.home = own_cgroup()
+        if self.home is None:
             return
         try:
-            with open("/proc/self/cgroup") as f:
-                own = next(ln.split(":", 2)[2].strip() for ln in f if ln.startswith("0::"))
-            self.home = os.path.join(mnt, own.lstrip("/"))
             path = os.path.join(self.home, f"miso-{os.getpid()}")
             if os.path.isdir(path):  # left by an earlier guard with this pid
-                self._kill_cgroup(path)
+                kill_cgroup(path)
                 os.rmdir(path)
             os.mkdir(path, 0o755)
             self.cgroup = path
-        except (OSError, StopIteration):
+        except OSError:
             self.cgroup = None
 
     def enter(self) -> None:
@@ -205,28 +252,10 @@ class Tracker:
         except OSError:
             pass
 
-    @staticmethod
-    def _procs(path: str) -> list[int]:
-        try:
-            with open(os.path.join(path, "cgroup.procs")) as f:
-                return [int(x) for x in f.read().split()]
-        except (OSError, ValueError):
-            return []
-
-    def _kill_cgroup(self, path: str) -> None:
-        try:
-            with open(os.path.join(path, "cgroup.kill"), "w") as f:
-                f.write("1")
-        except OSError:
-            for p in self._procs(path):
-                if p != os.getpid():
-                    with contextlib.suppress(OSError):
-                        os.kill(p, signal.SIGKILL)
-
     def left(self) -> list[int]:
         """Processes of the job still alive."""
         me = os.getpid()
-        cg = [p for p in self._procs(self.cgroup) if p != me] if self.cgroup else []
+        cg = [p for p in cgroup_procs(self.cgroup) if p != me] if self.cgroup else []
         return sorted(set(cg) | set(descendants(me)))
 
     def kill_all(self, reap: object) -> int:
@@ -235,7 +264,7 @@ class Tracker:
         deadline = time.time() + 5.0
         while True:
             if self.cgroup:
-                self._kill_cgroup(self.cgroup)
+                kill_cgroup(self.cgroup)
             pids = descendants(os.getpid())
             for sig in (signal.SIGSTOP, signal.SIGKILL):  # stopped first: no new forks
                 for p in pids:
