@@ -401,7 +401,7 @@ def attack_log_flood(env: Env) -> dict[str, Any]:
         logs = list((c.dir / "agents").glob(f"*/jobs/{bad}/attempt-*/output.log"))
         size = max((p.stat().st_size for p in logs), default=0)
         agent = next(iter(c.transport.agents().values()))
-        cap = agent.log_cap
+        cap = getattr(agent, "log_cap", 0)  # 0: an agent without a cap (before issue 15)
         tracemalloc.start()
         t0 = time.perf_counter()
         text = ctl.logs(bad, 3)
@@ -410,7 +410,7 @@ def attack_log_flood(env: Env) -> dict[str, Any]:
         tracemalloc.stop()
         n, why = victim_damage(c, vic, env.opts.late)
         return {"affected": n, "affected_why": why,
-                "over_cap": int(size > cap + 200), "log_mib": round(size / 2**20, 1),
+                "over_cap": int(cap > 0 and size > cap + 200), "log_mib": round(size / 2**20, 1),
                 "cap_mib": round(cap / 2**20, 1), "tail_ms": round(took * 1000, 1),
                 "tail_peak_mib": round(peak / 2**20, 2),
                 "rss_growth_mib": round((rss_kib() - rss0) / 1024, 1),

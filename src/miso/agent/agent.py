@@ -12,7 +12,7 @@ variables of :mod:`miso.job` and the variables given at submission; the agent's 
 and ``MISO_*`` variables are not passed on.
 
 Nothing that runs as root takes a job's environment, files or paths: the guard starts with
-an isolated interpreter (``python -I``) and a fixed environment (:data:`GUARD_ENV`); the job's
+an isolated interpreter (``python -I -S``) and a fixed environment (:data:`GUARD_ENV`); the job's
 environment reaches the guard in a 0600 file of the agent's attempt directory and is applied
 only to the job, after the drop to its owner's uid. Every file a job writes (progress, logs) is
 read bounded, without following links, and checked (:mod:`miso.agent.reports`): a bad one
@@ -394,7 +394,7 @@ class Agent:
                              0o600)
                 with open(fd, "w") as f:
                     json.dump(env, f)
-                guarded = [self.python, "-I", guard.__file__, "--lease-fd", str(lease_fd),
+                guarded = [self.python, "-I", "-S", guard.__file__, "--lease-fd", str(lease_fd),
                            "--agent-pid", str(os.getpid()), "--exit-record", str(record),
                            "--env-file", str(env_file), "--log", str(log_file),
                            "--log-cap", str(self.log_cap),

@@ -1,12 +1,12 @@
 """Fence for one job attempt: runs the job as its child and ends it, with every process it
 started, when asked, when the job's main process exits, or when the node is fenced.
 
-``python -I guard.py --lease-fd FD --agent-pid PID --env-file FILE [--exit-record FILE]
+``python -I -S guard.py --lease-fd FD --agent-pid PID --env-file FILE [--exit-record FILE]
 [--log FILE --log-cap BYTES] [--cwd DIR] [--umask N] [--uid N --gid N --groups N,N]
 -- COMMAND...``
 
 The guard runs as the agent (root on a real node), so it trusts nothing of the job: the agent
-starts it with an isolated interpreter (``-I``) and a fixed environment, and the job's
+starts it with an isolated interpreter (``-I -S``) and a fixed environment, and the job's
 environment arrives in ``--env-file`` (a 0600 file in the agent's own attempt directory, read
 and removed at start). That environment, the job's working directory (``--cwd``, entered
 after the drop) and the job's account (``--uid``/``--gid``/``--groups``) apply only to the
