@@ -329,3 +329,36 @@ def test_the_cgroup_holds_what_the_guard_and_the_token_cannot(state: Path, marke
     assert not os.path.exists(os.path.join(guard.own_cgroup() or "/nonexistent",
                                            f"miso-{r['pid']}"))
     agent.shutdown()
+
+
+@root_only
+def test_without_a_cgroup_the_subreaper_guard_ends_every_process(state: Path,
+                                                                 marker: str) -> None:
+    """The documented fallback: a guard that cannot create a cgroup (here it runs as an
+    unprivileged account) still ends, on SIGHUP, the processes that left the job's group."""
+    from miso.agent import guard
+
+    script = state / "escaper.py"
+    script.write_text(ESCAPER)
+    env_file = state / "env.json"
+    with unix_account() as acct:
+        env_file.write_text('{"PATH": "/usr/bin:/bin"}')
+        own = state / "own"
+        own.mkdir()
+        for f in (env_file, own):
+            os.chown(f, acct.pw_uid, acct.pw_gid)
+        log = own / "guard.log"
+        p = subprocess.Popen([USER_PYTHON, "-I", "-S", guard.__file__, "--env-file",
+                              str(env_file), "--log", str(log), "--", USER_PYTHON, str(script),
+                              marker, "stay"], user=acct.pw_uid, group=acct.pw_gid,
+                             cwd="/", start_new_session=True)
+        try:
+            wait_for(lambda: log.exists() and "spawned" in log.read_text())
+            assert len(marked(marker + "-s")) == 2
+            assert not any(f"miso-{p.pid}" in Path(f"/proc/{pid}/cgroup").read_text()
+                           for pid in marked(marker + "-s"))  # no cgroup: the fallback
+            p.send_signal(signal.SIGHUP)
+            assert p.wait(10) == 137
+            assert marked(marker) == []
+        finally:
+            p.kill()
