@@ -362,3 +362,12 @@ def test_without_a_cgroup_the_subreaper_guard_ends_every_process(state: Path,
             assert marked(marker) == []
         finally:
             p.kill()
+
+
+def test_a_leftover_that_keeps_writing_does_not_hold_the_job_open(state: Path) -> None:
+    agent = make_agent(state, log_cap_mb=1)
+    r = launch(agent, state, "chatty", ["/bin/sh", "-c", "(setsid yes spam &) ; sleep 0.3"])
+    assert r["ok"], r
+    assert wait_for(lambda: ended(agent, "chatty"))["status"] == "finished"
+    assert agent.running_pids() == []
+    agent.shutdown()

@@ -462,7 +462,8 @@ def main(argv: list[str]) -> int:
             open_pipe = out.pump(POLL_S)
         reap()
         if status:
-            while open_pipe:  # the rest of its output (while a leftover holds the pipe)
+            drain_until = time.time() + 1.0  # the rest of its output; a leftover that holds
+            while open_pipe and time.time() < drain_until:  # the pipe open is killed below
                 open_pipe = bool(select.select([out.fd], [], [], 0)[0]) and out.pump(0.0)
             break
         if end:
