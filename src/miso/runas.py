@@ -185,7 +185,8 @@ def open_log(path: str | Path) -> int:
 
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-#: Bounds of a job's own environment variables (the API holds the same).
+#: Bounds of a job's own environment variables (the API bounds the count and each value;
+#: the total stays well under the kernel's limit on a process's arguments and environment).
 MAX_ENV_VARS = 512
 MAX_ENV_BYTES = 1 << 20
 
