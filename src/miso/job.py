@@ -36,6 +36,7 @@ import contextlib
 import json
 import os
 import signal
+import stat
 import sys
 import threading
 import time
@@ -67,18 +68,42 @@ def write_json_atomic(path: str | Path, data: Any) -> None:
 
 def last_checkpoint(checkpoint_dir: str | Path) -> dict[str, Any] | None:
     """The record ``{"iteration", "path", "time", "attempt"}`` of the last completed save in
-    ``checkpoint_dir``, or None."""
-    data = read_json(Path(checkpoint_dir) / ".miso" / LAST_CHECKPOINT)
-    if isinstance(data, dict) and isinstance(data.get("path"), str):
-        return data
-    return None
+    ``checkpoint_dir``, or None. The controller reads it, and the job wrote it: anything but
+    a small regular file with a path (no NUL, at most 4096 characters) and a whole
+    ``iteration`` (or none) is no record."""
+    data = read_json(Path(checkpoint_dir) / ".miso" / LAST_CHECKPOINT, limit=1 << 16)
+    if not isinstance(data, dict):
+        return None
+    path, it = data.get("path"), data.get("iteration")
+    if not isinstance(path, str) or not path or len(path) > 4096 or "\0" in path:
+        return None
+    if it is not None and (isinstance(it, bool) or not isinstance(it, int)
+                           or not 0 <= it < 2 ** 53):
+        return None
+    return data
 
 
-def read_json(path: str | Path) -> Any | None:
-    """Read a JSON file, or None when missing or unreadable."""
+def read_json(path: str | Path, limit: int | None = None) -> Any | None:
+    """Read a JSON file, or None when missing or unreadable. Only a regular file, never
+    through a symlink (a FIFO would block the reader), at most ``limit`` bytes if given."""
     try:
-        return json.loads(Path(path).read_text())
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except (OSError, ValueError):
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with open(fd, "rb", closefd=False) as f:
+            data = f.read() if limit is None else f.read(limit + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if limit is not None and len(data) > limit:
+        return None
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
         return None
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,7 +163,8 @@ def read_json(path: str | Path, limit: int = 1 << 20) -> Any | None:
     except OSError:
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:  # no hard link to another file
             return None
         data = os.read(fd, limit + 1)
     except OSError:
@@ -173,10 +175,40 @@ def read_json(path: str | Path, limit: int = 1 << 20) -> Any | None:
         return None
     try:
         return json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: [[[[...]]]] nested too deep
         return None
 
 
 def open_log(path: str | Path) -> int:
     """A log file for appending, mode 0600, never through a symlink; returns the fd."""
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: Bounds of a job's own environment variables (the API bounds the count and each value;
+#: the total stays well under the kernel's limit on a process's arguments and environment).
+MAX_ENV_VARS = 512
+MAX_ENV_BYTES = 1 << 20
+
+
+def check_env(env: Any) -> dict[str, str]:
+    """A job's own variables, checked: names ``[A-Za-z_][A-Za-z0-9_]*``, no NUL, at most
+    :data:`MAX_ENV_VARS` of them and :data:`MAX_ENV_BYTES` in all. They reach only the job
+    (after the drop to its owner's uid), never a process that runs as root."""
+    if env is None:
+        return {}
+    if not isinstance(env, dict) or len(env) > MAX_ENV_VARS:
+        raise RunAsError(f"a job's environment is a mapping of at most {MAX_ENV_VARS} variables")
+    out: dict[str, str] = {}
+    size = 0
+    for k, v in env.items():
+        k, v = str(k), str(v)
+        if not ENV_NAME.fullmatch(k):
+            raise RunAsError(f"bad environment variable name {k[:64]!r}")
+        if "\0" in v:
+            raise RunAsError(f"NUL byte in the value of {k}")
+        size += len(k) + len(v) + 2
+        if size > MAX_ENV_BYTES:
+            raise RunAsError(f"a job's environment holds more than {MAX_ENV_BYTES} bytes")
+        out[k] = v
+    return out

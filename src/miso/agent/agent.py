@@ -9,8 +9,19 @@ str/int/float), so the same object serves in-process and behind a Ray actor.
 A job attempt is started with ``CUDA_VISIBLE_DEVICES=<MIG UUID>`` (from the backend) and, under
 MPS, ``CUDA_MPS_PIPE_DIRECTORY`` and ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``, plus the ``MISO_*``
 variables of :mod:`miso.job` and the variables given at submission; the agent's own ``RAY_*``
-and ``MISO_*`` variables are not passed on. Processes run in their own session and are killed
-as a group.
+and ``MISO_*`` variables are not passed on.
+
+Nothing that runs as root takes a job's environment, files or paths: the guard starts with
+an isolated interpreter (``python -I -S``) and a fixed environment (:data:`GUARD_ENV`); the job's
+environment reaches the guard in a 0600 file of the agent's attempt directory and is applied
+only to the job, after the drop to its owner's uid. Every file a job writes (progress, logs) is
+read bounded, without following links, and checked (:mod:`miso.agent.reports`): a bad one
+makes that attempt's ``report_error``, never an error of the agent's poll.
+
+A job's processes are a set, not a process group: the guard holds them in a cgroup v2 where
+the node has one, and as a child subreaper in any case; :meth:`Agent.kill` asks the guard to
+end them all (``SIGHUP``), and sweeps leftovers by their ``MISO_ATTEMPT_TOKEN`` when the guard
+is gone. Each log is capped at ``log_cap_mb`` MiB (``MISO_LOG_CAP_MB``; head and tail kept).
 
 Fencing: every job runs under :mod:`miso.agent.guard`, which kills it when the controller's
 lease (renewed by each :meth:`Agent.report` call that carries one) has run out or the agent has
@@ -21,8 +32,10 @@ died, and leaves an exit record in the attempt's (agent-owned) directory
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -34,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from miso import runas
-from miso.agent import guard
+from miso.agent import guard, logfile, reports
 from miso.backend.base import BackendError, GpuBackend, MpsHandle, ReconfigurationError
 from miso.job import CHECKPOINT_SIGNAL, EXIT_CHECKPOINTED
 from miso.mig import Placement, canonical
@@ -43,6 +56,20 @@ log = logging.getLogger(__name__)
 
 #: Prefixes of the agent's own environment that jobs do not inherit.
 INTERNAL_ENV_PREFIXES = ("RAY_", "MISO_")
+#: The whole environment of a guard (it runs as root: nothing of the job's, nor the agent's).
+GUARD_ENV = {"PATH": runas.DEFAULT_PATH, "LC_ALL": "C.UTF-8"}
+#: Default cap of one attempt's log, MiB (``MISO_LOG_CAP_MB`` or the agent's ``log_cap_mb``).
+DEFAULT_LOG_CAP_MB = 64.0
+
+
+def log_cap_bytes(mb: float | None = None) -> int:
+    """The log cap in bytes: ``mb`` MiB, else ``MISO_LOG_CAP_MB``, else the default; 0 = none."""
+    if mb is None:
+        try:
+            mb = float(os.environ.get("MISO_LOG_CAP_MB", DEFAULT_LOG_CAP_MB))
+        except ValueError:
+            mb = DEFAULT_LOG_CAP_MB
+    return int(max(0.0, mb) * (1 << 20))
 
 
 def attempt_dir(workdir: str | Path, job: str, attempt: int) -> Path:
@@ -165,6 +192,9 @@ class Attempt:
     progress: dict[str, Any] = field(default_factory=dict)
     exit_record: Path | None = None
     fenced: bool = False
+    token: str = ""
+    #: Why this attempt's reports are invalid (its progress file is bad), "" when they are not.
+    report_error: str = ""
 
     @property
     def checkpointable(self) -> bool | None:
@@ -185,7 +215,8 @@ class Agent:
 
     def __init__(self, node: str, backend: GpuBackend, workdir: str | Path, *,
                  rate_window: float = 1.0, change_threshold: float = 0.25,
-                 python: str | None = None, no_helper_after: float = 3.0) -> None:
+                 python: str | None = None, no_helper_after: float = 3.0,
+                 log_cap_mb: float | None = None) -> None:
         self.node = node
         self.no_helper_after = no_helper_after
         self.backend = backend
@@ -195,6 +226,7 @@ class Agent:
         self.rate_window = rate_window
         self.change_threshold = change_threshold
         self.python = python or sys.executable
+        self.log_cap = log_cap_bytes(log_cap_mb)
         self._lock = threading.RLock()
         self._attempts: dict[tuple[str, int], Attempt] = {}
         self._mps: dict[tuple[int, Placement], MpsHandle] = {}
@@ -302,6 +334,7 @@ class Agent:
         d = attempt_dir(self.workdir, job, attempt)
         log_file = d / "output.log"
         jd = d / "job"  # the job's own files (progress, checkpoint flag), owned by its account
+        token = secrets.token_hex(12)
         with self._lock:
             if (job, attempt) in self._attempts:
                 a = self._attempts[(job, attempt)]
@@ -320,13 +353,13 @@ class Agent:
                     runas.private_dir(p, None, root=root)
                 runas.private_dir(jd, acct, root=root)
                 env = runas.base_env(acct, job_base_env())
-                env.update({str(k): str(v) for k, v in (spec.get("env") or {}).items()})
+                env.update(runas.check_env(spec.get("env")))
                 env.update(self.backend.job_env(gpu, pl))
                 env.update({
                     "MISO_JOB_ID": job, "MISO_ATTEMPT": str(attempt),
                     "MISO_PROGRESS_FILE": str(jd / "progress.json"),
                     "MISO_CHECKPOINT_FLAG": str(jd / "checkpoint.request"),
-                    "MISO_NODE": self.node,
+                    "MISO_NODE": self.node, "MISO_ATTEMPT_TOKEN": token,
                 })
                 env.update(runas.account_env(acct))
                 record = exit_record_path(self.workdir, job, attempt)
@@ -355,13 +388,23 @@ class Agent:
                 ids = [] if "user" not in kw else [
                     "--uid", str(kw["user"]), "--gid", str(kw["group"]),
                     "--groups", ",".join(str(g) for g in kw.get("extra_groups") or [])]
-                # the guard runs as the agent; only the job switches to its owner's account
-                guarded = [self.python, "-S", guard.__file__, "--lease-fd", str(lease_fd),
+                # The guard runs as the agent (root) with an isolated interpreter and a fixed
+                # environment; the job's environment and cwd apply to the job alone, after
+                # it has switched to its owner's account.
+                env_file = d / "env.json"
+                fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                             0o600)
+                with open(fd, "w") as f:
+                    json.dump(env, f)
+                guarded = [self.python, "-I", "-S", guard.__file__, "--lease-fd", str(lease_fd),
                            "--agent-pid", str(os.getpid()), "--exit-record", str(record),
-                           "--umask", str(kw.get("umask", 0o077)), *ids, "--", *cmd]
+                           "--env-file", str(env_file), "--log", str(log_file),
+                           "--log-cap", str(self.log_cap),
+                           "--umask", str(kw.get("umask", 0o077)), *ids,
+                           *(["--cwd", str(cwd)] if cwd else []), "--", *cmd]
                 with open(runas.open_log(log_file), "ab") as out:
                     proc = subprocess.Popen(
-                        guarded, env=env, cwd=cwd, stdout=out,
+                        guarded, env=dict(GUARD_ENV), cwd=d, stdout=out,
                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                         start_new_session=True, pass_fds=(lease_fd,))
             except (OSError, BackendError, ValueError) as e:
@@ -371,7 +414,8 @@ class Agent:
             self._attempts[(job, attempt)] = Attempt(
                 job, attempt, cmd, gpu, pl, None if mps is None else int(mps), proc, d,
                 jd / "progress.json", jd / "checkpoint.request", log_file, time.time(),
-                RateTracker(self.rate_window, self.change_threshold), exit_record=record)
+                RateTracker(self.rate_window, self.change_threshold), exit_record=record,
+                token=token)
             return {"ok": True, "pid": proc.pid, "error": "", "log": str(log_file)}
 
     def checkpoint(self, job: str, attempt: int) -> bool:
@@ -393,7 +437,7 @@ class Agent:
             return True
 
     def kill(self, job: str, attempt: int) -> bool:
-        """SIGKILL an attempt's process group; waits for it to be gone."""
+        """End every process of an attempt; waits for them to be gone."""
         with self._lock:
             a = self._attempts.get((job, attempt))
             if a is None:
@@ -402,17 +446,34 @@ class Agent:
             return True
 
     def _kill(self, a: Attempt) -> None:
+        """Ask the guard to end the job's processes (all of them, see the module docstring),
+        then kill its group and sweep the attempt's token in case the guard could not."""
         if a.proc.poll() is None:
             a.killed = True
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(a.proc.pid, signal.SIGKILL)
+                os.kill(a.proc.pid, signal.SIGHUP)
             try:
                 a.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                log.error("%s: pid %d survived SIGKILL", self.node, a.proc.pid)
-        else:  # the leader exited: still kill leftovers of its group
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(a.proc.pid, signal.SIGKILL)
+                log.error("%s: guard %d did not end its job", self.node, a.proc.pid)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(a.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            a.proc.wait(timeout=5)
+        if guard.end_cgroup(a.proc.pid):
+            log.warning("%s: killed what %s attempt %d left in its cgroup", self.node, a.job,
+                        a.attempt)
+        if a.token:
+            for _ in range(3):
+                pids = guard.token_pids(a.token)
+                if not pids:
+                    break
+                for pid in pids:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(pid, signal.SIGKILL)
+                time.sleep(0.05)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            a.proc.wait(timeout=5)
 
     def forget(self, job: str, attempt: int) -> None:
         """Drop a finished attempt from reports (the controller has recorded its end)."""
@@ -421,23 +482,42 @@ class Agent:
             if a is not None and a.proc.poll() is not None:
                 del self._attempts[(job, attempt)]
 
+    def _read_progress(self, a: Attempt) -> None:
+        """Take the job's progress file if it is valid; else mark the attempt's reports
+        invalid (the last valid progress stays)."""
+        if not a.progress_file.exists() and not a.progress_file.is_symlink():
+            return
+        raw = runas.read_json(a.progress_file)
+        try:
+            if raw is None:
+                raise reports.BadReport("the progress file is not a regular file of at most "
+                                        "1 MiB of JSON")
+            data = reports.check_progress(raw)
+        except reports.BadReport as e:
+            a.report_error = f"invalid progress file: {e}"
+            return
+        a.report_error = ""
+        a.progress = data
+        if "time" in data and "iteration" in data:
+            a.rates.add(float(data["time"]), float(data["iteration"]))
+
     def _refresh(self, a: Attempt) -> None:
-        data = runas.read_json(a.progress_file)
-        if isinstance(data, dict):
-            a.progress = data
-            if "time" in data and "iteration" in data:
-                a.rates.add(float(data["time"]), float(data["iteration"]))
+        try:
+            self._read_progress(a)
+        except Exception as e:  # noqa: BLE001 - a job's file never stops the node's poll
+            log.exception("%s: reading %s", self.node, a.progress_file)
+            a.report_error = f"invalid progress file: {type(e).__name__}"
         if not a.progress and time.time() - a.started > self.no_helper_after:
             a.no_helper = True
         if a.returncode is None:
             rc = a.proc.poll()
             if rc is not None:
                 a.returncode, a.ended = rc, time.time()
-                data = runas.read_json(a.progress_file)  # final words
-                if isinstance(data, dict):
-                    a.progress = data
-                rec = runas.read_json(a.exit_record) if a.exit_record else None
-                a.fenced = isinstance(rec, dict) and bool(rec.get("fenced"))
+                with contextlib.suppress(Exception):
+                    self._read_progress(a)  # final words
+                rec = reports.check_exit_record(
+                    runas.read_json(a.exit_record) if a.exit_record else None)
+                a.fenced = rec is not None and rec["fenced"]
 
     def report(self, lease_until: float | None = None) -> dict[str, Any]:
         """Every attempt's state (see :func:`attempt_report`). With ``lease_until`` (seconds
@@ -452,15 +532,18 @@ class Agent:
             return {"node": self.node, "time": time.time(), "jobs": jobs}
 
     def logs(self, job: str, tail: int = 200) -> str:
-        """The last ``tail`` lines of every attempt log of ``job`` on this node."""
+        """The last ``tail`` lines of every attempt log of ``job`` on this node (read from
+        the end: the cost and the agent's memory follow ``tail``, not the log's size)."""
         root = self.workdir / "jobs" / job
         out = []
-        for d in sorted(root.glob("attempt-*"), key=lambda p: int(p.name.split("-")[1])):
-            f = d / "output.log"
-            if f.exists():
-                lines = f.read_text(errors="replace").splitlines()[-tail:]
-                out.append(f"--- {job} {d.name} on {self.node} ---")
-                out.extend(lines)
+        atts = [d for d in root.glob("attempt-*") if d.name.split("-")[1].isdigit()]
+        for d in sorted(atts, key=lambda p: int(p.name.split("-")[1])):
+            try:
+                lines = logfile.attempt_lines(d / "output.log", tail)
+            except OSError:
+                continue
+            out.append(f"--- {job} {d.name} on {self.node} ---")
+            out.extend(lines)
         return "\n".join(out)
 
     def running_pids(self) -> list[int]:
@@ -494,7 +577,7 @@ def attempt_report(a: Attempt) -> dict[str, Any]:
     tail = ""
     if status == "failed":
         try:
-            tail = "\n".join(a.log_file.read_text(errors="replace").splitlines()[-20:])
+            tail = "\n".join(logfile.tail_lines(a.log_file, 20, max_bytes=64 << 10))
         except OSError:
             tail = ""
     return {
@@ -511,4 +594,5 @@ def attempt_report(a: Attempt) -> dict[str, Any]:
         "checkpoint_requested": a.checkpoint_requested,
         "checkpointable": a.checkpointable,
         "started": a.started, "ended": a.ended, "log": str(a.log_file), "log_tail": tail,
+        "report_error": a.report_error,
     }

@@ -1,26 +1,37 @@
-"""Fence for one job attempt: runs the job as its child and kills it when the node is fenced.
+"""Fence for one job attempt: runs the job as its child and ends it, with every process it
+started, when asked, when the job's main process exits, or when the node is fenced.
 
-``python guard.py --lease-fd FD --agent-pid PID [--exit-record FILE] [--umask N]
-[--uid N --gid N --groups N,N] -- COMMAND...``
+``python -I -S guard.py --lease-fd FD --agent-pid PID --env-file FILE [--exit-record FILE]
+[--log FILE --log-cap BYTES] [--cwd DIR] [--umask N] [--uid N --gid N --groups N,N]
+-- COMMAND...``
 
-The guard runs as the agent; the job runs with ``--umask`` and, when given, as the account
-``--uid``/``--gid``/``--groups``.
+The guard runs as the agent (root on a real node), so it trusts nothing of the job: the agent
+starts it with an isolated interpreter (``-I -S``) and a fixed environment, and the job's
+environment arrives in ``--env-file`` (a 0600 file in the agent's own attempt directory, read
+and removed at start). That environment, the job's working directory (``--cwd``, entered
+after the drop) and the job's account (``--uid``/``--gid``/``--groups``) apply only to the
+child. This module is stdlib only (it cannot import miso under ``-I``; it also starts fast).
 
-The agent starts every job through this guard (stdlib only, so it starts fast). The guard
+The guard
 
-* forwards the checkpoint signal (``SIGUSR1``) and ``SIGTERM`` to the job;
-* kills the whole process group (the job and its children) when the controller's lease has
-  run out (the lease file, open as descriptor ``FD``, holds the lease's end in seconds since
-  the epoch, written by the agent on every renewal) or the agent has died - so a hung or
-  partitioned node stops its jobs before the controller, which waits the lease out, starts
-  them elsewhere;
-* on exit writes ``{"returncode", "fenced", "time"}`` to the exit record (in the agent's
-  attempt directory, under the shared state directory: the controller reads it even when the
-  node is unreachable), so a job that finished on a lost node is never run again;
-* copies the job's output (stdout and stderr, through a pipe) to its own stdout, the
-  attempt's log: a write that fails (the disk is full) drops that output, never the job - a
-  job writing straight to a full log file would die of ENOSPC on its next ``print``;
-* exits with the job's exit code (128 + N when the job died of signal N).
+* forwards the checkpoint signal (``SIGUSR1``), ``SIGTERM`` and ``SIGINT`` to the job;
+* ends the attempt on ``SIGHUP`` (the agent's cancel), when the controller's lease has run out
+  (the lease file, open as descriptor ``FD``, holds the lease's end in seconds since the
+  epoch) or the agent has died, and when the job's main process exits;
+* tracks the job's processes as a set, not a process group (a child that called ``setsid()``
+  or double-forked has left the group): in a per-attempt cgroup v2 (``miso-<pid>`` under its
+  own cgroup) where the node has a writable cgroup2 mount, killed with ``cgroup.kill``; and
+  always as a child subreaper (``PR_SET_CHILD_SUBREAPER``), so orphaned descendants reparent
+  to the guard, which kills every descendant it finds in ``/proc`` (stopped first, so that a
+  fork loop cannot outrun it) until none is left. ``MISO_ATTEMPT_TOKEN`` in the job's
+  environment is the last resort of the agent (:func:`token_pids`) when the guard is gone;
+* on exit writes ``{"returncode", "fenced", "why", "time"}`` to the exit record (in the
+  agent's attempt directory), so a job that finished on a lost node is never run again;
+* copies the job's output (through a pipe) to the attempt's log, capped at ``--log-cap``
+  bytes: past the cap it keeps the first quarter and the last half, with one line saying how
+  many bytes were dropped from the middle (and ``<log>.cap``, a small JSON the agent reads);
+  a write that fails (the disk is full) drops that output, never the job;
+* exits with the job's exit code (128 + N when it died of signal N; 137 when ended).
 
 An empty lease file (an agent no controller ever leased) means no fencing.
 """
@@ -28,6 +39,7 @@ An empty lease file (an agent no controller ever leased) means no fencing.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import select
@@ -37,6 +49,11 @@ import sys
 import time
 
 POLL_S = 0.1
+PR_SET_CHILD_SUBREAPER = 36
+#: Bytes of the note that replaces the middle of a capped log (fixed: rewritten in place).
+MARK_BYTES = 100
+#: Largest environment file the guard reads.
+ENV_FILE_LIMIT = 4 << 20
 
 
 def lease_until(fd: int) -> float | None:
@@ -74,12 +91,219 @@ def write_record(path: str | None, returncode: int | None, fenced: bool, why: st
             os.unlink(tmp)
 
 
-class Output:
-    """Copies the job's pipe to fd 1; a failed write drops the data (and says so later)."""
+# ---- the job's processes ----------------------------------------------------------------
 
-    def __init__(self, fd: int) -> None:
+def _stat(pid: str) -> tuple[int, str] | None:
+    """(ppid, state) of a process, None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            text = f.read(4096)
+    except OSError:
+        return None
+    fields = text.rpartition(b")")[2].split()  # the name (comm) may hold spaces and ")"
+    try:
+        return int(fields[1]), fields[0].decode()
+    except (IndexError, ValueError):
+        return None
+
+
+def descendants(root: int) -> list[int]:
+    """Live (not zombie) descendants of ``root``, from ``/proc``."""
+    children: dict[int, list[int]] = {}
+    live: set[int] = set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        st = _stat(name)
+        if st is None:
+            continue
+        children.setdefault(st[0], []).append(int(name))
+        if st[1] != "Z":
+            live.add(int(name))
+    out, todo = [], [root]
+    while todo:
+        for c in children.get(todo.pop(), ()):
+            out.append(c)
+            todo.append(c)
+    return [p for p in out if p in live]
+
+
+def token_pids(token: str) -> list[int]:
+    """Processes whose environment holds ``MISO_ATTEMPT_TOKEN=<token>`` (a job may clear its
+    environment: the last resort, after the cgroup and the guard)."""
+    needle = f"\0MISO_ATTEMPT_TOKEN={token}\0".encode()
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                env = b"\0" + f.read(1 << 20) + b"\0"
+        except OSError:
+            continue
+        if needle in env:
+            out.append(int(name))
+    return out
+
+
+def cgroup2_root() -> str | None:
+    """Mount point of the cgroup v2 hierarchy, if any."""
+    try:
+        with open("/proc/self/mounts") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) > 2 and parts[2] == "cgroup2":
+                    return parts[1]
+    except OSError:
+        pass
+    return None
+
+
+def cgroup_procs(path: str) -> list[int]:
+    try:
+        with open(os.path.join(path, "cgroup.procs")) as f:
+            return [int(x) for x in f.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def kill_cgroup(path: str) -> None:
+    """SIGKILL every process of a cgroup (``cgroup.kill``, else one by one)."""
+    try:
+        with open(os.path.join(path, "cgroup.kill"), "w") as f:
+            f.write("1")
+    except OSError:
+        for p in cgroup_procs(path):
+            if p != os.getpid():
+                with contextlib.suppress(OSError):
+                    os.kill(p, signal.SIGKILL)
+
+
+def own_cgroup() -> str | None:
+    """This process's cgroup v2 directory, if the node has a cgroup2 mount."""
+    mnt = cgroup2_root()
+    if mnt is None:
+        return None
+    try:
+        with open("/proc/self/cgroup") as f:
+            own = next(ln.split(":", 2)[2].strip() for ln in f if ln.startswith("0::"))
+    except (OSError, StopIteration):
+        return None
+    return os.path.join(mnt, own.lstrip("/"))
+
+
+def end_cgroup(guard_pid: int) -> int:
+    """Kill what is left in the cgroup of a guard that is gone (the guard was started by this
+    process, so its cgroup is ``miso-<pid>`` under this process's own); returns how many
+    processes were still there."""
+    home = own_cgroup()
+    path = os.path.join(home, f"miso-{guard_pid}") if home else None
+    if path is None or not os.path.isdir(path):
+        return 0
+    left = cgroup_procs(path)
+    kill_cgroup(path)
+    deadline = time.time() + 2.0
+    while cgroup_procs(path) and time.time() < deadline:
+        time.sleep(0.01)
+    with contextlib.suppress(OSError):
+        os.rmdir(path)
+    return len(left)
+
+
+class Tracker:
+    """The set of the job's processes: a cgroup v2 when usable, the subreaper tree always."""
+
+    def __init__(self) -> None:
+        self.cgroup: str | None = None
+        self.subreaper = False
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            self.subreaper = libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        self.home = own_cgroup()
+        if self.home is None:
+            return
+        try:
+            path = os.path.join(self.home, f"miso-{os.getpid()}")
+            if os.path.isdir(path):  # left by an earlier guard with this pid
+                kill_cgroup(path)
+                os.rmdir(path)
+            os.mkdir(path, 0o755)
+            self.cgroup = path
+        except OSError:
+            self.cgroup = None
+
+    def enter(self) -> None:
+        """Move the guard into the attempt's cgroup (its next child starts there)."""
+        if self.cgroup is None:
+            return
+        try:
+            with open(os.path.join(self.cgroup, "cgroup.procs"), "w") as f:
+                f.write(str(os.getpid()))
+        except OSError:
+            self.close()
+
+    def leave(self) -> None:
+        """Move the guard back out: only the job's processes stay in the cgroup."""
+        if self.cgroup is None or self.home is None:
+            return
+        try:
+            with open(os.path.join(self.home, "cgroup.procs"), "w") as f:
+                f.write(str(os.getpid()))
+        except OSError:
+            pass
+
+    def left(self) -> list[int]:
+        """Processes of the job still alive."""
+        me = os.getpid()
+        cg = [p for p in cgroup_procs(self.cgroup) if p != me] if self.cgroup else []
+        return sorted(set(cg) | set(descendants(me)))
+
+    def kill_all(self, reap: object) -> int:
+        """SIGKILL every process of the job until none is left; returns how many remain
+        (0 unless one cannot be killed within ~5 s)."""
+        deadline = time.time() + 5.0
+        while True:
+            if self.cgroup:
+                kill_cgroup(self.cgroup)
+            pids = descendants(os.getpid())
+            for sig in (signal.SIGSTOP, signal.SIGKILL):  # stopped first: no new forks
+                for p in pids:
+                    with contextlib.suppress(OSError):
+                        os.kill(p, sig)
+            reap()  # type: ignore[operator]
+            rest = self.left()
+            if not rest or time.time() > deadline:
+                return len(rest)
+            time.sleep(0.01)
+
+    def close(self) -> None:
+        if self.cgroup is not None:
+            with contextlib.suppress(OSError):
+                os.rmdir(self.cgroup)
+            self.cgroup = None
+
+
+# ---- output -----------------------------------------------------------------------------
+
+class Output:
+    """Copies the job's pipe to the log; a failed write drops the data (and says so later).
+
+    With a cap, the log keeps its first ``cap // 4`` bytes, a fixed-size note of what was
+    dropped, and the last ``cap // 2`` bytes (compacted in place, in chunks: the guard's
+    memory does not grow with the output).
+    """
+
+    def __init__(self, fd: int, log: str | None = None, cap: int = 0) -> None:
         self.fd = fd
-        self.dropped = 0
+        self.dropped = 0  # lost to failed writes
+        self.cut = 0  # dropped from the middle by the cap
+        self.cap = cap if cap >= 8 * MARK_BYTES else 0
+        self.log = log
+        if log is not None:
+            self.out = os.open(log, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            self.size = os.lseek(self.out, 0, os.SEEK_END)
+        else:
+            self.out, self.size = 1, 0
 
     def pump(self, timeout: float) -> bool:
         """Copy what is there within ``timeout`` s; False at end of file."""
@@ -89,62 +313,161 @@ class Output:
         data = os.read(self.fd, 65536)
         if not data:
             return False
+        self.write(data)
+        return True
+
+    def write(self, data: bytes) -> None:
         if self.dropped:
             data = f"[miso: {self.dropped} bytes of output lost: disk full?]\n".encode() + data
         try:
-            os.write(1, data)
+            if self.log is None:
+                os.write(self.out, data)
+            else:
+                os.pwrite(self.out, data, self.size)
+                self.size += len(data)
+                if self.cap and self.size > self.cap:
+                    self._compact()
             self.dropped = 0
         except OSError:
             self.dropped += len(data)
-        return True
+
+    def _compact(self) -> None:
+        head, keep = self.cap // 4, self.cap // 2
+        start = head + MARK_BYTES
+        src = self.size - keep
+        self.cut += src - (start if self.cut else head)
+        pos = 0
+        while pos < keep:
+            chunk = os.pread(self.out, min(1 << 20, keep - pos), src + pos)
+            if not chunk:
+                break
+            os.pwrite(self.out, chunk, start + pos)
+            pos += len(chunk)
+        os.ftruncate(self.out, start + pos)
+        self.size = start + pos
+        note = (f"\n[miso: {self.cut} bytes dropped from the middle of this log; "
+                f"cap {self.cap / (1 << 20):g} MiB]")
+        os.pwrite(self.out, note.encode()[:MARK_BYTES - 1].ljust(MARK_BYTES - 1) + b"\n", head)
+        with contextlib.suppress(OSError):
+            tmp = f"{self.log}.cap.tmp"
+            with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
+                              0o600), "w") as f:
+                json.dump({"dropped": self.cut, "cap": self.cap, "head": head}, f)
+            os.replace(tmp, f"{self.log}.cap")
+
+    def note(self, text: str) -> None:
+        self.write(text.encode(errors="replace"))
+
+
+# ---- main -------------------------------------------------------------------------------
+
+def read_env(path: str | None) -> dict[str, str]:
+    """The job's environment from the agent's file (removed once read)."""
+    if not path:
+        return {}
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        data = os.read(fd, ENV_FILE_LIMIT + 1)
+    finally:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    env = json.loads(data)
+    if len(data) > ENV_FILE_LIMIT or not isinstance(env, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and "\0" not in k + v and k and
+            "=" not in k for k, v in env.items()):
+        raise ValueError("bad environment file")
+    return env
 
 
 def main(argv: list[str]) -> int:
     if "--" not in argv:
-        print("usage: guard.py --lease-fd FD --agent-pid PID [--exit-record FILE] -- CMD...",
-              file=sys.stderr)
+        print("usage: guard.py --lease-fd FD --agent-pid PID [--env-file F] [--exit-record F] "
+              "-- CMD...", file=sys.stderr)
         return 2
     i = argv.index("--")
     opts, cmd = argv[:i], argv[i + 1:]
     args = dict(zip(opts[::2], opts[1::2], strict=False))
     lease, record = int(args.get("--lease-fd", "-1")), args.get("--exit-record")
     agent = int(args.get("--agent-pid", "0") or 0)
+    out = Output(-1, args.get("--log"), int(args.get("--log-cap", "0")))
     box: list[subprocess.Popen[bytes]] = []
     pending: list[int] = []
+    end: list[str] = []
 
     def forward(sig: int, _frame: object) -> None:
         if box:
-            box[0].send_signal(sig)
+            with contextlib.suppress(OSError):
+                os.kill(box[0].pid, sig)
         else:
             pending.append(sig)
 
+    def stop(_sig: int, _frame: object) -> None:
+        end.append("killed")
+
     for sig in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, forward)
+    signal.signal(signal.SIGHUP, stop)
+    try:
+        env = read_env(args.get("--env-file"))
+    except (OSError, ValueError) as e:
+        out.note(f"miso: cannot read the job's environment: {e}\n")
+        write_record(record, 127, False, str(e))
+        return 127
     kw: dict[str, object] = {"umask": int(args.get("--umask", "63"))}
     if "--uid" in args:
         kw.update(user=int(args["--uid"]), group=int(args["--gid"]),
                   extra_groups=[int(g) for g in args.get("--groups", "").split(",") if g])
+    cwd = args.get("--cwd")
+    tracker = Tracker()
+    tracker.enter()
     try:
-        child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                 **kw)  # type: ignore[call-overload]
-    except OSError as e:
-        print(f"miso: cannot start {cmd[0] if cmd else ''!r}: {e}", file=sys.stderr)
+        # the working directory is entered after the drop to the job's account
+        child = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=env, preexec_fn=(lambda: os.chdir(cwd)) if cwd else None,
+            **kw)  # type: ignore[call-overload]
+    except (OSError, subprocess.SubprocessError) as e:
+        tracker.leave()
+        tracker.close()
+        out.note(f"miso: cannot start {cmd[0] if cmd else ''!r}: {e}\n")
         write_record(record, 127, False, str(e))
         return 127
+    tracker.leave()
     box.append(child)
     for sig in pending:
-        child.send_signal(sig)
+        forward(sig, None)
     assert child.stdout is not None
-    out = Output(child.stdout.fileno())
+    out.fd = child.stdout.fileno()
+    status: list[int] = []
+
+    def reap() -> None:
+        """Collect every exited child (orphans reparented to this subreaper too)."""
+        while True:
+            try:
+                pid, st = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid == child.pid:
+                status.append(os.waitstatus_to_exitcode(st))
+                child.returncode = status[-1]
+
     open_pipe = True
     last_check = 0.0
+    fenced, why = False, ""
     while True:
         if open_pipe:
             open_pipe = out.pump(POLL_S)
-        rc = child.poll()
-        if rc is not None:
-            while open_pipe:  # the rest of its output
-                open_pipe = out.pump(0.0) and bool(select.select([out.fd], [], [], 0)[0])
+        reap()
+        if status:
+            drain_until = time.time() + 1.0  # the rest of its output; a leftover that holds
+            while open_pipe and time.time() < drain_until:  # the pipe open is killed below
+                open_pipe = bool(select.select([out.fd], [], [], 0)[0]) and out.pump(0.0)
+            break
+        if end:
+            why = "killed"
             break
         if not open_pipe:
             time.sleep(POLL_S)
@@ -155,9 +478,20 @@ def main(argv: list[str]) -> int:
         why = "lease expired" if until is not None and time.time() > until else \
             "agent died" if agent and not alive(agent) else ""
         if why:
-            print(f"miso: fencing this job ({why})", file=sys.stderr, flush=True)
+            out.note(f"miso: fencing this job ({why})\n")
+            fenced = True
             write_record(record, None, True, why)
-            os.killpg(os.getpgrp(), signal.SIGKILL)
+            break
+    exited = bool(status)  # the job's main process ended by itself
+    left = tracker.kill_all(reap)
+    tracker.close()
+    if left:
+        out.note(f"miso: {left} process(es) of this job could not be killed\n")
+    if not exited:
+        if not fenced:
+            write_record(record, None, False, why)
+        return 137
+    rc = status[0]
     write_record(record, rc, False, "")
     return rc if rc >= 0 else 128 - rc
 

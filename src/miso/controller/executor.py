@@ -198,6 +198,8 @@ class PlanExecutor:
                 return None
             time.sleep(0.05)
         rec = rt.job(job) or rec
+        if rec.terminal:  # the old copy finished the job while we waited: never run it again
+            return None
         now = rt.now()
         ck_dir = rt.checkpoint_root / job
         resume, path = resume_point(rec.checkpoint_iteration, rec.checkpoint_path, ck_dir)

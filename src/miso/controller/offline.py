@@ -5,6 +5,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+from miso.agent.logfile import attempt_lines
+
 
 def _job_id(db: Path, job: str) -> str:
     """The id of job ``job`` (an id or a name), from the store opened read-only."""
@@ -35,7 +37,7 @@ def logs_from_disk(state_dir: str | Path, job: str, tail: int = 200) -> str:
                 found.append((int(n), node_dir.name, att / "output.log"))
     for n, node, f in sorted(found):
         try:
-            lines = f.read_text(errors="replace").splitlines()[-tail:]
+            lines = attempt_lines(f, tail)  # from the end: O(tail), not O(log)
         except OSError:
             continue
         out.append(f"--- {jid} attempt-{n} on {node} ---")

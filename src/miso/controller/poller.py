@@ -32,6 +32,10 @@ from miso.sched import (
 
 log = logging.getLogger(__name__)
 
+#: Start of a running job's note when its progress file is bad (see :meth:`on_report`).
+REPORTS_INVALID = "reports invalid"
+
+
 
 class AgentPoller:
     """Discovery and polling of agents (see the module docstring)."""
@@ -189,6 +193,8 @@ class AgentPoller:
                     rt.try_call(node, "forget", job, attempt)
                 continue
             assert run is not None
+            self._note_report_error(job, run.last.get("report_error") or "",
+                                    a.get("report_error") or "")
             run.last = a
             self._note_checkpointable(job, a.get("checkpointable"))
             prog: dict[str, Any] = {}
@@ -236,6 +242,21 @@ class AgentPoller:
                 rt.post_event(JobFailed(job, why + (f": {cause}" if cause else "")))
             run.done.set()
             rt.try_call(node, "forget", job, attempt)
+
+    def _note_report_error(self, job: str, before: str, now: str) -> None:
+        """Show (in the job's note, hence ``miso status``) that the job's own reports are
+        invalid - its progress file is bad - and clear it once they are valid again."""
+        if now == before:
+            return
+        rec = self.rt.job(job)
+        if rec is None:
+            return
+        if now:
+            self.rt.store.progress(job, note=f"{REPORTS_INVALID}: {str(now)[:200]}")
+            self.rt.store.log_event(self.rt.now(), "reports-invalid",
+                                    {"job": job, "error": str(now)[:200]})
+        elif rec.note.startswith(REPORTS_INVALID):
+            self.rt.store.progress(job, note="")
 
     def _note_checkpointable(self, job: str, value: bool | None) -> None:
         if value is None:
