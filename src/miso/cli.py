@@ -233,6 +233,9 @@ def _mount() -> None:
     app.command("demo")(cli_demo.demo)
     app.command("doctor")(doctor)
     app.command("events")(cli_events.events)
+    from miso import cli_deploy  # noqa: PLC0415 - deploy paths (docs/deploy.md)
+    app.add_typer(cli_deploy.slurm_app, name="slurm")
+    app.command("node")(cli_deploy.node)
 
 
 _mount()

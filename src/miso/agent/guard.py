@@ -8,7 +8,9 @@ The guard runs as the agent; the job runs with ``--umask`` and, when given, as t
 
 The agent starts every job through this guard (stdlib only, so it starts fast). The guard
 
-* forwards the checkpoint signal (``SIGUSR1``) and ``SIGTERM`` to the job;
+* forwards the checkpoint signal (``SIGUSR1``) and ``SIGTERM`` to the job; after a SIGTERM
+  (the node is going away: its agent dies with it) it no longer fences on the agent's death,
+  only on the lease, so a job that saves on SIGTERM (:mod:`miso.job`) can finish saving;
 * kills the whole process group (the job and its children) when the controller's lease has
   run out (the lease file, open as descriptor ``FD``, holds the lease's end in seconds since
   the epoch, written by the agent on every renewal) or the agent has died - so a hung or
@@ -112,7 +114,11 @@ def main(argv: list[str]) -> int:
     box: list[subprocess.Popen[bytes]] = []
     pending: list[int] = []
 
+    terminating: list[float] = []
+
     def forward(sig: int, _frame: object) -> None:
+        if sig == signal.SIGTERM:
+            terminating.append(time.time())
         if box:
             box[0].send_signal(sig)
         else:
@@ -153,7 +159,7 @@ def main(argv: list[str]) -> int:
         last_check = time.time()
         until = lease_until(lease) if lease >= 0 else None
         why = "lease expired" if until is not None and time.time() > until else \
-            "agent died" if agent and not alive(agent) else ""
+            "agent died" if agent and not terminating and not alive(agent) else ""
         if why:
             print(f"miso: fencing this job ({why})", file=sys.stderr, flush=True)
             write_record(record, None, True, why)
