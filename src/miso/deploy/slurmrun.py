@@ -10,12 +10,13 @@ deploy/slurm/miso.sbatch) on the allocation's first node. It
 3. once every node has joined, runs ``miso cluster up --address ...`` (controller and HTTP
    API on this node, one agent per node) with the options it was given;
 4. waits. On SIGTERM or SIGINT (``#SBATCH --signal=B:TERM@120`` before the time limit,
-   ``scancel --batch --signal=TERM``, or plain ``scancel``) it runs ``miso cluster down``
-   (every job checkpoints, the store records it), then stops the srun step: every node stops
-   its Ray and reaps what is left, and the allocation ends with nothing running.
+   ``scancel --batch --signal=TERM``, or plain ``scancel``) it halts the controller, asks
+   every job to save and exit (:func:`miso.raycluster.checkpoint_jobs`), stops the agents,
+   then stops the srun step: every node stops its Ray and reaps what is left, and the
+   allocation ends with nothing running.
 
 A plain ``scancel`` sends SIGTERM to every process of the allocation at once, Ray's included,
-so ``cluster down`` may find Ray gone: then the jobs save on their own SIGTERM
+so the launcher may find Ray gone: then the jobs save on their own SIGTERM
 (:mod:`miso.job`), their guards let them finish saving, and the next allocation on the same
 state directory resumes them from those saves.
 """
@@ -231,11 +232,11 @@ def teardown(plan: Plan, step: subprocess.Popen[bytes], grace: float) -> None:
     t0 = time.time()
     if step.poll() is None and nodes_mod.port_open(plan.head_ip, plan.ports.gcs):
         try:
-            subprocess.run(miso_cmd("cluster", "down", "--state-dir", plan.state_dir,
-                                    "--address", plan.address),
-                           stdin=subprocess.DEVNULL, timeout=max(5.0, grace), check=False)
+            subprocess.run([sys.executable, "-m", "miso.deploy.slurmrun", "drain",
+                            plan.address, f"{max(1.0, grace - 5):g}"],
+                           stdin=subprocess.DEVNULL, timeout=grace + 15, check=False)
         except subprocess.TimeoutExpired:
-            say("miso slurm: cluster down did not finish in time; stopping the nodes")
+            say("miso slurm: the jobs did not all save in time; stopping the nodes")
     if step.poll() is None:
         # SIGTERM to the step's tasks (every node's `miso node`); a SIGTERM to srun itself
         # would make it kill the step at once
@@ -257,3 +258,22 @@ def teardown(plan: Plan, step: subprocess.Popen[bytes], grace: float) -> None:
 
 def say(line: str) -> None:
     print(line, flush=True)
+
+
+def drain(address: str, timeout: float) -> int:
+    """Checkpoint every job, then stop the controller and the agents (the launcher's
+    orderly stop, in its own process: Ray may be going away under it)."""
+    from miso import raycluster as rc  # noqa: PLC0415
+
+    rc.connect(address)
+    left = rc.checkpoint_jobs(timeout)
+    rc.stop_actors(stop_jobs=True)
+    say(f"miso slurm: jobs saved and stopped ({left} did not save in {timeout:g}s, killed)"
+        if left else "miso slurm: every job saved and stopped")
+    return 0
+
+
+if __name__ == "__main__":  # python -m miso.deploy.slurmrun drain ADDRESS TIMEOUT
+    if len(sys.argv) != 4 or sys.argv[1] != "drain":
+        sys.exit("usage: python -m miso.deploy.slurmrun drain ADDRESS TIMEOUT")
+    sys.exit(drain(sys.argv[2], float(sys.argv[3])))
