@@ -235,7 +235,7 @@ def _mount() -> None:
     app.command("events")(cli_events.events)
     from miso import cli_deploy  # noqa: PLC0415 - deploy paths (docs/deploy.md)
     app.add_typer(cli_deploy.slurm_app, name="slurm")
-    app.command("node")(cli_deploy.node)
+    app.command("node", context_settings=cli_deploy.NODE_CONTEXT)(cli_deploy.node)
 
 
 _mount()

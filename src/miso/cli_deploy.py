@@ -6,7 +6,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -83,7 +87,12 @@ def ports(
     typer.echo(json.dumps(p.to_json()))
 
 
+#: ``miso node`` passes the options after ``--`` to ``miso cluster up`` (with --controller).
+NODE_CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+
 def node(
+    ctx: typer.Context,
     head: Annotated[bool, typer.Option("--head", help="This node is Ray's head.")] = False,
     address: Annotated[str | None, typer.Option(
         "--address", help="HOST:PORT of the head's Ray (GCS).")] = None,
@@ -96,6 +105,15 @@ def node(
     agent: Annotated[bool, typer.Option(
         "--agent/--no-agent", help="Offer the 'miso_agent' resource (run a miso agent).")]
     = True,
+    controller: Annotated[bool, typer.Option(
+        "--controller", help="On the head: also run miso's controller and API (`miso cluster "
+        "up --address`, with the options after --); on stop every job saves first.")]
+    = False,
+    start_agent: Annotated[str | None, typer.Option(
+        "--start-agent", help="Once joined, start the miso agent of every agent node that "
+        "lacks one: 'nvml' (real GPUs) or 'emulated'.")] = None,
+    gpus: Annotated[int, typer.Option("--gpus", help="Emulated GPUs (--start-agent "
+                                      "emulated).")] = 4,
     temp_dir: Annotated[str | None, typer.Option(
         "--temp-dir", help="Ray's temp dir (short; removed on exit when given).")] = None,
     node_ip: Annotated[str | None, typer.Option(
@@ -106,14 +124,14 @@ def node(
     num_gpus: Annotated[int | None, typer.Option("--num-gpus", help="GPUs Ray offers.")]
     = None,
     state_dir: Annotated[str | None, typer.Option(
-        "--state-dir", help="Take Ray's token from this state directory (when "
+        "--state-dir", help="miso's state directory (Ray's token is taken from it when "
         "RAY_AUTH_TOKEN_PATH is not set).")] = None,
     grace: Grace = 20.0,
     join_timeout: Annotated[float, typer.Option(
         "--join-timeout", help="Seconds to wait for the head / for Ray to start.")] = 300.0,
 ) -> None:
-    """Run this node's Ray in the foreground and own it: on SIGTERM stop it and every process
-    below it (jobs get --grace seconds to save), then exit. For srun, systemd, pods."""
+    """Run this node's Ray in the foreground and own it: on SIGTERM the jobs save (--grace
+    seconds), then Ray and every process below it stop. For srun, systemd units, pods."""
     from miso import raytoken
     from miso.deploy import node as nd
     from miso.deploy import slurm
@@ -123,6 +141,17 @@ def node(
         head = here == slurm_head
     if not head and not address:
         fail("give --head, or the head's --address HOST:PORT")
+    if controller and not head:
+        fail("--controller runs on the head only (--head)")
+    if ctx.args and not controller:
+        fail(f"unexpected arguments {' '.join(ctx.args)!r} (they go to `miso cluster up` "
+             "with --controller)")
+    if start_agent not in (None, "nvml", "emulated"):
+        fail(f"--start-agent must be nvml or emulated, got {start_agent!r}")
+    if (controller or start_agent) and state_dir is None:
+        state_dir = os.environ.get("MISO_STATE_DIR")
+        if not state_dir:
+            fail("--controller and --start-agent need --state-dir (or $MISO_STATE_DIR)")
     if not (0 < grace < 3600):
         fail("--grace must be between 0 and 3600 seconds")
     os.environ["RAY_AUTH_MODE"] = "token"  # never without it
@@ -135,6 +164,8 @@ def node(
                 fail(f"no Ray token in {f}")
             raytoken.ensure(state_dir)
         raytoken.use(f)
+    if state_dir is not None:
+        os.environ["MISO_STATE_DIR"] = state_dir
     if ports_block is not None:
         try:
             plan = slurm.RayPorts.of_block(ports_block)
@@ -163,11 +194,13 @@ def node(
                 args.append(f"{flag}={v}")
         if resources:
             args.append(f"--resources={json.dumps(resources)}")
-    host = "127.0.0.1" if head else (address or "").rpartition(":")[0]
-    probe_port = gcs if head else int((address or ":0").rpartition(":")[2] or 0)
+    if head:
+        host, probe_port = node_ip or "127.0.0.1", gcs
+    else:
+        host, _, p = (address or "").rpartition(":")
+        probe_port = int(p) if p.isdigit() else 0
+    gcs_address = f"{host}:{probe_port}"
     if not head:  # the head may start a little later in the same srun step
-        import time
-
         deadline = time.time() + join_timeout
         while not nd.port_open(host, probe_port):
             if time.time() > deadline:
@@ -177,19 +210,40 @@ def node(
     started = {"at": 0.0}
 
     def ready() -> bool:
-        import time
-
         if not started["at"]:
             started["at"] = time.time()
         # the head is up when its GCS listens; a worker once `ray start` has had time to
         # register (it exits at once when it cannot)
         return nd.port_open(host, probe_port) if head else time.time() - started["at"] > 3
+
+    def on_ready() -> None:
+        if controller:
+            r = subprocess.run([sys.executable, "-m", "miso.cli", "cluster", "up",
+                                "--address", gcs_address, "--state-dir", str(state_dir),
+                                *ctx.args], stdin=subprocess.DEVNULL, check=False)
+            if r.returncode != 0:
+                raise RuntimeError(f"miso cluster up failed (exit {r.returncode})")
+        if start_agent:
+            backend = {"kind": "nvml"} if start_agent == "nvml" else \
+                {"kind": "emulated", "gpus": gpus}
+            subprocess.run([sys.executable, "-m", "miso.deploy.actions", "agents", gcs_address,
+                            json.dumps(backend), str(Path(str(state_dir)) / "agents")],
+                           stdin=subprocess.DEVNULL, check=False, timeout=300)
+
+    def before_stop() -> None:
+        if controller and node_obj.running():
+            subprocess.run([sys.executable, "-m", "miso.deploy.actions", "drain", gcs_address,
+                            f"{max(1.0, grace - 5):g}"], stdin=subprocess.DEVNULL,
+                           check=False, timeout=grace + 15)
+
+    say = lambda s: typer.echo(s, err=s.startswith("error"))  # noqa: E731
     try:
-        code = nd.serve(node_obj, ready=ready, ready_timeout=join_timeout,
-                        say=lambda s: typer.echo(s, err=s.startswith("error")))
+        code = nd.serve(node_obj, ready=ready, on_ready=on_ready, before_stop=before_stop,
+                        ready_timeout=join_timeout, say=say)
+    except RuntimeError as e:
+        say(f"error: {e}")
+        code = 1
     finally:
         if temp_dir:
-            import shutil
-
             shutil.rmtree(temp_dir, ignore_errors=True)
     raise typer.Exit(code)

@@ -4,10 +4,11 @@
 (``PR_SET_CHILD_SUBREAPER``): Ray's daemons, its workers, miso's agent and every job process
 (whatever session or process group they start) stay its descendants even when their parent
 dies, so Slurm's process tracking keeps seeing them and this process can end them all. On
-SIGTERM or SIGINT (``scancel``, ``systemctl stop``, srun forwarding) it stops Ray, gives every
-descendant ``grace`` seconds to exit (a job that uses :mod:`miso.job` saves on SIGTERM and exits
-75), then SIGKILLs what is left and waits for it. Readiness (the node joined its cluster) is
-reported to systemd with ``READY=1`` when ``$NOTIFY_SOCKET`` is set (``Type=notify`` units).
+SIGTERM or SIGINT (``scancel``, ``systemctl stop``, srun forwarding) it sends SIGTERM to the
+jobs below it (a job that uses :mod:`miso.job` saves and exits 75) and gives them ``grace``
+seconds while Ray still runs, then stops Ray, SIGKILLs what is left and waits for it.
+Readiness (the node joined its cluster) is reported to systemd with ``READY=1`` when
+``$NOTIFY_SOCKET`` is set (``Type=notify`` units).
 """
 
 from __future__ import annotations
@@ -196,13 +197,23 @@ class Node:
         return self.proc is not None and self.proc.poll() is None
 
     def stop(self) -> list[str]:
-        """Stop Ray and every descendant; returns those that had to be SIGKILLed."""
+        """SIGTERM the jobs below us (they save and exit 75) and wait up to ``grace`` s for
+        them while Ray still runs, then stop Ray and every other descendant; returns those
+        that had to be SIGKILLed."""
         self.stopping = True
+        me = os.getpid()
+        for p in alive_descendants(me):
+            if is_job_process(p):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(p, signal.SIGTERM)
+        deadline = time.time() + self.grace
+        while time.time() < deadline and any(is_job_process(p) for p in alive_descendants(me)):
+            time.sleep(0.2)
         if self.running():
             assert self.proc is not None
             with contextlib.suppress(ProcessLookupError):
                 self.proc.send_signal(signal.SIGTERM)
-        return end_descendants(self.grace)
+        return end_descendants(max(0.0, deadline - time.time()))
 
 
 def serve(node: Node, *, ready: Callable[[], bool], on_ready: Callable[[], None] | None = None,

@@ -232,7 +232,7 @@ def teardown(plan: Plan, step: subprocess.Popen[bytes], grace: float) -> None:
     t0 = time.time()
     if step.poll() is None and nodes_mod.port_open(plan.head_ip, plan.ports.gcs):
         try:
-            subprocess.run([sys.executable, "-m", "miso.deploy.slurmrun", "drain",
+            subprocess.run([sys.executable, "-m", "miso.deploy.actions", "drain",
                             plan.address, f"{max(1.0, grace - 5):g}"],
                            stdin=subprocess.DEVNULL, timeout=grace + 15, check=False)
         except subprocess.TimeoutExpired:
@@ -259,21 +259,3 @@ def teardown(plan: Plan, step: subprocess.Popen[bytes], grace: float) -> None:
 def say(line: str) -> None:
     print(line, flush=True)
 
-
-def drain(address: str, timeout: float) -> int:
-    """Checkpoint every job, then stop the controller and the agents (the launcher's
-    orderly stop, in its own process: Ray may be going away under it)."""
-    from miso import raycluster as rc  # noqa: PLC0415
-
-    rc.connect(address)
-    left = rc.checkpoint_jobs(timeout)
-    rc.stop_actors(stop_jobs=True)
-    say(f"miso slurm: jobs saved and stopped ({left} did not save in {timeout:g}s, killed)"
-        if left else "miso slurm: every job saved and stopped")
-    return 0
-
-
-if __name__ == "__main__":  # python -m miso.deploy.slurmrun drain ADDRESS TIMEOUT
-    if len(sys.argv) != 4 or sys.argv[1] != "drain":
-        sys.exit("usage: python -m miso.deploy.slurmrun drain ADDRESS TIMEOUT")
-    sys.exit(drain(sys.argv[2], float(sys.argv[3])))
