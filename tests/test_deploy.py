@@ -183,3 +183,18 @@ def test_guard__after_sigterm_the_agents_death_does_not_cut_a_save_short(
         assert g.wait(timeout=30) == 75
     rec = json.loads(record.read_text())
     assert rec["returncode"] == 75 and not rec["fenced"], rec
+
+
+def test_cli__slurm_ports_prints_the_block_of_a_job_and_refuses_outside_an_allocation(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from miso.cli import app
+
+    r = CliRunner().invoke(app, ["slurm", "ports", "--job-id", "12345", "--no-check"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output) == slurm.RayPorts.of_block(12345 % slurm.BLOCKS).to_json()
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.delenv("SLURM_JOBID", raising=False)
+    r = CliRunner().invoke(app, ["slurm", "run", "--emulated"])
+    assert r.exit_code == 2 and "not inside a Slurm allocation" in r.output

@@ -218,3 +218,32 @@ def test_node__head_with_controller_notifies_ready_and_drains_on_sigterm(
                 continue
         return True
     wait_for(none_left, 10)
+
+
+def test_docs__every_miso_command_in_deploy_md_uses_options_that_exist() -> None:
+    """docs/deploy.md's `miso ...` lines: each subcommand exists and has each option used."""
+    import re
+
+    from typer.testing import CliRunner
+
+    from miso.cli import app
+
+    text = (ROOT / "docs" / "deploy.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", text, re.S)
+    lines = [ln.split("#")[0].strip() for b in blocks for ln in b.splitlines()]
+    checked = 0
+    for ln in lines:
+        words = ln.split()
+        if not words or words[0] != "miso":
+            continue
+        words = words[:words.index("--")] if "--" in words else words
+        path = [w for w in words[1:] if not w.startswith("-")][:2]
+        out = CliRunner().invoke(app, [*path, "--help"], terminal_width=200)
+        if out.exit_code != 0:  # a one-word command with an argument (miso submit NAME)
+            path = path[:1]
+            out = CliRunner().invoke(app, [*path, "--help"], terminal_width=200)
+        assert out.exit_code == 0, (ln, out.output)
+        for flag in (w.split("=")[0] for w in words if w.startswith("--")):
+            assert flag in out.output, (ln, flag)
+        checked += 1
+    assert checked >= 3
