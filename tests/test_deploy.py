@@ -198,3 +198,12 @@ def test_cli__slurm_ports_prints_the_block_of_a_job_and_refuses_outside_an_alloc
     monkeypatch.delenv("SLURM_JOBID", raising=False)
     r = CliRunner().invoke(app, ["slurm", "run", "--emulated"])
     assert r.exit_code == 2 and "not inside a Slurm allocation" in r.output
+
+
+def test_head_address__loopback_alone_the_given_ip_else_refuses_a_loopback_name() -> None:
+    from miso.deploy.slurmrun import head_address
+
+    assert head_address("gpu01", 1) == "127.0.0.1"
+    assert head_address("gpu01", 4, "10.1.2.3") == "10.1.2.3"
+    with pytest.raises(RuntimeError, match="MISO_HEAD_IP"):
+        head_address("localhost", 2)

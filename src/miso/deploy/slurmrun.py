@@ -72,6 +72,21 @@ def hostnames(nodelist: str) -> list[str]:
     return out.stdout.split()
 
 
+def head_address(head: str, n_nodes: int, given: str | None = None) -> str:
+    """The address the other nodes reach the head's Ray at: ``given`` ($MISO_HEAD_IP), else
+    loopback for a one-node allocation, else the head's name resolved. A loopback answer for
+    several nodes (Debian's /etc/hosts maps the host name to 127.0.1.1) is refused."""
+    if given:
+        return given
+    if n_nodes == 1:
+        return "127.0.0.1"
+    ip = socket.gethostbyname(head)
+    if ip.startswith("127."):
+        raise RuntimeError(f"the head {head} resolves to {ip}, which the other nodes cannot "
+                           "reach; set MISO_HEAD_IP to its address on the cluster network")
+    return ip
+
+
 def make_plan(state_dir: str, env: dict[str, str]) -> Plan:
     job_id = slurm.job_id_from_env(env)
     listed = hostnames(env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or "")
@@ -80,7 +95,7 @@ def make_plan(state_dir: str, env: dict[str, str]) -> Plan:
         listed = [here]
     head = here if here in listed else listed[0]
     node_list = [head] + [n for n in listed if n != head]
-    head_ip = "127.0.0.1" if len(node_list) == 1 else socket.gethostbyname(head)
+    head_ip = head_address(head, len(node_list), env.get("MISO_HEAD_IP"))
     ports = slurm.choose_ports(job_id, nodes_mod.port_free)
     return Plan(job_id, node_list, head, head_ip, ports, slurm.temp_dir_for(job_id), state_dir)
 
@@ -184,7 +199,11 @@ def run(state_dir: str, up_args: list[str], *, grace: float = slurm.DEFAULT_GRAC
     Path(state_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
     raytoken.use_state_dir(state_dir)  # RAY_AUTH_* for every process started from here
     os.environ["MISO_STATE_DIR"] = state_dir
-    plan = make_plan(state_dir, dict(os.environ))
+    try:
+        plan = make_plan(state_dir, dict(os.environ))
+    except (RuntimeError, ValueError, OSError, subprocess.SubprocessError) as e:
+        say(f"error: {e}")
+        return 1
     write_state(plan)
     say(f"miso slurm: job {plan.job_id}, {len(plan.nodes)} node(s) {','.join(plan.nodes)}, "
         f"Ray at {plan.address} (port block {plan.ports.block}), state in {state_dir}")
