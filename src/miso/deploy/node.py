@@ -106,7 +106,7 @@ def is_job_process(pid: int) -> bool:
 
 
 #: Seconds Ray's own daemons get once no job is left (they need less; some ignore SIGTERM).
-RAY_GRACE_S = 3.0
+RAY_GRACE_S = 1.0
 
 
 def end_descendants(grace: float, *, poll: float = 0.2) -> list[str]:

@@ -30,6 +30,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -134,10 +135,12 @@ def node_command(plan: Plan, *, grace: float, gpus_per_node: int | None,
         *(["--node-ip", "127.0.0.1"] if plan.head_ip == "127.0.0.1" else []))]
 
 
-def wait_for_nodes(plan: Plan, step: subprocess.Popen[bytes], timeout: float) -> None:
-    """Block until every node of the plan runs a Ray node offering ``miso_agent``."""
+def wait_for_nodes(plan: Plan, step: subprocess.Popen[bytes], timeout: float,
+                   stopped: Callable[[], bool] = lambda: False) -> None:
+    """Block until every node of the plan runs a Ray node offering ``miso_agent`` (or
+    ``stopped()``)."""
     deadline = time.time() + timeout
-    while not nodes_mod.port_open(plan.head_ip, plan.ports.gcs):
+    while not nodes_mod.port_open(plan.head_ip, plan.ports.gcs) and not stopped():
         if step.poll() is not None:
             raise RuntimeError(f"the node step exited with {step.returncode} before Ray "
                                "came up")
@@ -147,10 +150,14 @@ def wait_for_nodes(plan: Plan, step: subprocess.Popen[bytes], timeout: float) ->
     probe = ("import sys, ray; ray.init(address=sys.argv[1], log_to_driver=False, "
              "configure_logging=False); print(sum(1 for n in ray.nodes() if n['Alive'] and "
              "n['Resources'].get('miso_agent', 0) >= 1))")
-    while True:
-        r = subprocess.run([sys.executable, "-c", probe, plan.address], capture_output=True,
-                           text=True, timeout=max(10.0, deadline - time.time()))
-        joined = int(r.stdout.split()[-1]) if r.returncode == 0 and r.stdout.split() else 0
+    while not stopped():
+        try:
+            r = subprocess.run([sys.executable, "-c", probe, plan.address],
+                               capture_output=True, text=True, timeout=30)
+            out = r.stdout.split() if r.returncode == 0 else []
+        except subprocess.TimeoutExpired:
+            out = []
+        joined = int(out[-1]) if out and out[-1].isdigit() else 0
         if joined >= len(plan.nodes):
             return
         if step.poll() is not None:
@@ -213,7 +220,7 @@ def run(state_dir: str, up_args: list[str], *, grace: float = slurm.DEFAULT_GRAC
                             stdin=subprocess.DEVNULL)
     code = 0
     try:
-        wait_for_nodes(plan, step, start_timeout)
+        wait_for_nodes(plan, step, start_timeout, lambda: bool(stop["sig"]))
         if not stop["sig"]:
             up = miso_cmd("cluster", "up", "--address", plan.address, "--state-dir",
                           state_dir, *up_args)
