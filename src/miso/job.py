@@ -129,6 +129,11 @@ class JobContext:
         self.io_errors = 0
         if install_signal and threading.current_thread() is threading.main_thread():
             signal.signal(CHECKPOINT_SIGNAL, lambda *_: self._requested.set())
+            if self.managed:
+                # SIGTERM under miso means the node is going away (scancel, systemctl stop, a
+                # pod's deletion): save and exit 75 like a checkpoint request, within the
+                # grace period before SIGKILL (docs/deploy.md).
+                signal.signal(signal.SIGTERM, lambda *_: self._requested.set())
 
     @property
     def managed(self) -> bool:

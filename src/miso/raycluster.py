@@ -18,9 +18,11 @@ All Ray traffic stays on 127.0.0.1 for local clusters; no dashboard, no usage st
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -220,6 +222,12 @@ class ControllerActor:
         except StoreError as e:
             return {"ok": False, "error": str(e)}
 
+    def halt(self) -> None:
+        """Stop scheduling and leave the jobs running (:func:`checkpoint_jobs` saves them)."""
+        ctl = getattr(self, "ctl", None)
+        if ctl is not None:
+            ctl.stop(stop_jobs=False)
+
     def shutdown(self) -> None:
         """Stop the controller and every job on every node."""
         ctl = getattr(self, "ctl", None)
@@ -253,6 +261,15 @@ def agent_nodes() -> list[dict[str, Any]]:
     return tagged or [n for n in alive if n.get("Resources", {}).get("GPU", 0) > 0]
 
 
+_HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]{0,62}$")
+
+
+def agent_name(node: dict[str, Any]) -> str | None:
+    """The short host name of a Ray node, when it is a plain host name (used in paths)."""
+    host = str(node.get("NodeManagerHostname") or "").split(".")[0]
+    return host if _HOST.match(host) else None
+
+
 def start_agents(backend: dict[str, Any], workdir: str, *, names: list[str] | None = None,
                  rate_window: float = 1.0, change_threshold: float = 0.25) -> list[str]:
     """Start one detached agent actor on every agent node; returns the node names."""
@@ -264,8 +281,13 @@ def start_agents(backend: dict[str, Any], workdir: str, *, names: list[str] | No
     def order(n: dict[str, Any]) -> tuple[bool, str]:  # the head node first
         return ("node:__internal_head__" not in n.get("Resources", {}), n["NodeID"])
 
-    for i, n in enumerate(sorted(agent_nodes(), key=order)):
-        name = names[i] if names and i < len(names) else f"node-{n['NodeID'][:8]}"
+    found = sorted(agent_nodes(), key=order)
+    hosts = [agent_name(n) for n in found]
+    for i, n in enumerate(found):
+        # a host's name when it runs one node (stable across restarts: a new Ray on the same
+        # host finds its jobs' records, e.g. the next Slurm allocation), else the node's id
+        name = names[i] if names and i < len(names) else \
+            hosts[i] if hosts[i] and hosts.count(hosts[i]) == 1 else f"node-{n['NodeID'][:8]}"
         res = {AGENT_RESOURCE: 1} if n.get("Resources", {}).get(AGENT_RESOURCE) else {}
         h = cls.options(
             name=AGENT_PREFIX + name, namespace=NAMESPACE, lifetime="detached",
@@ -300,6 +322,54 @@ def start_controller(state_dir: str, config: dict[str, Any] | None = None,
 def controller() -> Any:
     """Handle of the running controller actor (raises ValueError when there is none)."""
     return _ray().get_actor(CONTROLLER, namespace=NAMESPACE)
+
+
+def agent_handles() -> list[Any]:
+    """Handles of every agent actor of the ``miso`` namespace."""
+    ray = _ray()
+    from ray.util import list_named_actors  # noqa: PLC0415
+
+    out = []
+    for n in list_named_actors(all_namespaces=True):
+        name, ns = (n["name"], n["namespace"]) if isinstance(n, dict) else (n, NAMESPACE)
+        if ns == NAMESPACE and name.startswith(AGENT_PREFIX):
+            try:
+                out.append(ray.get_actor(name, namespace=NAMESPACE))
+            except ValueError:
+                continue
+    return out
+
+
+def checkpoint_jobs(timeout: float) -> int:
+    """Halt the controller, ask every running job on every node to save and exit, and wait
+    up to ``timeout`` s; returns how many still run (:func:`stop_actors` kills those). The
+    store does not see these saves; the next controller on the state directory resumes the
+    jobs from the helper's records of them (:mod:`miso.controller.recovery`)."""
+    ray = _ray()
+    with contextlib.suppress(Exception):  # no controller: nothing schedules anyway
+        ray.get(controller().halt.remote(), timeout=30)
+    agents = agent_handles()
+    deadline = time.time() + timeout
+    lease = deadline + 5  # the guards must not fence a job while it saves
+
+    def running(a: Any) -> list[dict[str, Any]]:
+        try:
+            rep = ray.get(a.report.remote(lease), timeout=10)
+        except Exception:  # noqa: BLE001 - a lost node runs nothing we can save
+            return []
+        return [j for j in rep["jobs"] if j["status"] == "running"]
+
+    for a in agents:
+        for j in running(a):
+            try:
+                ray.get(a.checkpoint.remote(j["job"], j["attempt"]), timeout=10)
+            except Exception:  # noqa: BLE001, S112
+                continue
+    left = sum(len(running(a)) for a in agents)
+    while left and time.time() < deadline:
+        time.sleep(0.2)
+        left = sum(len(running(a)) for a in agents)
+    return left
 
 
 def stop_actors(*, stop_jobs: bool = True) -> None:

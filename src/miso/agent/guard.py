@@ -14,7 +14,9 @@ child. This module is stdlib only (it cannot import miso under ``-I``; it also s
 
 The guard
 
-* forwards the checkpoint signal (``SIGUSR1``), ``SIGTERM`` and ``SIGINT`` to the job;
+* forwards the checkpoint signal (``SIGUSR1``), ``SIGTERM`` and ``SIGINT`` to the job; after a
+  SIGTERM (the node is going away: its agent dies with it) it no longer fences on the agent's
+  death, only on the lease, so a job that saves on SIGTERM (:mod:`miso.job`) can finish saving;
 * ends the attempt on ``SIGHUP`` (the agent's cancel), when the controller's lease has run out
   (the lease file, open as descriptor ``FD``, holds the lease's end in seconds since the
   epoch) or the agent has died, and when the job's main process exits;
@@ -395,7 +397,11 @@ def main(argv: list[str]) -> int:
     pending: list[int] = []
     end: list[str] = []
 
+    terminating: list[float] = []
+
     def forward(sig: int, _frame: object) -> None:
+        if sig == signal.SIGTERM:
+            terminating.append(time.time())
         if box:
             with contextlib.suppress(OSError):
                 os.kill(box[0].pid, sig)
@@ -476,7 +482,7 @@ def main(argv: list[str]) -> int:
         last_check = time.time()
         until = lease_until(lease) if lease >= 0 else None
         why = "lease expired" if until is not None and time.time() > until else \
-            "agent died" if agent and not alive(agent) else ""
+            "agent died" if agent and not terminating and not alive(agent) else ""
         if why:
             out.note(f"miso: fencing this job ({why})\n")
             fenced = True
