@@ -39,7 +39,7 @@ from miso.predict.heldout import (
 )
 from miso.predict.lowslice import fit_lowslice
 from miso.predict.perjob import PerJobConfig, fit_perjob, job_features, training_rows
-from miso.predict.uncertainty import calibrate, conformal_quantile, condition
+from miso.predict.uncertainty import calibrate, condition, conformal_quantile
 
 print = functools.partial(print, flush=True)  # noqa: A001
 
