@@ -218,8 +218,9 @@ def main() -> None:
             for g in ef:
                 if ef[g]:
                     errs[g].append(np.mean(ef[g]))
-            other_all.append(np.mean(oth))
-            inside_all.append(np.mean(ins))
+            if oth:  # a family none of whose workloads was measured on obs_g: no row
+                other_all.append(np.mean(oth))
+                inside_all.append(np.mean(ins))
         cells = [f"{np.mean(errs[g]):.4f}" if errs[g] else "-" for g in (4, 3, 2, 1)]
         label = "none (MPS profile only)" if obs_g is None else f"{obs_g}g"
         print(f"| {label} | " + " | ".join(cells) + f" | {np.mean(other_all):.4f} | "

@@ -61,6 +61,8 @@ class PerJobConfig:
     batch_size: int = 200
     #: L2 penalty, as scikit-learn's MLP alpha: alpha / (2 n) * sum of squared weights.
     alpha: float = 0.1
+    #: "l2" (squared error) or "l1" (absolute error)
+    loss: str = "l2"
     seed: int = 0
 
     def as_dict(self) -> dict:
@@ -130,7 +132,8 @@ def _adam_mlp(x: np.ndarray, y: np.ndarray, cfg: PerJobConfig) -> dict[str, np.n
             z2 = np.matmul(a1, p["w2"]) + p["b2"]
             a2 = np.maximum(z2, 0.0)
             out = np.matmul(a2, p["w3"]) + p["b3"]
-            g_out = (out - yb) / (bs * y.shape[1])
+            diff = out - yb
+            g_out = (np.sign(diff) if cfg.loss == "l1" else diff) / (bs * y.shape[1])
             grads = {"w3": np.matmul(a2.transpose(0, 2, 1), g_out) + lam * p["w3"],
                      "b3": g_out.sum(1, keepdims=True)}
             g2 = np.matmul(g_out, p["w3"].transpose(0, 2, 1)) * (z2 > 0)
@@ -161,6 +164,8 @@ def fit_perjob(mps: np.ndarray, mig: np.ndarray, real: np.ndarray,
                cfg: PerJobConfig | None = None) -> PerJobModel:
     """Train on the real columns of (N, 3, 7) pairs; deterministic for a given ``cfg.seed``."""
     cfg = cfg or PerJobConfig()
+    if cfg.loss not in ("l1", "l2"):
+        raise ValueError(f"loss must be l1 or l2, got {cfg.loss!r}")
     if np.asarray(mps).shape[-1] != MAX_JOBS or not np.asarray(real).any():
         raise ValueError("fit_perjob needs (N, 3, 7) pairs with at least one real column")
     f, y = training_rows(mps, mig, real)

@@ -463,7 +463,9 @@ class Predictor:
     def correct(pred: Prediction, job: int, observed: Mapping[int, float]) -> Prediction:
         """Fold observed speeds of one job (compute slices -> speed vs full GPU) into ``pred``.
 
-        Observed slices take the observed value (std 0). Every other slice is scaled by the
+        A calibrated prediction (the shipped model) conditions every other slice of the job on
+        the observations (:func:`miso.predict.uncertainty.condition`). Otherwise: observed
+        slices take the observed value (std 0). Every other slice is scaled by the
         observed/predicted ratio, interpolated in log space between the observed slices (the
         7g anchor has ratio 1 by definition; beyond the smallest observed slice the nearest
         ratio is held); then monotonicity (faster on more slices) is restored without moving the
@@ -471,6 +473,8 @@ class Predictor:
         """
         if not 0 <= job < pred.n_jobs:
             raise DataError(f"job index {job} out of range for {pred.n_jobs} jobs")
+        if pred.calibration is not None:
+            return _condition_job(pred, job, observed)
         speed = pred.speed.copy()
         std = pred.std.copy()
         obs = pred.observed.copy()
@@ -514,6 +518,38 @@ class Predictor:
         speed[job] = new
         std[job] = np.where(fixed, 0.0, std[job] * 0.5)
         return replace(pred, speed=speed, std=std, observed=obs)
+
+
+def _condition_job(pred: Prediction, job: int, observed: Mapping[int, float]) -> Prediction:
+    """:meth:`Predictor.correct` for a calibrated prediction (Gaussian conditioning)."""
+    assert pred.calibration is not None
+    row = pred.speed[job]
+    obs: dict[int, float] = {}
+    for g, v in observed.items():
+        if g not in SLICES:
+            raise DataError(f"observed slice count {g} not in {SLICES}")
+        if not np.isfinite(v) or v <= 0:
+            raise DataError(f"observed speed on {g}g must be positive, got {v}")
+        if np.isnan(row[SLICES.index(g)]):
+            raise DataError(f"job {job} does not fit a {g}g slice; cannot observe it there")
+        obs[int(g)] = float(v)
+    known = {g: float(row[SLICES.index(g)]) for g in SLICES
+             if g != 7 and pred.observed[job, SLICES.index(g)]}
+    half_now = pred.hi[job] - row
+    prior = np.where(np.isnan(row[1:]), 0.5, row[1:])
+    m, h = condition(prior, pred.calibration, {**known, **obs})
+    h = np.minimum(h, half_now[1:])  # never wider than before
+    speed, lo, hi = pred.speed.copy(), pred.lo.copy(), pred.hi.copy()
+    std, seen = pred.std.copy(), pred.observed.copy()
+    new = np.concatenate([[1.0], m])
+    new[np.isnan(row)] = np.nan
+    speed[job] = new
+    half = np.concatenate([[0.0], h])
+    lo[job], hi[job] = np.clip(new - half, 0.0, 1.0), np.clip(new + half, 0.0, 1.0)
+    std[job] = half / 1.96
+    for g in obs:
+        seen[job, SLICES.index(g)] = True
+    return replace(pred, speed=speed, std=std, observed=seen, lo=lo, hi=hi)
 
 
 def _read_npz(path: Path) -> dict[str, np.ndarray]:
