@@ -253,3 +253,25 @@ def test_cli_train_perjob_then_eval(tmp_path):
     assert json.loads(r.output)["mae"] == json.loads(r.output)["mae_live"]
     r = runner.invoke(app, [*args, "--out", str(tmp_path / "c"), "--kind", "forest"])
     assert r.exit_code != 0 and "--kind" in r.output
+
+
+# ------------------------------------------------------------------ intervals in explanations
+def test_estimator_exposes_intervals_and_events_show_them(pred):
+    from miso.mig import geometry
+    from miso.observe.decisions import describe
+    from miso.sched import JobSpec, JobState, PredictorEstimator
+
+    est = PredictorEstimator(pred)
+    jobs = [JobState(JobSpec(id=j, name=j, memory_gb=4.0), submitted_at=0.0) for j in "ab"]
+    out = est.estimate(geometry("A100-40GB"), jobs, {"a": (10.0, 8.0, 3.0), "b": (4.0, 3.8, 3.5)})
+    iv = est.interval["a"]
+    assert "7g.40gb" not in iv and "3g.20gb" in iv
+    lo, hi = iv["3g.20gb"]
+    assert lo < out["a"]["3g.20gb"] < hi
+    rec = {"kind": "ApplyLayout", "time": 1.0, "gpu": "g0",
+           "assignment": {"a": "3g.20gb@4"}, "speeds": {"a": {"3g.20gb": 0.61}},
+           "std": {"a": {"3g.20gb": 0.1}}, "interval": {"a": {"3g.20gb": [0.41, 0.81]}}}
+    text = describe(rec)
+    assert "predicted speed 0.610 (95 % interval 0.410-0.810)" in text
+    del rec["interval"]
+    assert "predicted speed 0.610 +/- 0.100" in describe(rec)
