@@ -12,8 +12,9 @@ from miso.cli_predictor import app
 from miso.predict import Predictor
 from miso.predict.data import DUMMY, DUMMY_MIG, PairData
 from miso.predict.evaluation import coverage, evaluate, speed_mae
+from miso.predict.evidence import JobEvidence
 from miso.predict.perjob import PerJobConfig, fit_perjob, job_features
-from miso.predict.predictor import JobEvidence, Prediction
+from miso.predict.predictor import Prediction
 from miso.predict.uncertainty import Calibration, calibrate, condition, conformal_quantile
 
 runner = CliRunner()
@@ -275,3 +276,21 @@ def test_estimator_exposes_intervals_and_events_show_them(pred):
     assert "predicted speed 0.610 (95 % interval 0.410-0.810)" in text
     del rec["interval"]
     assert "predicted speed 0.610 +/- 0.100" in describe(rec)
+
+
+@pytest.mark.parametrize("kind", ["garbage", "wrong_arrays", "bad_calibration"])
+def test_damaged_perjob_model_is_one_line_error(tmp_path, kind):
+    from miso.predict import DataError
+
+    shipped = Predictor.load()
+    if kind == "garbage":
+        (tmp_path / "perjob.npz").write_bytes(b"PK\x03\x04 garbage" * 10)
+    elif kind == "wrong_arrays":
+        np.savez(tmp_path / "perjob.npz", w1=np.ones((2, 3, 4)))
+    else:
+        np.savez(tmp_path / "perjob.npz", **shipped.perjob.a)
+        (tmp_path / "meta.json").write_text(json.dumps({"calibration": {"level": 0.95,
+                                                                        "half": {}, "cov": []}}))
+    with pytest.raises(DataError) as e:
+        Predictor.load(tmp_path)
+    assert str(tmp_path) in str(e.value) and "\n" not in str(e.value)

@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 from miso.predict import Predictor
-from miso.predict.predictor import JobEvidence
+from miso.predict.evidence import JobEvidence
 
 
 def timeit(f, n: int) -> tuple[float, float]:

@@ -28,7 +28,9 @@ SAMPLE_CREDIT = ("a sample of the MPS/MIG pairs released with the MISO paper, So
 @app.command()
 def train(
     data: Path = typer.Option(..., "--data", help="npz with mps, mig (N,3,7) and mix_id (N,)"),
-    out: Path = typer.Option(..., "--out", help="directory for unet_ensemble.npz + meta.json"),
+    out: Path = typer.Option(
+        ..., "--out", help="directory for the weights (perjob.npz or unet_ensemble.npz) and "
+        "meta.json"),
     seed: int = typer.Option(0, "--seed", help="seed: same seed, same weights"),
     epochs: int | None = typer.Option(None, "--epochs", help="epochs per ensemble member"),
     members: int | None = typer.Option(None, "--members", help="ensemble size"),

@@ -23,9 +23,9 @@ from miso.predict.data import (
     pad_mix,
     speeds_to_normalised,
 )
+from miso.predict.evidence import JobEvidence
 from miso.predict.predictor import (
     A100_40GB_PROFILES,
-    JobEvidence,
     Prediction,
     Predictor,
     Profile,

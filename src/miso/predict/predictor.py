@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -43,11 +44,13 @@ from miso.predict.data import (
     speeds_to_normalised,
     validate_normalised,
 )
-from miso.predict.levels import impute_profile
 from miso.predict.lowslice import LowSliceModel, fit_lowslice
 from miso.predict.numpy_unet import NumpyEnsemble
 from miso.predict.perjob import PerJobModel
 from miso.predict.uncertainty import VAR_SLICES, Calibration, condition
+
+if TYPE_CHECKING:
+    from miso.predict.evidence import JobEvidence
 
 #: A GPU profile as plain data: (profile name, compute slices, memory GiB).
 Profile = tuple[str, int, float]
@@ -166,38 +169,7 @@ class Prediction:
         ]
 
 
-@dataclass(frozen=True)
-class JobEvidence:
-    """Whatever miso has measured of one job, for :meth:`Predictor.predict_jobs`.
-
-    ``mps``: raw throughputs (any positive unit) at the MPS levels profiled, {100: r, 14: r},
-    any non-empty subset of 100/50/14, measured together with the other jobs given with a
-    profile; ``slices``: measured speeds relative to the full GPU on MIG slices the job ran on,
-    {compute slices: speed}; ``memory_gb``: its memory need (slices too small get no speed).
-    """
-
-    mps: Mapping[int, float] | None = None
-    slices: Mapping[int, float] | None = None
-    memory_gb: float | None = None
-
-
-def _three_levels(rates: Mapping[int, float]) -> tuple[float, float, float]:
-    """Rates at (100, 50, 14) % from any non-empty subset (100 missing: from the training
-    mean ratio of the level that is there)."""
-    from miso.predict.levels import FITTED
-
-    by = {int(k): float(v) for k, v in rates.items()}
-    if not by or not set(by) <= {100, 50, 14}:
-        raise DataError(f"MPS levels must be a non-empty subset of 100/50/14, got {sorted(by)}")
-    if any(not np.isfinite(v) or v <= 0 for v in by.values()):
-        raise DataError("MPS rates must be finite and positive")
-    if 100 not in by:
-        by[100] = by[50] / np.exp(FITTED.c50) if 50 in by else by[14] / np.exp(FITTED.c14)
-    levels = tuple(by)
-    return impute_profile(levels, [by[k] for k in levels])
-
-
-def _fits(mems: Sequence[float | None], profiles: Sequence[Profile]) -> np.ndarray:
+def slice_fits(mems: Sequence[float | None], profiles: Sequence[Profile]) -> np.ndarray:
     """(n, 5) bool: whether each job's memory fits each compute-slice count's largest profile."""
     slice_mem = {g: max(m for _, gg, m in profiles if gg == g) for _, g, _ in profiles}
     return np.array([[mem is None or slice_mem.get(g) is None or mem <= slice_mem[g]
@@ -338,7 +310,7 @@ class Predictor:
             xl = np.where(r[:, None, :], x, DUMMY[None, :, None])
             m = self._members(xl).astype(np.float64)  # K, N, 3, 7
             sp = np.stack([m[:, :, 0] / m[:, :, 1], m[:, :, 0] / m[:, :, 2]], -1)[:, r]
-        return self._to_prediction(sp, [None] * int(r.sum()), A100_40GB_PROFILES)
+        return self.to_prediction(sp, [None] * int(r.sum()), A100_40GB_PROFILES)
 
     def predict(
         self,
@@ -372,13 +344,14 @@ class Predictor:
         else:
             m = self._members(x[None])[:, 0, :, :n].astype(np.float64)  # K, 3, n
             sp = np.stack([m[:, 0] / m[:, 1], m[:, 0] / m[:, 2]], axis=-1)
-        return self._to_prediction(sp, mems, tuple(profiles))
+        return self.to_prediction(sp, mems, tuple(profiles))
 
-    def _to_prediction(
+    def to_prediction(
         self, sp: np.ndarray, mems: list[float | None], profiles: tuple[Profile, ...],
         cal: Calibration | None = None,
     ) -> Prediction:
-        """Members' 4g/3g speeds (K, n, 2) -> a :class:`Prediction` on all five slices."""
+        """Members' 4g/3g speeds (K, n, 2) -> a :class:`Prediction` on all five slices (the
+        2g/1g linear model, monotonicity, memory fit, intervals of ``cal`` or the model's)."""
         n = sp.shape[1]
         cal = cal or self.calibration
         mean = sp.mean(axis=0)  # n, 2
@@ -395,7 +368,7 @@ class Predictor:
                             np.hypot(low[2][1:].std(axis=0), rs[2]),
                             np.hypot(low[1][1:].std(axis=0), rs[1])], axis=1)
             half = 1.96 * std
-        speed = np.where(_fits(mems, profiles), speed, np.nan)
+        speed = np.where(slice_fits(mems, profiles), speed, np.nan)
         return Prediction(speed=speed, std=std, memory_gb=mems, profiles=profiles,
                           lo=np.clip(speed - half, 0.0, 1.0), hi=np.clip(speed + half, 0.0, 1.0),
                           calibration=cal)
@@ -406,57 +379,11 @@ class Predictor:
         jobs: Sequence[JobEvidence],
         profiles: Sequence[Profile] = A100_40GB_PROFILES,
     ) -> Prediction:
-        """Speeds on every slice from whatever is known of each job (see :class:`JobEvidence`).
+        """Speeds on every slice from whatever is known of each job: see
+        :func:`miso.predict.evidence.predict_from_evidence`."""
+        from miso.predict.evidence import predict_from_evidence
 
-        Jobs with an MPS profile (any levels; missing ones imputed by :mod:`miso.predict.levels`)
-        are predicted together as one mix; a job without one gets the training population's
-        mean and spread. Then each job's measured slices condition all its other slices
-        (:func:`miso.predict.uncertainty.condition`), so one measured slice moves the rest too.
-        """
-        if not jobs:
-            raise DataError("no jobs to predict")
-        n = len(jobs)
-        mems = [j.memory_gb for j in jobs]
-        with_mps = [i for i, j in enumerate(jobs) if j.mps]
-        if len(with_mps) > MAX_JOBS:
-            raise DataError(f"at most {MAX_JOBS} jobs of one mix have an MPS profile")
-        sp = np.zeros((1, n, 2))
-        cals: list[Calibration | None] = [self.calibration] * n
-        if self.prior is not None:
-            sp[0] = self.prior[0]
-        if with_mps:
-            raw = np.array([_three_levels(jobs[i].mps) for i in with_mps]).T  # 3, m
-            pm = self.predict(raw)
-            sp[0, with_mps] = pm.speed[:, 1:3]
-        for i in set(range(n)) - set(with_mps):
-            cals[i] = self.prior[1] if self.prior is not None else None
-        speed = np.empty((n, len(SLICES)))
-        half = np.empty_like(speed)
-        observed = np.zeros(speed.shape, dtype=bool)
-        for i, job in enumerate(jobs):
-            one = self._to_prediction(sp[:, i:i + 1], [None], tuple(profiles), cals[i])
-            speed[i], half[i] = one.speed[0], one.hi[0] - one.speed[0]
-            obs = {int(g): float(v) for g, v in (job.slices or {}).items()}
-            for g, v in obs.items():
-                if g not in SLICES:
-                    raise DataError(f"measured slice count {g} not in {SLICES}")
-                if not np.isfinite(v) or v <= 0:
-                    raise DataError(f"measured speed on {g}g must be positive, got {v}")
-                observed[i, SLICES.index(g)] = True
-            cal = cals[i]
-            if obs and cal is not None:
-                m, h = condition(speed[i, 1:], cal, obs)
-                speed[i, 1:], half[i, 1:] = m, h
-            elif obs:
-                for g, v in obs.items():
-                    speed[i, SLICES.index(g)] = min(v, 1.0)
-                    half[i, SLICES.index(g)] = 0.0
-            half[i, 0] = 0.0
-            speed[i, 0] = 1.0
-        speed = np.where(_fits(mems, tuple(profiles)), speed, np.nan)
-        return Prediction(speed=speed, std=half / 1.96, memory_gb=mems, profiles=tuple(profiles),
-                          observed=observed, lo=np.clip(speed - half, 0.0, 1.0),
-                          hi=np.clip(speed + half, 0.0, 1.0), calibration=self.calibration)
+        return predict_from_evidence(self, jobs, profiles)
 
     # ---------------------------------------------------------------- online correction
     @staticmethod
