@@ -84,7 +84,7 @@ def predict_from_evidence(
     observed = np.zeros(speed.shape, dtype=bool)
     for i, job in enumerate(jobs):
         one = pred.to_prediction(sp[:, i:i + 1], [None], tuple(profiles), cals[i])
-        speed[i], half[i] = one.speed[0], one.hi[0] - one.speed[0]
+        speed[i], half[i] = one.speed[0], 1.96 * one.std[0]  # hi is clipped at 1
         obs = {int(g): float(v) for g, v in (job.slices or {}).items()}
         for g, v in obs.items():
             if g not in SLICES:

@@ -462,7 +462,7 @@ def _condition_job(pred: Prediction, job: int, observed: Mapping[int, float]) ->
         obs[int(g)] = float(v)
     known = {g: float(row[SLICES.index(g)]) for g in SLICES
              if g != 7 and pred.observed[job, SLICES.index(g)]}
-    half_now = pred.hi[job] - row
+    half_now = 1.96 * pred.std[job]  # (hi is clipped at 1)
     prior = np.where(np.isnan(row[1:]), 0.5, row[1:])
     m, h = condition(prior, pred.calibration, {**known, **obs})
     h = np.minimum(h, half_now[1:])  # never wider than before
