@@ -63,8 +63,6 @@ class PerJobConfig:
     alpha: float = 0.1
     #: "l2" (squared error) or "l1" (absolute error)
     loss: str = "l2"
-    #: std of Gaussian noise added to the standardised inputs of every batch (0: none)
-    noise: float = 0.0
     seed: int = 0
 
     def as_dict(self) -> dict:
@@ -132,8 +130,6 @@ def _adam_mlp(x: np.ndarray, y: np.ndarray, cfg: PerJobConfig,
         for s in range(steps):
             idx = order[:, s * bs : (s + 1) * bs]  # K, B
             xb, yb = x[idx], y[idx]  # K, B, F / K, B, 2
-            if cfg.noise > 0:
-                xb = xb + rng.normal(0.0, cfg.noise, size=xb.shape)
             z1 = np.matmul(xb, p["w1"]) + p["b1"]
             a1 = np.maximum(z1, 0.0)
             z2 = np.matmul(a1, p["w2"]) + p["b2"]

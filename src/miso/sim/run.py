@@ -22,6 +22,10 @@ def make_estimator(cfg: Any, seed: int) -> Any:
     """The speed estimator of MISO-like policies for a world config."""
     if cfg.predictor == "true":
         return TrueSpeeds()
+    if cfg.predictor == "heldout":
+        from miso.sim.heldout import HeldOutPredictions
+
+        return HeldOutPredictions(seed)
     if cfg.predictor == "unet":
         from miso.sim.unet import unet_predictor
 
