@@ -261,6 +261,7 @@ def test_cli_eval_errors(tmp_path, kind):
 
 
 def test_cli_train_is_deterministic(tmp_path):
+    pytest.importorskip("torch")
     f = tmp_path / "d.npz"
     np.savez(f, **synthetic_pairs(24))
     outs = []
@@ -287,6 +288,7 @@ def test_cli_train_bad_data(tmp_path):
 
 
 def test_dummy_snap_only_touches_columns_near_the_dummy(tmp_path):
+    pytest.importorskip("torch")
     from miso.predict.data import DUMMY_MIG
     from miso.predict.predictor import save_ensemble
     from miso.predict.train import TrainConfig, train_ensemble
