@@ -8,7 +8,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from miso.cli_predictor import app
+try:  # the cli package (after the cli/ split) or the flat module
+    from miso.cli.predictor import app
+except ImportError:
+    from miso.cli_predictor import app
 from miso.predict import Predictor
 from miso.predict.data import DUMMY, DUMMY_MIG, PairData
 from miso.predict.evaluation import coverage, evaluate, speed_mae

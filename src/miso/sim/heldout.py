@@ -44,6 +44,7 @@ class HeldOutPredictions:
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed
         self.fallback = NoisyOracle(seed=seed)
+        self.uncertainty: dict[str, dict[str, float]] = {}  # none: the errors are the point
         self._cache: dict[tuple[str, str], dict[str, float]] = {}
 
     def _by_slices(self, job: str, rows: np.ndarray) -> tuple[list[float], list[float]]:
