@@ -105,10 +105,8 @@ class PerJobModel:
         return out
 
 
-def _adam_mlp(x: np.ndarray, y: np.ndarray, cfg: PerJobConfig,
-              weight: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """Train K MLPs at once (batched matmuls), each with its own init and shuffling;
-    ``weight`` (n,) weighs each row's loss (mean 1)."""
+def _adam_mlp(x: np.ndarray, y: np.ndarray, cfg: PerJobConfig) -> dict[str, np.ndarray]:
+    """Train K MLPs at once (batched matmuls), each with its own init and shuffling."""
     k, h, n, f = cfg.members, cfg.hidden, len(x), x.shape[1]
     rng = np.random.default_rng(cfg.seed)
     shapes = {"w1": (f, h), "w2": (h, h), "w3": (h, y.shape[1])}
@@ -124,7 +122,6 @@ def _adam_mlp(x: np.ndarray, y: np.ndarray, cfg: PerJobConfig,
     steps = max(1, n // bs)
     t = 0
     lam = cfg.alpha / n
-    w = np.ones(n) if weight is None else np.asarray(weight, dtype=np.float64) / np.mean(weight)
     for _ in range(cfg.epochs):
         order = np.argsort(rng.random((k, n)), axis=1)
         for s in range(steps):
@@ -137,7 +134,6 @@ def _adam_mlp(x: np.ndarray, y: np.ndarray, cfg: PerJobConfig,
             out = np.matmul(a2, p["w3"]) + p["b3"]
             diff = out - yb
             g_out = (np.sign(diff) if cfg.loss == "l1" else diff) / (bs * y.shape[1])
-            g_out *= w[idx][..., None]
             grads = {"w3": np.matmul(a2.transpose(0, 2, 1), g_out) + lam * p["w3"],
                      "b3": g_out.sum(1, keepdims=True)}
             g2 = np.matmul(g_out, p["w3"].transpose(0, 2, 1)) * (z2 > 0)
@@ -165,9 +161,8 @@ def training_rows(mps: np.ndarray, mig: np.ndarray, real: np.ndarray) -> tuple[n
 
 
 def fit_perjob(mps: np.ndarray, mig: np.ndarray, real: np.ndarray,
-               cfg: PerJobConfig | None = None, weight: np.ndarray | None = None) -> PerJobModel:
-    """Train on the real columns of (N, 3, 7) pairs; deterministic for a given ``cfg.seed``.
-    ``weight`` (N, 7) weighs each real column's loss (e.g. to balance workloads)."""
+               cfg: PerJobConfig | None = None) -> PerJobModel:
+    """Train on the real columns of (N, 3, 7) pairs; deterministic for a given ``cfg.seed``."""
     cfg = cfg or PerJobConfig()
     if cfg.loss not in ("l1", "l2"):
         raise ValueError(f"loss must be l1 or l2, got {cfg.loss!r}")
@@ -176,6 +171,5 @@ def fit_perjob(mps: np.ndarray, mig: np.ndarray, real: np.ndarray,
     f, y = training_rows(mps, mig, real)
     mu = f.mean(0)
     sd = f.std(0) + 1e-9
-    wr = None if weight is None else np.asarray(weight, dtype=np.float64)[np.asarray(real, bool)]
-    p = _adam_mlp((f - mu) / sd, y, cfg, wr)
+    p = _adam_mlp((f - mu) / sd, y, cfg)
     return PerJobModel({"mu": mu, "sd": sd, **p})
