@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 from miso.predict import Predictor
+from miso.predict.evidence import JobEvidence
 
 
 def timeit(f, n: int) -> tuple[float, float]:
@@ -31,12 +32,20 @@ def main() -> None:
     args = ap.parse_args()
     pred = Predictor.load(args.model)
     rng = np.random.default_rng(0)
-    print(f"members: {pred.net.k}; calls per figure: {args.n}")
-    x7 = rng.uniform(0.2, 1.0, size=(1, 3, 7)).astype(np.float32)
-    for _ in range(50):
-        pred.net(x7)
-    med, p90 = timeit(lambda: pred.net(x7), args.n)
-    print(f"numpy ensemble, one (3, 7) mix: median {med:.3f} ms, p90 {p90:.3f} ms")
+    if pred.net is not None:
+        print(f"U-Net members: {pred.net.k}; calls per figure: {args.n}")
+        x7 = rng.uniform(0.2, 1.0, size=(1, 3, 7)).astype(np.float32)
+        for _ in range(50):
+            pred.net(x7)
+        med, p90 = timeit(lambda: pred.net(x7), args.n)
+        print(f"numpy ensemble, one (3, 7) mix: median {med:.3f} ms, p90 {p90:.3f} ms")
+    else:
+        print(f"per-job model, {pred.perjob.k} members; calls per figure: {args.n}")
+        ev = [JobEvidence(mps={100: 10.0, 14: 3.0}, slices={4: 0.8}),
+              JobEvidence(mps={100: 5.0, 14: 4.0})]
+        med, p90 = timeit(lambda: pred.predict_jobs(ev), args.n)
+        print(f"Predictor.predict_jobs, 2 jobs (100+14 %, one measured slice): median {med:.3f}"
+              f" ms, p90 {p90:.3f} ms")
     for n_jobs in (1, 4, 7):
         s = rng.uniform(0.2, 1.0, size=(3, n_jobs))
         for _ in range(50):

@@ -183,8 +183,8 @@ def main() -> None:
             x = imputed_input(mps_api[te], real[te], levels, coefs)
             p = predict_models(net, x)[0].transpose(0, 2, 1)[m]
             sc.add((name(levels), "U-Net (retrained)"), p, y, s_true)
-            ps = shipped.predict_members(x).mean(0).transpose(0, 2, 1)[m]
-            sc.add((name(levels), "U-Net shipped*"), ps, y, s_true)
+            ps = shipped.predict_members(x, real[te]).mean(0).transpose(0, 2, 1)[m]
+            sc.add((name(levels), f"shipped model ({shipped.kind})*"), ps, y, s_true)
         t0 = time.perf_counter()
         ytr = d.mig[tr].transpose(0, 2, 1)[real[tr]]
         for levels in GBT_SETS:

@@ -66,7 +66,8 @@ def simulate(
     sweep: Annotated[str | None, typer.Option(
         help="interarrival or jobs-per-gpu: run a sweep instead of one comparison.")] = None,
     predictor: Annotated[str, typer.Option(
-        help="Predictor error model: noisy (Gaussian, paper), unet (learned), true.")] = "noisy",
+        help="Predictor error model: noisy (Gaussian, paper), unet (learned), heldout (real "
+        "errors of a predictor that never saw the job's model family), true.")] = "noisy",
     restart_s: Annotated[float, typer.Option(
         help="Cost of every restart (s): checkpoint, start, warm-up, restore.")] = 60.0,
     no_checkpoint_frac: Annotated[float, typer.Option(
@@ -114,8 +115,8 @@ def simulate(
     bad = [p for p in pols if p not in known]
     if bad:
         fail(f"{pol_flag}: unknown policy {', '.join(bad)}; known: {', '.join(known)}")
-    if predictor not in ("noisy", "unet", "true"):
-        fail(f"--predictor must be noisy, unet or true, not {predictor!r}")
+    if predictor not in ("noisy", "unet", "heldout", "true"):
+        fail(f"--predictor must be noisy, unet, heldout or true, not {predictor!r}")
     if arrival != "poisson" and trace is None:
         fail(f"--arrival {arrival!r}: only poisson is built in; give a --trace")
     if sweep is not None and sweep not in ("interarrival", "jobs-per-gpu"):

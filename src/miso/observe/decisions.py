@@ -282,7 +282,12 @@ def _describe(rec: Mapping[str, Any]) -> str:
             e = std.get(j, {}).get(prof) if isinstance(std, Mapping) else None
             pred = f"predicted speed {s:.3f}" if isinstance(s, (int, float)) else \
                 "predicted speed unknown"
-            if isinstance(e, (int, float)):
+            iv = (rec.get("interval") or {}).get(j, {}).get(prof) if isinstance(
+                rec.get("interval"), Mapping) else None
+            if isinstance(iv, (list, tuple)) and len(iv) == 2 and all(
+                    isinstance(x, (int, float)) for x in iv):
+                pred += f" (95 % interval {iv[0]:.3f}-{iv[1]:.3f})"
+            elif isinstance(e, (int, float)):
                 pred += f" +/- {e:.3f}"
             if j in cur:
                 was = f" (was on {cur[j]})" if cur[j] != pl else " (kept)"

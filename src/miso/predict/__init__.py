@@ -1,4 +1,4 @@
-"""MPS-to-MIG performance predictor (MISO U-Net ensemble) and the MPS contention model.
+"""MPS-to-MIG performance predictor (per-job model; the MISO U-Net) and the MPS contention model.
 
 Quick use::
 
@@ -7,6 +7,8 @@ Quick use::
     out = pred.predict(raw_mps_speeds)           # (3, n) iterations/s at MPS 100/50/14 %
     out.by_slices()                              # [{7: 1.0, 4: .., 3: .., 2: .., 1: ..}, ...]
     out.by_profile()                             # [{"7g.40gb": 1.0, ...}, ...]
+    out.intervals()                              # [{4: (speed, lo, hi), ...}, ...] (95 %)
+    pred.predict_jobs([JobEvidence(mps={100: r100, 14: r14}, slices={4: 0.81})])
 
 See :mod:`miso.predict.predictor` for conventions and :mod:`miso.predict.mps_model` for the
 contention model used by the simulator and the emulated backend.
@@ -21,6 +23,7 @@ from miso.predict.data import (
     pad_mix,
     speeds_to_normalised,
 )
+from miso.predict.evidence import JobEvidence
 from miso.predict.predictor import (
     A100_40GB_PROFILES,
     Prediction,
@@ -36,6 +39,7 @@ __all__ = [
     "MPS_LEVELS",
     "SLICES",
     "DataError",
+    "JobEvidence",
     "Prediction",
     "Predictor",
     "Profile",

@@ -119,13 +119,20 @@ class PredictorEstimator:
     def __init__(self, predictor: Any) -> None:
         self.predictor = predictor
         self.uncertainty: dict[str, dict[str, float]] = {}
+        #: per job {profile: (lo, hi)}: the predictor's calibrated 95 % interval, where it has one
+        self.interval: dict[str, dict[str, tuple[float, float]]] = {}
+        self._bounds: tuple[np.ndarray, np.ndarray] | None = None
 
     def _predict(self, raw: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         p = self.predictor
+        self._bounds = None
         if hasattr(p, "predict_mix"):
             return np.asarray(p.predict_mix(raw)), None
         if hasattr(p, "predict") and not callable(p):
             got = p.predict(raw)
+            if getattr(got, "lo", None) is not None and getattr(got, "hi", None) is not None:
+                self._bounds = (np.asarray(got.lo, dtype=float).T,
+                                np.asarray(got.hi, dtype=float).T)
             return np.asarray(got.speed, dtype=float).T, np.asarray(got.std, dtype=float).T
         return np.asarray(p(raw)), None
 
@@ -162,6 +169,14 @@ class PredictorEstimator:
                     p.name: by_std[round(7.0 * p.compute_slices / full.compute_slices)]
                     for p in geom.profiles if p.name in sp
                     and round(7.0 * p.compute_slices / full.compute_slices) in by_std}
+            if self._bounds is not None:
+                lo, hi = self._bounds
+                ks = {g: k for k, g in enumerate(self.SLICES)}
+                self.interval[js.id] = {
+                    p.name: (float(lo[ks[g], i]), float(hi[ks[g], i]))
+                    for p in geom.profiles if p.name in sp and p.name != full.name
+                    and (g := round(7.0 * p.compute_slices / full.compute_slices)) in ks
+                    and np.isfinite(lo[ks[g], i])}
         return out
 
 

@@ -21,7 +21,12 @@ ALL_POLICIES = ("nopart", "optsta", "mps", "oracle", "miso", "miso+")
 
 def make_estimator(cfg: Any, seed: int) -> Any:
     """The speed estimator of MISO-like policies for a world config
-    (:func:`miso.sched.estimators.make_estimator` of ``cfg.predictor``)."""
+    (:func:`miso.sched.estimators.make_estimator` of ``cfg.predictor``; ``heldout``, the
+    simulator's family-held-out predictions, is built here)."""
+    if cfg.predictor == "heldout":
+        from miso.sim.heldout import HeldOutPredictions
+
+        return HeldOutPredictions(seed)
     return estimator_named(cfg.predictor, seed=seed, error_mean=cfg.error_mean,
                            error_std=cfg.error_std)
 

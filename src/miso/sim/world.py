@@ -35,7 +35,7 @@ class WorldConfig:
     mps_penalty: float = 0.15          # MPS-only slowdown per extra co-located job
     error_mean: float = 0.016          # injected predictor error (NoisyOracle)
     error_std: float = 0.0032
-    predictor: str = "noisy"           # noisy | unet | true
+    predictor: str = "noisy"           # noisy | unet | heldout | true
     phase_change_prob: float = 0.0     # chance a job changes speed (phase change) mid-run
     speed_report_threshold: float = 0.05  # driver-side threshold for JobSpeedChanged
     observe_speeds: bool = True        # emit SpeedObserved events

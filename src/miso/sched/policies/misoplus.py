@@ -239,6 +239,8 @@ class MisoPlus(RestartEconomy, Rebalancing, Miso):
             "speeds": {j: dict(speeds[j]) for j in jobs},
             "std": {j: dict(self.estimator.uncertainty.get(j, {})) for j in jobs
                     if j in self.estimator.uncertainty},
+            "interval": {j: dict(getattr(self.estimator, "interval", {}).get(j, {}))
+                         for j in jobs if j in getattr(self.estimator, "interval", {})},
             "prior": sorted(j for j in jobs if j in self.prior and j not in self.est),
             "objective": sol.objective, "throughput": thr,
             "current_objective": cur_thr if current else None,
@@ -412,6 +414,7 @@ class MisoPlus(RestartEconomy, Rebalancing, Miso):
         self.ref_rate.pop(job, None)
         self.base_est.pop(job, None)
         self.estimator.uncertainty.pop(job, None)
+        getattr(self.estimator, "interval", {}).pop(job, None)
         self.ran.discard(job)
         self.prior.discard(job)
         super().on_finish(now, job, gpu, sc)
