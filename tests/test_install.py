@@ -59,7 +59,8 @@ def test_train_without_torch_names_the_extra(tmp_path: Path) -> None:
              mig=rng.uniform(0.1, 1, (8, 3, 7)).astype(np.float32), mix_id=np.arange(8))
     r = _run_without_torch(f"""
         from miso.cli import app
-        app(["predictor", "train", "--data", {str(f)!r}, "--out", {str(tmp_path / 'm')!r}],
+        app(["predictor", "train", "--kind", "unet", "--data", {str(f)!r},
+             "--out", {str(tmp_path / "m")!r}],
             prog_name="miso")
     """)
     assert r.returncode == 2
