@@ -331,3 +331,14 @@ def test_cli_simulate_accepts_heldout_predictor():
     assert r.exit_code == 0, r.output
     r = runner.invoke(main_app, ["simulate", "--gpus", "2", "--jobs", "8", "--predictor", "bad"])
     assert r.exit_code != 0 and "heldout" in r.output
+
+
+def test_unet_estimator_is_the_papers_unet_and_predictor_the_shipped_model():
+    """`unet` stays the MISO paper's U-Net ensemble (reproducible paper method); `predictor`
+    and `auto` are the shipped default model."""
+    from miso.sched.estimators import load_predictor, make_estimator
+
+    assert load_predictor("unet").kind == "unet"
+    assert load_predictor().kind != "unet"
+    assert make_estimator("unet").predictor is load_predictor("unet")
+    assert make_estimator("predictor").predictor is load_predictor()

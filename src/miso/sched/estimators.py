@@ -11,8 +11,9 @@
 
 :func:`make_estimator` builds one by name for both drivers (the simulator's
 ``WorldConfig.predictor`` and the controller's ``--estimator``): ``true``, ``noisy``,
-``heuristic``, ``predictor`` (alias ``unet``: the learned U-Net ensemble, loaded once by
-:func:`load_predictor`) and ``auto`` (the predictor, else the heuristic, logged).
+``heuristic``, ``predictor`` (the shipped learned model, per job), ``unet`` (the MISO paper's
+U-Net ensemble, shipped beside it; both loaded once by :func:`load_predictor`) and ``auto``
+(the shipped predictor, else the heuristic, logged).
 """
 
 from __future__ import annotations
@@ -218,11 +219,19 @@ class MpsProfileHeuristic:
 
 
 @cache
-def load_predictor() -> Any:
-    """The shipped MPS->MIG predictor (the U-Net ensemble, :meth:`miso.predict.Predictor.load`),
-    loaded once per process, as :class:`PredictorEstimator` takes it. Raises when unusable."""
+def load_predictor(kind: str = "shipped") -> Any:
+    """A shipped MPS->MIG predictor, loaded once per process, as :class:`PredictorEstimator`
+    takes it: ``shipped`` is the default model (the per-job model,
+    :meth:`miso.predict.Predictor.load`), ``unet`` the MISO paper's U-Net ensemble (kept so the
+    paper's method stays reproducible). Raises when unusable."""
+    from importlib import resources  # noqa: PLC0415
+
     from miso.predict.predictor import Predictor  # noqa: PLC0415 - torch-free but heavy
 
+    if kind == "unet":
+        base = resources.files("miso.data").joinpath("predictor", "unet")
+        with resources.as_file(base) as path:
+            return Predictor.load(path)
     return Predictor.load()
 
 
@@ -238,7 +247,7 @@ def make_estimator(name: str, *, seed: int = 0, error_mean: float = 0.016,
         return MpsProfileHeuristic()
     if name in ("auto", "predictor", "unet"):
         try:
-            return PredictorEstimator(load_predictor())
+            return PredictorEstimator(load_predictor("unet") if name == "unet" else load_predictor())
         except Exception as e:  # noqa: BLE001 - optional component (weights may be missing)
             if name != "auto":
                 raise ValueError(f"estimator {name!r}: the learned predictor is not usable "
