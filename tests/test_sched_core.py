@@ -62,7 +62,8 @@ def test_make_estimator__one_vocabulary_for_both_drivers():
     assert isinstance(make_estimator("heuristic"), MpsProfileHeuristic)
     a, b = make_estimator("unet"), make_estimator("predictor")
     assert isinstance(a, PredictorEstimator) and isinstance(b, PredictorEstimator)
-    assert a.predictor is b.predictor                 # one loader, loaded once
+    assert a.predictor is make_estimator("unet").predictor  # one loader, loaded once
+    assert b.predictor is make_estimator("auto").predictor
     with pytest.raises(ValueError, match="unknown estimator 'unte'"):
         make_estimator("unte")
 

@@ -247,7 +247,8 @@ def make_estimator(name: str, *, seed: int = 0, error_mean: float = 0.016,
         return MpsProfileHeuristic()
     if name in ("auto", "predictor", "unet"):
         try:
-            return PredictorEstimator(load_predictor("unet") if name == "unet" else load_predictor())
+            model = load_predictor("unet") if name == "unet" else load_predictor()
+            return PredictorEstimator(model)
         except Exception as e:  # noqa: BLE001 - optional component (weights may be missing)
             if name != "auto":
                 raise ValueError(f"estimator {name!r}: the learned predictor is not usable "
