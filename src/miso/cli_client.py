@@ -195,6 +195,10 @@ def status(
         return
     for tbl in render_status(st):
         console.print(tbl)
+    from miso.cli_text import safe
+
+    for n in st.get("lost_nodes") or []:
+        console.print(safe(f"LOST: {n.get('text') or n.get('node')}"))
     others = sum(st.get("counts", {}).get("all", {}).values()) - \
         sum(st.get("counts", {}).get("mine", {}).values())
     if others > 0 and not st.get("admin"):

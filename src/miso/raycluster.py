@@ -2,9 +2,12 @@
 
 * Agent actors (``miso-agent:<node>``, namespace ``miso``) are pinned to their node with a
   node-affinity strategy and take one unit of the custom resource ``miso_agent`` (so at most one
-  per node). Nodes offer that resource when started with
-  ``ray start ... --resources '{"miso_agent": 1}'``; if no node offers it, every node with a
-  ``GPU`` resource gets an agent.
+  per node). They are supervised by Ray (``max_restarts=-1``, no task retried): a killed or
+  crashed agent comes back by itself as a new *incarnation*; the guards of its jobs killed them
+  when the old agent died, and the controller, seeing the new incarnation, fences the node and
+  requeues its jobs before using it again (:mod:`miso.controller.poller`). Nodes offer that
+  resource when started with ``ray start ... --resources '{"miso_agent": 1}'``; if no node
+  offers it, every node with a ``GPU`` resource gets an agent.
 * The controller actor (``miso-controller``) is detached and restarts after a crash
   (``max_restarts=-1``); it is pinned to the node that holds its state directory and recovers from
   its SQLite store on every start.
@@ -74,6 +77,8 @@ class AgentActor:
         os.umask(0o077)  # private state: job logs and directories of this node
         self.agent = Agent(node, make_backend(backend, node), workdir,
                            rate_window=rate_window, change_threshold=change_threshold)
+        #: Which life of this agent answers (new after every restart by Ray).
+        self.incarnation = f"{os.getpid()}-{time.time_ns()}"
 
     def pid(self) -> int:
         return os.getpid()
@@ -82,7 +87,7 @@ class AgentActor:
         return self.agent.ping()
 
     def describe(self) -> dict[str, Any]:
-        return self.agent.describe()
+        return {**self.agent.describe(), "incarnation": self.incarnation}
 
     def apply_layout(self, gpu: int, layout: list[Any]) -> dict[str, Any]:
         return self.agent.apply_layout(gpu, layout)
@@ -109,7 +114,7 @@ class AgentActor:
         self.agent.forget(job, attempt)
 
     def report(self, lease_until: float | None = None) -> dict[str, Any]:
-        return self.agent.report(lease_until)
+        return {**self.agent.report(lease_until), "incarnation": self.incarnation}
 
     def logs(self, job: str, tail: int = 200) -> str:
         return self.agent.logs(job, tail)
@@ -270,6 +275,7 @@ def start_agents(backend: dict[str, Any], workdir: str, *, names: list[str] | No
         h = cls.options(
             name=AGENT_PREFIX + name, namespace=NAMESPACE, lifetime="detached",
             get_if_exists=True, num_cpus=0, resources=res, max_concurrency=16,
+            max_restarts=-1, max_task_retries=0,  # supervised; no call is ever run twice
             scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False),
         ).remote(name, backend, str(Path(workdir) / name), rate_window, change_threshold)
         ray.get(h.ping.remote(), timeout=120)
@@ -476,6 +482,36 @@ def stop_local_head(state_dir: str, timeout: float = 60.0) -> bool:
         os.kill(pid, signal.SIGKILL)
     f.unlink(missing_ok=True)
     return True
+
+
+def local_agent_pids(state_dir: str | Path) -> list[int]:
+    """PIDs of the agent actor processes of the local head of ``state_dir`` (its descendants
+    titled ``ray::AgentActor``), from /proc: what an operator (or a fault benchmark) kills."""
+    info = read_cluster_file(state_dir)
+    if info is None or not is_our_head(info, str(state_dir)):
+        return []
+    head = int(info["pid"])
+    parent: dict[int, int] = {}
+    agents = []
+    for e in os.scandir("/proc"):
+        if not e.name.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{e.name}/stat").read_text()
+            argv = Path(f"/proc/{e.name}/cmdline").read_bytes()
+        except OSError:
+            continue
+        parent[int(e.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+        if argv.startswith(b"ray::AgentActor"):
+            agents.append(int(e.name))
+    out = []
+    for pid in agents:
+        p, seen = pid, 0
+        while p > 1 and p != head and seen < 64:
+            p, seen = parent.get(p, 0), seen + 1
+        if p == head:
+            out.append(pid)
+    return sorted(out)
 
 
 def _head_main(a: argparse.Namespace) -> int:

@@ -269,7 +269,7 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
         out: dict[str, Any] = {
             "api_url": app.state.api_url, "user": user.name, "admin": user.admin,
             "time": snap.get("time"), "policy": snap.get("policy"),
-            "nodes": snap.get("nodes", []),
+            "nodes": snap.get("nodes", []), "lost_nodes": snap.get("lost_nodes", []),
             "gpus": [gpu_view(g, mine) for g in snap.get("gpus", [])],
             "jobs": [{**x.to_json(), "why": why(x.to_json(), snap)} for x in recs],
             "counts": {"mine": store.counts(owner=user.name), "all": snap.get("counts", {})},

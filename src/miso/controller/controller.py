@@ -230,9 +230,11 @@ class Controller:
         with self.rt.lock:
             snap["nodes"] = sorted(self.rt.nodes)
             snap["unreachable"] = sorted(self.rt.fencing)
+            snap["lost_nodes"] = [lost_node(n, d, n in self.rt.fencing)
+                                  for n, d in sorted(self.rt.lost.items())]
         snap["time"] = self.now()
         snap["policy"] = getattr(self.policy, "name", self.cfg.policy)
-        snap["errors"] = list(self.errors[-20:]) + [
+        snap["errors"] = [n["text"] for n in snap["lost_nodes"]] + list(self.errors[-20:]) + [
             f"job {b}: its record in the store is malformed; ignored (fix or delete the row "
             f"in {self.store.path})" for b in self.store.bad_rows]
         return snap
@@ -278,6 +280,20 @@ class Controller:
 
 _NO_NODES = ("no agent is up: queued jobs wait for a GPU node (start one, or check "
              "`miso cluster up`)")
+
+
+def lost_node(node: str, d: dict[str, Any], fencing: bool) -> dict[str, Any]:
+    """A lost node as ``status`` shows it: since when (wall clock), why, and what happens to
+    its jobs (``fencing``: they move once its lease has run out; else they have moved and the
+    node waits for its agent to join again)."""
+    since = float(d.get("since") or 0.0)
+    phase = "fencing" if fencing else "waiting for its agent"
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since))
+    then = ("its jobs move once its lease has run out" if fencing else
+            "its jobs were requeued; it joins again when its agent is back")
+    return {"node": node, "since": since, "why": str(d.get("why") or ""), "phase": phase,
+            "text": f"node {node} lost since {stamp} ({time.time() - since:.0f}s): "
+                    f"{d.get('why')}; {then}"}
 
 
 def _spec(rec: JobRecord) -> JobSpec:

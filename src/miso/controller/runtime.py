@@ -98,6 +98,9 @@ class Runtime:
         self.nodes: set[str] = set()
         #: Nodes declared lost whose lease has not run out yet (not polled, not rediscovered).
         self.fencing: set[str] = set()
+        #: Nodes whose agent stopped answering or restarted, until their agent joins again:
+        #: ``{node: {"since": wall clock, "why": one line}}`` (shown by ``status``).
+        self.lost: dict[str, dict[str, Any]] = {}
         #: Latest lease end (wall clock) granted to each node.
         self.leases: dict[str, float] = {}
         self._horizon = 0.0
