@@ -17,7 +17,17 @@ from rich.console import Console
 from rich.table import Table
 
 from miso.api.users import UserStore
-from miso.cli_client import StateDir, Token, Url, call, client, default_state_dir, fail
+from miso.cli_client import (
+    StateDir,
+    Token,
+    TokenFile,
+    Url,
+    call,
+    client,
+    default_state_dir,
+    explicit_token,
+    fail,
+)
 
 user_app = typer.Typer(help="Users of the cluster and their API tokens.",
                        no_args_is_help=True)
@@ -48,15 +58,17 @@ def add(
                                         "job.")] = False,
     unix_user: Annotated[str | None, typer.Option(
         "--unix-user", help="Unix account (name or uid) the user's jobs run as when the "
-        "agent runs as root.")] = None,
+        "agent runs as root; it must exist and must not be root (uid 0).")] = None,
     url: Url = None,
     token: Token = None,
+    token_file: TokenFile = None,
     state_dir: StateDir = None,
 ) -> None:
     """Add a user (admin only; the first user, an admin, by the local operator). Prints the
     token once."""
     from miso.api.users import UserError
 
+    token = explicit_token(token, token_file)
     store = _bootstrap_store(state_dir) if not (url or token) else None
     if store is not None:
         try:
@@ -70,7 +82,7 @@ def add(
         finally:
             store.close()
     else:
-        with client(url, token, state_dir) as c:
+        with client(url, token, state_dir) as c:  # token: --token/--token-file, read above
             new = call(c.add_user, name, admin=admin, unix_user=unix_user)["token"]
     typer.echo(f"user {name} added{' (admin)' if admin else ''}; its token is printed once:",
                err=True)
@@ -82,10 +94,11 @@ def list_users(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     url: Url = None,
     token: Token = None,
+    token_file: TokenFile = None,
     state_dir: StateDir = None,
 ) -> None:
     """List the users (admin only)."""
-    with client(url, token, state_dir) as c:
+    with client(url, token, state_dir, token_file=token_file) as c:
         users = call(c.users)
     if json_out:
         typer.echo(json.dumps(users, indent=2))
@@ -103,10 +116,11 @@ def remove(
     name: Annotated[str, typer.Argument(help="User name.")],
     url: Url = None,
     token: Token = None,
+    token_file: TokenFile = None,
     state_dir: StateDir = None,
 ) -> None:
     """Remove a user (admin only); its token stops working at once."""
-    with client(url, token, state_dir) as c:
+    with client(url, token, state_dir, token_file=token_file) as c:
         call(c.remove_user, name)
     typer.echo(f"user {name} removed")
 
@@ -117,6 +131,7 @@ def rotate(
                                         "themselves).")],
     url: Url = None,
     token: Token = None,
+    token_file: TokenFile = None,
     state_dir: StateDir = None,
 ) -> None:
     """Give a user a new token (the old one stops working). Prints it once; a rotated token
@@ -129,7 +144,7 @@ def rotate(
         write_private,
     )
 
-    with client(url, token, state_dir) as c:
+    with client(url, token, state_dir, token_file=token_file) as c:
         new = call(c.rotate, name)
     cfg = from_config()
     if cfg.url == c.url and cfg.token == c.token:

@@ -21,6 +21,7 @@ All Ray traffic stays on 127.0.0.1 for local clusters; no dashboard, no usage st
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -165,9 +166,11 @@ class ControllerActor:
             from miso.api.server import ListenError  # noqa: PLC0415
             from miso.observe.routes import api_routers, instrument  # noqa: PLC0415
 
+            listen = {k: v for k, v in api.items() if k != "metrics_public"}
             try:
-                self.api = serve(self.ctl, d, api, extra_routers=api_routers(
-                    self.ctl, self.obs, api.get("host", "127.0.0.1")),
+                self.api = serve(self.ctl, d, listen, extra_routers=api_routers(
+                    self.ctl, self.obs, listen.get("host", "127.0.0.1"),
+                    metrics_public=bool(api.get("metrics_public"))),
                     setup=lambda app: instrument(app, self.obs))
             except ListenError as e:  # e.g. the --listen port is taken: ping reports it
                 self.error = f"the API cannot start: {e}"
@@ -420,19 +423,29 @@ def spawn_local_head(state_dir: str, *, gpus: int, model: str, config: dict[str,
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         start_new_session=True, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
     log.close()
+    # recorded before it is up: `cluster down` stops it even when this `up` fails or hangs
+    _write_cluster_file(state_dir, {"pid": proc.pid, "pid_start": process_start(proc.pid),
+                                    "state_dir": state_dir, "starting": True})
     deadline = time.time() + timeout
     while time.time() < deadline:
         info = read_cluster_file(state_dir)
-        if info is not None and info.get("pid") == proc.pid:
+        if info is not None and info.get("pid") == proc.pid and not info.get("starting"):
             return info
         if proc.poll() is not None:
+            cluster_file(state_dir).unlink(missing_ok=True)
             raise RuntimeError(_head_error(state_dir) or
                                f"the local Ray head exited with {proc.returncode}; see "
                                f"{Path(state_dir) / 'head.log'}")
         time.sleep(0.3)
-    os.killpg(proc.pid, signal.SIGTERM)
-    raise RuntimeError(f"the local Ray head did not come up within {timeout:.0f}s; see "
-                       f"{Path(state_dir) / 'head.log'}")
+    stop_local_head(state_dir, timeout=20.0)
+    raise RuntimeError(f"the local Ray head did not come up within {timeout:.0f}s (stopped); "
+                       f"see {Path(state_dir) / 'head.log'}")
+
+
+def _write_cluster_file(state_dir: str | Path, info: dict[str, Any]) -> None:
+    tmp = cluster_file(state_dir).with_suffix(".tmp")
+    tmp.write_text(json.dumps(info))
+    os.replace(tmp, cluster_file(state_dir))
 
 
 def read_cluster_file(state_dir: str | Path) -> dict[str, Any] | None:
@@ -473,15 +486,30 @@ def stop_local_head(state_dir: str, timeout: float = 60.0) -> bool:
         return False
     deadline = time.time() + timeout
     while time.time() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if not _alive(pid):
             break
         time.sleep(0.3)
     else:
-        os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    if info.get("starting"):  # it died before its Ray was up: end what it had started
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
     f.unlink(missing_ok=True)
     return True
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie, dead but not reaped, is not running)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
 
 
 def local_agent_pids(state_dir: str | Path) -> list[int]:
@@ -551,9 +579,7 @@ def _head_main(a: argparse.Namespace) -> int:
     info = {"address": address, "pid": os.getpid(), "pid_start": process_start(os.getpid()),
             "state_dir": a.state_dir, "host": socket.gethostname(), "gpus": a.gpus,
             "model": a.model, "emulated": True, "api_url": api_url}
-    tmp = cluster_file(a.state_dir).with_suffix(".tmp")
-    tmp.write_text(json.dumps(info))
-    os.replace(tmp, cluster_file(a.state_dir))
+    _write_cluster_file(a.state_dir, info)
     while not stop["flag"]:
         time.sleep(0.3)
     stop_actors(stop_jobs=True)

@@ -31,16 +31,16 @@ from miso.controller.executor import PlanExecutor
 from miso.controller.loop import EventLoop
 from miso.controller.poller import AgentPoller
 from miso.controller.recovery import recover
-from miso.controller.runtime import ControllerConfig, Runtime, SubmitError
+from miso.controller.runtime import ControllerConfig, Runtime, SubmitConflict, SubmitError
 from miso.controller.statelock import StateDirLock
-from miso.controller.store import GIB_PER_GB, JobRecord, JobStore, StoreError
+from miso.controller.store import GIB_PER_GB, JobRecord, JobStore, StoreConflict, StoreError
 from miso.controller.transport import NodeUnavailable, Transport
 from miso.mig import GPU_MODELS, geometry
 from miso.sched import JobSpec, JobSubmitted, Policy
 from miso.sched.policy import build_policy
 from miso.workloads import catalogue
 
-__all__ = ["Controller", "ControllerConfig", "SubmitError"]
+__all__ = ["Controller", "ControllerConfig", "SubmitConflict", "SubmitError"]
 
 
 def make_controller_policy(cfg: ControllerConfig) -> Policy:
@@ -151,14 +151,15 @@ class Controller:
                memory_gb: float | None = None, workload: str | None = None,
                env: dict[str, str] | None = None, cwd: str | None = None,
                owner: str | None = None, unix_user: str | None = None,
-               request_id: str | None = None) -> str:
+               request_id: str | None = None, owner_name: str | None = None) -> str:
         """Queue a job; returns its id. Raises :class:`SubmitError` on bad input.
 
         ``memory_gb`` is the job's peak GPU memory in GB (10^9 bytes). ``env`` is added to the
-        job's environment. ``owner`` is the API user submitting it (None: the local operator);
-        ``unix_user`` the account its processes run as where the agent runs as root.
-        ``request_id`` (chosen by the client) makes a retry safe: a second submission with the
-        same id returns the first one's job.
+        job's environment. ``owner`` is the id of the API user submitting it (None: the local
+        operator), ``owner_name`` its name; ``unix_user`` the account its processes run as
+        where the agent runs as root. ``request_id`` (chosen by the client) makes a retry
+        safe: a second submission with the same id and request returns the first one's job;
+        with another request it is a :class:`SubmitConflict`.
         """
         command = [str(c) for c in command]
         if not command:
@@ -192,7 +193,9 @@ class Controller:
             rec = self.store.submit(command=command, name=name, memory_gb=memory_gb,
                                     memory_gib=gib, workload=workload, env=env, cwd=cwd,
                                     at=self.now(), owner=owner, unix_user=unix_user,
-                                    request_id=request_id)
+                                    request_id=request_id, owner_name=owner_name)
+        except StoreConflict as e:
+            raise SubmitConflict(str(e)) from None
         except StoreError as e:
             raise SubmitError(str(e)) from None
         self.rt.job_added()

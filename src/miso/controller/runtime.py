@@ -28,6 +28,10 @@ class SubmitError(ValueError):
     """A job was refused at submission (clear message for the user)."""
 
 
+class SubmitConflict(SubmitError):
+    """The submission clashes with an earlier one (a request id reused for another job)."""
+
+
 @dataclass
 class ControllerConfig:
     """Knobs of the live controller. Times in seconds."""
