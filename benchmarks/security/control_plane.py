@@ -26,6 +26,11 @@
 * ``cross-user-views``: alice reads status, jobs, events, the web page's cluster view and
   ``/metrics``; any id, name or user name of bob's jobs in them is a leak.
 * ``gpus-bound``: ``miso cluster up --emulated --gpus 100000`` (refused with one line?).
+* ``up-interrupted``: ``miso cluster up`` is killed while its head starts, then ``miso cluster
+  down``: ``heads_left`` counts heads still running.
+
+The API attacks run against a live controller (one emulated node, in process) and the real API
+app; the command-line ones run the real ``miso`` in a new process.
 """
 
 from __future__ import annotations
@@ -165,9 +170,239 @@ def agent_sigkill(trials: int, *, jobs: int = 4, seconds: float = 8.0) -> dict[s
     return out
 
 
+# ---- the API attacks: a live controller (one emulated node, no Ray) and its API ---------------
+
+
+class Bed:
+    """A controller over one in-process agent, its observer, the API app with the observe
+    routes as the head mounts them, served on loopback; users admin, alice and bob."""
+
+    def __init__(self) -> None:
+        from fastapi.testclient import TestClient
+
+        from miso.agent import Agent
+        from miso.api import UserStore, create_app
+        from miso.api.server import ApiServer, Listen
+        from miso.backend import EmulatedBackend
+        from miso.controller import Controller, ControllerConfig
+        from miso.controller.store import open_store
+        from miso.controller.transport import LocalTransport
+        from miso.observe import attach
+        from miso.observe.routes import api_routers
+
+        self.dir = Path(tempfile.mkdtemp(prefix="miso-sec-api-")) / "state"
+        self.transport = LocalTransport()
+        self.transport.add(Agent("node0", EmulatedBackend(1, node="node0"),
+                                 self.dir / "agents" / "node0"))
+        self.ctl = Controller(open_store(self.dir), self.transport,
+                              ControllerConfig(poll_interval=0.1, profile_seconds_per_level=0.3),
+                              checkpoint_root=self.dir / "checkpoints")
+        obs = attach(self.ctl, self.dir)
+        self.ctl.start()
+        self.users = UserStore(self.dir / "users.db")
+        self.tokens = {"admin": self.users.add("admin", admin=True, unix_user="nobody"),
+                       "alice": self.users.add("alice", unix_user="nobody"),
+                       "bob": self.users.add("bob", unix_user="nobody")}
+        self.app = create_app(self.ctl, self.users, extra_routers=api_routers(
+            self.ctl, obs, "127.0.0.1"), snapshot_ttl=0.0)
+        self.server = ApiServer(self.app, Listen("127.0.0.1", 0))
+        self.url = self.server.start()
+        self.http = TestClient(self.app)
+
+    def h(self, who_or_token: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.tokens.get(who_or_token, who_or_token)}"}
+
+    def submit(self, who: str, name: str, **body: Any) -> Any:
+        return self.http.post("/api/v1/jobs", json={"command": ["sleep", "60"], "name": name,
+                                                    **body}, headers=self.h(who))
+
+    def views(self, who: str) -> str:
+        """Every view ``who`` has: status, jobs, events, the page's cluster view, /metrics,
+        the page."""
+        return "\n".join(self.http.get(p, headers=self.h(who)).text for p in (
+            "/api/v1/status", "/api/v1/jobs", "/api/v1/events", "/api/v1/cluster", "/metrics",
+            "/"))
+
+    def close(self) -> None:
+        self.server.stop()
+        self.ctl.stop(stop_jobs=True)
+        self.ctl.store.close()
+        for a in self.transport.agents().values():
+            a.shutdown()
+
+
+def _with_bed(fn: Callable[[Bed, int], dict[str, int]]) -> Callable[[int], dict[str, Any]]:
+    def run(trials: int) -> dict[str, Any]:
+        bed = Bed()
+        try:
+            out: dict[str, Any] = {"trials": trials}
+            for k in range(trials):
+                for key, n in fn(bed, k).items():
+                    out[key] = out.get(key, 0) + n
+            return out
+        finally:
+            bed.close()
+
+    run.__doc__ = fn.__doc__
+    return run
+
+
+def _user_recreate(bed: Bed, k: int) -> dict[str, int]:
+    """The old bob's job, tried by a new bob of the same name (5 ways)."""
+    jid = bed.submit("bob", f"old-{k}").json()["id"]
+    bed.http.delete("/api/v1/users/bob", headers=bed.h("admin"))
+    new = bed.http.post("/api/v1/users", json={"name": "bob", "unix_user": "nobody"},
+                        headers=bed.h("admin")).json()["token"]
+    bed.tokens["bob"] = new
+    tries = [bed.http.get(f"/api/v1/jobs/{jid}", headers=bed.h(new)).status_code == 200,
+             bed.http.get(f"/api/v1/jobs/old-{k}", headers=bed.h(new)).status_code == 200,
+             bed.http.get(f"/api/v1/jobs/{jid}/logs", headers=bed.h(new)).status_code == 200,
+             bed.http.post(f"/api/v1/jobs/{jid}/cancel", headers=bed.h(new)).status_code == 200,
+             jid in bed.views(new)]
+    bed.http.post(f"/api/v1/jobs/{jid}/cancel", headers=bed.h("admin"))
+    return {"attempts": len(tries), "escalations": sum(tries)}
+
+
+def _request_id_reuse(bed: Bed, k: int) -> dict[str, int]:
+    """The same request id with another name, command and environment."""
+    rid = f"req-{uuid.uuid4().hex}"
+    first = bed.submit("alice", f"r{k}", request_id=rid).json()["id"]
+    answers = [bed.submit("alice", f"r{k}", request_id=rid),
+               bed.submit("alice", f"other{k}", request_id=rid),
+               bed.submit("alice", f"r{k}", request_id=rid, command=["sleep", "61"]),
+               bed.submit("alice", f"r{k}", request_id=rid, env={"A": "1"})]
+    bed.http.post(f"/api/v1/jobs/{first}/cancel", headers=bed.h("alice"))
+    ok_retry = answers[0].status_code == 201 and answers[0].json()["id"] == first
+    refused = [a.status_code == 409 and "\n" not in a.json()["error"] for a in answers[1:]]
+    return {"attempts": len(refused), "accepted": len(refused) - sum(refused),
+            "retry_broken": int(not ok_retry)}
+
+
+def _unix_user(bed: Bed, k: int) -> dict[str, int]:
+    """An admin asks for uid 0, root and an account that does not exist."""
+    got = [bed.http.post("/api/v1/users", json={"name": f"m{k}x{i}", "unix_user": u},
+                         headers=bed.h("admin")).status_code
+           for i, u in enumerate(("0", "root", f"nosuch{k}"))]
+    return {"attempts": len(got), "escalations": sum(c == 201 for c in got)}
+
+
+def _metrics_anonymous(bed: Bed, k: int) -> dict[str, int]:
+    """``GET /metrics`` without a token on the loopback listener."""
+    import httpx
+
+    r = httpx.get(bed.url + "/metrics", timeout=10)
+    return {"attempts": 1, "leaks": int(r.status_code == 200)}
+
+
+def _cross_user_views(bed: Bed, k: int) -> dict[str, int]:
+    """alice's views after bob submits a job with a telling name."""
+    jid = bed.submit("bob", f"bobsecret{k}").json()["id"]
+    time.sleep(0.3)
+    seen = bed.views("alice")
+    bed.http.post(f"/api/v1/jobs/{jid}/cancel", headers=bed.h("bob"))
+    return {"attempts": 1, "leaks": int(any(x in seen for x in (jid, f"bobsecret{k}", "bob")))}
+
+
+def _token_fallback(bed: Bed, k: int) -> dict[str, int]:
+    """``miso status --token ''`` where the state dir holds the admin's (operator) token."""
+    sd = bed.dir.parent / f"cli-{k}"
+    sd.mkdir(exist_ok=True)
+    (sd / "api.json").write_text(json.dumps({"url": bed.url}))
+    (sd / "operator.token").write_text(bed.tokens["admin"] + "\n")
+    r = miso("status", "--state-dir", str(sd), "--token", "", "--json", timeout=60)
+    return {"attempts": 1, "escalations": int(r.returncode == 0),
+            "multi_line_errors": int(len(r.stderr.strip().splitlines()) > 1)}
+
+
+# ---- state directory and cluster up/down ---------------------------------------------------
+
+
+def users_db_loss(trials: int) -> dict[str, Any]:
+    """``users.db`` missing (odd trials), empty or garbage beside a job store with jobs."""
+    from miso.api.head import users_of
+    from miso.controller.store import open_store
+
+    out = {"trials": trials, "accepted": 0, "multi_line_errors": 0, "recreated": 0}
+    for k in range(trials):
+        sd = Path(tempfile.mkdtemp(prefix="miso-sec-users-")) / "state"
+        users = users_of(sd)
+        users.add("alice", admin=True, unix_user="nobody")
+        uid = users.get("alice").id
+        users.close()
+        store = open_store(sd)
+        store.submit(command=["true"], name="x", memory_gb=1.0, owner=uid, owner_name="alice")
+        store.close()
+        for side in sd.glob("users.db*"):
+            side.unlink()
+        if k % 3 == 1:
+            (sd / "users.db").write_bytes(b"")
+        elif k % 3 == 2:
+            (sd / "users.db").write_bytes(b"garbage" * 512)
+        r = miso("cluster", "up", "--emulated", "--gpus", "1", "--state-dir", str(sd))
+        if r.returncode == 0:
+            out["accepted"] += 1
+            miso("cluster", "down", "--state-dir", str(sd))
+        out["multi_line_errors"] += int(len(r.stderr.strip().splitlines()) > 1)
+        out["recreated"] += int(k % 3 == 0 and (sd / "users.db").exists())
+    return out
+
+
+def gpus_bound(trials: int) -> dict[str, Any]:
+    """``cluster up --emulated --gpus 100000``: refused at once with one line?"""
+    out = {"trials": trials, "accepted": 0, "multi_line_errors": 0, "max_s": 0.0}
+    for _ in range(trials):
+        sd = Path(tempfile.mkdtemp(prefix="miso-sec-gpus-")) / "state"
+        t0 = time.time()
+        r = miso("cluster", "up", "--emulated", "--gpus", "100000", "--state-dir", str(sd),
+                 timeout=600)
+        out["max_s"] = max(out["max_s"], round(time.time() - t0, 2))
+        if r.returncode == 0:
+            out["accepted"] += 1
+            miso("cluster", "down", "--state-dir", str(sd))
+        out["multi_line_errors"] += int(len(r.stderr.strip().splitlines()) > 1)
+    return out
+
+
+def up_interrupted(trials: int) -> dict[str, Any]:
+    """``cluster up`` killed while its head starts; then ``cluster down``: is the head gone?"""
+    from miso import raycluster as rc
+
+    out = {"trials": trials, "heads_left": 0, "down_failed": 0}
+    for _ in range(trials):
+        sd = str(Path(tempfile.mkdtemp(prefix="miso-sec-up-")) / "state")
+        up = subprocess.Popen([sys.executable, "-c", "from miso.cli import main; main()",
+                               "cluster", "up", "--emulated", "--gpus", "1", "--state-dir", sd],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+        head = None
+        deadline = time.time() + 60
+        while head is None and time.time() < deadline:
+            info = rc.read_cluster_file(sd)
+            head = int(info["pid"]) if info and info.get("pid") else None
+            time.sleep(0.1)
+        up.kill()
+        up.wait()
+        r = miso("cluster", "down", "--state-dir", sd)
+        out["down_failed"] += int(r.returncode != 0)
+        time.sleep(1.0)
+        if head is not None and rc.process_start(head) is not None:
+            out["heads_left"] += 1
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(head, signal.SIGKILL)
+    return out
+
+
 def attacks() -> dict[str, Callable[[int], dict[str, Any]]]:
     """Name -> ``function(trials)`` returning counts (see the module docstring)."""
-    return {"agent-sigkill": agent_sigkill}
+    return {"agent-sigkill": agent_sigkill,
+            "user-recreate": _with_bed(_user_recreate),
+            "users-db-loss": users_db_loss,
+            "request-id-reuse": _with_bed(_request_id_reuse),
+            "unix-user": _with_bed(_unix_user),
+            "token-fallback": _with_bed(_token_fallback),
+            "metrics-anonymous": _with_bed(_metrics_anonymous),
+            "cross-user-views": _with_bed(_cross_user_views),
+            "gpus-bound": gpus_bound,
+            "up-interrupted": up_interrupted}
 
 
 def main(argv: list[str] | None = None) -> int:
