@@ -104,10 +104,11 @@ def list_users(
         typer.echo(json.dumps(users, indent=2))
         return
     t = Table(title="Users")
-    for col in ("name", "admin", "unix user"):
+    for col in ("name", "id", "admin", "unix user"):
         t.add_column(col)
     for u in users:
-        t.add_row(u["name"], "yes" if u["admin"] else "", u.get("unix_user") or "-")
+        t.add_row(u["name"], u.get("id") or "-", "yes" if u["admin"] else "",
+                  u.get("unix_user") or "-")
     console.print(t)
 
 
