@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ import pytest
 from waiting import wait_for
 
 from miso.agent import Agent
+from miso.agent.incarnation import Incarnation
 from miso.backend import EmulatedBackend
 from miso.controller import ControllerConfig
 from miso.controller.local import LocalCluster
@@ -28,26 +28,17 @@ def emu(work_s: float, ips: float = 40.0) -> list[str]:
             "--checkpoint-every", "0.3"]
 
 
-class Incarnated(Agent):
-    """An agent that says which life of it answers (as the Ray agent actor does)."""
-
-    def __init__(self, *a: Any, **kw: Any) -> None:
-        super().__init__(*a, **kw)
-        self.incarnation = uuid.uuid4().hex
-
-    def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "incarnation": self.incarnation}
-
-    def report(self, lease_until: float | None = None) -> dict[str, Any]:
-        return {**super().report(lease_until), "incarnation": self.incarnation}
+def supervised(c: LocalCluster) -> Incarnation:
+    """A new life of node0's agent (as Ray starts after the agent actor died)."""
+    return Incarnation(Agent("node0", EmulatedBackend(2, node="node0"),
+                             c.dir / "agents" / "node0", rate_window=0.5))
 
 
 @pytest.fixture
 def local(tmp_path: Path) -> Iterator[LocalCluster]:
     c = LocalCluster(tmp_path / "c", nodes=0, config=ControllerConfig(**FAST), start=False,
                      rate_window=0.5)
-    c.transport.add(Incarnated("node0", EmulatedBackend(2, node="node0"),
-                               c.dir / "agents" / "node0", rate_window=0.5))
+    c.transport.add(supervised(c))  # type: ignore[arg-type]
     c.start_controller()
     yield c
     c.close()
@@ -63,8 +54,7 @@ def test_agent_restart__node_is_lost_fenced_and_its_jobs_finish_once(local: Loca
     wait_for(lambda: sum(j["state"] == "running" for j in ctl.status()["jobs"]) >= 2, 60)
     old = local.transport.agents()["node0"]
     # the agent dies (its jobs' guards kill them) and its supervisor starts a new one at once
-    local.transport.add(Incarnated("node0", EmulatedBackend(2, node="node0"),
-                                   local.dir / "agents" / "node0", rate_window=0.5))
+    local.transport.add(supervised(local))  # type: ignore[arg-type]
     old.shutdown()
     st = wait_for(lambda: (s := ctl.status())["lost_nodes"] and s, 20)
     lost = st["lost_nodes"][0]
@@ -77,6 +67,25 @@ def test_agent_restart__node_is_lost_fenced_and_its_jobs_finish_once(local: Loca
     for j in ids:  # one attempt per life of the agent at most: never two at once
         ends = [a for a in ctl.store.attempts(j) if a["status"] == "finished"]
         assert len(ends) <= 1
+
+
+def test_agent_restart__a_new_life_starts_nothing_until_the_controller_took_it_on(
+        tmp_path: Path) -> None:
+    from miso.controller import NodeUnavailable
+
+    a = Incarnation(Agent("n", EmulatedBackend(1, node="n"), tmp_path / "n"))
+    b = Incarnation(Agent("n", EmulatedBackend(1, node="n"), tmp_path / "n"))
+    assert a.report()["incarnation"] != b.report()["incarnation"]
+    spec = {"job": "j0001", "attempt": 1, "command": ["true"], "gpu": 0,
+            "placement": [0, "7g.40gb"], "mps_pct": None}
+    for call in (lambda: a.launch(spec), lambda: a.apply_layout(0, [[0, "7g.40gb"]]),
+                 lambda: a.start_mps(0, [0, "7g.40gb"])):
+        with pytest.raises(NodeUnavailable, match="restarted"):
+            call()  # a launch meant for the agent that died is not run (nor failed)
+    assert a.describe()["incarnation"] == a.incarnation
+    assert a.apply_layout(0, [[0, "7g.40gb"]])["ok"]
+    a.shutdown()
+    b.shutdown()
 
 
 def _copies(mark: str) -> dict[str, int]:

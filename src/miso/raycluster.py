@@ -74,12 +74,13 @@ class AgentActor:
     def __init__(self, node: str, backend: dict[str, Any], workdir: str,
                  rate_window: float = 1.0, change_threshold: float = 0.25) -> None:
         from miso.agent import Agent  # noqa: PLC0415
+        from miso.agent.incarnation import Incarnation  # noqa: PLC0415
 
         os.umask(0o077)  # private state: job logs and directories of this node
-        self.agent = Agent(node, make_backend(backend, node), workdir,
-                           rate_window=rate_window, change_threshold=change_threshold)
-        #: Which life of this agent answers (new after every restart by Ray).
-        self.incarnation = f"{os.getpid()}-{time.time_ns()}"
+        #: this life of the agent (a new one after every restart by Ray)
+        self.agent = Incarnation(Agent(node, make_backend(backend, node), workdir,
+                                       rate_window=rate_window,
+                                       change_threshold=change_threshold))
 
     def pid(self) -> int:
         return os.getpid()
@@ -88,7 +89,7 @@ class AgentActor:
         return self.agent.ping()
 
     def describe(self) -> dict[str, Any]:
-        return {**self.agent.describe(), "incarnation": self.incarnation}
+        return self.agent.describe()
 
     def apply_layout(self, gpu: int, layout: list[Any]) -> dict[str, Any]:
         return self.agent.apply_layout(gpu, layout)
@@ -115,7 +116,7 @@ class AgentActor:
         self.agent.forget(job, attempt)
 
     def report(self, lease_until: float | None = None) -> dict[str, Any]:
-        return {**self.agent.report(lease_until), "incarnation": self.incarnation}
+        return self.agent.report(lease_until)
 
     def logs(self, job: str, tail: int = 200) -> str:
         return self.agent.logs(job, tail)
