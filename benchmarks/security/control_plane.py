@@ -393,8 +393,7 @@ def up_interrupted(trials: int) -> dict[str, Any]:
         up.wait()
         r = miso("cluster", "down", "--state-dir", sd)
         out["down_failed"] += int(r.returncode != 0)
-        time.sleep(1.0)
-        if head is not None and rc.process_start(head) is not None:
+        if head is not None and rc.running(head):  # (a zombie waiting for init is gone)
             out["heads_left"] += 1
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(head, signal.SIGKILL)

@@ -487,7 +487,7 @@ def stop_local_head(state_dir: str, timeout: float = 60.0) -> bool:
         return False
     deadline = time.time() + timeout
     while time.time() < deadline:
-        if not _alive(pid):
+        if not running(pid):
             break
         time.sleep(0.3)
     else:
@@ -500,7 +500,7 @@ def stop_local_head(state_dir: str, timeout: float = 60.0) -> bool:
     return True
 
 
-def _alive(pid: int) -> bool:
+def running(pid: int) -> bool:
     """True while ``pid`` runs (a zombie, dead but not reaped, is not running)."""
     try:
         os.kill(pid, 0)
