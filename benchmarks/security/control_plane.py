@@ -3,8 +3,9 @@
     python benchmarks/security/control_plane.py --trials 10 --json cp.json [--only NAME,...]
 
 :func:`attacks` maps a name to ``function(trials) -> dict`` of counts (``trials``, and
-``escalations`` / ``lost`` / ``twice`` / ``affected`` / ``leaks`` ... that must all be 0);
-``benchmarks/security/run.py`` runs them with the job-side attacks.
+``escalations`` / ``lost`` / ``twice`` / ``affected`` / ``outliving`` / ``leaks`` ... that must
+all be 0); ``benchmarks/security/run.py`` runs them with the job-side attacks, calling each
+with its per-trial ``Env`` instead of ``trials`` (one trial per call).
 
 * ``agent-sigkill``: a real ``miso cluster up --emulated`` (2 GPUs); per trial 4 jobs of 8 s
   (checkpoint every 0.5 s) are submitted through the API, and once they run the agent actor's
@@ -177,6 +178,7 @@ def agent_sigkill(trials: int, *, jobs: int = 4, seconds: float = 8.0) -> dict[s
     rec = [x for x in out["recover_s"] if x is not None]
     out["max_recover_s"] = max(rec) if rec else None
     out["within_60s"] = sum(x <= 60 for x in rec)
+    out["over_60s"] = trials - out["within_60s"]
     return out
 
 
@@ -235,18 +237,17 @@ class Bed:
 
     def close(self) -> None:
         self.server.stop()
-        self.ctl.stop(stop_jobs=True)
-        self.ctl.store.close()
+        self.ctl.stop(stop_jobs=True)  # (the store stays open: a GPU worker may still write)
         for a in self.transport.agents().values():
             a.shutdown()
 
 
-def _with_bed(fn: Callable[[Bed, int], dict[str, int]]) -> Callable[[int], dict[str, Any]]:
-    def run(trials: int) -> dict[str, Any]:
+def _with_bed(fn: Callable[[Bed, int], dict[str, int]]) -> Callable[..., dict[str, Any]]:
+    def run(trials: int, first: int = 0) -> dict[str, Any]:
         bed = Bed()
         try:
             out: dict[str, Any] = {"trials": trials}
-            for k in range(trials):
+            for k in range(first, first + trials):
                 for key, n in fn(bed, k).items():
                     out[key] = out.get(key, 0) + n
             return out
@@ -285,6 +286,7 @@ def _request_id_reuse(bed: Bed, k: int) -> dict[str, int]:
     ok_retry = answers[0].status_code == 201 and answers[0].json()["id"] == first
     refused = [a.status_code == 409 and "\n" not in a.json()["error"] for a in answers[1:]]
     return {"attempts": len(refused), "accepted": len(refused) - sum(refused),
+            "affected": len(refused) - sum(refused) + int(not ok_retry),
             "retry_broken": int(not ok_retry)}
 
 
@@ -301,7 +303,8 @@ def _metrics_anonymous(bed: Bed, k: int) -> dict[str, int]:
     import httpx
 
     r = httpx.get(bed.url + "/metrics", timeout=10)
-    return {"attempts": 1, "leaks": int(r.status_code == 200)}
+    return {"attempts": 1, "leaks": int(r.status_code == 200),
+            "escalations": int(r.status_code == 200)}
 
 
 def _cross_user_views(bed: Bed, k: int) -> dict[str, int]:
@@ -310,7 +313,8 @@ def _cross_user_views(bed: Bed, k: int) -> dict[str, int]:
     time.sleep(0.3)
     seen = bed.views("alice")
     bed.http.post(f"/api/v1/jobs/{jid}/cancel", headers=bed.h("bob"))
-    return {"attempts": 1, "leaks": int(any(x in seen for x in (jid, f"bobsecret{k}", "bob")))}
+    leak = int(any(x in seen for x in (jid, f"bobsecret{k}", "bob")))
+    return {"attempts": 1, "leaks": leak, "escalations": leak}
 
 
 def _token_fallback(bed: Bed, k: int) -> dict[str, int]:
@@ -327,13 +331,13 @@ def _token_fallback(bed: Bed, k: int) -> dict[str, int]:
 # ---- state directory and cluster up/down ---------------------------------------------------
 
 
-def users_db_loss(trials: int) -> dict[str, Any]:
+def users_db_loss(trials: int, first: int = 0) -> dict[str, Any]:
     """``users.db`` missing (odd trials), empty or garbage beside a job store with jobs."""
     from miso.api.head import users_of
     from miso.controller.store import open_store
 
     out = {"trials": trials, "accepted": 0, "multi_line_errors": 0, "recreated": 0}
-    for k in range(trials):
+    for k in range(first, first + trials):
         sd = Path(tempfile.mkdtemp(prefix="miso-sec-users-")) / "state"
         users = users_of(sd)
         users.add("alice", admin=True, unix_user="nobody")
@@ -354,6 +358,7 @@ def users_db_loss(trials: int) -> dict[str, Any]:
             miso("cluster", "down", "--state-dir", str(sd))
         out["multi_line_errors"] += int(len(r.stderr.strip().splitlines()) > 1)
         out["recreated"] += int(k % 3 == 0 and (sd / "users.db").exists())
+    out["escalations"] = out["accepted"] + out["recreated"]
     return out
 
 
@@ -370,6 +375,7 @@ def gpus_bound(trials: int) -> dict[str, Any]:
             out["accepted"] += 1
             miso("cluster", "down", "--state-dir", str(sd))
         out["multi_line_errors"] += int(len(r.stderr.strip().splitlines()) > 1)
+    out["affected"] = out["accepted"]
     return out
 
 
@@ -397,21 +403,41 @@ def up_interrupted(trials: int) -> dict[str, Any]:
             out["heads_left"] += 1
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(head, signal.SIGKILL)
+    out["outliving"] = out["heads_left"]
     return out
 
 
-def attacks() -> dict[str, Callable[[int], dict[str, Any]]]:
-    """Name -> ``function(trials)`` returning counts (see the module docstring)."""
-    return {"agent-sigkill": agent_sigkill,
-            "user-recreate": _with_bed(_user_recreate),
-            "users-db-loss": users_db_loss,
-            "request-id-reuse": _with_bed(_request_id_reuse),
-            "unix-user": _with_bed(_unix_user),
-            "token-fallback": _with_bed(_token_fallback),
-            "metrics-anonymous": _with_bed(_metrics_anonymous),
-            "cross-user-views": _with_bed(_cross_user_views),
-            "gpus-bound": gpus_bound,
-            "up-interrupted": up_interrupted}
+def _either(fn: Callable[..., dict[str, Any]], numbered: bool = False
+            ) -> Callable[[Any], dict[str, Any]]:
+    """``fn(trials)`` callable as ``f(trials)`` (an int: all trials, the figures summed) or as
+    ``f(env)`` (``benchmarks/security/run.py``'s per-trial ``Env``: one trial numbered
+    ``env.trial``, numeric figures only, run.py sums them)."""
+
+    def run(arg: Any) -> dict[str, Any]:
+        if isinstance(arg, int):
+            return fn(arg)
+        k = int(getattr(arg, "trial", 0))
+        out = fn(1, first=k) if numbered else fn(1)
+        return {key: v for key, v in out.items() if key != "trials" and
+                isinstance(v, int | float) and not isinstance(v, bool)}
+
+    run.__doc__ = fn.__doc__
+    return run
+
+
+def attacks() -> dict[str, Callable[[Any], dict[str, Any]]]:
+    """Name -> ``function(trials)`` returning counts (see the module docstring); each also
+    takes run.py's per-trial ``Env`` instead of ``trials``."""
+    return {"agent-sigkill": _either(agent_sigkill),
+            "user-recreate": _either(_with_bed(_user_recreate), True),
+            "users-db-loss": _either(users_db_loss, True),
+            "request-id-reuse": _either(_with_bed(_request_id_reuse), True),
+            "unix-user": _either(_with_bed(_unix_user), True),
+            "token-fallback": _either(_with_bed(_token_fallback), True),
+            "metrics-anonymous": _either(_with_bed(_metrics_anonymous), True),
+            "cross-user-views": _either(_with_bed(_cross_user_views), True),
+            "gpus-bound": _either(gpus_bound),
+            "up-interrupted": _either(up_interrupted)}
 
 
 def main(argv: list[str] | None = None) -> int:
