@@ -44,6 +44,16 @@ def local(tmp_path: Path) -> Iterator[LocalCluster]:
     c.close()
 
 
+def _client_module() -> Any:
+    """The job commands' module (``miso.cli.client`` once the CLI is a package)."""
+    import importlib
+
+    try:
+        return importlib.import_module("miso.cli.client")
+    except ImportError:
+        return importlib.import_module("miso.cli_client")
+
+
 # ---- 3. agents are supervised ---------------------------------------------------------------
 
 
@@ -60,6 +70,8 @@ def test_agent_restart__node_is_lost_fenced_and_its_jobs_finish_once(local: Loca
     lost = st["lost_nodes"][0]
     assert lost["node"] == "node0" and lost["since"] > 0 and "restarted" in lost["why"]
     assert any("node0 lost since" in e for e in st["errors"])
+    tables = _client_module().render_status({**st, "user": "op"})
+    assert [t.title for t in tables][-1] == "LOST nodes"  # `miso status` shows it too
     assert ctl.wait_all(120), ctl.status()
     recs = local.controller.store.jobs()
     assert [r.state for r in recs] == ["finished"] * 3 and {r.id for r in recs} == set(ids)
@@ -335,10 +347,7 @@ def test_users__old_stores_with_names_are_migrated_to_ids(tmp_path: Path) -> Non
 @pytest.mark.parametrize("damage", ["missing", "empty", "garbage"])
 def test_users_db__missing_or_damaged_with_jobs_refuses_to_start(tmp_path: Path,
                                                                   damage: str) -> None:
-    from typer.testing import CliRunner
-
     from miso.api.head import users_of, users_problem
-    from miso.cli_cluster import cluster_app
     from miso.controller.store import open_store
 
     sd = tmp_path / "state"
@@ -359,7 +368,8 @@ def test_users_db__missing_or_damaged_with_jobs_refuses_to_start(tmp_path: Path,
         db.write_bytes(b"" if damage == "empty" else b"not a database at all" * 100)
     problem = users_problem(sd)
     assert problem is not None and "\n" not in problem and "users.db" in problem
-    r = CliRunner().invoke(cluster_app, ["up", "--emulated", "--state-dir", str(sd)])
+    runner, app = _cli()
+    r = runner.invoke(app, ["cluster", "up", "--emulated", "--state-dir", str(sd)])
     assert r.exit_code != 0 and "users.db" in r.output, r.output
     assert len(r.output.strip().splitlines()) == 1
     assert db.exists() is (damage != "missing")  # nothing was created in its place
@@ -390,8 +400,7 @@ def test_token__empty_is_an_error_not_the_operator_token(tmp_path: Path) -> None
 
 def test_token__from_a_file_or_the_environment_and_help_says_so(tmp_path: Path,
                                                                   monkeypatch: Any) -> None:
-    from miso import cli_client
-
+    cli_client = _client_module()
     runner, app = _cli()
     seen: list[str] = []
 
@@ -444,7 +453,7 @@ def test_cluster_down__stops_a_head_whose_up_was_interrupted(tmp_path: Path) -> 
     from miso import raycluster as rc
 
     sd = str(tmp_path / "state")
-    up = subprocess.Popen([sys.executable, "-c", "from miso.cli import main; main()",
+    up = subprocess.Popen([sys.executable, "-m", "miso.cli",
                            "cluster", "up", "--emulated", "--gpus", "1", "--state-dir", sd],
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                           env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})

@@ -69,7 +69,7 @@ def _faults() -> Any:
 def miso(*args: str, timeout: float = 300.0, env: dict[str, str] | None = None
          ) -> subprocess.CompletedProcess[str]:
     """The real ``miso`` command line (a new process)."""
-    return subprocess.run([sys.executable, "-c", "from miso.cli import main; main()", *args],
+    return subprocess.run([sys.executable, "-m", "miso.cli", *args],
                           capture_output=True, text=True, timeout=timeout, env=env or ENV,
                           check=False)
 
@@ -386,7 +386,7 @@ def up_interrupted(trials: int) -> dict[str, Any]:
     out = {"trials": trials, "heads_left": 0, "down_failed": 0}
     for _ in range(trials):
         sd = str(Path(tempfile.mkdtemp(prefix="miso-sec-up-")) / "state")
-        up = subprocess.Popen([sys.executable, "-c", "from miso.cli import main; main()",
+        up = subprocess.Popen([sys.executable, "-m", "miso.cli",
                                "cluster", "up", "--emulated", "--gpus", "1", "--state-dir", sd],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
         head = None

@@ -200,7 +200,21 @@ def render_status(st: dict[str, Any]) -> list[Table]:
         if st.get("admin"):
             row.insert(1, j.get("owner") or "-")
         t.add_row(*(safe(x) for x in row))
-    return [g, t]
+    return [g, t, *lost_nodes_table(st, safe)]
+
+
+def lost_nodes_table(st: dict[str, Any], safe: Any) -> list[Table]:
+    """A table of the nodes the controller lost (since when, why), or none."""
+    lost = st.get("lost_nodes") or []
+    if not lost:
+        return []
+    t = Table(title="LOST nodes")
+    for c in ("node", "phase", "lost since", "why"):
+        t.add_column(c, overflow="fold")
+    for n in lost:
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(n.get("since") or 0)))
+        t.add_row(*(safe(x) for x in (n.get("node"), n.get("phase"), since, n.get("why"))))
+    return [t]
 
 
 def status(
@@ -224,10 +238,6 @@ def status(
         return
     for tbl in render_status(st):
         console.print(tbl)
-    from miso.cli_text import safe
-
-    for n in st.get("lost_nodes") or []:
-        console.print(safe(f"LOST: {n.get('text') or n.get('node')}"))
     others = sum(st.get("counts", {}).get("all", {}).values()) - \
         sum(st.get("counts", {}).get("mine", {}).values())
     if others > 0 and not st.get("admin"):
