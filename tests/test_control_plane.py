@@ -161,7 +161,7 @@ def test_cluster_up__a_sigkilled_agent_comes_back_and_every_job_finishes_once(
         st = wait_for(lambda: (s := c.status())["lost_nodes"] and s, 60)
         assert st["lost_nodes"][0]["node"] == "node0" and st["lost_nodes"][0]["why"]
         r = runner.invoke(app, ["status", "--state-dir", sd])
-        assert "LOST" in r.output or not c.status()["lost_nodes"], r.output
+        assert "LOST nodes" in r.output or not c.status()["lost_nodes"], r.output
         wait_for(lambda: all(j["state"] == "finished" for j in c.status()["jobs"]), 240)
         stop.set()
         t.join(5)
