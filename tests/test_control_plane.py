@@ -417,7 +417,11 @@ def test_token__from_a_file_or_the_environment_and_help_says_so(tmp_path: Path,
         def status(self, limit: int) -> dict[str, Any]:
             return {"gpus": [], "jobs": [], "counts": {}}
 
-    monkeypatch.setattr(cli_client, "Client", Fake)
+    import miso.api.client
+
+    monkeypatch.setattr(miso.api.client, "Client", Fake)  # imported where it is used
+    if hasattr(cli_client, "Client"):  # or at the top of the command module
+        monkeypatch.setattr(cli_client, "Client", Fake)
     monkeypatch.setenv("MISO_CONFIG", str(tmp_path / "none.json"))
     (tmp_path / "tok").write_text("miso_fromfile\n")
     url = ["--url", "http://127.0.0.1:9"]
