@@ -25,11 +25,13 @@ class StoreController:
     def submit(self, command: list[str], *, name: str | None = None,
                memory_gb: float | None = None, workload: str | None = None,
                env: dict[str, str] | None = None, cwd: str | None = None,
-               owner: str | None = None, unix_user: str | None = None) -> str:
+               owner: str | None = None, unix_user: str | None = None,
+               owner_name: str | None = None, request_id: str | None = None) -> str:
         try:
             return self.store.submit(command=command, name=name, memory_gb=memory_gb or 1.0,
                                      workload=workload, env=env, cwd=cwd, owner=owner,
-                                     unix_user=unix_user).id
+                                     unix_user=unix_user, owner_name=owner_name,
+                                     request_id=request_id).id
         except StoreError as e:
             raise SubmitError(str(e)) from None
 
@@ -58,7 +60,7 @@ class StoreController:
 def api(tmp_path: Path) -> Any:
     users = UserStore(tmp_path / "users.db")
     ctl = StoreController(JobStore(tmp_path / "miso.db"))
-    tokens = {"admin": users.add("admin", admin=True, unix_user="root"),
+    tokens = {"admin": users.add("admin", admin=True, unix_user="daemon"),
               "alice": users.add("alice", unix_user="nobody"),
               "bob": users.add("bob")}
     app = create_app(ctl, users, api_url="http://127.0.0.1:1", max_body_bytes=4096,
@@ -131,7 +133,7 @@ def test_other_users_jobs_are_forbidden_on_every_job_endpoint(api: Any) -> None:
                     headers=H(tokens["alice"]))
     assert r.status_code == 201 and r.json()["id"] != bob_job
     assert client.get("/api/v1/jobs/train", headers=H(tokens["alice"])).json()["job"][
-        "owner"] == "alice"
+        "owner_name"] == "alice"
     # the owner and admins may
     for who in ("bob", "admin"):
         r = client.get(f"/api/v1/jobs/{bob_job}/logs", headers=H(tokens[who]))
@@ -163,7 +165,7 @@ def test_listing_and_status_show_other_users_jobs_as_counts_only(api: Any) -> No
     assert len(st["jobs"]) == 3 and st["gpus"][0]["other_jobs"] == 0 and st["errors"]
     assert len(st["queue"]) == 2
     all_jobs = client.get("/api/v1/jobs?all=1", headers=H(tokens["admin"])).json()["jobs"]
-    assert {j["owner"] for j in all_jobs} == {"alice", "bob"}
+    assert {j["owner_name"] for j in all_jobs} == {"alice", "bob"}
 
 
 def test_submit_passes_owner_and_unix_user_and_is_audited(api: Any) -> None:
@@ -173,8 +175,8 @@ def test_submit_passes_owner_and_unix_user_and_is_audited(api: Any) -> None:
                     headers=H(tokens["alice"]))
     jid = r.json()["id"]
     rec = ctl.store.get(jid)
-    assert (rec.owner, rec.unix_user, rec.env, rec.cwd) == ("alice", "nobody", {"A": "1"},
-                                                           "/tmp")
+    assert (rec.owner, rec.owner_name, rec.unix_user, rec.env, rec.cwd) == (
+        users.get("alice").id, "alice", "nobody", {"A": "1"}, "/tmp")
     client.post(f"/api/v1/jobs/{jid}/cancel", headers=H(tokens["admin"]))
     log = client.get("/api/v1/audit", headers=H(tokens["admin"])).json()["audit"]
     assert [(e["user"], e["action"], e["job"]) for e in log] == [
@@ -222,8 +224,9 @@ def test_users_admin_only_rotation_and_removal(api: Any) -> None:
                     headers=H(tokens["admin"]))
     assert r.status_code == 201 and r.json()["token"].startswith("miso_")
     carol = r.json()["token"]
-    assert client.get("/api/v1/users/me", headers=H(carol)).json() == {
-        "name": "carol", "admin": False, "unix_user": "nobody"}
+    me = client.get("/api/v1/users/me", headers=H(carol)).json()
+    assert me == {"id": me["id"], "name": "carol", "admin": False, "unix_user": "nobody"}
+    assert me["id"].startswith("u:")
     r = client.post("/api/v1/users", json={"name": "carol"}, headers=H(tokens["admin"]))
     assert r.status_code == 409
     names = [u["name"] for u in client.get("/api/v1/users", headers=H(tokens["admin"])).json()[
@@ -244,7 +247,7 @@ def test_users_admin_only_rotation_and_removal(api: Any) -> None:
 def test_user_store_keeps_only_hashes(tmp_path: Path) -> None:
     users = UserStore(tmp_path / "u.db")
     token = users.add("dana")
-    assert users.authenticate(token) == User("dana", False, None)
+    assert users.authenticate(token) == User("dana", False, None, users.get("dana").id)
     assert users.authenticate(token[:-1]) is None and users.authenticate("") is None
     users.close()
     raw = b"".join(p.read_bytes() for p in tmp_path.iterdir())

@@ -213,6 +213,9 @@ def two_user_app() -> tuple[object, dict[str, str]]:
     users = UserStore(":memory:")
     tokens = {"ann": users.add("ann"), "bob": users.add("bob"),
               "root": users.add("root", admin=True)}
+    for j in src.snap["jobs"]:  # jobs belong to user ids; the name is kept for display
+        j["owner_name"] = j["owner"]
+        j["owner"] = users.get(j["owner"]).id
     return create_app(src, users, extra_routers=api_routers(src, obs)), tokens
 
 
@@ -241,8 +244,12 @@ def test_routes_with_api_users__others_jobs_masked_admin_sees_all() -> None:
     full = get("/api/v1/cluster", root)
     assert {j["id"] for j in full["jobs"]} == {"1", "2", "3", "4"}
     assert [s["job"] for s in full["gpus"][0]["slices"]] == ["1", "2"]
-    # on a loopback listener /metrics needs no token
-    assert client.get("/metrics").status_code == 200
+    # /metrics needs a token, on a loopback listener too; others' jobs count as "other"
+    assert client.get("/metrics").status_code == 401
+    m = client.get("/metrics", headers={"Authorization": f"Bearer {ann}"}).text
+    assert 'owner="ann"' in m and 'owner="other"' in m and "bob" not in m
+    assert 'owner="bob"' in client.get("/metrics", headers={"Authorization": f"Bearer {root}"}
+                                       ).text
 
 
 def test_events_cli_through_the_api__a_user_sees_their_own_decisions(

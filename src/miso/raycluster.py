@@ -2,9 +2,12 @@
 
 * Agent actors (``miso-agent:<node>``, namespace ``miso``) are pinned to their node with a
   node-affinity strategy and take one unit of the custom resource ``miso_agent`` (so at most one
-  per node). Nodes offer that resource when started with
-  ``ray start ... --resources '{"miso_agent": 1}'``; if no node offers it, every node with a
-  ``GPU`` resource gets an agent.
+  per node). They are supervised by Ray (``max_restarts=-1``, no task retried): a killed or
+  crashed agent comes back by itself as a new *incarnation*; the guards of its jobs killed them
+  when the old agent died, and the controller, seeing the new incarnation, fences the node and
+  requeues its jobs before using it again (:mod:`miso.controller.poller`). Nodes offer that
+  resource when started with ``ray start ... --resources '{"miso_agent": 1}'``; if no node
+  offers it, every node with a ``GPU`` resource gets an agent.
 * The controller actor (``miso-controller``) is detached and restarts after a crash
   (``max_restarts=-1``); it is pinned to the node that holds its state directory and recovers from
   its SQLite store on every start.
@@ -72,10 +75,13 @@ class AgentActor:
     def __init__(self, node: str, backend: dict[str, Any], workdir: str,
                  rate_window: float = 1.0, change_threshold: float = 0.25) -> None:
         from miso.agent import Agent  # noqa: PLC0415
+        from miso.agent.incarnation import Incarnation  # noqa: PLC0415
 
         os.umask(0o077)  # private state: job logs and directories of this node
-        self.agent = Agent(node, make_backend(backend, node), workdir,
-                           rate_window=rate_window, change_threshold=change_threshold)
+        #: this life of the agent (a new one after every restart by Ray)
+        self.agent = Incarnation(Agent(node, make_backend(backend, node), workdir,
+                                       rate_window=rate_window,
+                                       change_threshold=change_threshold))
 
     def pid(self) -> int:
         return os.getpid()
@@ -162,9 +168,11 @@ class ControllerActor:
             from miso.api.server import ListenError  # noqa: PLC0415
             from miso.observe.routes import api_routers, instrument  # noqa: PLC0415
 
+            listen = {k: v for k, v in api.items() if k != "metrics_public"}
             try:
-                self.api = serve(self.ctl, d, api, extra_routers=api_routers(
-                    self.ctl, self.obs, api.get("host", "127.0.0.1")),
+                self.api = serve(self.ctl, d, listen, extra_routers=api_routers(
+                    self.ctl, self.obs, listen.get("host", "127.0.0.1"),
+                    metrics_public=bool(api.get("metrics_public"))),
                     setup=lambda app: instrument(app, self.obs))
             except ListenError as e:  # e.g. the --listen port is taken: ping reports it
                 self.error = f"the API cannot start: {e}"
@@ -292,6 +300,7 @@ def start_agents(backend: dict[str, Any], workdir: str, *, names: list[str] | No
         h = cls.options(
             name=AGENT_PREFIX + name, namespace=NAMESPACE, lifetime="detached",
             get_if_exists=True, num_cpus=0, resources=res, max_concurrency=16,
+            max_restarts=-1, max_task_retries=0,  # supervised; no call is ever run twice
             scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False),
         ).remote(name, backend, str(Path(workdir) / name), rate_window, change_threshold)
         ray.get(h.ping.remote(), timeout=120)
@@ -484,19 +493,29 @@ def spawn_local_head(state_dir: str, *, gpus: int, model: str, config: dict[str,
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         start_new_session=True, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
     log.close()
+    # recorded before it is up: `cluster down` stops it even when this `up` fails or hangs
+    _write_cluster_file(state_dir, {"pid": proc.pid, "pid_start": process_start(proc.pid),
+                                    "state_dir": state_dir, "starting": True})
     deadline = time.time() + timeout
     while time.time() < deadline:
         info = read_cluster_file(state_dir)
-        if info is not None and info.get("pid") == proc.pid:
+        if info is not None and info.get("pid") == proc.pid and not info.get("starting"):
             return info
         if proc.poll() is not None:
+            cluster_file(state_dir).unlink(missing_ok=True)
             raise RuntimeError(_head_error(state_dir) or
                                f"the local Ray head exited with {proc.returncode}; see "
                                f"{Path(state_dir) / 'head.log'}")
         time.sleep(0.3)
-    os.killpg(proc.pid, signal.SIGTERM)
-    raise RuntimeError(f"the local Ray head did not come up within {timeout:.0f}s; see "
-                       f"{Path(state_dir) / 'head.log'}")
+    stop_local_head(state_dir, timeout=20.0)
+    raise RuntimeError(f"the local Ray head did not come up within {timeout:.0f}s (stopped); "
+                       f"see {Path(state_dir) / 'head.log'}")
+
+
+def _write_cluster_file(state_dir: str | Path, info: dict[str, Any]) -> None:
+    tmp = cluster_file(state_dir).with_suffix(".tmp")
+    tmp.write_text(json.dumps(info))
+    os.replace(tmp, cluster_file(state_dir))
 
 
 def read_cluster_file(state_dir: str | Path) -> dict[str, Any] | None:
@@ -537,15 +556,60 @@ def stop_local_head(state_dir: str, timeout: float = 60.0) -> bool:
         return False
     deadline = time.time() + timeout
     while time.time() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if not running(pid):
             break
         time.sleep(0.3)
     else:
-        os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    if info.get("starting"):  # it died before its Ray was up: end what it had started
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
     f.unlink(missing_ok=True)
     return True
+
+
+def running(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie, dead but not reaped, is not running)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def local_agent_pids(state_dir: str | Path) -> list[int]:
+    """PIDs of the agent actor processes of the local head of ``state_dir`` (its descendants
+    titled ``ray::AgentActor``), from /proc: what an operator (or a fault benchmark) kills."""
+    info = read_cluster_file(state_dir)
+    if info is None or not is_our_head(info, str(state_dir)):
+        return []
+    head = int(info["pid"])
+    parent: dict[int, int] = {}
+    agents = []
+    for e in os.scandir("/proc"):
+        if not e.name.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{e.name}/stat").read_text()
+            argv = Path(f"/proc/{e.name}/cmdline").read_bytes()
+        except OSError:
+            continue
+        parent[int(e.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+        if argv.startswith(b"ray::AgentActor"):
+            agents.append(int(e.name))
+    out = []
+    for pid in agents:
+        p, seen = pid, 0
+        while p > 1 and p != head and seen < 64:
+            p, seen = parent.get(p, 0), seen + 1
+        if p == head:
+            out.append(pid)
+    return sorted(out)
 
 
 def _head_main(a: argparse.Namespace) -> int:
@@ -585,9 +649,7 @@ def _head_main(a: argparse.Namespace) -> int:
     info = {"address": address, "pid": os.getpid(), "pid_start": process_start(os.getpid()),
             "state_dir": a.state_dir, "host": socket.gethostname(), "gpus": a.gpus,
             "model": a.model, "emulated": True, "api_url": api_url}
-    tmp = cluster_file(a.state_dir).with_suffix(".tmp")
-    tmp.write_text(json.dumps(info))
-    os.replace(tmp, cluster_file(a.state_dir))
+    _write_cluster_file(a.state_dir, info)
     while not stop["flag"]:
         time.sleep(0.3)
     stop_actors(stop_jobs=True)

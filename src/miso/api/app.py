@@ -7,7 +7,9 @@ It is served by the cluster head (:mod:`miso.api.server`) and tested in-process.
 
 Every endpoint needs ``Authorization: Bearer <token>``: no or an unknown token is 401. A user
 sees and acts on their own jobs only (another user's job is 403); admins see and act on all.
-The cluster view shows every GPU and layout, with other users' jobs as counts. Errors are
+Jobs belong to the user's id (:mod:`miso.api.users`), not its name: a re-created name is a new
+user. The cluster view shows every GPU and layout, with other users' jobs as counts. A
+``request_id`` repeated with another request is 409. Errors are
 ``{"error": "..."}`` with the status code; bodies are size-limited (413) and validated (422).
 
 Endpoints::
@@ -64,7 +66,7 @@ class ControllerLike(Protocol):
                memory_gb: float | None = None, workload: str | None = None,
                env: dict[str, str] | None = None, cwd: str | None = None,
                owner: str | None = None, unix_user: str | None = None,
-               request_id: str | None = None) -> str: ...
+               request_id: str | None = None, owner_name: str | None = None) -> str: ...
 
     def cancel(self, job: str) -> dict[str, Any]: ...
 
@@ -197,10 +199,10 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
 
     def find_job(job: str, user: User) -> Any:
         try:
-            rec = store.get(job, owner=None if user.admin else user.name)
+            rec = store.get(job, owner=None if user.admin else user.id)
         except StoreError:
             raise ApiError(404, f"no job {job!r}") from None
-        if not user.admin and rec.owner != user.name:
+        if not user.admin and rec.owner != user.id:
             raise ApiError(403, f"job {rec.id} belongs to another user")
         return rec
 
@@ -208,17 +210,18 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
 
     @r.post("/jobs", status_code=201)
     async def submit(body: SubmitRequest, user: UserDep) -> Json:
-        from miso.controller import SubmitError  # noqa: PLC0415
+        from miso.controller import SubmitConflict, SubmitError  # noqa: PLC0415
 
         # a retry (same client-chosen request id) gets the job of the first call
-        retry = {"request_id": f"{user.name}:{body.request_id}"} if body.request_id else {}
+        retry = {"request_id": f"{user.id}:{body.request_id}"} if body.request_id else {}
         try:
             jid = controller.submit(list(body.command), name=body.name,
                                     memory_gb=body.memory_gb, workload=body.workload,
-                                    env=dict(body.env), cwd=body.cwd, owner=user.name,
-                                    unix_user=user.unix_user, **retry)
+                                    env=dict(body.env), cwd=body.cwd, owner=user.id,
+                                    unix_user=user.unix_user, owner_name=user.name, **retry)
         except SubmitError as e:
-            raise ApiError(409 if "names are unique" in str(e) else 400, str(e)) from None
+            conflict = isinstance(e, SubmitConflict) or "names are unique" in str(e)
+            raise ApiError(409 if conflict else 400, " ".join(str(e).split())) from None
         users.record(user.name, "submit", jid, {"name": body.name, "argv0": body.command[0]})
         return Json({"id": jid, "name": body.name or jid}, status_code=201)
 
@@ -228,7 +231,7 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
              all_users: Annotated[bool, Query(alias="all")] = False) -> Json:
         if all_users and not user.admin:
             raise ApiError(403, "only admins list every user's jobs")
-        owner = None if all_users else user.name
+        owner = None if all_users else user.id
         recs = store.jobs(active_only=active, owner=owner, limit=limit)
         return Json({"jobs": [x.to_json() for x in recs]})
 
@@ -260,12 +263,12 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
         from miso.controller.controller import why  # noqa: PLC0415
 
         snap = snapshot.get()
-        own = None if user.admin else user.name
+        own = None if user.admin else user.id
         recs = store.jobs(owner=own, limit=limit)
         mine: set[str] | None = None
         if not user.admin:
             placed = {j for g in snap.get("gpus", []) for j in g.get("jobs", [])}
-            mine = {j for j, o in store.owners(placed).items() if o == user.name}
+            mine = {j for j, o in store.owners(placed).items() if o == user.id}
 
         def cannot_checkpoint(job: str) -> bool:
             try:
@@ -276,11 +279,11 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
         out: dict[str, Any] = {
             "api_url": app.state.api_url, "user": user.name, "admin": user.admin,
             "time": snap.get("time"), "policy": snap.get("policy"),
-            "nodes": snap.get("nodes", []),
+            "nodes": snap.get("nodes", []), "lost_nodes": snap.get("lost_nodes", []),
             "gpus": [gpu_view(g, mine) for g in snap.get("gpus", [])],
             "jobs": [{**x.to_json(), "why": why(x.to_json(), snap, cannot_checkpoint)}
                      for x in recs],
-            "counts": {"mine": store.counts(owner=user.name), "all": snap.get("counts", {})},
+            "counts": {"mine": store.counts(owner=user.id), "all": snap.get("counts", {})},
         }
         if user.admin:
             out["errors"] = snap.get("errors", [])

@@ -1,16 +1,27 @@
 """Users of a miso cluster, their token hashes and the audit record (SQLite, private file).
 
-A user has a name, an admin flag, an optional Unix account its jobs run as (when the agent runs
-as root) and the SHA-256 hash of its current token; the token itself is returned once by
-:meth:`UserStore.add` / :meth:`UserStore.rotate` and never stored. Every submit and cancel
+A user has an id, a name, an admin flag, an optional Unix account its jobs run as (when the
+agent runs as root) and the SHA-256 hash of its current token; the token itself is returned once
+by :meth:`UserStore.add` / :meth:`UserStore.rotate` and never stored. Every submit and cancel
 (and every change to the users) is appended to ``audit`` with who and when.
+
+Ids: jobs belong to the user's id, never to its name. An id is ``u:`` and 64 random bits (a
+``:`` no name can hold), so it is never handed out again - not after the user is removed, not
+after ``users.db`` is lost: a user removed and re-created under the same name is a new user who
+cannot see or act on the old one's jobs.
+
+Unix accounts: ``unix_user`` must name an existing account (a login name, or a uid with a
+passwd entry) other than root (uid 0): a user's jobs never run as root. Only the local
+operator's own account, made the first admin by ``miso cluster up``, is taken as it is.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
+import secrets
 import sqlite3
 import threading
 import time
@@ -25,6 +36,7 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS users (
   name TEXT PRIMARY KEY,
+  id TEXT,
   admin INTEGER NOT NULL,
   unix_user TEXT,
   token_hash TEXT UNIQUE NOT NULL,
@@ -51,9 +63,38 @@ class User:
     name: str
     admin: bool
     unix_user: str | None
+    #: Never reused (see the module docstring); what jobs belong to.
+    id: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "admin": self.admin, "unix_user": self.unix_user}
+        return {"id": self.id, "name": self.name, "admin": self.admin,
+                "unix_user": self.unix_user}
+
+
+ID_PREFIX = "u:"
+
+
+def new_user_id() -> str:
+    return ID_PREFIX + secrets.token_hex(8)
+
+
+def unix_account_problem(unix_user: str) -> str | None:
+    """Why ``unix_user`` cannot run a user's jobs (one line), or None: it must be an existing
+    account (name, or uid with a passwd entry) and not root."""
+    if not re.match(r"^[A-Za-z0-9_.][A-Za-z0-9_.-]{0,31}$", unix_user):
+        return f"bad Unix user {unix_user!r}"
+    try:
+        pw = pwd.getpwuid(int(unix_user)) if unix_user.isdigit() else pwd.getpwnam(unix_user)
+    except (KeyError, OverflowError):
+        return f"no Unix account {unix_user!r} on this machine: give an existing account"
+    if pw.pw_uid == 0:
+        return (f"Unix user {unix_user!r} is root (uid 0): a user's jobs never run as root; "
+                "give an unprivileged account")
+    return None
+
+
+def _user(r: sqlite3.Row) -> User:
+    return User(r["name"], bool(r["admin"]), r["unix_user"], r["id"])
 
 
 def _private_file(path: Path) -> None:
@@ -85,31 +126,58 @@ class UserStore:
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=NORMAL")  # WAL: no fsync per record
             self._db.executescript(_SCHEMA)
+            self._give_ids()
         if self.path != ":memory:":
             _private_file(Path(self.path))
+
+    def _give_ids(self) -> None:
+        """An id for every user of an older store (made before users had ids)."""
+        cols = {r[1] for r in self._db.execute("PRAGMA table_info(users)")}
+        if "id" not in cols:
+            self._db.execute("ALTER TABLE users ADD COLUMN id TEXT")
+        for (name,) in self._db.execute("SELECT name FROM users WHERE id IS NULL").fetchall():
+            self._db.execute("UPDATE users SET id=? WHERE name=?", (new_user_id(), name))
+        self._db.execute("CREATE UNIQUE INDEX IF NOT EXISTS users_id ON users(id)")
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
 
+    def backup(self, dest: str | Path) -> None:
+        """Copy the whole store to ``dest`` (consistent while in use; mode 0600)."""
+        tmp = Path(f"{dest}.tmp")
+        with self._lock:
+            tmp.unlink(missing_ok=True)
+            tmp.touch(mode=0o600)
+            out = sqlite3.connect(tmp)
+            try:
+                self._db.backup(out)
+            finally:
+                out.close()
+            tmp.replace(dest)
+
     # ---- users --------------------------------------------------------------------------
 
-    def add(self, name: str, *, admin: bool = False, unix_user: str | None = None) -> str:
-        """Create a user; returns its token (the only time it is known)."""
+    def add(self, name: str, *, admin: bool = False, unix_user: str | None = None,
+            operator: bool = False) -> str:
+        """Create a user (a new id); returns its token (the only time it is known).
+        ``unix_user`` must exist and not be root, except for the local ``operator``'s own
+        account (it runs the cluster already)."""
         if not NAME_RE.match(name):
             raise UserError(f"bad user name {name!r}: use letters, digits, '_', '.', '-' "
                             "(at most 64, starting with a letter or digit)")
-        if unix_user is not None and not re.match(r"^[A-Za-z0-9_.][A-Za-z0-9_.-]{0,31}$",
-                                                  unix_user):
-            raise UserError(f"bad Unix user {unix_user!r}")
+        if unix_user is not None:
+            problem = unix_account_problem(unix_user)
+            if problem and not (operator and "is root" in problem):
+                raise UserError(problem)
         token = new_token()
         now = time.time()
         with self._lock:
             try:
                 self._db.execute(
-                    "INSERT INTO users(name, admin, unix_user, token_hash, created_at, "
-                    "rotated_at) VALUES(?,?,?,?,?,?)",
-                    (name, int(admin), unix_user, token_hash(token), now, now))
+                    "INSERT INTO users(name, id, admin, unix_user, token_hash, created_at, "
+                    "rotated_at) VALUES(?,?,?,?,?,?,?)",
+                    (name, new_user_id(), int(admin), unix_user, token_hash(token), now, now))
             except sqlite3.IntegrityError:
                 raise UserError(f"user {name!r} already exists") from None
         self._seen.clear()
@@ -120,12 +188,12 @@ class UserStore:
             r = self._db.execute("SELECT * FROM users WHERE name=?", (name,)).fetchone()
         if r is None:
             raise UserError(f"no user {name!r}")
-        return User(r["name"], bool(r["admin"]), r["unix_user"])
+        return _user(r)
 
     def list(self) -> list[dict[str, Any]]:
         with self._lock:
-            rows = self._db.execute("SELECT name, admin, unix_user, created_at, rotated_at "
-                                    "FROM users ORDER BY name").fetchall()
+            rows = self._db.execute("SELECT id, name, admin, unix_user, created_at, "
+                                    "rotated_at FROM users ORDER BY name").fetchall()
         return [{**dict(r), "admin": bool(r["admin"])} for r in rows]
 
     def count(self) -> int:
@@ -168,7 +236,7 @@ class UserStore:
             r = self._db.execute("SELECT * FROM users WHERE token_hash=?", (h,)).fetchone()
         user = None
         if r is not None and matches(token, r["token_hash"]):
-            user = User(r["name"], bool(r["admin"]), r["unix_user"])
+            user = _user(r)
         if len(self._seen) > 10_000:  # bounded (wrong tokens are cached too)
             self._seen.clear()
         self._seen[h] = (now, user)

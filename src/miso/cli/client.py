@@ -28,7 +28,12 @@ console = make_console()
 Url = Annotated[str | None, typer.Option(
     "--url", help="API URL of the cluster (default $MISO_URL, the state dir or `miso login`).")]
 Token = Annotated[str | None, typer.Option(
-    "--token", help="API token (default $MISO_TOKEN, the state dir or `miso login`).")]
+    "--token", help="API token. Visible to every local account in the process list: prefer "
+    "--token-file or $MISO_TOKEN (default: --token-file, $MISO_TOKEN, the state dir or "
+    "`miso login`).")]
+TokenFile = Annotated[str | None, typer.Option(
+    "--token-file", help="Read the API token from this file (keep it 0600); or set "
+    "$MISO_TOKEN. Neither shows in the process list.")]
 StateDir = Annotated[str | None, typer.Option(
     "--state-dir", help="Local cluster state directory (default $MISO_STATE_DIR or "
     "~/.miso/cluster).")]
@@ -44,11 +49,33 @@ def default_state_dir() -> Path:
     return Path.home() / ".miso" / "cluster"
 
 
+def explicit_token(token: str | None, token_file: str | None) -> str | None:
+    """The token ``--token`` or ``--token-file`` gives (None: neither). An empty one is an
+    error, never a fall-back to another token (e.g. the operator's)."""
+    if token is not None and token_file is not None:
+        fail("give --token or --token-file, not both")
+    if token is not None:
+        if not token.strip():
+            fail("--token is empty; give a token, --token-file FILE or $MISO_TOKEN")
+        return token.strip()
+    if token_file is not None:
+        try:
+            text = Path(token_file).read_text().strip()
+        except (OSError, UnicodeDecodeError) as e:
+            fail(f"--token-file {token_file}: {getattr(e, 'strerror', None) or e}")
+        if not text:
+            fail(f"--token-file {token_file} is empty")
+        return text
+    return None
+
+
 def client(url: str | None, token: str | None, state_dir: str | None,
-           address: str | None = None) -> Client:
+           address: str | None = None, token_file: str | None = None) -> Client:
     """A client for the cluster the flags, environment or files name (one-line errors)."""
     from miso.api.client import Client
     from miso.api.credentials import resolve
+
+    token = explicit_token(token, token_file)
 
     if address is not None:
         fail(f"--address {address}: the job commands speak the cluster's HTTP API now; give "
@@ -118,6 +145,7 @@ def submit(
     = False,
     url: Url = None,
     token: Token = None,
+    token_file: TokenFile = None,
     state_dir: StateDir = None,
     address: RayAddress = None,
 ) -> None:
@@ -138,7 +166,7 @@ def submit(
     command = resolve_program(list(command), variables.get("PATH"))
     request = uuid.uuid4().hex  # one id for every retry below: at most one job
     deadline = time.time() + 30
-    with client(url, token, state_dir, address) as c:
+    with client(url, token, state_dir, address, token_file) as c:
         while True:
             try:
                 jid = c.submit(list(command), name=name, memory_gb=memory_gb, env=variables,
@@ -194,7 +222,21 @@ def render_status(st: dict[str, Any]) -> list[Table]:
         if st.get("admin"):
             row.insert(1, j.get("owner") or "-")
         t.add_row(*(safe(x) for x in row))
-    return [g, t]
+    return [g, t, *lost_nodes_table(st, safe)]
+
+
+def lost_nodes_table(st: dict[str, Any], safe: Any) -> list[Table]:
+    """A table of the nodes the controller lost (since when, why), or none."""
+    lost = st.get("lost_nodes") or []
+    if not lost:
+        return []
+    t = Table(title="LOST nodes")
+    for c in ("node", "phase", "lost since", "why"):
+        t.add_column(c, overflow="fold")
+    for n in lost:
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(n.get("since") or 0)))
+        t.add_row(*(safe(x) for x in (n.get("node"), n.get("phase"), since, n.get("why"))))
+    return [t]
 
 
 def status(
@@ -203,6 +245,7 @@ def status(
                                        "latest jobs.")] = 200,
     url: Url = None,
     token: Token = None,
+    token_file: TokenFile = None,
     state_dir: StateDir = None,
     address: RayAddress = None,
 ) -> None:
@@ -210,7 +253,7 @@ def status(
     from miso.cli import checks
 
     checks.number(limit, "--limit", low=1)
-    with client(url, token, state_dir, address) as c:
+    with client(url, token, state_dir, address, token_file) as c:
         st = call(c.status, limit)
     if json_out:
         typer.echo(json.dumps(st, indent=2, default=str))
@@ -229,6 +272,7 @@ def logs(
     = 200,
     url: Url = None,
     token: Token = None,
+    token_file: TokenFile = None,
     state_dir: StateDir = None,
     address: RayAddress = None,
 ) -> None:
@@ -248,7 +292,7 @@ def logs(
         typer.echo(f"(no cluster runs from {sd}: logs read from disk)", err=True)
         typer.echo(text)
         return
-    with client(url, token, state_dir, address) as c:
+    with client(url, token, state_dir, address, token_file) as c:
         typer.echo(call(c.logs, job, tail))
 
 
@@ -264,11 +308,12 @@ def cancel(
     job: Annotated[str, typer.Argument(help="Job id or name.")],
     url: Url = None,
     token: Token = None,
+    token_file: TokenFile = None,
     state_dir: StateDir = None,
     address: RayAddress = None,
 ) -> None:
     """Cancel one of your jobs (its process is killed)."""
-    with client(url, token, state_dir, address) as c:
+    with client(url, token, state_dir, address, token_file) as c:
         rec = call(c.cancel, job)
     typer.echo(f"{rec['id']} {rec['state']}")
 
@@ -276,7 +321,10 @@ def cancel(
 def login(
     url: Annotated[str, typer.Option("--url", help="API URL the admin gave you.")],
     token: Annotated[str | None, typer.Option(
-        "--token", help="Your token (asked for when not given; or $MISO_TOKEN).")] = None,
+        "--token", help="Your token (asked for when not given; or $MISO_TOKEN or "
+        "--token-file: a token on the command line is visible in the process list).")]
+    = None,
+    token_file: TokenFile = None,
     ca: Annotated[str | None, typer.Option(
         "--ca", help="CA certificate (PEM) of a server with a private certificate.")] = None,
 ) -> None:
@@ -285,7 +333,8 @@ def login(
     from miso.api.client import Client
     from miso.api.credentials import save_login
 
-    token = token or os.environ.get("MISO_TOKEN") or typer.prompt("token", hide_input=True)
+    token = explicit_token(token, token_file) or os.environ.get("MISO_TOKEN") or \
+        typer.prompt("token", hide_input=True)
     if ca is not None and not Path(ca).is_file():
         fail(f"--ca {ca}: no such file")
     ca_path = str(Path(ca).resolve()) if ca else None

@@ -51,6 +51,10 @@ def _state_dir(state_dir: str | None) -> str:
 
 
 ESTIMATORS = ("auto", "predictor", "heuristic", "true", "noisy")
+#: Most emulated GPUs ``cluster up --emulated`` starts: every emulated GPU is an agent-side
+#: object polled by the controller, and past about a thousand the local head no longer comes
+#: up in reasonable time on one machine (100,000 hung it); real clusters are not bounded here.
+MAX_EMULATED_GPUS = 1024
 
 
 def _config(policy: str, profile_seconds: float, checkpoint_timeout: float,
@@ -83,7 +87,9 @@ def _check_state_dir(sd: str) -> None:
             who = f"PID {pid}" if pid > 0 else "another process"
             fail(f"state directory {sd} is in use by {what} ({who}); stop it first "
                   f"(miso cluster down --state-dir {sd})")
-    problem = store_problem(sd)
+    from miso.api.head import users_problem
+
+    problem = store_problem(sd) or users_problem(sd)
     if problem:
         fail(problem)
 
@@ -95,7 +101,8 @@ def _check_state_dir(sd: str) -> None:
 def up(
     emulated: Annotated[bool, typer.Option("--emulated", help="Emulated GPUs (no hardware).")]
     = False,
-    gpus: Annotated[int, typer.Option("--gpus", help="Emulated GPUs per node.")] = 4,
+    gpus: Annotated[int, typer.Option(
+        "--gpus", help=f"Emulated GPUs per node (1 to {MAX_EMULATED_GPUS}).")] = 4,
     gpu_model: Annotated[str, typer.Option("--gpu-model", help="Emulated GPU model.")]
     = "A100-40GB",
     address: Address = None,
@@ -121,6 +128,10 @@ def up(
         "--tls-key", help="Private key (PEM) of --tls-cert.")] = None,
     insecure: Annotated[bool, typer.Option(
         "--insecure", help="Allow plain HTTP on a non-loopback --listen address.")] = False,
+    metrics_public: Annotated[bool, typer.Option(
+        "--metrics-public", help="Serve /metrics without a token (default: any user's token; "
+        "loopback is no exemption, every local account reaches it). Owners then read as "
+        "'other'.")] = False,
 ) -> None:
     """Start the controller and one agent per GPU node.
 
@@ -138,8 +149,12 @@ def up(
         fail(str(e.args[0]))
     if gpus < 1:
         fail("--gpus must be at least 1")
+    if emulated and gpus > MAX_EMULATED_GPUS:
+        fail(f"--gpus {gpus}: at most {MAX_EMULATED_GPUS} emulated GPUs per node (each is "
+             "polled by the controller; more do not come up on one machine)")
     cfg = _config(policy, profile_seconds, checkpoint_timeout, estimator)
-    api = _api_listen(listen, tls_cert, tls_key, insecure)
+    api = {**_api_listen(listen, tls_cert, tls_key, insecure),
+           "metrics_public": metrics_public}
     _private_state_dir(sd)
     if address is None:
         if not emulated:

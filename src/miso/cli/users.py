@@ -15,7 +15,16 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from miso.cli.client import StateDir, Token, Url, call, client, default_state_dir
+from miso.cli.client import (
+    StateDir,
+    Token,
+    TokenFile,
+    Url,
+    call,
+    client,
+    default_state_dir,
+    explicit_token,
+)
 from miso.cli.text import fail, make_console
 
 if TYPE_CHECKING:
@@ -63,15 +72,17 @@ def add(
                                         "job.")] = False,
     unix_user: Annotated[str | None, typer.Option(
         "--unix-user", help="Unix account (name or uid) the user's jobs run as when the "
-        "agent runs as root.")] = None,
+        "agent runs as root; it must exist and must not be root (uid 0).")] = None,
     url: Url = None,
     token: Token = None,
+    token_file: TokenFile = None,
     state_dir: StateDir = None,
 ) -> None:
     """Add a user (admin only; the first user, an admin, by the local operator). Prints the
     token once."""
     from miso.api.users import UserError
 
+    token = explicit_token(token, token_file)
     store = None if _cluster_configured(url, token, state_dir) else _bootstrap_store(state_dir)
     if store is not None:
         try:
@@ -87,7 +98,7 @@ def add(
         typer.echo(f"no cluster configured (--url, MISO_URL, `miso login`, a state dir's "
                    f"api.json): {name} added to {store.path}", err=True)
     else:
-        with client(url, token, state_dir) as c:
+        with client(url, token, state_dir) as c:  # token: --token/--token-file, read above
             new = call(c.add_user, name, admin=admin, unix_user=unix_user)["token"]
     typer.echo(f"user {name} added{' (admin)' if admin else ''}; its token is printed once:",
                err=True)
@@ -99,19 +110,21 @@ def list_users(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     url: Url = None,
     token: Token = None,
+    token_file: TokenFile = None,
     state_dir: StateDir = None,
 ) -> None:
     """List the users (admin only)."""
-    with client(url, token, state_dir) as c:
+    with client(url, token, state_dir, token_file=token_file) as c:
         users = call(c.users)
     if json_out:
         typer.echo(json.dumps(users, indent=2))
         return
     t = Table(title="Users")
-    for col in ("name", "admin", "unix user"):
+    for col in ("name", "id", "admin", "unix user"):
         t.add_column(col)
     for u in users:
-        t.add_row(u["name"], "yes" if u["admin"] else "", u.get("unix_user") or "-")
+        t.add_row(u["name"], u.get("id") or "-", "yes" if u["admin"] else "",
+                  u.get("unix_user") or "-")
     console.print(t)
 
 
@@ -120,10 +133,11 @@ def remove(
     name: Annotated[str, typer.Argument(help="User name.")],
     url: Url = None,
     token: Token = None,
+    token_file: TokenFile = None,
     state_dir: StateDir = None,
 ) -> None:
     """Remove a user (admin only); its token stops working at once."""
-    with client(url, token, state_dir) as c:
+    with client(url, token, state_dir, token_file=token_file) as c:
         call(c.remove_user, name)
     typer.echo(f"user {name} removed")
 
@@ -134,6 +148,7 @@ def rotate(
                                         "themselves).")],
     url: Url = None,
     token: Token = None,
+    token_file: TokenFile = None,
     state_dir: StateDir = None,
 ) -> None:
     """Give a user a new token (the old one stops working). Prints it once; a rotated token
@@ -146,7 +161,7 @@ def rotate(
         write_private,
     )
 
-    with client(url, token, state_dir) as c:
+    with client(url, token, state_dir, token_file=token_file) as c:
         new = call(c.rotate, name)
     cfg = from_config()
     if cfg.url == c.url and cfg.token == c.token:

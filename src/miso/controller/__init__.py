@@ -1,10 +1,10 @@
 """Live controller: durable job store, the shared scheduling core driving agents."""
 
-from miso.controller.controller import Controller, ControllerConfig, SubmitError
+from miso.controller.controller import Controller, ControllerConfig, SubmitConflict, SubmitError
 from miso.controller.store import JobRecord, JobStore, StoreError
 from miso.controller.transport import LocalTransport, NodeUnavailable, Transport
 
 __all__ = [
     "Controller", "ControllerConfig", "JobRecord", "JobStore", "LocalTransport",
-    "NodeUnavailable", "StoreError", "SubmitError", "Transport",
+    "NodeUnavailable", "StoreError", "SubmitConflict", "SubmitError", "Transport",
 ]

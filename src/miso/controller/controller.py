@@ -33,9 +33,9 @@ from miso.controller.executor import NOT_PROFILED, PlanExecutor
 from miso.controller.loop import EventLoop
 from miso.controller.poller import AgentPoller
 from miso.controller.recovery import recover
-from miso.controller.runtime import ControllerConfig, Runtime, SubmitError
+from miso.controller.runtime import ControllerConfig, Runtime, SubmitConflict, SubmitError
 from miso.controller.statelock import StateDirLock
-from miso.controller.store import GIB_PER_GB, JobRecord, JobStore, StoreError
+from miso.controller.store import GIB_PER_GB, JobRecord, JobStore, StoreConflict, StoreError
 from miso.controller.transport import NodeUnavailable, Transport
 from miso.mig import GPU_MODELS, geometry
 from miso.sched import JobSpec, JobSubmitted, Policy
@@ -44,7 +44,7 @@ from miso.sched.estimators import make_estimator
 from miso.sched.policies import build_policy, policy_options
 from miso.workloads import catalogue
 
-__all__ = ["Controller", "ControllerConfig", "SubmitError"]
+__all__ = ["Controller", "ControllerConfig", "SubmitConflict", "SubmitError"]
 
 
 def make_controller_policy(cfg: ControllerConfig) -> Policy:
@@ -132,14 +132,15 @@ class Controller:
                memory_gb: float | None = None, workload: str | None = None,
                env: dict[str, str] | None = None, cwd: str | None = None,
                owner: str | None = None, unix_user: str | None = None,
-               request_id: str | None = None) -> str:
+               request_id: str | None = None, owner_name: str | None = None) -> str:
         """Queue a job; returns its id. Raises :class:`SubmitError` on bad input.
 
         ``memory_gb`` is the job's peak GPU memory in GB (10^9 bytes). ``env`` is added to the
-        job's environment. ``owner`` is the API user submitting it (None: the local operator);
-        ``unix_user`` the account its processes run as where the agent runs as root.
-        ``request_id`` (chosen by the client) makes a retry safe: a second submission with the
-        same id returns the first one's job.
+        job's environment. ``owner`` is the id of the API user submitting it (None: the local
+        operator), ``owner_name`` its name; ``unix_user`` the account its processes run as
+        where the agent runs as root. ``request_id`` (chosen by the client) makes a retry
+        safe: a second submission with the same id and request returns the first one's job;
+        with another request it is a :class:`SubmitConflict`.
         """
         command = [str(c) for c in command]
         if not command:
@@ -174,7 +175,9 @@ class Controller:
             rec = self.store.submit(command=command, name=name, memory_gb=memory_gb,
                                     memory_gib=gib, workload=workload, env=env, cwd=cwd,
                                     at=self.now(), owner=owner, unix_user=unix_user,
-                                    request_id=request_id)
+                                    request_id=request_id, owner_name=owner_name)
+        except StoreConflict as e:
+            raise SubmitConflict(str(e)) from None
         except StoreError as e:
             raise SubmitError(str(e)) from None
         self.rt.job_added()
@@ -213,9 +216,11 @@ class Controller:
         with self.rt.lock:
             snap["nodes"] = sorted(self.rt.nodes)
             snap["unreachable"] = sorted(self.rt.fencing)
+            snap["lost_nodes"] = [lost_node(n, d, n in self.rt.fencing)
+                                  for n, d in sorted(self.rt.lost.items())]
         snap["time"] = self.now()
         snap["policy"] = getattr(self.policy, "name", self.cfg.policy)
-        snap["errors"] = list(self.errors[-20:]) + [
+        snap["errors"] = [n["text"] for n in snap["lost_nodes"]] + list(self.errors[-20:]) + [
             f"job {b}: its record in the store is malformed; ignored (fix or delete the row "
             f"in {self.store.path})" for b in self.store.bad_rows]
         return snap
@@ -261,6 +266,20 @@ class Controller:
 
 _NO_NODES = ("no agent is up: queued jobs wait for a GPU node (start one, or check "
              "`miso cluster up`)")
+
+
+def lost_node(node: str, d: dict[str, Any], fencing: bool) -> dict[str, Any]:
+    """A lost node as ``status`` shows it: since when (wall clock), why, and what happens to
+    its jobs (``fencing``: they move once its lease has run out; else they have moved and the
+    node waits for its agent to join again)."""
+    since = float(d.get("since") or 0.0)
+    phase = "fencing" if fencing else "waiting for its agent"
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since))
+    then = ("its jobs move once its lease has run out" if fencing else
+            "its jobs were requeued; it joins again when its agent is back")
+    return {"node": node, "since": since, "why": str(d.get("why") or ""), "phase": phase,
+            "text": f"node {node} lost since {stamp} ({time.time() - since:.0f}s): "
+                    f"{d.get('why')}; {then}"}
 
 
 def _spec(rec: JobRecord) -> JobSpec:

@@ -7,6 +7,11 @@ speed changes (``JobSpeedChanged``). A job its guard fenced (the lease ran out w
 was still ours, e.g. a slow controller restart) is restarted in place from its checkpoint. A new
 agent's GPUs are cleared and announced (``GpuAdded``); an agent that stops answering is handed to
 the loop as a lost node, which the loop handles once the node's lease has run out.
+
+An agent that comes back by itself (Ray restarts a killed agent actor) is a new incarnation
+(``incarnation`` in its ``describe`` and ``report``): its guards died with the old agent, so the
+node is lost all the same - fenced, its jobs requeued once the lease has run out - and then
+joins again as new. Until it does, ``Runtime.lost`` says since when and why.
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ class AgentPoller:
         self.rt = rt
         self.executor = executor
         self._node_fail: dict[str, int] = {}
+        #: The agent incarnation each node answered with first (None: not told).
+        self._incarnation: dict[str, str | None] = {}
         self._last_discover = 0.0
         self._thread: threading.Thread | None = None
         self._node_threads: dict[str, threading.Thread] = {}
@@ -89,6 +96,8 @@ class AgentPoller:
             return
         with rt.lock:
             rt.nodes.add(node)
+            rt.lost.pop(node, None)
+            self._incarnation[node] = desc.get("incarnation")
             if desc.get("workdir"):
                 rt.agent_dirs[node] = str(desc["workdir"])
             self._node_fail[node] = 0
@@ -150,14 +159,19 @@ class AgentPoller:
             self._node_fail[node] = n
             log.warning("poll %s failed (%d): %s", node, n, e)
             if n >= rt.cfg.node_failures_to_lose or node not in rt.transport.nodes():
-                self._lose(node)
+                self._lose(node, f"its agent stopped answering: {e}")
                 return False
             return True
         self._node_fail[node] = 0
+        inc, known = rep.get("incarnation"), self._incarnation.get(node)
+        if inc is not None and known is not None and inc != known:
+            self._lose(node, "its agent restarted (the previous one died with its jobs' "
+                             "guards)")
+            return False
         self.on_report(node, rep)
         return True
 
-    def _lose(self, node: str) -> None:
+    def _lose(self, node: str, why: str) -> None:
         """Stop using ``node`` now; the loop requeues its jobs once its lease has run out."""
         rt = self.rt
         with rt.lock:
@@ -165,6 +179,7 @@ class AgentPoller:
                 return
             rt.nodes.discard(node)
             rt.fencing.add(node)
+            rt.lost[node] = {"since": time.time(), "why": " ".join(why.split())[:300]}
             # wall time: leases are read by the agents' guards (other processes)
             fence_at = rt.leases.get(node, time.time()) + 0.5
             gpus = [g.id for g in rt.gpus.values() if g.node == node]
@@ -172,7 +187,8 @@ class AgentPoller:
             self.executor.close_gpu(g)
         log.warning("node %s unreachable: its jobs restart elsewhere after its lease ends "
                     "in %.1fs", node, max(0.0, fence_at - time.time()))
-        rt.store.log_event(rt.now(), "node-unreachable", {"node": node, "fence_at": fence_at})
+        rt.store.log_event(rt.now(), "node-unreachable", {"node": node, "fence_at": fence_at,
+                                                          "why": rt.lost[node]["why"]})
         rt.queue.put(("node_lost", node, fence_at))
 
     def on_report(self, node: str, rep: dict[str, Any]) -> None:

@@ -29,6 +29,10 @@ class SubmitError(ValueError):
     """A job was refused at submission (clear message for the user)."""
 
 
+class SubmitConflict(SubmitError):
+    """The submission clashes with an earlier one (a request id reused for another job)."""
+
+
 @dataclass
 class ControllerConfig:
     """Knobs of the live controller. Times in seconds."""
@@ -103,6 +107,9 @@ class Runtime:
         self.nodes: set[str] = set()
         #: Nodes declared lost whose lease has not run out yet (not polled, not rediscovered).
         self.fencing: set[str] = set()
+        #: Nodes whose agent stopped answering or restarted, until their agent joins again:
+        #: ``{node: {"since": wall clock, "why": one line}}`` (shown by ``status``).
+        self.lost: dict[str, dict[str, Any]] = {}
         #: Latest lease end (wall clock) granted to each node.
         self.leases: dict[str, float] = {}
         self._horizon = 0.0

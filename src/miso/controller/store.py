@@ -65,6 +65,7 @@ CREATE TABLE IF NOT EXISTS jobs (
   checkpoint_path TEXT,
   owner TEXT,
   unix_user TEXT,
+  owner_name TEXT,
   request_id TEXT UNIQUE,
   memory_gib REAL,
   checkpointable INTEGER,
@@ -113,6 +114,10 @@ class StoreError(ValueError):
     """Bad request to the store (unknown job, duplicate name, schema mismatch, damage)."""
 
 
+class StoreConflict(StoreError):
+    """The request clashes with what the store holds (a request id used for another job)."""
+
+
 #: Columns added by schema version 2 (added in place to a version-1 store).
 _V2_COLUMNS = (("request_id", "TEXT"), ("memory_gib", "REAL"), ("checkpointable", "INTEGER"),
                ("note", "TEXT NOT NULL DEFAULT ''"))
@@ -146,6 +151,8 @@ class JobRecord:
     checkpoint_path: str | None
     owner: str | None = None
     unix_user: str | None = None
+    #: The owner's user name when the job was submitted (for display; ``owner`` is the id).
+    owner_name: str | None = None
     request_id: str | None = None
     memory_gib: float | None = None
     checkpointable: bool | None = None
@@ -236,6 +243,21 @@ def open_store(state_dir: str | Path) -> JobStore:
     return store
 
 
+def _differs(rec: JobRecord, **asked: Any) -> list[str]:
+    """The fields of a repeated submission that differ from the job ``rec`` it names."""
+    out = []
+    for k, v in asked.items():
+        have = getattr(rec, k)
+        if k == "name" and v is None:
+            v = rec.id if rec.name == rec.id else v
+        if k == "memory_gb":
+            if not math.isclose(float(have), float(v), rel_tol=1e-9):
+                out.append(k)
+        elif have != v:
+            out.append(k)
+    return out
+
+
 class JobStore:
     """SQLite-backed store; ``path=":memory:"`` for a throw-away store."""
 
@@ -260,7 +282,7 @@ class JobStore:
                 self._db.executescript(_SCHEMA)
                 # Columns added after schema version 1 (nullable, so older readers still work).
                 cols = {r[1] for r in self._db.execute("PRAGMA table_info(jobs)")}
-                for col in ("owner", "unix_user"):
+                for col in ("owner", "unix_user", "owner_name"):
                     if col not in cols:
                         self._db.execute(f"ALTER TABLE jobs ADD COLUMN {col} TEXT")
                 self._db.execute("CREATE INDEX IF NOT EXISTS jobs_owner ON jobs(owner, seq)")
@@ -351,13 +373,15 @@ class JobStore:
                memory_gib: float | None = None, workload: str | None = None,
                env: dict[str, str] | None = None, cwd: str | None = None,
                at: float | None = None, owner: str | None = None,
-               unix_user: str | None = None, request_id: str | None = None) -> JobRecord:
+               unix_user: str | None = None, request_id: str | None = None,
+               owner_name: str | None = None) -> JobRecord:
         """Add a queued job. Names are unique among an owner's active and finished jobs; a
         failed or cancelled job's name is free again (its records stay, by id; the name then
         means the newest job).
-        ``owner`` is the API user who submitted it (None: the local operator), ``unix_user``
-        the account its processes run as when the agent is root. A known ``request_id``
-        returns the job it created (a retried submission)."""
+        ``owner`` is the id of the API user who submitted it (None: the local operator),
+        ``owner_name`` its name then, ``unix_user`` the account its processes run as when the
+        agent is root. A known ``request_id`` returns the job it created (a retried
+        submission) when the request is the same, and is a :class:`StoreConflict` when not."""
         if not command:
             raise StoreError("empty command")
         if not (isinstance(memory_gb, int | float) and math.isfinite(memory_gb)
@@ -370,7 +394,16 @@ class JobStore:
                     old = self._db.execute("SELECT id FROM jobs WHERE request_id=?",
                                            (request_id,)).fetchone()
                     if old is not None:
-                        return self.get(str(old[0]))
+                        rec = self.get(str(old[0]))
+                        differs = _differs(rec, command=[str(c) for c in command], name=name,
+                                           memory_gb=float(memory_gb), workload=workload,
+                                           env=env or {}, cwd=cwd, owner=owner)
+                        if differs:
+                            raise StoreConflict(
+                                f"request_id {request_id.split(':', 1)[-1]!r} was used for job "
+                                f"{rec.id} with another {', '.join(differs)}: a retry must "
+                                f"repeat the request; use a new request_id for a new job")
+                        return rec
                 self._db.execute("BEGIN IMMEDIATE")
                 try:
                     n = int(self._meta("next_job") or 1)
@@ -386,12 +419,12 @@ class JobStore:
                                          "among active and finished jobs: choose another")
                     self._db.execute(
                         "INSERT INTO jobs(id, name, command, memory_gb, memory_gib, workload, "
-                        "env, cwd, state, submitted_at, owner, unix_user, request_id) "
-                        "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                        "env, cwd, state, submitted_at, owner, unix_user, request_id, "
+                        "owner_name) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                         (jid, name, json.dumps(list(command)), float(memory_gb), gib,
                          workload, json.dumps(env or {}), cwd, "queued",
                          time.time() - self.epoch if at is None else at, owner, unix_user,
-                         request_id))
+                         request_id, owner_name))
                     self._set_meta("next_job", str(n + 1))
                     self._db.execute("COMMIT")
                 except BaseException:
@@ -479,6 +512,19 @@ class JobStore:
         with self._lock:
             rows = self._db.execute(f"SELECT id, owner FROM jobs WHERE id IN ({marks})", ids)
             return {str(i): o for i, o in rows}
+
+    def owner_rows(self) -> list[tuple[str, str, float]]:
+        """``(job id, owner, submitted_at as wall-clock time)`` of every job with an owner."""
+        with self._lock:
+            rows = self._db.execute("SELECT id, owner, submitted_at FROM jobs WHERE owner IS "
+                                    "NOT NULL").fetchall()
+        return [(str(i), str(o), self.epoch + float(t)) for i, o, t in rows]
+
+    def set_owner(self, jobs: list[str], owner: str, owner_name: str) -> None:
+        """Give ``jobs`` (any state) to the user id ``owner`` (a store migration)."""
+        with self._lock:
+            self._db.executemany("UPDATE jobs SET owner=?, owner_name=? WHERE id=?",
+                                 [(owner, owner_name, j) for j in jobs])
 
     def job_ids(self) -> set[str]:
         """Every job id in the store (malformed rows too)."""

@@ -100,7 +100,7 @@ class RayTransport:
         return h
 
     def call(self, node: str, method: str, *args: Any, timeout: float = 30.0) -> Any:
-        from ray.exceptions import GetTimeoutError, RayActorError  # noqa: PLC0415
+        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError  # noqa: PLC0415
 
         h = self._handle(node)
         try:
@@ -109,3 +109,8 @@ class RayTransport:
             with self._lock:
                 self._handles.pop(node, None)
             raise NodeUnavailable(f"node {node}: {type(e).__name__}: {e}") from e
+        except RayTaskError as e:  # the agent itself says it cannot serve (it restarted)
+            cause = getattr(e, "cause", None)
+            if isinstance(cause, NodeUnavailable):
+                raise NodeUnavailable(str(cause)) from e
+            raise

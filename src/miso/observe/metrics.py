@@ -10,6 +10,7 @@ snapshot, so they cost nothing between scrapes. Every metric is documented in
 
 from __future__ import annotations
 
+import re
 from collections import Counter as Tally
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -135,7 +136,8 @@ def status_metrics(snap: Mapping[str, Any]) -> list[Metric]:
     """The gauge families of one status snapshot (pure)."""
     jobs = list(snap.get("jobs") or [])
     now = float(snap.get("time") or 0.0)
-    by = Tally((str(j.get("state", "")), str(j.get("owner") or "")) for j in jobs)
+    by = Tally((str(j.get("state", "")), str(j.get("owner_name") or j.get("owner") or ""))
+               for j in jobs)
     g_jobs = GaugeMetricFamily("miso_jobs", "Jobs by state and owner", labels=["state", "owner"])
     for (state, owner), n in sorted(by.items()):
         g_jobs.add_metric([state, owner], n)
@@ -169,6 +171,40 @@ def status_metrics(snap: Mapping[str, Any]) -> list[Metric]:
         for ph in PHASES:
             g_phase.add_metric([gid, ph], 1.0 if g.get("phase") == ph else 0.0)
     return [g_jobs, g_q, g_wait, info, g_gj, g_busy, g_tot, g_phase]
+
+
+_OWNER = re.compile(rb'owner="((?:[^"\\]|\\.)*)"')
+
+
+def mask_owners(text: bytes, keep: str) -> bytes:
+    """The exposition ``text`` with every ``owner`` label other than ``keep`` read as
+    ``other`` (the samples of one series summed): counts, no user names."""
+    out: list[bytes] = []
+    merged: dict[bytes, float] = {}
+    order: list[bytes] = []
+    for line in text.split(b"\n"):
+        m = _OWNER.search(line)
+        if line.startswith(b"#") or m is None:
+            out.append(line)
+            continue
+        if m.group(1).decode(errors="replace") == keep and keep:
+            out.append(line)
+            continue
+        series, _, value = line.replace(m.group(0), b'owner="other"').rpartition(b" ")
+        if series not in merged:
+            order.append(series)
+            out.append(series)  # placeholder, filled below
+            merged[series] = 0.0
+        merged[series] += float(value)
+    done = set()
+    final = []
+    for line in out:
+        if line in merged and line not in done:
+            final.append(line + b" " + repr(merged[line]).encode())
+            done.add(line)
+        elif line not in merged:
+            final.append(line)
+    return b"\n".join(final)
 
 
 def busy_slices(g: Mapping[str, Any]) -> tuple[int, int]:

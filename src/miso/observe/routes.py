@@ -2,7 +2,8 @@
 
 * ``GET /`` and ``GET /static/{name}`` - the web page (package data under ``web/``; no data in
   it: the page asks for a token once and calls the JSON endpoints with it);
-* ``GET /metrics`` - Prometheus text exposition of the controller's registry;
+* ``GET /metrics`` - Prometheus text exposition of the controller's registry (for a reader
+  who is not an admin, other users' jobs are counted under ``owner="other"``);
 * ``GET /api/v1/events?job=&gpu=&since=&limit=`` - decision records, oldest first, each with
   its ``text``;
 * ``GET /api/v1/cluster`` - the view the page draws (:func:`miso.observe.view.cluster_view`).
@@ -26,9 +27,9 @@ from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, 
 
 from miso.observe.decisions import describe
 from miso.observe.eventlog import read_records
-from miso.observe.metrics import CONTENT_TYPE
+from miso.observe.metrics import CONTENT_TYPE, mask_owners
 from miso.observe.observer import Observer
-from miso.observe.view import cluster_view, mask, mentioned_jobs
+from miso.observe.view import cluster_view, job_ids_in, mask, mentioned_jobs
 
 STATIC = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
           "style.css": "text/css; charset=utf-8"}
@@ -52,13 +53,35 @@ def owner_scope(store: Any) -> Visible:
     def visible(user: Any) -> set[str] | None:
         if user is None or getattr(user, "admin", False):
             return None
-        return {r.id for r in store.jobs(owner=user.name)}
+        return {r.id for r in store.jobs(owner=user.id)}
 
     return visible
 
 
+def scoped_snapshot(snap: Mapping[str, Any], seen: set[str]) -> dict[str, Any]:
+    """``snap`` for a reader who may see the jobs ``seen`` only: other job records dropped
+    (names, owners, commands and all), and error lines that name one of them dropped."""
+    jobs = list(snap.get("jobs") or [])
+    hidden = [j for j in jobs if str(j.get("id")) not in seen]
+    words = {str(x) for j in hidden for x in (j.get("id"), j.get("name"), j.get("owner_name"),
+                                              j.get("owner")) if x}
+    words |= {str(x) for g in snap.get("gpus") or [] for x in g.get("jobs") or []
+              if str(x) not in seen}
+    return {**snap, "jobs": [j for j in jobs if str(j.get("id")) in seen],
+            "errors": [e for e in snap.get("errors") or []
+                       if not any(w in str(e) for w in words)]}
+
+
 def _nobody() -> None:
     return None
+
+
+def metrics_reader(user: Any) -> str | None:
+    """The ``owner`` label a reader of ``/metrics`` may see beside ``other``: everything for
+    admins (None), their own name for a user, nothing (``""``) for an anonymous reader."""
+    if user is not None and getattr(user, "admin", False):
+        return None
+    return str(getattr(user, "name", "")) if user is not None else ""
 
 
 def observe_router(source: StatusSource, observer: Observer, *,
@@ -72,7 +95,7 @@ def observe_router(source: StatusSource, observer: Observer, *,
     reads (default: the records the observer keeps in memory)."""
     router = APIRouter()
     who = auth if auth is not None else _nobody
-    mdeps = [Depends(metrics_auth)] if metrics_auth is not None else []
+    mwho = metrics_auth if metrics_auth is not None else _nobody
     path = Path(log_path) if log_path is not None else (
         observer.log.path if observer.log is not None else None)
 
@@ -88,11 +111,16 @@ def observe_router(source: StatusSource, observer: Observer, *,
         return Response(_asset(name), media_type=STATIC[name],
                         headers={"Cache-Control": "no-cache"})
 
-    @router.get("/metrics", dependencies=mdeps)
-    def metrics() -> Response:
+    @router.get("/metrics")
+    def metrics(principal: Annotated[Any, Depends(mwho)]) -> Response:
         if observer.metrics is None:
             raise HTTPException(404, "metrics are off")
-        return Response(observer.metrics.render(), media_type=CONTENT_TYPE)
+        text = observer.metrics.render()
+        if metrics_auth is not None or visible is not None:
+            keep = metrics_reader(principal)
+            if keep is not None:
+                text = mask_owners(text, keep)
+        return Response(text, media_type=CONTENT_TYPE)
 
     def scope(principal: Any) -> set[str] | None:
         return visible(principal) if visible is not None else None
@@ -111,15 +139,18 @@ def observe_router(source: StatusSource, observer: Observer, *,
         else:
             recs = []
         if seen is not None:
-            recs = [mask(r, set(r_ids) - seen) for r in recs
+            recs = [mask(r, (set(r_ids) | job_ids_in(r)) - seen) for r in recs
                     if (r_ids := mentioned_jobs(r)) and set(r_ids) & seen]
         return {"events": [dict(r, text=describe(r)) for r in recs]}
 
     @router.get("/api/v1/cluster")
     def cluster(principal: Annotated[Any, Depends(who)]) -> dict[str, Any]:
         recs = observer.log.recent(recent) if observer.log is not None else []
-        return cluster_view(source.status(), speeds=observer.job_speeds(), decisions=recs,
-                            visible=scope(principal))
+        seen = scope(principal)
+        snap = source.status()
+        if seen is not None:
+            snap = scoped_snapshot(snap, seen)
+        return cluster_view(snap, speeds=observer.job_speeds(), decisions=recs, visible=seen)
 
     return router
 
@@ -146,17 +177,20 @@ def instrument(app: FastAPI, observer: Observer) -> None:
                       time.perf_counter() - t0)
 
 
-def api_routers(controller: Any, observer: Observer, listen_host: str = "127.0.0.1"
-                ) -> list[APIRouter]:
+def api_routers(controller: Any, observer: Observer, listen_host: str = "127.0.0.1", *,
+                metrics_public: bool = False) -> list[APIRouter]:
     """The observe routes as the API server (:mod:`miso.api`) mounts them: the JSON views for
     any user with a token (each sees their own jobs, others' as "other"; admins see all);
-    ``/metrics`` open on a loopback listener, for any user's token otherwise."""
+    ``/metrics`` for any user's token (a user sees other users' jobs as ``owner="other"``),
+    or for anyone when the operator opts out (``miso cluster up --metrics-public``: every
+    owner is then ``other``). ``listen_host`` is kept for callers; loopback is no exemption
+    (any local account reaches it)."""
     from miso.api.app import require_user
-    from miso.api.server import is_loopback
 
+    del listen_host
     return [observe_router(controller, observer, auth=require_user,
                            visible=owner_scope(controller.store),
-                           metrics_auth=None if is_loopback(listen_host) else require_user)]
+                           metrics_auth=None if metrics_public else require_user)]
 
 
 def make_app(source: StatusSource, observer: Observer, **kw: Any) -> FastAPI:

@@ -11,6 +11,7 @@ Shape: ``{"time", "policy", "gpus": [{"id", "node", "model", "units", "phase",
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -40,6 +41,28 @@ def mentioned_jobs(obj: Mapping[str, Any]) -> list[str]:
         out.append(str(cause["job"]))
     out += [str(x) for x in cause.get("jobs") or []]
     out += [str(x) for x in obj.get("prior") or []]
+    return out
+
+
+#: The form of a job id (``j0001``; :mod:`miso.controller.store` hands them out).
+_JOB_ID = re.compile(r"^j\d{4,}$")
+
+
+def job_ids_in(obj: Any) -> set[str]:
+    """Every job id anywhere in ``obj`` (as a value or a key, at any depth), whatever the
+    field: what a masked view must hide is not limited to the fields :func:`mentioned_jobs`
+    knows (e.g. a placement's ``resident`` jobs)."""
+    out: set[str] = set()
+    stack = [obj]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, Mapping):
+            out |= {k for k in x if isinstance(k, str) and _JOB_ID.match(k)}
+            stack.extend(x.values())
+        elif isinstance(x, list | tuple):
+            stack.extend(x)
+        elif isinstance(x, str) and _JOB_ID.match(x):
+            out.add(x)
     return out
 
 
@@ -73,8 +96,8 @@ def cluster_view(snap: Mapping[str, Any], *, speeds: Mapping[str, Mapping[str, A
     the reader may see) other jobs are shown as ``"other"``: slices and counts, no names."""
     speeds = speeds or {}
     if visible is not None:
-        snap = mask(snap, set(mentioned_jobs(snap)) - visible)
-        decisions = [mask(r, set(ids) - visible) for r in decisions
+        snap = mask(snap, (set(mentioned_jobs(snap)) | job_ids_in(snap)) - visible)
+        decisions = [mask(r, (set(ids) | job_ids_in(r)) - visible) for r in decisions
                      if (ids := mentioned_jobs(r)) and set(ids) & visible]
     now = float(snap.get("time") or 0.0)
     jobs = {str(j.get("id")): j for j in snap.get("jobs") or [] if j.get("id") != OTHER}
@@ -97,7 +120,8 @@ def cluster_view(snap: Mapping[str, Any], *, speeds: Mapping[str, Mapping[str, A
             # the controller's own line on why it waits (status "why"), else ours
             wait = j.get("why") or qreason.get(jid) or _placed_reason(gpu, phase.get(gpu or ""))
         out_jobs.append({
-            "id": jid, "name": j.get("name"), "owner": j.get("owner") or "",
+            "id": jid, "name": j.get("name"),
+            "owner": j.get("owner_name") or j.get("owner") or "",
             "state": state, "gpu": gpu, "slice": j.get("placement"),
             "progress": prog, "iteration": it, "total": total, "rate": j.get("rate"),
             "speed": dict(speeds.get(jid) or {}), "restarts": j.get("restarts", 0),
@@ -108,7 +132,8 @@ def cluster_view(snap: Mapping[str, Any], *, speeds: Mapping[str, Mapping[str, A
     for q in queue:
         j = jobs.get(q, {})
         sub = j.get("submitted_at")
-        out_queue.append({"id": q, "name": j.get("name"), "owner": j.get("owner") or "",
+        out_queue.append({"id": q, "name": j.get("name"),
+                          "owner": j.get("owner_name") or j.get("owner") or "",
                           "waited_s": round(now - float(sub), 1) if sub is not None else None,
                           "reason": j.get("why") or qreason.get(q, "")})
     if visible is not None:
