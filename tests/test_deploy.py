@@ -170,11 +170,16 @@ def test_guard__after_sigterm_the_agents_death_does_not_cut_a_save_short(
     lease = tmp_path / "lease"
     lease.write_text(str(time.time() + 60))
     record = tmp_path / "exit.json"
+    env_file = tmp_path / "env.json"  # the job's environment reaches it through the guard's
+    env_file.write_text(json.dumps(job_env(tmp_path)))  # file, as the agent passes it
+    env_file.chmod(0o600)
     with open(lease) as lf:
         g = subprocess.Popen(
-            [sys.executable, "-S", str(GUARD), "--lease-fd", str(lf.fileno()), "--agent-pid",
-             str(agent.pid), "--exit-record", str(record), "--",
-             sys.executable, "-c", SAVER], env=job_env(tmp_path), pass_fds=(lf.fileno(),),
+            [sys.executable, "-I", "-S", str(GUARD), "--lease-fd", str(lf.fileno()),
+             "--agent-pid", str(agent.pid), "--exit-record", str(record),
+             "--env-file", str(env_file), "--",
+             sys.executable, "-c", SAVER], env={"PATH": os.environ.get("PATH", "")},
+            pass_fds=(lf.fileno(),),
             stdout=subprocess.PIPE, text=True, start_new_session=True)
         assert g.stdout is not None and g.stdout.readline().strip() == "ready"
         os.killpg(g.pid, signal.SIGTERM)  # Slurm/systemd: every process gets it
