@@ -1,0 +1,239 @@
+"""Tenancy: usage in GPU-equivalents decayed by a half-life, fair-share order, quotas,
+priorities with preemption (core, simulator)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from miso.mig import Placement
+from miso.sched import (
+    ApplyLayout,
+    GpuAdded,
+    JobFinished,
+    JobSpec,
+    JobSubmitted,
+    LayoutApplied,
+    PlaceJob,
+    RequeueJob,
+    make_policy,
+)
+from miso.sched.state import ClusterState
+from miso.sched.tenancy import TenancyConfig, parse_priority
+from miso.sim.metrics import jain, summarize
+from miso.sim.run import run_policy
+from miso.sim.traces import TraceJob, assign_tenants, load_trace, mark_priority, poisson_jobs
+from miso.sim.world import WorldConfig
+
+H = 100.0  # half-life of the hand-computed example (s)
+
+
+def _submit(st: ClusterState, t: float, jid: str, owner: str, prio: int = 0) -> None:
+    st.observe(t, JobSubmitted(JobSpec(jid, jid, 5.0, owner=owner, priority=prio)))
+
+
+def _run_on(st: ClusterState, t: float, jid: str, gpu: str, pl: Placement) -> None:
+    st.apply(t, PlaceJob(jid, gpu))
+    pid = st.new_plan_id()
+    st.apply(t, ApplyLayout(gpu, pid, (pl,), {jid: pl}))
+    st.observe(t, LayoutApplied(gpu, pid))
+
+
+def _two_owners() -> ClusterState:
+    """a holds a whole A100 over [0, 100]; b holds a 3g slice (3/7 GPU) over [0, 200]; each
+    has one job waiting, a's submitted first."""
+    st = ClusterState(TenancyConfig(half_life_s=H))
+    st.observe(0.0, GpuAdded("g0", "A100-40GB"))
+    st.observe(0.0, GpuAdded("g1", "A100-40GB"))
+    _submit(st, 0.0, "a1", "a")
+    _submit(st, 0.0, "b1", "b")
+    _run_on(st, 0.0, "a1", "g0", Placement(0, "7g.40gb"))
+    _run_on(st, 0.0, "b1", "g1", Placement(4, "3g.20gb"))
+    _submit(st, 1.0, "a2", "a")
+    _submit(st, 2.0, "b2", "b")
+    st.observe(100.0, JobFinished("a1"))
+    return st
+
+
+def test_usage__hand_computed_decayed_gpu_equivalent_seconds():
+    st = _two_owners()
+    ten = st.tenancy
+    assert ten is not None
+    # charge c held over [0, T] decays to c * h/ln2 * (1 - 2^(-T/h)) at T
+    k = H / math.log(2)
+    assert ten.usage_at("a", 100.0) == pytest.approx(1.0 * k * 0.5)          # 72.13
+    assert ten.usage_at("b", 100.0) == pytest.approx(3 / 7 * k * 0.5)        # 30.91
+    assert ten.usage_at("a", 200.0) == pytest.approx(1.0 * k * 0.5 * 0.5)    # 36.07
+    assert ten.usage_at("b", 200.0) == pytest.approx(3 / 7 * k * 0.75)       # 46.37
+    assert ten.in_use == {"a": 0.0, "b": pytest.approx(3 / 7)}
+
+
+def test_fair_share__order_follows_decayed_usage_not_submission():
+    st = _two_owners()
+    ten = st.tenancy
+    assert ten is not None
+    st.now = 100.0   # a used 72.1, b 30.9: b's job first though a's was submitted first
+    assert ten.order(st.queue) == ["b2", "a2"]
+    st.now = 200.0   # a's usage halved (36.1), b kept using (46.4): a first. Undecayed
+    assert ten.order(st.queue) == ["a2", "b2"]  # usage (a 100, b 85.7) would keep b first
+    assert ten.factor("a", 200.0) > ten.factor("b", 200.0)
+    # Off: FIFO.
+    st2 = _two_owners()
+    st2.tenancy.config = TenancyConfig(fair_share=False, half_life_s=H)  # type: ignore[union-attr]
+    st2.now = 100.0
+    assert st2.tenancy.order(st2.queue) == ["a2", "b2"]  # type: ignore[union-attr]
+
+
+def test_fair_share__a_policy_places_the_light_owner_first_fifo_within_an_owner():
+    st = ClusterState(TenancyConfig(half_life_s=H))
+    pol = make_policy("nopart")
+    st.observe(0.0, GpuAdded("g0", "A100-40GB"))
+    # heavy owner h runs on g0 and queues two more; light owner l queues later
+    for t, ev in [(0.0, JobSubmitted(JobSpec("h1", "h1", 5.0, owner="h"))),
+                  (1.0, JobSubmitted(JobSpec("h2", "h2", 5.0, owner="h"))),
+                  (2.0, JobSubmitted(JobSpec("h3", "h3", 5.0, owner="h"))),
+                  (3.0, JobSubmitted(JobSpec("l1", "l1", 5.0, owner="l")))]:
+        st.observe(t, ev)
+        for d in pol.decide(t, ev, st):
+            st.apply(t, d)
+            if isinstance(d, ApplyLayout):
+                st.observe(t, LayoutApplied(d.gpu, d.plan_id))
+    assert st.jobs["h1"].gpu == "g0"
+    ev = JobFinished("h1")
+    st.observe(50.0, ev)
+    placed = [d.job for d in pol.decide(50.0, ev, st) if isinstance(d, PlaceJob)]
+    assert placed == ["l1"]
+    assert st.tenancy.order(st.queue) == ["l1", "h2", "h3"]  # type: ignore[union-attr]
+
+
+def test_quota__a_job_over_its_owners_in_use_quota_waits_and_says_why():
+    st = ClusterState(TenancyConfig(max_in_use={"a": 1.0}))
+    pol = make_policy("nopart")
+    st.observe(0.0, GpuAdded("g0", "A100-40GB"))
+    st.observe(0.0, GpuAdded("g1", "A100-40GB"))
+    st.observe(0.0, GpuAdded("g2", "A100-40GB"))
+    placed: list[str] = []
+    for i, (jid, owner) in enumerate([("a1", "a"), ("a2", "a"), ("b1", "b")]):
+        ev = JobSubmitted(JobSpec(jid, jid, 5.0, owner=owner))
+        st.observe(float(i), ev)
+        for d in pol.decide(float(i), ev, st):
+            st.apply(float(i), d)
+            if isinstance(d, PlaceJob):
+                placed.append(d.job)
+            if isinstance(d, ApplyLayout):
+                st.observe(float(i), LayoutApplied(d.gpu, d.plan_id))
+    assert placed == ["a1", "b1"]      # a2 waits though g2 is free: a holds 1.0 of 1.0
+    why = st.tenancy.why_waiting("a2")  # type: ignore[union-attr]
+    assert why is not None and "quota" in why and "owner a" in why
+    ev2 = JobFinished("a1")
+    st.observe(10.0, ev2)
+    assert [d.job for d in pol.decide(10.0, ev2, st) if isinstance(d, PlaceJob)] == ["a2"]
+
+
+def test_quota__queued_quota_refuses_a_submission_with_a_reason():
+    st = ClusterState(TenancyConfig(max_queued={"a": 2}))
+    for i in range(2):
+        _submit(st, float(i), f"a{i}", "a")
+    assert st.tenancy.refuse_submit("b") is None  # type: ignore[union-attr]
+    why = st.tenancy.refuse_submit("a")  # type: ignore[union-attr]
+    assert why == "owner a already has 2 queued jobs (quota 2)"
+
+
+def test_parse_priority():
+    assert [parse_priority(x) for x in ("high", "Normal", "low", "7", 3)] == [100, 0, -100, 7, 3]
+    for bad in ("urgent", 1.5, True):
+        with pytest.raises(ValueError):
+            parse_priority(bad)  # type: ignore[arg-type]
+
+
+# -- preemption (simulated, NoPart: one job per GPU) ------------------------------------------
+def _preempt_run(jobs: list[TraceJob], cfg: WorldConfig, **ten: object):
+    tc = TenancyConfig(preempt=True, min_run_s=600.0, **ten)  # type: ignore[arg-type]
+    return run_policy("nopart", jobs, cfg, record=True, tenancy=tc)
+
+
+def _requeued(r) -> list[str]:  # noqa: ANN001
+    return [d.job for _, d in r.log if isinstance(d, RequeueJob)]
+
+
+def test_preemption__high_job_preempts_the_cheapest_victim():
+    # Two GPUs busy with normal jobs; x started at 0, y at 700 (both ran >= 600 s by 1400).
+    jobs = [TraceJob("x", 0.0, 5000.0, "resnet_train64", "a"),
+            TraceJob("y", 700.0, 5000.0, "resnet_train64", "a"),
+            TraceJob("y0", 0.0, 600.0, "resnet_train64", "a"),
+            TraceJob("h", 1400.0, 300.0, "resnet_train64", "b", 100)]
+    # every job cannot checkpoint: only allowed by configuration, and the victim is the one
+    # that loses the least work (y ran 700 s, x 1400 s)
+    cfg = WorldConfig(n_gpus=2, no_checkpoint_frac=1.0)
+    r = _preempt_run(jobs, cfg, preempt_uncheckpointable=True)
+    assert _requeued(r) == ["y"]
+    s = summarize(r)
+    assert s["preemptions"] == 1
+    jct = dict(zip(r.job_ids, r.jct, strict=True))
+    assert jct["h"] == pytest.approx(300.0)   # started at once on y's GPU
+    assert s["preempt_lost_gpu_s"] == pytest.approx(60.0 + 700.0)
+
+
+def test_preemption__never_a_job_that_cannot_checkpoint_by_default():
+    jobs = [TraceJob("x", 0.0, 5000.0, "resnet_train64", "a"),
+            TraceJob("h", 1000.0, 300.0, "resnet_train64", "b", 100)]
+    r = _preempt_run(jobs, WorldConfig(n_gpus=1, no_checkpoint_frac=1.0))
+    assert _requeued(r) == []
+    assert dict(zip(r.job_ids, r.jct, strict=True))["h"] == pytest.approx(4000.0 + 300.0)
+
+
+def test_preemption__checkpointing_victim_not_before_its_minimum_run_time():
+    jobs = [TraceJob("x", 0.0, 5000.0, "resnet_train64", "a"),
+            TraceJob("h", 100.0, 300.0, "resnet_train64", "b", 100)]
+    r = _preempt_run(jobs, WorldConfig(n_gpus=1))
+    # x ran 100 s < 600 s when h came; the next decision point is x's end: no preemption
+    assert _requeued(r) == []
+    jobs2 = [TraceJob("x", 0.0, 5000.0, "resnet_train64", "a"),
+             TraceJob("h", 1000.0, 300.0, "resnet_train64", "b", 100)]
+    r2 = _preempt_run(jobs2, WorldConfig(n_gpus=1))
+    assert _requeued(r2) == ["x"]
+    jct = dict(zip(r2.job_ids, r2.jct, strict=True))
+    assert jct["h"] == pytest.approx(300.0)
+    # x resumed from its checkpoint: its 1000 s of work kept, one 60 s restart paid
+    assert jct["x"] == pytest.approx(5000.0 + 300.0 + 60.0)
+
+
+def test_preemption__equal_priority_never_preempts():
+    jobs = [TraceJob("x", 0.0, 5000.0, "resnet_train64", "a", 100),
+            TraceJob("h", 1000.0, 300.0, "resnet_train64", "b", 100)]
+    assert _requeued(_preempt_run(jobs, WorldConfig(n_gpus=1))) == []
+
+
+# -- simulator options ------------------------------------------------------------------------
+def test_tenants__skew_gives_the_first_owner_its_fraction():
+    jobs = assign_tenants(poisson_jobs(2000, seed=1), 3, 0.6, seed=1)
+    share = [sum(j.owner == f"u{i}" for j in jobs) / len(jobs) for i in range(3)]
+    assert share[0] == pytest.approx(0.6, abs=0.03)
+    assert share[1] == pytest.approx(0.2, abs=0.03) and share[2] == pytest.approx(0.2, abs=0.03)
+    hi = mark_priority(jobs, 0.1, seed=1)
+    assert sum(j.priority == 100 for j in hi) / len(hi) == pytest.approx(0.1, abs=0.02)
+
+
+def test_philly_owners_come_from_the_vc_column():
+    jobs = load_trace("philly", max_jobs=200)
+    assert all(j.owner for j in jobs) and len({j.owner for j in jobs}) > 3
+
+
+def test_jain_index():
+    assert jain([2.0, 2.0]) == pytest.approx(1.0)
+    assert jain([1.0, 0.0]) == pytest.approx(0.5)
+
+
+def test_sim__fair_share_cuts_the_light_owners_jct_and_reports_owners():
+    jobs = assign_tenants(poisson_jobs(120, seed=2, mean_interarrival_s=60.0), 2, 0.8, seed=2)
+    cfg = WorldConfig(n_gpus=4)
+    off = summarize(run_policy("miso+", jobs, cfg, tenancy=TenancyConfig(fair_share=False)))
+    on = summarize(run_policy("miso+", jobs, cfg, tenancy=TenancyConfig()))
+    assert set(on["owners"]) == {"u0", "u1"}   # type: ignore[arg-type]
+    shares = sum(v["gpu_share"] for v in on["owners"].values())  # type: ignore[union-attr]
+    assert shares == pytest.approx(1.0)
+    light_on = on["owners"]["u1"]["avg_jct_s"]   # type: ignore[index]
+    light_off = off["owners"]["u1"]["avg_jct_s"]   # type: ignore[index]
+    assert light_on < 0.8 * light_off
+    assert 0.0 < on["jain_slowdown"] <= 1.0  # type: ignore[operator]
