@@ -237,3 +237,21 @@ def test_sim__fair_share_cuts_the_light_owners_jct_and_reports_owners():
     light_off = off["owners"]["u1"]["avg_jct_s"]   # type: ignore[index]
     assert light_on < 0.8 * light_off
     assert 0.0 < on["jain_slowdown"] <= 1.0  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("name", ["nopart", "optsta", "mps", "miso+"])
+def test_owners_without_fair_share__same_decisions_as_no_tenancy(name: str):
+    """The ledger only watches: with fair share off, no quota and no priority, owners change
+    no decision (the queue keeps its own order, ties included)."""
+    from miso.sched import Decision
+
+    base = poisson_jobs(60, seed=4, mean_interarrival_s=20.0)
+    jobs = assign_tenants(base, 3, 0.5, seed=4)
+    cfg = WorldConfig(n_gpus=3)
+    kw = {"layout": (Placement(0, "4g.20gb"), Placement(4, "3g.20gb"))} \
+        if name == "optsta" else {}
+    a = run_policy(name, base, cfg, record=True, **kw)
+    b = run_policy(name, jobs, cfg, record=True, tenancy=TenancyConfig(fair_share=False), **kw)
+    da = [(t, repr(d)) for t, d in a.log if isinstance(d, Decision)]
+    db = [(t, repr(d)) for t, d in b.log if isinstance(d, Decision)]
+    assert da == db and len(da) > 50

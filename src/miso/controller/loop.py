@@ -67,7 +67,7 @@ class EventLoop:
         self.executor = executor
         self.policy = policy
         self.policy_name = policy_name
-        self.state = ClusterState()
+        self.state = ClusterState(rt.cfg.tenancy)
         self.step = DriverStep(self.state, policy, execute=self._execute_step,
                                record=self._record, observer=rt.observer,
                                on_contract_error=self._contract_error)

@@ -205,6 +205,7 @@ class Tenancy:
         st = self.state
         cfg = self.config
         now = st.now
+        queue = list(queue)
         levels: dict[str, float] = {}
         buckets: dict[tuple[int, str], list[str]] = {}
         for j in queue:
@@ -218,9 +219,8 @@ class Tenancy:
                                               st.jobs[buckets[k][0]].submitted_at,
                                               buckets[k][0]))
         if not cfg.fair_share:
-            # Priority then FIFO across owners.
-            out = sorted((j for k in keys for j in buckets[k]),
-                         key=lambda x: (-st.jobs[x].spec.priority, st.jobs[x].submitted_at, x))
+            # Priority, then the queue's own (FIFO) order: a stable sort.
+            out = sorted(queue, key=lambda x: -st.jobs[x].spec.priority)
         else:
             out = [j for k in keys for j in buckets[k]]
         self.waiting = {}
