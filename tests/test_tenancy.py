@@ -255,3 +255,32 @@ def test_owners_without_fair_share__same_decisions_as_no_tenancy(name: str):
     da = [(t, repr(d)) for t, d in a.log if isinstance(d, Decision)]
     db = [(t, repr(d)) for t, d in b.log if isinstance(d, Decision)]
     assert da == db and len(da) > 50
+
+
+def test_cli__tenant_options_json_and_owner_plot(tmp_path):
+    import json
+
+    import typer
+    from typer.testing import CliRunner
+
+    from miso.cli.simulate import simulate
+
+    app = typer.Typer()
+    app.command("simulate")(simulate)
+    app.command("noop")(lambda: None)
+    out = tmp_path / "o.json"
+    r = CliRunner().invoke(app, [
+        "simulate", "--gpus", "3", "--jobs", "40", "--mean-interarrival", "30",
+        "--policies", "nopart,miso+", "--tenants", "3", "--tenant-skew", "0.6",
+        "--fair-share", "--priority-frac", "0.2", "--preempt", "--json", str(out),
+        "--plot-dir", str(tmp_path / "fig")])
+    assert r.exit_code == 0, r.output
+    d = json.loads(out.read_text())
+    for s in d["policies"].values():
+        assert set(s["owners"]) == {"u0", "u1", "u2"}
+        assert set(s["owners"]["u0"]) >= {"avg_jct_s", "mean_slowdown", "gpu_share"}
+        assert 0 < s["jain_slowdown"] <= 1
+        assert set(s["priorities"]) == {"high", "normal"}
+    assert (tmp_path / "fig" / "owner_share_misoplus.png").stat().st_size > 0
+    bad = CliRunner().invoke(app, ["simulate", "--tenant-skew", "0.5"])
+    assert bad.exit_code != 0 and "--tenants" in bad.output
