@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
+    from miso.mig import Geometry
     from miso.sched.state import ClusterState, GpuState
 
 #: Named priority classes.
@@ -123,6 +124,8 @@ class Tenancy:
         self.running_since: dict[str, float] = {}
         #: queued job -> why it is not offered to the policy (quota), refreshed by ``order``
         self.waiting: dict[str, str] = {}
+        self._geoms: dict[Geometry, None] = {}    # GPU geometries seen (smallest slices)
+        self._smallest: dict[float, float] = {}   # memory -> smallest fitting charge
         state.watch(self._changed)
 
     # -- the ledger ---------------------------------------------------------------------------
@@ -157,6 +160,9 @@ class Tenancy:
         gs = st.gpus.get(g)
         if gs is None:
             return
+        if gs.geom not in self._geoms:
+            self._geoms[gs.geom] = None
+            self._smallest = {}
         held = {}
         for j in gs.jobs:
             js = st.jobs[j]
@@ -248,16 +254,19 @@ class Tenancy:
         return kept
 
     def smallest_charge(self, job: str) -> float:
-        """The smallest GPU-equivalent share of a slice that holds the job on any GPU."""
+        """The smallest GPU-equivalent share of a slice that holds the job on any GPU model
+        the cluster has had (cached per memory size)."""
         mem = self.state.jobs[job].spec.memory_gb
-        best = 1.0
-        for gs in self.state.gpus.values():
-            model = gs.geom.model
-            full = model.full_profile().compute_slices
-            for p in gs.geom.profiles:
-                if p.memory_gib + 1e-9 >= mem:
-                    best = min(best, p.compute_slices / full)
-        return best
+        got = self._smallest.get(mem)
+        if got is None:
+            got = 1.0
+            for geom in self._geoms:
+                full = geom.model.full_profile().compute_slices
+                for p in geom.profiles:
+                    if p.memory_gib + 1e-9 >= mem:
+                        got = min(got, p.compute_slices / full)
+            self._smallest[mem] = got
+        return got
 
     def why_waiting(self, job: str) -> str | None:
         """Why a queued job is held back (over its owner's in-use quota), or None."""
