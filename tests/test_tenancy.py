@@ -284,3 +284,83 @@ def test_cli__tenant_options_json_and_owner_plot(tmp_path):
     assert (tmp_path / "fig" / "owner_share_misoplus.png").stat().st_size > 0
     bad = CliRunner().invoke(app, ["simulate", "--tenant-skew", "0.5"])
     assert bad.exit_code != 0 and "--tenants" in bad.output
+
+
+# -- live controller (in-memory store, virtual clock, no agents) -------------------------------
+class _Executor:
+    def __init__(self) -> None:
+        self.plans: list = []
+
+    def submit(self, gpu: str, d: object) -> bool:
+        self.plans.append((gpu, d))
+        return True
+
+    def remove_gpu(self, gpu: str) -> None:
+        pass
+
+    def busy(self) -> bool:
+        return False
+
+
+def _controller(ten: TenancyConfig, gpus: int):  # noqa: ANN202
+    from miso.controller import Controller, ControllerConfig
+    from miso.controller.runtime import GpuRef
+    from miso.controller.store import JobStore
+    from miso.mig import geometry
+    from miso.sched.clock import VirtualClock
+
+    con = Controller(JobStore(":memory:"), None,  # type: ignore[arg-type]
+                     ControllerConfig(policy="nopart", tenancy=ten, check_commands=False),
+                     checkpoint_root="/nonexistent", clock=VirtualClock(),
+                     policy=make_policy("nopart"))
+    con.loop.executor = _Executor()  # type: ignore[assignment]
+    for i in range(gpus):
+        con.rt.gpus[f"g{i}"] = GpuRef(f"g{i}", "n0", i, "A100-40GB", geometry("A100-40GB"))
+        con.loop.handle(("event", GpuAdded(f"g{i}", "A100-40GB")))
+    return con
+
+
+def _drain(con) -> None:  # noqa: ANN001
+    while con.loop.run_once():
+        pass
+
+
+def test_live__queued_quota_refuses_a_submission_with_its_reason():
+    from miso.controller.controller import SubmitError
+
+    con = _controller(TenancyConfig(max_queued={"alice": 1}), gpus=0)
+    con.submit(["train"], memory_gb=4.0, owner="alice")
+    with pytest.raises(SubmitError, match=r"^owner alice already has 1 queued jobs \(quota 1\)$"):
+        con.submit(["train"], memory_gb=4.0, owner="alice")
+    con.submit(["train"], memory_gb=4.0, owner="bob")
+
+
+def test_live__a_job_over_the_in_use_quota_waits_and_status_says_why():
+    con = _controller(TenancyConfig(max_in_use={"alice": 1.0}), gpus=3)
+    a1 = con.submit(["train"], memory_gb=4.0, owner="alice")
+    a2 = con.submit(["train"], memory_gb=4.0, owner="alice")
+    b1 = con.submit(["train"], memory_gb=4.0, owner="bob")
+    _drain(con)
+    jobs = {j["id"]: j for j in con.status()["jobs"]}
+    st = con.loop.state
+    assert st.jobs[a1].gpu is not None and st.jobs[b1].gpu is not None
+    assert st.jobs[a2].gpu is None
+    assert "quota" in jobs[a2]["why"] and "owner alice" in jobs[a2]["why"]
+    assert con.cluster()["owners"]["alice"]["in_use"] == pytest.approx(1.0)
+
+
+
+@pytest.mark.parametrize("name", ["nopart", "miso+"])
+def test_fair_share__one_job_of_b_starts_at_the_first_completion_after_a_floods(name: str):
+    """A submits 100 jobs onto a full cluster, then B submits 1: with fair share B's job
+    takes the first slot that frees (FIFO would run it after A's 100)."""
+    a = [TraceJob(f"a{i:03d}", float(i), 3000.0 + 10.0 * i, "resnet_train64", "A")
+         for i in range(100)]
+    b = TraceJob("b", 200.0, 600.0, "resnet_train64", "B")
+    r = run_policy(name, [*a, b], WorldConfig(n_gpus=4), tenancy=TenancyConfig())
+    start = dict(zip(r.job_ids, r.first_start, strict=True))
+    fin = sorted(f for f in r.finish if f > b.submit_s)
+    assert start["b"] <= fin[0] + 10.0   # reconfiguration of the freed slot: 4 s
+    off = run_policy(name, [*a, b], WorldConfig(n_gpus=4),
+                     tenancy=TenancyConfig(fair_share=False))
+    assert dict(zip(off.job_ids, off.first_start, strict=True))["b"] > fin[5]

@@ -96,6 +96,14 @@ class TenancyConfig:
         return float(self.weights.get(owner, self.default_weight))
 
 
+def queued_quota_reason(owner: str, queued: int, cap: int | None) -> str | None:
+    """The one-line refusal of a submission by ``owner`` with ``queued`` jobs queued against
+    its queued-jobs quota ``cap`` (None: no quota), or None when it may submit."""
+    if cap is None or queued < cap:
+        return None
+    return f"owner {owner or '(none)'} already has {queued} queued jobs (quota {cap})"
+
+
 def job_charge(gs: GpuState, job: str) -> float:
     """GPU-equivalents ``job`` holds on ``gs`` (see the module docstring)."""
     model = gs.geom.model
@@ -279,10 +287,8 @@ class Tenancy:
         if cap is None:
             return None
         st = self.state
-        n = sum(1 for j in st.queue if st.jobs[j].spec.owner == owner)
-        if n >= cap:
-            return f"owner {owner or '(none)'} already has {n} queued jobs (quota {cap})"
-        return None
+        return queued_quota_reason(
+            owner, sum(1 for j in st.queue if st.jobs[j].spec.owner == owner), cap)
 
     # -- reports ------------------------------------------------------------------------------
     def report(self, now: float) -> dict[str, dict[str, float]]:
