@@ -364,3 +364,23 @@ def test_fair_share__one_job_of_b_starts_at_the_first_completion_after_a_floods(
     off = run_policy(name, [*a, b], WorldConfig(n_gpus=4),
                      tenancy=TenancyConfig(fair_share=False))
     assert dict(zip(off.job_ids, off.first_start, strict=True))["b"] > fin[5]
+
+
+def test_live__per_owner_gauges_with_owner_labels_only():
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from miso.observe import Metrics
+
+    con = _controller(TenancyConfig(), gpus=1)
+    con.submit(["train"], memory_gb=4.0, owner="alice")
+    _drain(con)
+    snap = con.status()
+    text = Metrics(status=lambda: snap).render().decode()
+    got = {(f.name, s.labels.get("owner")): s.value
+           for f in text_string_to_metric_families(text) if f.name.startswith("miso_owner_")
+           for s in f.samples}
+    assert got[("miso_owner_gpu_equivalents", "alice")] == pytest.approx(1.0)
+    assert got[("miso_owner_fair_share", "alice")] == pytest.approx(1.0)  # no time has passed
+    for f in text_string_to_metric_families(text):
+        if f.name.startswith("miso_owner_"):
+            assert all(set(s.labels) == {"owner"} for s in f.samples)
