@@ -135,8 +135,9 @@ class Scratch:
         placed = self.placed
         return (j for j in self.state.queue if j not in placed)
 
-
     def _tenant_queue(self) -> list[str]:
+        """The tenancy order of the queue as this call sees it (placements and requeues of
+        this call change owners' in-use quotas before the ledger sees them)."""
         st = self.state
         ten = st.tenancy
         assert ten is not None
