@@ -8,6 +8,7 @@ simulator (miso+ unless --policy says otherwise).
    average JCT, total average JCT), and the light owner's jobs alone on half the cluster.
 2. The Philly trace (first ``--philly-jobs`` jobs) with owners from its ``vc`` column on 40
    GPUs: Jain's index and total average JCT, fair share off vs on.
+   Then the heavy owner capped by a static in-use quota (half, 5/8, 3/4 of the GPUs).
 3. ``--priority-frac`` (10 %) high-priority jobs in the saturated cluster of 1.: their average
    queueing delay (submit to first start) against normal jobs', without and with preemption;
    restarts per job and the GPU time preemption threw away.
@@ -46,7 +47,8 @@ def main() -> None:
     ap.add_argument("--duration-column", default="exp_100_value",
                     help="MISO-trace column of the Poisson jobs' durations (exp_100_value: "
                     "mean 3,122 s, the default of `miso simulate`; duration_s: mean 770 s)")
-    ap.add_argument("--skip", default="", help="comma list of parts to skip: skew,philly,priority")
+    ap.add_argument("--skip", default="",
+                    help="comma list of parts to skip: skew,quota,philly,priority")
     ap.add_argument("--json", default="benchmarks/sim/results/tenancy.json")
     a = ap.parse_args()
     skip = set(filter(None, a.skip.split(",")))
@@ -98,6 +100,24 @@ def main() -> None:
               flush=True)
         out["skew"] = {"rows": rows, "jain_on": jain, "light_over_alone": ratio,
                        "total_on_over_off": tot}
+
+    if "quota" not in skip:
+        print("\n## The heavy owner capped by an in-use quota (GPU-equivalents), seed 1, "
+              "same jobs as above, fair share off")
+        print("| heavy quota | total avg JCT s | heavy avg JCT s | light avg JCT s | Jain "
+              "(slowdown) |")
+        print("|---|---|---|---|---|")
+        jobs = assign_tenants(poisson_jobs(a.jobs, seed=1, duration_column=a.duration_column),
+                              2, 0.8, seed=1)
+        quota = {}
+        for cap in (a.gpus / 2, a.gpus * 5 / 8, a.gpus * 3 / 4):
+            s = run(pol, jobs, WorldConfig(n_gpus=a.gpus), 1,
+                    TenancyConfig(fair_share=False, max_in_use={"u0": cap}))
+            o = s["owners"]
+            quota[f"{cap:g}"] = s
+            print(f"| {cap:g} | {s['avg_jct_s']:.0f} | {o['u0']['avg_jct_s']:.0f} | "
+                  f"{o['u1']['avg_jct_s']:.0f} | {s['jain_slowdown']:.3f} |", flush=True)
+        out["quota"] = quota
 
     if "philly" not in skip:
         print(f"\n## Philly, first {a.philly_jobs} jobs, owners = vc, {a.philly_gpus} GPUs, {pol}")
