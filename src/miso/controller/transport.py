@@ -7,6 +7,7 @@ a node is :class:`NodeUnavailable`, whatever the transport. Only this module's
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -100,12 +101,28 @@ class RayTransport:
         return h
 
     def call(self, node: str, method: str, *args: Any, timeout: float = 30.0) -> Any:
-        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError  # noqa: PLC0415
+        from ray.exceptions import (  # noqa: PLC0415
+            ActorUnschedulableError,
+            GetTimeoutError,
+            NodeDiedError,
+            RayActorError,
+            RayTaskError,
+        )
 
         h = self._handle(node)
         try:
             return self._ray.get(getattr(h, method).remote(*args), timeout=timeout)
-        except (RayActorError, GetTimeoutError) as e:
+        except ActorUnschedulableError as e:
+            # a supervised agent whose node left the cluster: Ray cannot restart it (it is
+            # pinned to that node), so it never answers again; end it so that its name is
+            # free for the agent of a node that joins later
+            with self._lock:
+                self._handles.pop(node, None)
+            with contextlib.suppress(Exception):
+                self._ray.kill(h, no_restart=True)
+            raise NodeUnavailable(f"node {node}: its node left the cluster "
+                                  f"({type(e).__name__})") from e
+        except (RayActorError, GetTimeoutError, NodeDiedError) as e:
             with self._lock:
                 self._handles.pop(node, None)
             raise NodeUnavailable(f"node {node}: {type(e).__name__}: {e}") from e
