@@ -17,7 +17,7 @@ from helpers import FAST
 from typer.testing import CliRunner
 from waiting import wait_for
 
-from miso import runas
+from miso.agent import runas
 from miso.api.credentials import Credentials, resolve, save_login
 from miso.api.head import bootstrap_operator, serve
 from miso.cli import app

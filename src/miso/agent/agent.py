@@ -46,8 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from miso import runas
-from miso.agent import guard, logfile, reports
+from miso.agent import guard, logfile, reports, runas
 from miso.backend.base import BackendError, GpuBackend, MpsHandle, ReconfigurationError
 from miso.job import CHECKPOINT_SIGNAL, EXIT_CHECKPOINTED
 from miso.mig import Placement, canonical

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from miso import runas
+from miso.agent import runas
 from miso.controller.executor import NOT_PROFILED, PlanExecutor
 from miso.controller.loop import EventLoop
 from miso.controller.poller import AgentPoller
