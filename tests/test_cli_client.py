@@ -22,7 +22,7 @@ from miso.api.credentials import Credentials, resolve, save_login
 from miso.api.head import bootstrap_operator, serve
 from miso.cli import app
 from miso.controller import ControllerConfig
-from miso.controller.local import LocalCluster
+from miso.transport.inprocess import LocalCluster
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from miso.agent import Agent
 from miso.agent.incarnation import Incarnation
 from miso.backend import EmulatedBackend
 from miso.controller import ControllerConfig
-from miso.controller.local import LocalCluster
+from miso.transport.inprocess import LocalCluster
 
 FAST = dict(profile_seconds_per_level=0.3, profile_warmup_s=0.15, checkpoint_timeout=3.0,
             poll_interval=0.1, lease_s=2.0, poll_timeout=1.0, discover_interval=0.3)
@@ -190,9 +190,9 @@ def api(tmp_path: Path) -> Iterator[Any]:
     from miso.api import UserStore, create_app
     from miso.controller import Controller
     from miso.controller.store import open_store
-    from miso.controller.transport import LocalTransport
     from miso.observe import attach
     from miso.observe.routes import api_routers
+    from miso.transport.inprocess import LocalTransport
 
     d = tmp_path / "state"
     transport = LocalTransport()

@@ -198,9 +198,9 @@ class Bed:
         from miso.backend import EmulatedBackend
         from miso.controller import Controller, ControllerConfig
         from miso.controller.store import open_store
-        from miso.controller.transport import LocalTransport
         from miso.observe import attach
         from miso.observe.routes import api_routers
+        from miso.transport.inprocess import LocalTransport
 
         self.dir = Path(tempfile.mkdtemp(prefix="miso-sec-api-")) / "state"
         self.transport = LocalTransport()

@@ -36,12 +36,12 @@ from miso.controller.recovery import recover
 from miso.controller.runtime import ControllerConfig, Runtime, SubmitConflict, SubmitError
 from miso.controller.statelock import StateDirLock
 from miso.controller.store import GIB_PER_GB, JobRecord, JobStore, StoreConflict, StoreError
-from miso.controller.transport import NodeUnavailable, Transport
 from miso.mig import GPU_MODELS, geometry
 from miso.sched import JobSpec, JobSubmitted, Policy
 from miso.sched.clock import Clock
 from miso.sched.estimators import make_estimator
 from miso.sched.policies import build_policy, policy_options
+from miso.transport.base import NodeUnavailable, Transport
 from miso.workloads import catalogue
 
 __all__ = ["Controller", "ControllerConfig", "SubmitConflict", "SubmitError"]

@@ -18,8 +18,8 @@ import time
 
 from miso.agent.agent import exit_record_path
 from miso.controller.runtime import Runtime
-from miso.controller.transport import NodeUnavailable
 from miso.job import read_json
+from miso.transport.base import NodeUnavailable
 
 log = logging.getLogger(__name__)
 
