@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Any
 
-from miso.agent.agent import exit_record_path
+from miso.agent.attempt import exit_record_path
 from miso.controller.executor import PlanExecutor
 from miso.controller.runtime import Runtime
 from miso.job import read_json

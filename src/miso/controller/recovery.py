@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 
-from miso.agent.agent import exit_record_path
+from miso.agent.attempt import exit_record_path
 from miso.controller.runtime import Runtime
 from miso.job import read_json
 from miso.transport.base import NodeUnavailable
