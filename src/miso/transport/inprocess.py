@@ -14,7 +14,7 @@ from typing import Any
 from miso.agent import Agent
 from miso.backend import EmulatedBackend
 from miso.controller.controller import Controller, ControllerConfig
-from miso.controller.store import open_store
+from miso.controller.storefile import open_store
 from miso.transport.base import NodeUnavailable
 
 

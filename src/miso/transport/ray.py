@@ -150,7 +150,8 @@ class ControllerActor:
 
         from miso.controller import Controller, ControllerConfig  # noqa: PLC0415
         from miso.controller.statelock import StateDirLocked  # noqa: PLC0415
-        from miso.controller.store import StoreError, open_store  # noqa: PLC0415
+        from miso.controller.store import StoreError  # noqa: PLC0415
+        from miso.controller.storefile import open_store  # noqa: PLC0415
 
         logging.basicConfig(level=logging.INFO)
         os.umask(0o077)  # private state: files 0600, directories 0700
