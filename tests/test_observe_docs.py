@@ -14,7 +14,8 @@ from miso.observe import Metrics
 ROOT = Path(__file__).resolve().parents[1]
 SNAP = {"time": 10.0, "queue": [], "jobs": [{"id": "1", "state": "running", "owner": "a"}],
         "gpus": [{"id": "n/0", "node": "n", "model": "A100-40GB", "phase": "running",
-                  "layout": ["7g.40gb@0"], "assignment": {"1": "7g.40gb@0"}, "jobs": ["1"]}]}
+                  "layout": ["7g.40gb@0"], "assignment": {"1": "7g.40gb@0"}, "jobs": ["1"]}],
+        "owners": {"a": {"usage_gpu_s": 5.0, "in_use": 1.0, "weight": 1.0, "fair_share": 0.5}}}
 
 
 def families() -> dict[str, str]:

@@ -31,9 +31,11 @@ from miso.sched import (
     Tick,
 )
 from miso.sched.clock import VirtualClock
+from miso.sched.decisions import RequeueJob
+from miso.sched.tenancy import TenancyConfig
 from miso.sim.engine import Simulator
 from miso.sim.run import build_policy
-from miso.sim.traces import TraceJob, poisson_jobs
+from miso.sim.traces import TraceJob, assign_tenants, mark_priority, poisson_jobs
 from miso.sim.world import WorldConfig
 
 POLICIES = ["nopart", "optsta", "mps", "oracle", "miso", "miso+"]
@@ -88,18 +90,20 @@ def _policy(name: str, jobs: list[TraceJob], cfg: WorldConfig) -> Any:
 
 
 def _simulate(name: str, jobs: list[TraceJob], cfg: WorldConfig,
-              inject: list[tuple[float, Any]]) -> list[tuple[float, object]]:
-    sim = Simulator(_policy(name, jobs, cfg), jobs, cfg, seed=3, record=True)
+              inject: list[tuple[float, Any]], tenancy: TenancyConfig | None = None
+              ) -> list[tuple[float, object]]:
+    sim = Simulator(_policy(name, jobs, cfg), jobs, cfg, seed=3, record=True, tenancy=tenancy)
     for at, ev in inject:
         sim.inject(at, ev)
     return sim.run().log
 
 
 def _replay(name: str, jobs: list[TraceJob], cfg: WorldConfig,
-            log: list[tuple[float, object]]) -> list[tuple[float, Decision]]:
+            log: list[tuple[float, object]], tenancy: TenancyConfig | None = None
+            ) -> list[tuple[float, Decision]]:
     clock = VirtualClock()
     store = JobStore(":memory:")
-    con = Controller(store, None, ControllerConfig(policy=name),  # type: ignore[arg-type]
+    con = Controller(store, None, ControllerConfig(policy=name, tenancy=tenancy),  # type: ignore[arg-type]
                      checkpoint_root="/nonexistent", clock=clock,
                      policy=_policy(name, jobs, cfg))
     rec = _Recorder()
@@ -146,10 +150,11 @@ def _decisions(log: list[tuple[float, object]]) -> list[tuple[float, Decision]]:
 
 
 def _check(name: str, jobs: list[TraceJob], cfg: WorldConfig,
-           inject: list[tuple[float, Any]]) -> list[tuple[float, object]]:
-    log = _simulate(name, jobs, cfg, inject)
+           inject: list[tuple[float, Any]], tenancy: TenancyConfig | None = None
+           ) -> list[tuple[float, object]]:
+    log = _simulate(name, jobs, cfg, inject, tenancy)
     sim = _decisions(log)
-    live = _replay(name, jobs, cfg, log)
+    live = _replay(name, jobs, cfg, log, tenancy)
     assert len(sim) > 20
     for i, (a, b) in enumerate(zip(sim, live, strict=False)):
         # repr, not ==: a decision's explanation (``why``) is left out of its equality
@@ -184,3 +189,17 @@ def test_parity__failures_cancellations_and_a_lost_node(name: str):
     assert sum(isinstance(e, GpuRemoved) for e in seen) == 2
     assert sum(isinstance(e, JobFailed) and e.reason == "cancelled" for e in seen) >= 1
     assert sum(isinstance(e, JobFailed) and e.reason != "cancelled" for e in seen) >= 1
+
+
+@pytest.mark.parametrize("name", POLICIES)
+def test_parity__tenancy_fair_share_quota_and_preemption(name: str):
+    """Owners, fair share, an in-use quota and high-priority jobs that preempt: the tenancy
+    mechanism takes the same decisions in both drivers."""
+    jobs = mark_priority(assign_tenants(_trace(40, seed=9), 3, 0.6, seed=9), 0.2, seed=9)
+    cfg = WorldConfig(n_gpus=3, restart_s=60.0, no_checkpoint_frac=0.2)
+    ten = TenancyConfig(half_life_s=1800.0, weights={"u0": 2.0}, max_in_use={"u1": 1.0},
+                        preempt=True, min_run_s=120.0)
+    log = _check(name, jobs, cfg, [], ten)
+    if name in ("nopart", "miso+"):
+        assert any(isinstance(d, RequeueJob) and d.reason.startswith("preempted")
+                   for _, d in log)

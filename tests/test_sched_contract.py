@@ -31,6 +31,7 @@ from miso.sched import (
 )
 from miso.sched.speeds import workload_memory_gb
 from miso.sched.state import JobStatus
+from miso.sched.tenancy import TenancyConfig
 from miso.workloads import catalogue
 
 
@@ -96,7 +97,8 @@ def test_state__stale_acks_are_ignored_and_failure_leaves_jobs_resident():
     assert st.queue == ["1"] and st.jobs["1"].gpu is None
 
 
-def _random_driver(policy_name: str, seed: int, n_jobs: int = 40, n_gpus: int = 3) -> None:
+def _random_driver(policy_name: str, seed: int, n_jobs: int = 40, n_gpus: int = 3,
+                   tenancy: TenancyConfig | None = None) -> None:
     """Feed a policy random events (arrivals, finishes, acks, profiles, speed changes) and check
     the invariants after every step: no job on two GPUs, <= 7 jobs per GPU, memory respected,
     valid layouts, plan ids strictly increasing. Then liveness: with no more arrivals, plans
@@ -107,7 +109,7 @@ def _random_driver(policy_name: str, seed: int, n_jobs: int = 40, n_gpus: int = 
     if policy_name == "optsta":
         kw["layout"] = (Placement(0, "4g.20gb"), Placement(4, "3g.20gb"))
     pol = make_policy(policy_name, **kw)
-    st = ClusterState()
+    st = ClusterState(tenancy)
     pending: list[object] = []
     timers: list[WakeUp] = []
     last_pid = 0
@@ -145,7 +147,10 @@ def _random_driver(policy_name: str, seed: int, n_jobs: int = 40, n_gpus: int = 
         r = rng.random()
         if r < 0.3 and submitted < n_jobs:
             wl = names[rng.randrange(len(names))]
-            deliver(JobSubmitted(JobSpec(str(submitted), "x", workload_memory_gb(wl), wl)))
+            owner, prio = ("", 0) if tenancy is None else \
+                (f"u{rng.randrange(3)}", rng.choice((0, 0, 0, 100, -100)))
+            deliver(JobSubmitted(JobSpec(str(submitted), "x", workload_memory_gb(wl), wl,
+                                         owner=owner, priority=prio)))
             submitted += 1
         elif r < 0.6 and pending:
             d = pending.pop(rng.randrange(len(pending)))
@@ -196,6 +201,16 @@ def _random_driver(policy_name: str, seed: int, n_jobs: int = 40, n_gpus: int = 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_policy__invariants_hold_on_random_event_streams(name: str, seed: int):
     _random_driver(name, seed)
+
+
+@pytest.mark.parametrize("name", ["nopart", "optsta", "mps", "oracle", "miso", "miso+"])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_policy__invariants_hold_with_tenancy(name: str, seed: int):
+    """Owners, priorities, fair share, an in-use quota and preemption keep the invariants and
+    every job still finishes."""
+    _random_driver(name, seed, tenancy=TenancyConfig(
+        half_life_s=300.0, weights={"u0": 2.0}, max_in_use={"u1": 0.5}, preempt=True,
+        min_run_s=5.0))
 
 
 def test_predictor_estimator__survives_a_level_with_no_progress():

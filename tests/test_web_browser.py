@@ -82,7 +82,7 @@ def test_web_page_in_chromium__gpus_jobs_progress_and_explanations(tmp_path: Pat
         cluster.controller = ctl.start()
         users = UserStore(":memory:")
         # jobs run as their owner's Unix account when the agent is root: this test's own
-        token = users.add("ann", admin=True, unix_user=getpass.getuser())
+        token = users.add("ann", admin=True, unix_user=getpass.getuser(), operator=True)
         app = create_app(ctl, users, extra_routers=api_routers(ctl, obs))  # as the head does
         instrument(app, obs)
         server = ApiServer(app, Listen("127.0.0.1", 0))

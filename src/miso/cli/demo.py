@@ -94,6 +94,17 @@ def demo(
         raise typer.Exit(1)
 
 
+def demo_config(policy: str) -> dict[str, Any]:
+    """The controller configuration of the demo's cluster under ``policy``: a policy that
+    prices restarts (miso+) is told the emulated jobs' restart cost; the others take no such
+    option (policy options are strict)."""
+    from miso.sched.policies import policy_options
+
+    args = {"restart_s": DEMO_RESTART_S + 1.0} if "restart_s" in policy_options(policy) else {}
+    return {"policy": policy, "profile_seconds_per_level": 1.0, "checkpoint_timeout": 10.0,
+            "estimator": "auto", "policy_args": args}
+
+
 def _run_stream(policy: str, stream: list[tuple[float, str, list[str]]], gpus: int,
                 model: str, no_ray: bool, timeout: float, out: Console
                 ) -> tuple[dict[str, Any], list[tuple[str, ...]]]:
@@ -101,8 +112,7 @@ def _run_stream(policy: str, stream: list[tuple[float, str, list[str]]], gpus: i
     from rich.markup import escape
 
     d = tempfile.mkdtemp(prefix="miso-demo-")
-    cfg = {"policy": policy, "profile_seconds_per_level": 1.0, "checkpoint_timeout": 10.0,
-           "estimator": "auto", "policy_args": {"restart_s": DEMO_RESTART_S + 1.0}}
+    cfg = demo_config(policy)
     cluster: Any = None
     t_start = time.time()
     st: dict[str, Any] = {}

@@ -62,7 +62,8 @@ def simulate(
     seed: Annotated[int, typer.Option(help="Seed (>= 0; runs are deterministic per seed).")] = 1,
     json_out: Annotated[Path | None, typer.Option(
         "--json", help="Write the results (JSON) to this file.")] = None,
-    plot: Annotated[Path | None, typer.Option(help="Write figures into this directory.")] = None,
+    plot: Annotated[Path | None, typer.Option(
+        "--plot", "--plot-dir", help="Write figures into this directory.")] = None,
     sweep: Annotated[str | None, typer.Option(
         help="interarrival or jobs-per-gpu: run a sweep instead of one comparison.")] = None,
     predictor: Annotated[str, typer.Option(
@@ -85,6 +86,24 @@ def simulate(
                                             help="Old spelling of --gpu-model.")] = None,
     policies: Annotated[str | None, typer.Option("--policies", hidden=True,
                                                  help="Old spelling of --policy.")] = None,
+    tenants: Annotated[int | None, typer.Option(
+        min=1, help="Owners of the Poisson jobs (u0, u1, ...); a trace's owners come from its "
+        "user or vc column.")] = None,
+    tenant_skew: Annotated[float | None, typer.Option(
+        help="Fraction of the jobs owner u0 submits (the others share the rest equally; "
+        "default: all equal).")] = None,
+    fair_share: Annotated[bool, typer.Option(
+        "--fair-share", help="Order waiting jobs by owners' decayed usage against their "
+        "weights (Slurm's F = 2^(-U/S)) instead of FIFO.")] = False,
+    half_life: Annotated[float, typer.Option(
+        help="Half-life of owners' usage (s) for --fair-share.")] = 7 * 24 * 3600.0,
+    priority_frac: Annotated[float, typer.Option(
+        help="Fraction of the jobs marked high priority.")] = 0.0,
+    preempt: Annotated[bool, typer.Option(
+        "--preempt", help="A high-priority job that cannot be placed preempts lower ones "
+        "(checkpoint and requeue).")] = False,
+    min_run_s: Annotated[float, typer.Option(
+        help="With --preempt: a job is never preempted before running this long (s).")] = 600.0,
 ) -> None:
     """Simulate MIG scheduling policies and report JCT, makespan, STP and restarts."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -102,6 +121,13 @@ def simulate(
     checks.positive(duration_scale, "--duration-scale")
     checks.non_negative(seed, "--seed")
     checks.fraction(no_checkpoint_frac, "--no-checkpoint-frac")
+    checks.positive(half_life, "--half-life")
+    checks.fraction(priority_frac, "--priority-frac")
+    checks.non_negative(min_run_s, "--min-run-s")
+    if tenant_skew is not None:
+        checks.fraction(tenant_skew, "--tenant-skew")
+        if tenants is None:
+            fail("--tenant-skew needs --tenants")
     win = _window(window)
     try:
         model = find_gpu_model(_given(gpu_model, gpu, DEFAULT_MODEL, "--gpu-model",
@@ -168,6 +194,13 @@ def simulate(
                                  duration_scale=duration_scale)
     except TraceError as e:
         fail(str(e))
+    tjobs, tenancy = _tenancy(tjobs, tenants, tenant_skew, fair_share, half_life,
+                              priority_frac, preempt, min_run_s, seed)
+    if tenancy is not None:
+        out["config"]["tenancy"] = {  # type: ignore[index]
+            "fair_share": fair_share, "half_life_s": half_life, "preempt": preempt,
+            "min_run_s": min_run_s, "tenants": tenants, "tenant_skew": tenant_skew,
+            "priority_frac": priority_frac}
     with Progress(*cols, transient=True) as prog:
         tasks = {p: prog.add_task(p, total=len(tjobs)) for p in pols}
 
@@ -177,7 +210,7 @@ def simulate(
         try:
             logs: list = []
             summary, raw = compare(pols, tjobs, cfg, seed, progress=cb,
-                                   observer=_event_log(events, logs))
+                                   observer=_event_log(events, logs), tenancy=tenancy)
             for lg in logs:
                 lg.close()
         except ValueError as e:
@@ -189,7 +222,31 @@ def simulate(
 
         bars(summary, plot / "bars.png")
         rel_jct_cdf(raw, plot / "relative_jct_cdf.png")
+        if tenancy is not None:
+            from miso.sim.plots import owner_shares
+
+            for p, r in raw.items():
+                owner_shares(r, plot / f"owner_share_{p.replace('+', 'plus')}.png")
     _write(json_out, out)
+
+
+def _tenancy(tjobs: list, tenants: int | None, skew: float | None, fair_share: bool,
+             half_life: float, priority_frac: float, preempt: bool, min_run_s: float,
+             seed: int) -> tuple[list, object]:
+    """The jobs with owners and priorities, and the tenancy config (None when the run has
+    neither owners nor priorities nor fair share: the plain FIFO queue)."""
+    from miso.sched.tenancy import TenancyConfig
+    from miso.sim.traces import assign_tenants, mark_priority
+
+    if tenants is not None:
+        tjobs = assign_tenants(tjobs, tenants, 1.0 / tenants if skew is None else skew,
+                               seed=seed)
+    if priority_frac > 0:
+        tjobs = mark_priority(tjobs, priority_frac, seed=seed)
+    if not (fair_share or preempt or any(j.owner or j.priority for j in tjobs)):
+        return tjobs, None
+    return tjobs, TenancyConfig(fair_share=fair_share, half_life_s=half_life, preempt=preempt,
+                                min_run_s=min_run_s)
 
 
 def _event_log(path: Path | None, logs: list):  # noqa: ANN202 - None or a factory

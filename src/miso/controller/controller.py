@@ -41,6 +41,7 @@ from miso.sched import JobSpec, JobSubmitted, Policy
 from miso.sched.clock import Clock
 from miso.sched.estimators import make_estimator
 from miso.sched.policies import build_policy, policy_options
+from miso.sched.tenancy import queued_quota_reason
 from miso.transport.base import NodeUnavailable, Transport
 from miso.workloads import catalogue
 
@@ -166,6 +167,13 @@ class Controller:
                 raise SubmitError(f"--memory-gb must be a positive number of GB, got "
                                   f"{memory_gb}")
             gib = float(memory_gb) * GIB_PER_GB
+        ten = self.cfg.tenancy
+        if ten is not None and (owner or "") in ten.max_queued:
+            o = owner or ""
+            n = sum(1 for r in self.store.jobs() if r.state == "queued" and (r.owner or "") == o)
+            refused = queued_quota_reason(o, n, ten.max_queued[o])
+            if refused is not None:
+                raise SubmitError(refused)
         biggest, where = self._largest_slice()
         if gib > biggest + 1e-9:
             raise SubmitError(f"job needs {memory_gb:g} GB ({gib:.2f} GiB), more than the "
@@ -285,7 +293,7 @@ def lost_node(node: str, d: dict[str, Any], fencing: bool) -> dict[str, Any]:
 def _spec(rec: JobRecord) -> JobSpec:
     gib = rec.memory_gib if rec.memory_gib is not None else rec.memory_gb * GIB_PER_GB
     return JobSpec(rec.id, rec.name, gib, rec.workload,
-                   checkpointable=rec.checkpointable is not False)
+                   checkpointable=rec.checkpointable is not False, owner=rec.owner or "")
 
 
 def why(j: dict[str, Any], snap: dict[str, Any],
@@ -310,6 +318,9 @@ def why(j: dict[str, Any], snap: dict[str, Any],
         fencing = snap.get("unreachable") or []
         return "waiting: no GPU node is up" + (f" ({', '.join(fencing)} unreachable)"
                                                if fencing else "")
+    held = (snap.get("held") or {}).get(j["id"])
+    if held:
+        return f"waiting: {held}"
     gpu = next((g for g in snap["gpus"] if j["id"] in g["jobs"]), None)
     if gpu is not None:
         where = f"waiting on {gpu['id']}"

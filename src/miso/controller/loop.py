@@ -67,7 +67,7 @@ class EventLoop:
         self.executor = executor
         self.policy = policy
         self.policy_name = policy_name
-        self.state = ClusterState()
+        self.state = ClusterState(rt.cfg.tenancy)
         self.step = DriverStep(self.state, policy, execute=self._execute_step,
                                record=self._record, observer=rt.observer,
                                on_contract_error=self._contract_error)
@@ -278,5 +278,10 @@ class EventLoop:
                 "mps_shares": dict(gs.mps_shares), "jobs": list(gs.jobs),
                 "pending_plan": gs.pending_plan_id,
             })
+        snap: dict[str, Any] = {"gpus": gpus, "queue": list(self.state.queue)}
+        ten = self.state.tenancy
+        if ten is not None:
+            snap["held"] = dict(ten.waiting)      # queued job -> why (over a quota)
+            snap["owners"] = ten.report(self.state.now)
         with self.rt.lock:
-            self._snapshot = {"gpus": gpus, "queue": list(self.state.queue)}
+            self._snapshot = snap

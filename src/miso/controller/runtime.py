@@ -21,6 +21,7 @@ from miso.controller.storefile import BACKUP
 from miso.mig import Geometry, Placement
 from miso.sched import Event
 from miso.sched.clock import Clock, WallClock
+from miso.sched.tenancy import TenancyConfig
 from miso.transport.base import NodeUnavailable, Transport
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,9 @@ class ControllerConfig:
     lease_s: float = 15.0
     #: Timeout of one poll of one agent (a hung agent is a failed poll).
     poll_timeout: float = 5.0
+    #: Owners' usage, fair share, quotas and preemption (:mod:`miso.sched.tenancy`); None:
+    #: one FIFO queue.
+    tenancy: TenancyConfig | None = None
 
 
 @dataclass

@@ -170,7 +170,31 @@ def status_metrics(snap: Mapping[str, Any]) -> list[Metric]:
         g_tot.add_metric([gid], total)
         for ph in PHASES:
             g_phase.add_metric([gid, ph], 1.0 if g.get("phase") == ph else 0.0)
-    return [g_jobs, g_q, g_wait, info, g_gj, g_busy, g_tot, g_phase]
+    return [g_jobs, g_q, g_wait, info, g_gj, g_busy, g_tot, g_phase, *owner_metrics(snap)]
+
+
+def owner_metrics(snap: Mapping[str, Any]) -> list[Metric]:
+    """Per-owner usage gauges when tenancy is on (``snap["owners"]``; labels: owner only)."""
+    owners = snap.get("owners")
+    if not owners:
+        return []
+    fams = {
+        "in_use": GaugeMetricFamily("miso_owner_gpu_equivalents", "GPU-equivalents the owner "
+                                    "holds (a slice counts its compute fraction)",
+                                    labels=["owner"]),
+        "usage_gpu_s": GaugeMetricFamily("miso_owner_usage_gpu_seconds", "Owner's usage "
+                                         "(GPU-equivalent seconds, decayed by the half-life)",
+                                         labels=["owner"]),
+        "weight": GaugeMetricFamily("miso_owner_weight", "Owner's fair-share weight",
+                                    labels=["owner"]),
+        "fair_share": GaugeMetricFamily("miso_owner_fair_share", "Owner's fair-share factor "
+                                        "2^(-U/S) (1: nothing used, 0.5: exactly its share)",
+                                        labels=["owner"]),
+    }
+    for o, rec in sorted(owners.items()):
+        for k, fam in fams.items():
+            fam.add_metric([str(o)], float(rec.get(k, 0.0)))
+    return list(fams.values())
 
 
 _OWNER = re.compile(rb'owner="((?:[^"\\]|\\.)*)"')

@@ -35,6 +35,10 @@ class JobSpec:
     ``checkpointable`` is False for a job that cannot save and resume its progress (no
     ``miso.job`` helper): a restart throws all its progress away, so restart-economy policies
     pin it once it has made progress.
+    ``owner`` is the tenant the job is charged to (the API user; "" when tenancy is not used)
+    and ``priority`` its class (:data:`miso.sched.tenancy.PRIORITY_CLASSES`: high 100,
+    normal 0, low -100, or any integer); both are read only when tenancy is on
+    (:mod:`miso.sched.tenancy`).
     """
 
     id: str
@@ -43,6 +47,8 @@ class JobSpec:
     workload: str | None = None
     duration_hint_s: float | None = None
     checkpointable: bool = True
+    owner: str = ""
+    priority: int = 0
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from miso.sched.events import (
     ProfilingFinished,
     SpeedObserved,
 )
+from miso.sched.tenancy import Tenancy, TenancyConfig
 
 
 class ContractError(RuntimeError):
@@ -137,13 +138,15 @@ class GpuState:
 class ClusterState:
     """GPUs, jobs and the queue; updated by drivers from events and decisions."""
 
-    def __init__(self) -> None:
+    def __init__(self, tenancy: TenancyConfig | None = None) -> None:
         self.gpus: dict[str, GpuState] = {}
         self.jobs: dict[str, JobState] = {}
         self.queue: list[str] = []        # queued job ids, FIFO (submission order)
         self._plan = 0
         self.now = 0.0
         self._watchers: list[Callable[[str], None]] = []
+        #: owners' usage, fair-share order and quotas (:mod:`miso.sched.tenancy`); None: FIFO
+        self.tenancy: Tenancy | None = Tenancy(tenancy, self) if tenancy is not None else None
 
     def watch(self, fn: Callable[[str], None]) -> None:
         """Call ``fn(gpu)`` after every change to a GPU's resident jobs, plans, layout or
@@ -188,6 +191,8 @@ class ClusterState:
                 if spec.duration_hint_s is not None:
                     js.progress = (now, spec.duration_hint_s, 0.0)
                 self.queue.append(spec.id)
+                if self.tenancy is not None:
+                    self.tenancy.note_owner(spec.owner)
             case GpuAdded(gpu=g, model=m, profiles=p, driver=d):
                 if g in self.gpus:
                     raise ContractError(f"GPU {g} added twice")

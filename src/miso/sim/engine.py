@@ -54,6 +54,7 @@ from miso.sched import (
 from miso.sched.clock import VirtualClock
 from miso.sched.driver import DriverStep
 from miso.sched.speeds import workload_memory_gb, workload_speeds
+from miso.sched.tenancy import TenancyConfig
 from miso.sim.bodies import (
     ARRIVE,
     COMPLETE,
@@ -80,14 +81,19 @@ class Simulator(ProfilingRuns, Disturbances):
     """One run of one policy over one trace."""
 
     def __init__(self, policy: Policy, jobs: Sequence[TraceJob], config: WorldConfig,
-                 *, seed: int = 1, record: bool = False, observer: Any = None) -> None:
+                 *, seed: int = 1, record: bool = False, observer: Any = None,
+                 tenancy: TenancyConfig | None = None) -> None:
         self.policy = policy
         self.observer = observer  # miso.observe.Observer-like: on_event / on_decision
         self.cfg = config
         self.seed = seed
         self.record = record
         self.log: list[tuple[float, object]] = []
-        self.state = ClusterState()
+        self.state = ClusterState(tenancy)
+        #: (time, {owner: GPU-equivalents in use}) at each arrival and completion (tenancy on)
+        self.owner_usage: list[tuple[float, dict[str, float]]] = []
+        self.preemptions = 0
+        self.preempt_lost_gpu_s = 0.0
         self.geom = geometry(config.gpu_model)
         self.gpus = {f"gpu{i}": SimGpu(f"gpu{i}", self.geom) for i in range(config.n_gpus)}
         self.clock = VirtualClock()
@@ -113,7 +119,8 @@ class Simulator(ProfilingRuns, Disturbances):
             # and reports its progress (:class:`JobProgress`); one that cannot checkpoint has
             # no helper and reports nothing.
             spec = JobSpec(tj.id, f"job-{tj.id}", mem, tj.workload,
-                           duration_hint_s=tj.duration_s if ckpt else None, checkpointable=ckpt)
+                           duration_hint_s=tj.duration_s if ckpt else None, checkpointable=ckpt,
+                           owner=tj.owner, priority=tj.priority)
             jrng = np.random.default_rng([seed, zlib.crc32(tj.id.encode())])
             base = float(jrng.lognormal(2.0, 0.8))
             j = SimJob(tj, spec, workload_speeds(self.geom, cat[tj.workload]), base)
@@ -204,6 +211,9 @@ class Simulator(ProfilingRuns, Disturbances):
             self.touch(g, end)
         ids = list(self.jobs)
         js = [self.jobs[i] for i in ids]
+        ten = self.state.tenancy
+        if ten is not None:
+            ten.advance(end)
         return SimResult(
             policy=self.policy.name, job_ids=ids,
             submit=np.array([j.submit for j in js]), finish=np.array([j.finish for j in js]),
@@ -212,11 +222,20 @@ class Simulator(ProfilingRuns, Disturbances):
             busy_gpu_s=sum(g.busy_total for g in self.gpus.values()), n_gpus=len(self.gpus),
             events=self.n_events, decisions=self.n_decisions,
             wall_s=time.perf_counter() - t_wall, log=self.log,
-            lost_gpu_s=float(sum(j.lost for j in js)), profiling_gpu_s=self.profiling_gpu_s)
+            lost_gpu_s=float(sum(j.lost for j in js)), profiling_gpu_s=self.profiling_gpu_s,
+            owners=[j.spec.owner for j in js], priority=np.array([j.spec.priority for j in js]),
+            first_start=np.array([j.first_start if j.first_start is not None else j.finish
+                                  for j in js]),
+            owner_gpu_s=dict(ten.total) if ten is not None else {},
+            owner_usage=self.owner_usage, preemptions=self.preemptions,
+            preempt_lost_gpu_s=self.preempt_lost_gpu_s)
 
     def deliver(self, now: float, ev: Event) -> None:
         """One driver step (:class:`~miso.sched.driver.DriverStep`) for ``ev``."""
         self.step(now, ev)
+        ten = self.state.tenancy
+        if ten is not None and isinstance(ev, JobSubmitted | JobFinished):
+            self.owner_usage.append((now, {o: c for o, c in ten.in_use.items() if c > 0}))
 
     def _record(self, now: float, item: object) -> None:
         self.log.append((now, item))
@@ -401,7 +420,13 @@ class Simulator(ProfilingRuns, Disturbances):
             self.push(now, PLAN_DONE, g.id, d.plan_id)
         elif isinstance(d, RequeueJob):
             j = self.jobs[d.job]
+            share = self._share(j.placement) if j.mode == "mig" else 1.0
             self.stop_job(j, now)
+            if d.reason.startswith("preempted") and j.started:
+                # what the restart this preemption causes throws away (see ``restart``)
+                self.preemptions += 1
+                self.preempt_lost_gpu_s += self.cfg.restart_s * share + (
+                    0.0 if j.ckpt else j.duration - j.work_left)
             j.mode = None
             j.placement = None
             # The job's GPU before the requeue (``gid``): no scan over every GPU.

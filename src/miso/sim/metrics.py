@@ -42,7 +42,50 @@ def summarize(r: SimResult) -> dict[str, float]:
         "events": r.events,
         "decisions": r.decisions,
         "wall_s": r.wall_s,
-    }
+    } | tenant_figures(r)
+
+
+def jain(xs: list[float]) -> float:
+    """Jain's fairness index ``(sum x)^2 / (n sum x^2)``: 1 when all equal, 1/n at worst."""
+    if not xs:
+        return 1.0
+    sq = sum(x * x for x in xs)
+    return (sum(xs) ** 2) / (len(xs) * sq) if sq > 0 else 1.0
+
+
+def tenant_figures(r: SimResult) -> dict[str, object]:
+    """Per-owner figures when the run had owners (tenancy on): ``owners`` {owner: avg_jct_s,
+    mean_slowdown (JCT / run time alone on a full GPU), gpu_share (share of the GPU-equivalent
+    time held), jobs}, ``jain_slowdown`` (Jain's index over the owners' mean slowdowns); with
+    priorities, ``priorities`` {class: jobs, avg_jct_s, avg_queue_delay_s (submit to first
+    start)} and the preemptions with the GPU time their restarts threw away."""
+    if not r.owners or not any(r.owners):
+        return {}
+    owners = np.array(r.owners)
+    jct = r.jct
+    rel = jct / r.duration
+    tot = sum(r.owner_gpu_s.values())
+    per: dict[str, dict[str, float]] = {}
+    for o in sorted(set(r.owners)):
+        m = owners == o
+        per[o] = {"jobs": int(m.sum()), "avg_jct_s": float(jct[m].mean()),
+                  "mean_slowdown": float(rel[m].mean()),
+                  "gpu_share": float(r.owner_gpu_s.get(o, 0.0) / tot) if tot > 0 else 0.0}
+    out: dict[str, object] = {
+        "owners": per, "jain_slowdown": jain([v["mean_slowdown"] for v in per.values()])}
+    if r.priority is not None and r.first_start is not None and len(set(r.priority)) > 1:
+        delay = r.first_start - r.submit
+        pri: dict[str, dict[str, float]] = {}
+        for p in sorted(set(int(x) for x in r.priority), reverse=True):
+            m = r.priority == p
+            name = {100: "high", 0: "normal", -100: "low"}.get(p, str(p))
+            pri[name] = {"jobs": int(m.sum()), "avg_jct_s": float(jct[m].mean()),
+                         "avg_queue_delay_s": float(delay[m].mean()),
+                         "restarts_per_job": float(r.restarts[m].mean())}
+        out["priorities"] = pri
+        out["preemptions"] = r.preemptions
+        out["preempt_lost_gpu_s"] = r.preempt_lost_gpu_s
+    return out
 
 
 def relative_jct(r: SimResult) -> np.ndarray:

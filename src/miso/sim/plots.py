@@ -72,3 +72,25 @@ def sweep(data: Mapping[str, Mapping[str, Mapping[str, float]]], path: Path, xla
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def owner_shares(r: SimResult, path: Path) -> Path:
+    """Each owner's share of the GPU-equivalents in use over time (stacked; tenancy runs)."""
+    owners = sorted({o for _, d in r.owner_usage for o in d} | set(r.owners) - {""})
+    ts = np.array([t for t, _ in r.owner_usage]) / 3600.0
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    if len(ts):
+        tot = np.array([sum(d.values()) for _, d in r.owner_usage])
+        tot[tot <= 0] = 1.0
+        ys = [np.array([d.get(o, 0.0) for _, d in r.owner_usage]) / tot for o in owners]
+        ax.stackplot(ts, ys, labels=owners, step="post")
+    ax.set_xlabel("time (h)")
+    ax.set_ylabel("share of GPU-equivalents in use")
+    ax.set_ylim(0, 1)
+    ax.set_title(f"{r.policy}: owners' shares over time")
+    if len(owners) <= 12:
+        ax.legend(loc="upper right", fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

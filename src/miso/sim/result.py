@@ -25,6 +25,16 @@ class SimResult:
     log: list[tuple[float, object]] = field(default_factory=list)
     lost_gpu_s: float = 0.0
     profiling_gpu_s: float = 0.0
+    #: tenancy (:mod:`miso.sched.tenancy`): each job's owner and priority, when it first ran,
+    #: each owner's GPU-equivalent-seconds, their GPU-equivalents in use over time, and
+    #: preemptions with the GPU time they threw away
+    owners: list[str] = field(default_factory=list)
+    priority: np.ndarray | None = None
+    first_start: np.ndarray | None = None
+    owner_gpu_s: dict[str, float] = field(default_factory=dict)
+    owner_usage: list[tuple[float, dict[str, float]]] = field(default_factory=list)
+    preemptions: int = 0
+    preempt_lost_gpu_s: float = 0.0
 
     @property
     def jct(self) -> np.ndarray:

@@ -11,6 +11,7 @@ from miso.mig import enumerate_layouts, geometry, multiset
 from miso.sched import Policy, make_policy
 from miso.sched.estimators import make_estimator as estimator_named
 from miso.sched.speeds import workload_speeds
+from miso.sched.tenancy import TenancyConfig
 from miso.sim.engine import SimResult, Simulator
 from miso.sim.metrics import summarize
 from miso.sim.traces import TraceJob
@@ -88,16 +89,20 @@ def build_policy(name: str, jobs: Sequence[TraceJob], cfg: Any, seed: int,
 
 def run_policy(name: str, jobs: Sequence[TraceJob], cfg: Any, seed: int = 1,
                progress: Callable[[int], None] | None = None, record: bool = False,
-               observer: Callable[[Policy], Any] | None = None, **kw: Any) -> SimResult:
-    """Build and simulate one policy (``observer(policy)`` builds an observer for the run)."""
+               observer: Callable[[Policy], Any] | None = None,
+               tenancy: TenancyConfig | None = None, **kw: Any) -> SimResult:
+    """Build and simulate one policy (``observer(policy)`` builds an observer for the run;
+    ``tenancy`` turns on owners' usage, fair share, quotas, preemption)."""
     pol = build_policy(name, jobs, cfg, seed, **kw)
     obs = observer(pol) if observer is not None else None
-    return Simulator(pol, jobs, cfg, seed=seed, record=record, observer=obs).run(progress)
+    return Simulator(pol, jobs, cfg, seed=seed, record=record, observer=obs,
+                     tenancy=tenancy).run(progress)
 
 
 def compare(policies: Sequence[str], jobs: Sequence[TraceJob], cfg: Any, seed: int = 1,
             progress: Callable[[str, int], None] | None = None,
-            observer: Callable[[str, Policy], Any] | None = None
+            observer: Callable[[str, Policy], Any] | None = None,
+            tenancy: TenancyConfig | None = None,
             ) -> tuple[dict[str, dict[str, float]], dict[str, SimResult]]:
     """Run several policies on the same trace; returns (summaries, raw results).
     ``observer(name, policy)`` builds an observer per run (e.g. for the decision log)."""
@@ -106,7 +111,7 @@ def compare(policies: Sequence[str], jobs: Sequence[TraceJob], cfg: Any, seed: i
     for p in policies:
         cb = (lambda n, p=p: progress(p, n)) if progress else None
         mk = (lambda pol, p=p: observer(p, pol)) if observer else None
-        r = run_policy(p, jobs, cfg, seed, progress=cb, observer=mk)
+        r = run_policy(p, jobs, cfg, seed, progress=cb, observer=mk, tenancy=tenancy)
         out[p] = summarize(r)
         raw[p] = r
     return out, raw

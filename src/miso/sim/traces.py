@@ -1,7 +1,9 @@
 """Job traces: seeded Poisson generation, the shipped MISO and Philly traces, and any CSV.
 
-A trace is a list of :class:`TraceJob` (submit time, run time alone on a full GPU, workload).
-CSV columns: ``job_id,submit_time_s,duration_s`` (extra columns allowed). A ``workload`` column
+A trace is a list of :class:`TraceJob` (submit time, run time alone on a full GPU, workload,
+owner, priority). CSV columns: ``job_id,submit_time_s,duration_s`` (extra columns allowed). The
+owner (tenant) comes from a ``user`` column, else from ``vc`` (the Philly trace's virtual
+cluster); an optional ``priority`` column holds high/normal/low or an integer. A ``workload`` column
 (or the MISO trace's ``model`` column) names a catalogue workload; a job without one gets a
 workload drawn uniformly from the catalogue with the seed. If *every* ``submit_time_s`` is empty
 (the MISO trace has none), arrivals are drawn as a Poisson process with the given mean
@@ -20,12 +22,13 @@ import gzip
 import io
 import math
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
+from miso.sched.tenancy import HIGH, parse_priority
 from miso.workloads import catalogue
 
 SHIPPED = {"miso100": "miso_trace_100.csv", "philly": "philly_2017_pass.csv.gz"}
@@ -37,12 +40,15 @@ class TraceError(ValueError):
 
 @dataclass(frozen=True)
 class TraceJob:
-    """One job of a trace; ``duration_s`` is its run time alone on a full GPU."""
+    """One job of a trace; ``duration_s`` is its run time alone on a full GPU; ``owner`` the
+    tenant it is charged to, ``priority`` its class (:mod:`miso.sched.tenancy`)."""
 
     id: str
     submit_s: float
     duration_s: float
     workload: str
+    owner: str = ""
+    priority: int = 0
 
 
 #: Largest trace read (after decompression): the Philly trace is ~4 MiB; a bigger input is
@@ -120,10 +126,13 @@ def load_trace(
         if col not in cols:
             raise TraceError(f"{name}: missing column {col!r} (have: {', '.join(cols)})")
     wl_col = "workload" if "workload" in cols else ("model" if "model" in cols else None)
+    own_col = "user" if "user" in cols else ("vc" if "vc" in cols else None)
+    pri_col = "priority" if "priority" in cols else None
     cat = catalogue()
     names = sorted(cat)
     rng = np.random.default_rng(seed)
     rows: list[tuple[str, float | None, float, str | None]] = []
+    extra: dict[str, tuple[str, int]] = {}
     empty_submit = 0
     for i, row in enumerate(records, start=2):
         where = f"{name}:{i}"
@@ -148,6 +157,14 @@ def load_trace(
                 not in ("", "1"):
             continue
         rows.append((jid, sub, dur, wl or None))
+        if own_col or pri_col:
+            owner = (row.get(own_col) or "").strip() if own_col else ""
+            pri_raw = (row.get(pri_col) or "").strip() if pri_col else ""
+            try:
+                pri = parse_priority(pri_raw) if pri_raw else 0
+            except ValueError as exc:
+                raise TraceError(f"{where}: {exc}") from None
+            extra[jid] = (owner, pri)
     if not rows:
         raise TraceError(f"{name}: no jobs")
     if 0 < empty_submit < len(rows):
@@ -168,8 +185,35 @@ def load_trace(
     out = []
     for jid, sub, dur, wl in rows[: max_jobs or None]:
         w = wl if wl is not None else names[int(rng.integers(len(names)))]
-        out.append(TraceJob(jid, (sub - t0) * time_scale, dur * duration_scale, w))  # type: ignore[operator]
+        owner, pri = extra.get(jid, ("", 0))
+        out.append(TraceJob(jid, (sub - t0) * time_scale, dur * duration_scale, w,  # type: ignore[operator]
+                            owner, pri))
     return out
+
+
+def assign_tenants(jobs: list[TraceJob], n: int, skew: float, *, seed: int = 1
+                   ) -> list[TraceJob]:
+    """Owners ``u0 .. u{n-1}`` drawn per job (seeded): ``u0`` submits a fraction ``skew`` of
+    the jobs, the others share the rest equally (``skew = 1/n``: all equal)."""
+    if n < 1:
+        raise ValueError(f"tenants must be >= 1, not {n}")
+    if not 0.0 <= skew <= 1.0:
+        raise ValueError(f"tenant skew must be in [0, 1], not {skew}")
+    if n == 1:
+        return [replace(j, owner="u0") for j in jobs]
+    rng = np.random.default_rng([seed, 16])
+    p = np.array([skew] + [(1.0 - skew) / (n - 1)] * (n - 1))
+    who = rng.choice(n, size=len(jobs), p=p / p.sum())
+    return [replace(j, owner=f"u{int(k)}") for j, k in zip(jobs, who, strict=True)]
+
+
+def mark_priority(jobs: list[TraceJob], frac: float, *, seed: int = 1) -> list[TraceJob]:
+    """A seeded fraction ``frac`` of the jobs marked ``high`` priority."""
+    if not 0.0 <= frac <= 1.0:
+        raise ValueError(f"priority fraction must be in [0, 1], not {frac}")
+    rng = np.random.default_rng([seed, 17])
+    hi = rng.random(len(jobs)) < frac
+    return [replace(j, priority=HIGH) if h else j for j, h in zip(jobs, hi, strict=True)]
 
 
 def poisson_jobs(

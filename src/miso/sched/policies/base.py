@@ -23,6 +23,7 @@ from miso.sched.events import (
     SpeedObserved,
     Tick,
 )
+from miso.sched.policies.preempt import preempt
 from miso.sched.state import ClusterState
 
 
@@ -105,15 +106,18 @@ class Scratch:
         self.placed.add(job)
         self.touched.append(gpu)
 
-    def requeue(self, job: str, reason: str) -> None:
-        self.out.append(RequeueJob(job, reason))
+    def requeue(self, job: str, reason: str, why: dict | None = None) -> None:
+        self.out.append(RequeueJob(job, reason, why=why))
         self.requeued.add(job)
         gpu = self.state.jobs[job].gpu
         if gpu is not None:
             self.touched.append(gpu)
 
     def queue(self, limit: int | None = None) -> list[str]:
-        """Queued jobs as this call sees them, FIFO (the first ``limit``)."""
+        """Queued jobs as this call sees them, FIFO (the first ``limit``); with tenancy on,
+        in its order (priority, fair share) without the jobs held back by a quota."""
+        if self.state.tenancy is not None:
+            return self._tenant_queue()[:limit]
         if self.requeued:
             # Requeued jobs re-enter in submission order.
             q = sorted((set(self.state.queue) | self.requeued) - self.placed,
@@ -126,10 +130,31 @@ class Scratch:
     def iter_queue(self) -> Iterator[str]:
         """:meth:`queue`, lazily (no copy of a long queue for a loop that stops early); the
         caller may place the jobs it is given, nothing else, while it iterates."""
-        if self.requeued:
+        if self.requeued or self.state.tenancy is not None:
             return iter(self.queue())
         placed = self.placed
         return (j for j in self.state.queue if j not in placed)
+
+    def _tenant_queue(self) -> list[str]:
+        """The tenancy order of the queue as this call sees it (placements and requeues of
+        this call change owners' in-use quotas before the ledger sees them)."""
+        st = self.state
+        ten = st.tenancy
+        assert ten is not None
+        placed = self.placed
+        cand = [j for j in st.queue if j not in placed]
+        if self.requeued:
+            cand = sorted(set(cand) | (self.requeued - placed),
+                          key=lambda x: (st.jobs[x].submitted_at, x))
+        extra: dict[str, float] = {}
+        if ten.config.max_in_use:
+            for j in placed:
+                o = st.jobs[j].spec.owner
+                extra[o] = extra.get(o, 0.0) + ten.smallest_charge(j)
+            for j in self.requeued - placed:
+                o = st.jobs[j].spec.owner
+                extra[o] = extra.get(o, 0.0) - ten.charge_of(j)
+        return ten.order(cand, extra)
 
 
 class BasePolicy:
@@ -168,7 +193,19 @@ class BasePolicy:
                 self.on_speed_observed(now, event, sc)
             case Tick():
                 self.on_tick(now, event, sc)
+        ten = state.tenancy
+        if ten is not None and ten.config.preempt:
+            preempt(self, now, sc)
         return sc.out
+
+    def room_after(self, gpu: str, remaining: list[str], job: str, sc: Scratch) -> bool:
+        """True when this policy could place ``job`` on ``gpu`` if only ``remaining`` of its
+        jobs stayed (preemption's test; MIG policies: a valid layout holds the mix)."""
+        st = sc.state
+        gs = st.gpus[gpu]
+        if len(remaining) + 1 > gs.geom.model.max_instances:
+            return False
+        return mix_feasible(gs.geom, [st.jobs[j].spec.memory_gb for j in (*remaining, job)])
 
     # hooks --------------------------------------------------------------------------------
     def on_submit(self, now: float, ev: JobSubmitted, sc: Scratch) -> None:

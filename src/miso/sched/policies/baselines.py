@@ -43,6 +43,10 @@ class NoPart(BasePolicy):
             sc.out.append(ApplyLayout(gs.id, st.new_plan_id(), (pl,), {j: pl}))
             fi += 1
 
+    def room_after(self, gpu: str, remaining: list[str], job: str, sc: Scratch) -> bool:
+        full = sc.state.gpus[gpu].geom.model.full_profile()
+        return not remaining and full.memory_gib + 1e-9 >= sc.state.jobs[job].spec.memory_gb
+
 
 class OptSta(BasePolicy):
     """One static layout on every GPU; a job takes the largest free instance that fits.
@@ -85,6 +89,14 @@ class OptSta(BasePolicy):
         asg = self._call_asg.get(g) or self._asg(sc, g)
         free = tuple(self._free(sc, g, asg))
         return (free, len(asg), sc.state.gpus[g].geom) if free else None
+
+    def room_after(self, gpu: str, remaining: list[str], job: str, sc: Scratch) -> bool:
+        geom = sc.state.gpus[gpu].geom
+        asg = {j: pl for j, pl in self._asg(sc, gpu).items() if j in remaining}
+        if len(asg) < len(remaining):
+            return False  # a resident without an instance yet: no room to reason about
+        fits = fitting_profiles(geom, sc.state.jobs[job].spec.memory_gb)
+        return _largest_fitting(geom, tuple(self._free(sc, gpu, asg)), fits) is not None
 
     def on_capacity(self, now: float, sc: Scratch) -> None:
         st = sc.state
@@ -212,3 +224,9 @@ class MpsOnly(BasePolicy):
                 touched.append(g)
         for g in touched:
             sc.out.append(RunMps(g, st.new_plan_id(), dict.fromkeys(sc.jobs_on(g), share)))
+
+    def room_after(self, gpu: str, remaining: list[str], job: str, sc: Scratch) -> bool:
+        st = sc.state
+        mem = sum(st.jobs[j].spec.memory_gb for j in (*remaining, job))
+        return len(remaining) < self.slots and \
+            mem <= st.gpus[gpu].geom.model.full_profile().memory_gib + 1e-9

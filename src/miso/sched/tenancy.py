@@ -1,0 +1,299 @@
+"""Tenancy: who owns each job, how much of the cluster each owner has used, and in which order
+waiting jobs are offered to the policy (fair share, priorities, in-use quotas). Pure: no I/O.
+
+One mechanism for every policy: a :class:`TenancyConfig` given to the driver's
+:class:`~miso.sched.state.ClusterState` turns it on; policies read the queue through
+:class:`~miso.sched.policies.base.Scratch`, which asks :meth:`Tenancy.order` for it. With no
+config the queue stays FIFO and nothing here runs.
+
+**Usage unit: GPU-equivalents x seconds.** A job holding a MIG slice is charged the slice's
+share of the GPU's compute, ``compute_slices(profile) / compute_slices(full profile)`` (a 3g
+slice of an A100 is 3/7 of a GPU, a 1g slice 1/7), for as long as it holds it; under MPS its
+active-thread share (50 % = 0.5); resident on a GPU without a slice yet (placed, profiling) an
+equal part of the GPU (1/n of n resident jobs). Compute slices, not memory or instance counts,
+because they are what a job's speed is bought with: the same count of 1g slices and 7g slices
+are not the same resource (Kueue had to learn this, kueue#10108; KAI counted MIG pods as 0 GPUs).
+An owner's usage decays with a half-life ``half_life_s`` (Slurm's ``PriorityDecayHalfLife``):
+``U(t) = sum over held intervals of charge x dt x 2^(-(t - t_dt) / half_life)``, integrated
+exactly between changes (a charge is constant between two state changes).
+
+**Fair share (Slurm's classic multifactor factor):** ``F = 2^(-U/S)`` where ``U`` is the owner's
+decayed usage as a fraction of all owners' and ``S`` its weight as a fraction of all weights.
+``F`` falls monotonically in ``u/w`` (the common normalisations cancel), so waiting jobs are
+ordered by (priority, highest first) then ``u/w`` (lowest first: Fair Tree's Level FS ``S/U``
+gives the same order), then submission time (FIFO within an owner).
+
+**Quotas:** ``max_in_use[owner]`` caps the GPU-equivalents an owner holds: a queued job is offered
+to the policy only while ``in use + its smallest fitting slice`` stays under the cap (the policy
+may then give it a larger slice; a running job is never stopped for that); otherwise it waits,
+and :meth:`Tenancy.why_waiting` says why. ``max_queued[owner]`` caps an owner's queued jobs: a
+driver refuses a submission over it with :meth:`Tenancy.refuse_submit`'s one-line reason.
+
+**Priorities:** ``high`` (100), ``normal`` (0), ``low`` (-100) or any integer; see
+:mod:`miso.sched.policies.preempt` for preemption.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from miso.mig import Geometry
+    from miso.sched.state import ClusterState, GpuState
+
+#: Named priority classes.
+PRIORITY_CLASSES: dict[str, int] = {"high": 100, "normal": 0, "low": -100}
+HIGH = PRIORITY_CLASSES["high"]
+
+
+def parse_priority(value: str | int | float) -> int:
+    """``high``/``normal``/``low`` or an integer (as text or number); ValueError otherwise."""
+    if isinstance(value, bool):
+        raise ValueError(f"priority {value!r}: expected high, normal, low or an integer")
+    if isinstance(value, int | float):
+        if not math.isfinite(value) or value != int(value):
+            raise ValueError(f"priority {value!r}: expected an integer")
+        return int(value)
+    v = str(value).strip().lower()
+    if v in PRIORITY_CLASSES:
+        return PRIORITY_CLASSES[v]
+    try:
+        return int(v)
+    except ValueError:
+        raise ValueError(f"priority {value!r}: expected high, normal, low or an integer") \
+            from None
+
+
+@dataclass(frozen=True)
+class TenancyConfig:
+    """What an operator sets. Owners not named get ``default_weight`` and no quota."""
+
+    fair_share: bool = True
+    half_life_s: float = 7 * 24 * 3600.0        # Slurm's default PriorityDecayHalfLife
+    weights: Mapping[str, float] = field(default_factory=dict)
+    default_weight: float = 1.0
+    max_in_use: Mapping[str, float] = field(default_factory=dict)   # GPU-equivalents
+    max_queued: Mapping[str, int] = field(default_factory=dict)
+    #: A job of at least ``preempt_priority`` that cannot be placed may preempt lower ones.
+    preempt: bool = False
+    preempt_priority: int = HIGH
+    #: A job is never preempted before it has run this long since its last (re)start.
+    min_run_s: float = 600.0
+    #: A job that cannot checkpoint loses all its progress: never preempted unless this is set.
+    preempt_uncheckpointable: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.half_life_s > 0:
+            raise ValueError(f"half_life_s must be > 0, not {self.half_life_s}")
+        for o, w in {**self.weights, "": self.default_weight}.items():
+            if not w > 0:
+                raise ValueError(f"weight of {o or 'an unnamed owner'} must be > 0, not {w}")
+
+    def weight(self, owner: str) -> float:
+        return float(self.weights.get(owner, self.default_weight))
+
+
+def queued_quota_reason(owner: str, queued: int, cap: int | None) -> str | None:
+    """The one-line refusal of a submission by ``owner`` with ``queued`` jobs queued against
+    its queued-jobs quota ``cap`` (None: no quota), or None when it may submit."""
+    if cap is None or queued < cap:
+        return None
+    return f"owner {owner or '(none)'} already has {queued} queued jobs (quota {cap})"
+
+
+def job_charge(gs: GpuState, job: str) -> float:
+    """GPU-equivalents ``job`` holds on ``gs`` (see the module docstring)."""
+    model = gs.geom.model
+    pl = gs.target_assignment().get(job)
+    if pl is not None:
+        return model.profile(pl.profile).compute_slices / model.full_profile().compute_slices
+    share = gs.mps_shares.get(job)
+    if share is not None:
+        return share / 100.0
+    return 1.0 / max(1, len(gs.jobs))
+
+
+class Tenancy:
+    """Per-owner usage ledger kept from the cluster state's changes, and the queue order."""
+
+    def __init__(self, config: TenancyConfig, state: ClusterState) -> None:
+        self.config = config
+        self.state = state
+        self._k = math.log(2.0) / config.half_life_s
+        self.t = 0.0
+        self.usage: dict[str, float] = {}      # decayed GPU-equivalent-seconds, as of ``t``
+        self.total: dict[str, float] = {}      # undecayed GPU-equivalent-seconds, as of ``t``
+        self.in_use: dict[str, float] = {}     # GPU-equivalents held now
+        self._held: dict[str, dict[str, tuple[str, float]]] = {}   # gpu -> job -> charge
+        #: job -> time it last started running (preemption's minimum run time)
+        self.running_since: dict[str, float] = {}
+        #: queued job -> why it is not offered to the policy (quota), refreshed by ``order``
+        self.waiting: dict[str, str] = {}
+        self._geoms: dict[Geometry, None] = {}    # GPU geometries seen (smallest slices)
+        self._smallest: dict[float, float] = {}   # memory -> smallest fitting charge
+        state.watch(self._changed)
+
+    # -- the ledger ---------------------------------------------------------------------------
+    def advance(self, now: float) -> None:
+        """Integrate every owner's charge up to ``now`` (exact: charges are constant between
+        state changes)."""
+        dt = now - self.t
+        if dt <= 0:
+            return
+        d = math.exp(-self._k * dt)
+        for o in set(self.usage) | set(self.in_use):
+            r = self.in_use.get(o, 0.0)
+            self.usage[o] = self.usage.get(o, 0.0) * d + r * (1.0 - d) / self._k
+            self.total[o] = self.total.get(o, 0.0) + r * dt
+        self.t = now
+
+    def usage_at(self, owner: str, now: float) -> float:
+        """Decayed usage of ``owner`` at ``now`` (GPU-equivalent-seconds)."""
+        dt = max(0.0, now - self.t)
+        d = math.exp(-self._k * dt)
+        return self.usage.get(owner, 0.0) * d + self.in_use.get(owner, 0.0) * (1.0 - d) / self._k
+
+    def _changed(self, g: str) -> None:
+        st = self.state
+        self.advance(st.now)
+        for j, (o, c) in self._held.pop(g, {}).items():
+            self.in_use[o] = self.in_use.get(o, 0.0) - c
+            if abs(self.in_use[o]) < 1e-12:
+                self.in_use[o] = 0.0
+            if j not in st.jobs or st.jobs[j].gpu != g or st.jobs[j].status.value != "running":
+                self.running_since.pop(j, None)
+        gs = st.gpus.get(g)
+        if gs is None:
+            return
+        if gs.geom not in self._geoms:
+            self._geoms[gs.geom] = None
+            self._smallest = {}
+        held = {}
+        for j in gs.jobs:
+            js = st.jobs[j]
+            c = job_charge(gs, j)
+            held[j] = (js.spec.owner, c)
+            self.in_use[js.spec.owner] = self.in_use.get(js.spec.owner, 0.0) + c
+            if js.status.value == "running":
+                self.running_since.setdefault(j, st.now)
+            else:
+                self.running_since.pop(j, None)
+        self._held[g] = held
+
+    def note_owner(self, owner: str) -> None:
+        """An owner submitted a job (it appears in the reports with zero usage)."""
+        self.usage.setdefault(owner, 0.0)
+        self.total.setdefault(owner, 0.0)
+
+    def charge_of(self, job: str) -> float:
+        """GPU-equivalents ``job`` holds now (0 when queued)."""
+        g = self.state.jobs[job].gpu
+        return self._held.get(g, {}).get(job, ("", 0.0))[1] if g is not None else 0.0
+
+    # -- fair share ---------------------------------------------------------------------------
+    def level(self, owner: str, now: float) -> float:
+        """``u / w``: decayed usage per unit of entitlement (lower goes first)."""
+        return self.usage_at(owner, now) / self.config.weight(owner)
+
+    def factor(self, owner: str, now: float) -> float:
+        """Slurm's classic fair-share factor ``F = 2^(-U/S)`` (1: nothing used; 0.5: used
+        exactly its share; for reports: the order uses the equivalent ``u/w``)."""
+        owners = set(self.usage) | set(self.in_use) | {owner}
+        tot_u = sum(self.usage_at(o, now) for o in owners)
+        tot_w = sum(self.config.weight(o) for o in owners)
+        if tot_u <= 0:
+            return 1.0
+        u = self.usage_at(owner, now) / tot_u
+        s = self.config.weight(owner) / tot_w
+        return 2.0 ** (-u / s)
+
+    def order(self, queue: Iterable[str], extra_in_use: Mapping[str, float] | None = None,
+              ) -> list[str]:
+        """The queued jobs ``queue`` (in submission order) as the policy should take them:
+        priority, then fair share (when on), then FIFO; jobs whose owner is at its in-use
+        quota are left out (``waiting`` says why). ``extra_in_use``: GPU-equivalents an owner
+        took or released in the current ``decide`` call that the ledger does not show yet."""
+        st = self.state
+        cfg = self.config
+        now = st.now
+        queue = list(queue)
+        levels: dict[str, float] = {}
+        buckets: dict[tuple[int, str], list[str]] = {}
+        for j in queue:
+            spec = st.jobs[j].spec
+            o = spec.owner
+            if o not in levels:
+                levels[o] = self.level(o, now) if cfg.fair_share else 0.0
+            buckets.setdefault((spec.priority, o), []).append(j)
+        # Within a priority, owners by level then by their oldest job (FIFO between equals).
+        keys = sorted(buckets, key=lambda k: (-k[0], levels[k[1]],
+                                              st.jobs[buckets[k][0]].submitted_at,
+                                              buckets[k][0]))
+        if not cfg.fair_share:
+            # Priority, then the queue's own (FIFO) order: a stable sort.
+            out = sorted(queue, key=lambda x: -st.jobs[x].spec.priority)
+        else:
+            out = [j for k in keys for j in buckets[k]]
+        self.waiting = {}
+        if not cfg.max_in_use:
+            return out
+        used = dict(self.in_use)
+        for o, c in (extra_in_use or {}).items():
+            used[o] = used.get(o, 0.0) + c
+        kept = []
+        for j in out:
+            js = st.jobs[j]
+            o = js.spec.owner
+            cap = cfg.max_in_use.get(o)
+            if cap is None:
+                kept.append(j)
+                continue
+            need = self.smallest_charge(j)
+            if used.get(o, 0.0) + need > cap + 1e-9:
+                self.waiting[j] = (f"owner {o or '(none)'} holds {used.get(o, 0.0):.2f} of its "
+                                   f"{cap:g} GPU-equivalent quota; this job needs at least "
+                                   f"{need:.2f}")
+                continue
+            used[o] = used.get(o, 0.0) + need
+            kept.append(j)
+        return kept
+
+    def smallest_charge(self, job: str) -> float:
+        """The smallest GPU-equivalent share of a slice that holds the job on any GPU model
+        the cluster has had (cached per memory size)."""
+        mem = self.state.jobs[job].spec.memory_gb
+        got = self._smallest.get(mem)
+        if got is None:
+            got = 1.0
+            for geom in self._geoms:
+                full = geom.model.full_profile().compute_slices
+                for p in geom.profiles:
+                    if p.memory_gib + 1e-9 >= mem:
+                        got = min(got, p.compute_slices / full)
+            self._smallest[mem] = got
+        return got
+
+    def why_waiting(self, job: str) -> str | None:
+        """Why a queued job is held back (over its owner's in-use quota), or None."""
+        return self.waiting.get(job)
+
+    # -- submissions --------------------------------------------------------------------------
+    def refuse_submit(self, owner: str) -> str | None:
+        """The one-line reason to refuse a new job of ``owner`` (queued quota), or None."""
+        cap = self.config.max_queued.get(owner)
+        if cap is None:
+            return None
+        st = self.state
+        return queued_quota_reason(
+            owner, sum(1 for j in st.queue if st.jobs[j].spec.owner == owner), cap)
+
+    # -- reports ------------------------------------------------------------------------------
+    def report(self, now: float) -> dict[str, dict[str, float]]:
+        """Per owner: decayed usage, GPU-equivalents in use, weight, fair-share factor."""
+        owners = sorted(set(self.usage) | set(self.in_use))
+        return {o: {"usage_gpu_s": self.usage_at(o, now), "in_use": self.in_use.get(o, 0.0),
+                    "weight": self.config.weight(o), "fair_share": self.factor(o, now)}
+                for o in owners}
