@@ -17,12 +17,12 @@ from helpers import FAST
 from typer.testing import CliRunner
 from waiting import wait_for
 
-from miso import runas
+from miso.agent import runas
 from miso.api.credentials import Credentials, resolve, save_login
 from miso.api.head import bootstrap_operator, serve
 from miso.cli import app
 from miso.controller import ControllerConfig
-from miso.controller.local import LocalCluster
+from miso.transport.inprocess import LocalCluster
 
 
 @pytest.fixture

@@ -22,6 +22,22 @@ def test_the_command_and_its_help_import_no_server_ray_or_torch():
     assert out.strip().splitlines()[-1] == "[]"
 
 
+def test_the_api_client_needs_only_httpx():
+    code = ("import sys, miso.api.client, miso.api.credentials\n"
+            "print(sorted(m for m in ('fastapi', 'uvicorn', 'starlette', 'pydantic', "
+            "'miso.api.app', 'miso.api.server') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"
+
+
+def test_the_api_package_still_offers_the_server_names():
+    from miso.api import API, UserStore, create_app, require_user
+    from miso.api.app import create_app as direct
+    assert create_app is direct and API == "/api/v1" and callable(require_user)
+    assert UserStore.__module__ == "miso.api.users"
+
+
 def test_an_error_line_carries_no_control_characters():
     r = CliRunner().invoke(app, ["status", "--url", "ftp://x\a\b\x1b[31m"])
     assert r.exit_code == 2

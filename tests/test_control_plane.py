@@ -16,7 +16,7 @@ from miso.agent import Agent
 from miso.agent.incarnation import Incarnation
 from miso.backend import EmulatedBackend
 from miso.controller import ControllerConfig
-from miso.controller.local import LocalCluster
+from miso.transport.inprocess import LocalCluster
 
 FAST = dict(profile_seconds_per_level=0.3, profile_warmup_s=0.15, checkpoint_timeout=3.0,
             poll_interval=0.1, lease_s=2.0, poll_timeout=1.0, discover_interval=0.3)
@@ -189,10 +189,10 @@ def api(tmp_path: Path) -> Iterator[Any]:
 
     from miso.api import UserStore, create_app
     from miso.controller import Controller
-    from miso.controller.store import open_store
-    from miso.controller.transport import LocalTransport
+    from miso.controller.storefile import open_store
     from miso.observe import attach
     from miso.observe.routes import api_routers
+    from miso.transport.inprocess import LocalTransport
 
     d = tmp_path / "state"
     transport = LocalTransport()
@@ -326,7 +326,7 @@ def test_users__a_recreated_name_is_a_new_user_without_the_old_jobs(api: Any) ->
 def test_users__old_stores_with_names_are_migrated_to_ids(tmp_path: Path) -> None:
     from miso.api.head import migrate_owners
     from miso.api.users import UserStore
-    from miso.controller.store import open_store
+    from miso.controller.storefile import open_store
 
     users = UserStore(tmp_path / "users.db")
     users.add("alice", unix_user="nobody")
@@ -348,7 +348,7 @@ def test_users__old_stores_with_names_are_migrated_to_ids(tmp_path: Path) -> Non
 def test_users_db__missing_or_damaged_with_jobs_refuses_to_start(tmp_path: Path,
                                                                   damage: str) -> None:
     from miso.api.head import users_of, users_problem
-    from miso.controller.store import open_store
+    from miso.controller.storefile import open_store
 
     sd = tmp_path / "state"
     users = users_of(sd)

@@ -17,8 +17,8 @@ from helpers import emu
 from waiting import wait_for
 
 from miso.controller import ControllerConfig, JobStore, StoreError, SubmitError
-from miso.controller.local import LocalCluster
 from miso.mig import Placement, geometry, violations
+from miso.transport.inprocess import LocalCluster
 
 FAST = {**BASE_FAST, "lease_s": 2.0}
 

@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 from waiting import wait_for
 
-from miso import runas
-from miso.agent import Agent
+from miso.agent import Agent, runas
 from miso.backend import EmulatedBackend
 from miso.controller import JobStore
 

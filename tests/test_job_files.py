@@ -190,7 +190,7 @@ HOSTILE = textwrap.dedent("""\
 
 def test_a_bad_progress_file_is_shown_and_blinds_nothing(tmp_path: Path) -> None:
     from miso.controller import ControllerConfig
-    from miso.controller.local import LocalCluster
+    from miso.transport.inprocess import LocalCluster
 
     cfg = ControllerConfig(profile_seconds_per_level=0.3, profile_warmup_s=0.15,
                            checkpoint_timeout=3.0, poll_interval=0.1, lease_s=2.0)
@@ -220,8 +220,8 @@ def test_a_job_that_finishes_while_a_move_waits_is_not_run_again(tmp_path: Path)
     import threading
 
     from miso.controller import ControllerConfig
-    from miso.controller.local import LocalCluster
     from miso.mig import Placement
+    from miso.transport.inprocess import LocalCluster
 
     cfg = ControllerConfig(profile_seconds_per_level=0.3, profile_warmup_s=0.15,
                            checkpoint_timeout=3.0, poll_interval=0.1, lease_s=2.0)

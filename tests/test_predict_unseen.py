@@ -14,7 +14,7 @@ from miso.predict.data import DUMMY, DUMMY_MIG, PairData
 from miso.predict.evaluation import coverage, evaluate, speed_mae
 from miso.predict.evidence import JobEvidence
 from miso.predict.perjob import PerJobConfig, fit_perjob, job_features
-from miso.predict.predictor import Prediction
+from miso.predict.prediction import Prediction
 from miso.predict.uncertainty import Calibration, calibrate, condition, conformal_quantile
 
 runner = CliRunner()

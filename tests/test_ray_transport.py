@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("ray")
 from ray.exceptions import ActorUnschedulableError, GetTimeoutError  # noqa: E402
 
-from miso.controller.transport import NodeUnavailable, RayTransport  # noqa: E402
+from miso.transport.ray import NodeUnavailable, RayTransport  # noqa: E402
 
 
 class _Method:

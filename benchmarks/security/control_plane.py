@@ -197,10 +197,10 @@ class Bed:
         from miso.api.server import ApiServer, Listen
         from miso.backend import EmulatedBackend
         from miso.controller import Controller, ControllerConfig
-        from miso.controller.store import open_store
-        from miso.controller.transport import LocalTransport
+        from miso.controller.storefile import open_store
         from miso.observe import attach
         from miso.observe.routes import api_routers
+        from miso.transport.inprocess import LocalTransport
 
         self.dir = Path(tempfile.mkdtemp(prefix="miso-sec-api-")) / "state"
         self.transport = LocalTransport()
@@ -334,7 +334,7 @@ def _token_fallback(bed: Bed, k: int) -> dict[str, int]:
 def users_db_loss(trials: int, first: int = 0) -> dict[str, Any]:
     """``users.db`` missing (odd trials), empty or garbage beside a job store with jobs."""
     from miso.api.head import users_of
-    from miso.controller.store import open_store
+    from miso.controller.storefile import open_store
 
     out = {"trials": trials, "accepted": 0, "multi_line_errors": 0, "recreated": 0}
     for k in range(first, first + trials):

@@ -3,7 +3,7 @@ of each attack, with real Unix accounts (created and removed here: run as root).
 
     python benchmarks/security/run.py --trials 5 --json security.json
 
-Each trial starts an emulated cluster in this process (:class:`miso.controller.local.
+Each trial starts an emulated cluster in this process (:class:`miso.transport.inprocess.
 LocalCluster`: the controller, the real agent and guard, real job processes; the transport is
 in-process instead of Ray, the agent runs as root as under ``miso cluster up``). Jobs are
 submitted as the API does after authentication (owner + Unix account). Attacks:
@@ -67,8 +67,8 @@ from typing import Any
 
 from miso.controller import ControllerConfig
 from miso.controller.executor import resume_point
-from miso.controller.local import LocalCluster
 from miso.job import LAST_CHECKPOINT
+from miso.transport.inprocess import LocalCluster
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"

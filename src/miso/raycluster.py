@@ -16,6 +16,11 @@
   process, which stops the jobs and shuts its Ray down. Nothing else on the machine is touched.
 
 All Ray traffic stays on 127.0.0.1 for local clusters; no dashboard, no usage stats.
+
+This module starts and stops Ray itself (a private local head, or joining a running Ray). The
+actors are :mod:`miso.transport.ray`, starting and stopping them :mod:`miso.transport.raystart`;
+their names are re-exported here, the one facade that the CLI, deploy scripts, tests and
+benchmarks use (``from miso import raycluster as rc``).
 """
 
 from __future__ import annotations
@@ -25,7 +30,6 @@ import contextlib
 import hashlib
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -35,10 +39,37 @@ import time
 from pathlib import Path
 from typing import Any
 
-NAMESPACE = "miso"
-CONTROLLER = "miso-controller"
-AGENT_PREFIX = "miso-agent:"
-AGENT_RESOURCE = "miso_agent"
+from miso.transport.ray import (
+    AGENT_PREFIX,
+    AGENT_RESOURCE,
+    CONTROLLER,
+    NAMESPACE,
+    AgentActor,
+    ControllerActor,
+    make_backend,
+)
+from miso.transport.raystart import (
+    agent_handles,
+    agent_name,
+    agent_nodes,
+    checkpoint_jobs,
+    controller,
+    start_agents,
+    start_controller,
+    stop_actors,
+)
+
+__all__ = [
+    # the head (this module)
+    "HEAD_MARK", "cluster_file", "connect", "head_lock", "init_local", "is_our_head",
+    "local_agent_pids", "main", "private_temp_dir", "process_start", "read_cluster_file",
+    "running", "spawn_local_head", "stop_local_head",
+    # the actors and their supervision, re-exported (see the module docstring)
+    "AGENT_PREFIX", "AGENT_RESOURCE", "CONTROLLER", "NAMESPACE", "AgentActor",
+    "ControllerActor", "agent_handles", "agent_name", "agent_nodes", "checkpoint_jobs",
+    "controller", "make_backend", "start_agents", "start_controller", "stop_actors",
+]
+
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 
@@ -64,345 +95,6 @@ def _local_only() -> None:
         from ray._private import ray_constants  # noqa: PLC0415
 
         ray_constants.ENABLE_RAY_CLUSTER = False
-
-
-# ---- actors ---------------------------------------------------------------------------------
-
-
-class AgentActor:
-    """Ray actor around :class:`miso.agent.Agent` (same method names, plain data)."""
-
-    def __init__(self, node: str, backend: dict[str, Any], workdir: str,
-                 rate_window: float = 1.0, change_threshold: float = 0.25) -> None:
-        from miso.agent import Agent  # noqa: PLC0415
-        from miso.agent.incarnation import Incarnation  # noqa: PLC0415
-
-        os.umask(0o077)  # private state: job logs and directories of this node
-        #: this life of the agent (a new one after every restart by Ray)
-        self.agent = Incarnation(Agent(node, make_backend(backend, node), workdir,
-                                       rate_window=rate_window,
-                                       change_threshold=change_threshold))
-
-    def pid(self) -> int:
-        return os.getpid()
-
-    def ping(self) -> str:
-        return self.agent.ping()
-
-    def describe(self) -> dict[str, Any]:
-        return self.agent.describe()
-
-    def apply_layout(self, gpu: int, layout: list[Any]) -> dict[str, Any]:
-        return self.agent.apply_layout(gpu, layout)
-
-    def read_layout(self, gpu: int) -> list[list[Any]]:
-        return self.agent.read_layout(gpu)
-
-    def start_mps(self, gpu: int, placement: Any) -> str:
-        return self.agent.start_mps(gpu, placement)
-
-    def stop_mps(self, gpu: int) -> None:
-        self.agent.stop_mps(gpu)
-
-    def launch(self, spec: dict[str, Any]) -> dict[str, Any]:
-        return self.agent.launch(spec)
-
-    def checkpoint(self, job: str, attempt: int) -> bool:
-        return self.agent.checkpoint(job, attempt)
-
-    def kill(self, job: str, attempt: int) -> bool:
-        return self.agent.kill(job, attempt)
-
-    def forget(self, job: str, attempt: int) -> None:
-        self.agent.forget(job, attempt)
-
-    def report(self, lease_until: float | None = None) -> dict[str, Any]:
-        return self.agent.report(lease_until)
-
-    def logs(self, job: str, tail: int = 200) -> str:
-        return self.agent.logs(job, tail)
-
-    def running_pids(self) -> list[int]:
-        return self.agent.running_pids()
-
-    def shutdown(self) -> None:
-        self.agent.shutdown(destroy_instances=True)
-
-
-class ControllerActor:
-    """Ray actor around :class:`miso.controller.Controller` with a :class:`RayTransport`."""
-
-    def __init__(self, state_dir: str, config: dict[str, Any],
-                 api: dict[str, Any] | None = None) -> None:
-        import logging  # noqa: PLC0415
-
-        from miso.controller import Controller, ControllerConfig  # noqa: PLC0415
-        from miso.controller.statelock import StateDirLocked  # noqa: PLC0415
-        from miso.controller.store import StoreError, open_store  # noqa: PLC0415
-        from miso.controller.transport import RayTransport  # noqa: PLC0415
-
-        logging.basicConfig(level=logging.INFO)
-        os.umask(0o077)  # private state: files 0600, directories 0700
-        d = Path(state_dir)
-        d.mkdir(parents=True, exist_ok=True)
-        #: Why this controller could not start ("" when it runs); ``ping`` reports it.
-        self.error = ""
-        try:
-            store = open_store(d)
-        except StoreError as e:
-            self.error = str(e)
-            return
-        self.ctl = Controller(store, RayTransport(NAMESPACE), ControllerConfig(**config),
-                              checkpoint_root=d / "checkpoints")
-        from miso.observe import attach  # noqa: PLC0415
-
-        self.obs = attach(self.ctl, d)  # metrics and the decision log (docs/observe.md)
-        try:
-            self.ctl.start()
-        except StateDirLocked as e:
-            self.error = str(e)
-            return
-        self.api = None
-        if api is not None:  # the HTTP API (miso.api), in this process beside the controller
-            from miso.api.head import serve  # noqa: PLC0415
-            from miso.api.server import ListenError  # noqa: PLC0415
-            from miso.observe.routes import api_routers, instrument  # noqa: PLC0415
-
-            listen = {k: v for k, v in api.items() if k != "metrics_public"}
-            try:
-                self.api = serve(self.ctl, d, listen, extra_routers=api_routers(
-                    self.ctl, self.obs, listen.get("host", "127.0.0.1"),
-                    metrics_public=bool(api.get("metrics_public"))),
-                    setup=lambda app: instrument(app, self.obs))
-            except ListenError as e:  # e.g. the --listen port is taken: ping reports it
-                self.error = f"the API cannot start: {e}"
-                self.ctl.stop()
-
-    def api_url(self) -> str | None:
-        return self.api.url if getattr(self, "api", None) is not None else None
-
-    def pid(self) -> int:
-        return os.getpid()
-
-    def ping(self) -> str:
-        """``"ok"``, or the one-line reason this controller did not start."""
-        return self.error or "ok"
-
-    def submit(self, command: list[str], name: str | None = None,
-               memory_gb: float | None = None, workload: str | None = None,
-               env: dict[str, str] | None = None, cwd: str | None = None,
-               request_id: str | None = None) -> dict[str, Any]:
-        """``{"ok": True, "id": ...}`` or ``{"ok": False, "error": ...}`` (no exceptions).
-        A retry with the same ``request_id`` returns the job of the first call."""
-        from miso.controller import SubmitError  # noqa: PLC0415
-
-        if self.error:
-            return {"ok": False, "error": self.error}
-        try:
-            return {"ok": True, "id": self.ctl.submit(command, name=name, memory_gb=memory_gb,
-                                                      workload=workload, env=env, cwd=cwd,
-                                                      request_id=request_id)}
-        except SubmitError as e:
-            return {"ok": False, "error": str(e)}
-
-    def cancel(self, job: str) -> dict[str, Any]:
-        from miso.controller import StoreError, SubmitError  # noqa: PLC0415
-
-        try:
-            return {"ok": True, "job": self.ctl.cancel(job)}
-        except (SubmitError, StoreError) as e:
-            return {"ok": False, "error": str(e)}
-
-    def status(self) -> dict[str, Any]:
-        return self.ctl.status()
-
-    def attempts(self) -> list[dict[str, Any]]:
-        return self.ctl.store.attempts()
-
-    def layouts(self) -> list[dict[str, Any]]:
-        return self.ctl.store.layouts()
-
-    def logs(self, job: str, tail: int = 200) -> dict[str, Any]:
-        from miso.controller import StoreError  # noqa: PLC0415
-
-        try:
-            return {"ok": True, "text": self.ctl.logs(job, tail)}
-        except StoreError as e:
-            return {"ok": False, "error": str(e)}
-
-    def halt(self) -> None:
-        """Stop scheduling and leave the jobs running (:func:`checkpoint_jobs` saves them)."""
-        ctl = getattr(self, "ctl", None)
-        if ctl is not None:
-            ctl.stop(stop_jobs=False)
-
-    def shutdown(self) -> None:
-        """Stop the controller and every job on every node."""
-        ctl = getattr(self, "ctl", None)
-        if ctl is not None:
-            ctl.stop(stop_jobs=True)
-
-
-def make_backend(spec: dict[str, Any], node: str) -> Any:
-    """Build a GPU backend from ``{"kind": "emulated"|"nvml", ...}``."""
-    kind = spec.get("kind", "emulated")
-    if kind == "emulated":
-        from miso.backend import EmulatedBackend  # noqa: PLC0415
-
-        return EmulatedBackend(int(spec.get("gpus", 1)), spec.get("model", "A100-40GB"),
-                               node=node)
-    if kind == "nvml":
-        from miso.backend.nvml import NvmlBackend  # noqa: PLC0415
-
-        return NvmlBackend(model=spec.get("model"))
-    raise ValueError(f"unknown backend kind {kind!r}")
-
-
-# ---- starting actors in a running Ray -------------------------------------------------------
-
-
-def agent_nodes() -> list[dict[str, Any]]:
-    """Alive Ray nodes that should run an agent (``miso_agent`` resource, else ``GPU``)."""
-    ray = _ray()
-    alive = [n for n in ray.nodes() if n.get("Alive")]
-    tagged = [n for n in alive if n.get("Resources", {}).get(AGENT_RESOURCE, 0) >= 1]
-    return tagged or [n for n in alive if n.get("Resources", {}).get("GPU", 0) > 0]
-
-
-_HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]{0,62}$")
-
-
-def agent_name(node: dict[str, Any]) -> str | None:
-    """The short host name of a Ray node, when it is a plain host name (used in paths)."""
-    host = str(node.get("NodeManagerHostname") or "").split(".")[0]
-    return host if _HOST.match(host) else None
-
-
-def start_agents(backend: dict[str, Any], workdir: str, *, names: list[str] | None = None,
-                 rate_window: float = 1.0, change_threshold: float = 0.25) -> list[str]:
-    """Start one detached agent actor on every agent node; returns the node names."""
-    ray = _ray()
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: PLC0415
-
-    cls = ray.remote(AgentActor)
-    out = []
-    def order(n: dict[str, Any]) -> tuple[bool, str]:  # the head node first
-        return ("node:__internal_head__" not in n.get("Resources", {}), n["NodeID"])
-
-    found = sorted(agent_nodes(), key=order)
-    hosts = [agent_name(n) for n in found]
-    for i, n in enumerate(found):
-        # a host's name when it runs one node (stable across restarts: a new Ray on the same
-        # host finds its jobs' records, e.g. the next Slurm allocation), else the node's id
-        name = names[i] if names and i < len(names) else \
-            hosts[i] if hosts[i] and hosts.count(hosts[i]) == 1 else f"node-{n['NodeID'][:8]}"
-        res = {AGENT_RESOURCE: 1} if n.get("Resources", {}).get(AGENT_RESOURCE) else {}
-        h = cls.options(
-            name=AGENT_PREFIX + name, namespace=NAMESPACE, lifetime="detached",
-            get_if_exists=True, num_cpus=0, resources=res, max_concurrency=16,
-            max_restarts=-1, max_task_retries=0,  # supervised; no call is ever run twice
-            scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False),
-        ).remote(name, backend, str(Path(workdir) / name), rate_window, change_threshold)
-        ray.get(h.ping.remote(), timeout=120)
-        out.append(name)
-    return out
-
-
-def start_controller(state_dir: str, config: dict[str, Any] | None = None,
-                     api: dict[str, Any] | None = None) -> Any:
-    """Start (or find) the detached controller actor, pinned to this node; with ``api`` (the
-    :class:`miso.api.server.Listen` fields) it serves the HTTP API too."""
-    ray = _ray()
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: PLC0415
-
-    here = ray.get_runtime_context().get_node_id()
-    h = ray.remote(ControllerActor).options(
-        name=CONTROLLER, namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
-        num_cpus=0, max_restarts=-1, max_concurrency=8,
-        scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
-    ).remote(state_dir, config or {}, api)
-    answer = ray.get(h.ping.remote(), timeout=120)
-    if answer != "ok":
-        ray.kill(h, no_restart=True)
-        raise RuntimeError(answer)
-    return h
-
-
-def controller() -> Any:
-    """Handle of the running controller actor (raises ValueError when there is none)."""
-    return _ray().get_actor(CONTROLLER, namespace=NAMESPACE)
-
-
-def agent_handles() -> list[Any]:
-    """Handles of every agent actor of the ``miso`` namespace."""
-    ray = _ray()
-    from ray.util import list_named_actors  # noqa: PLC0415
-
-    out = []
-    for n in list_named_actors(all_namespaces=True):
-        name, ns = (n["name"], n["namespace"]) if isinstance(n, dict) else (n, NAMESPACE)
-        if ns == NAMESPACE and name.startswith(AGENT_PREFIX):
-            try:
-                out.append(ray.get_actor(name, namespace=NAMESPACE))
-            except ValueError:
-                continue
-    return out
-
-
-def checkpoint_jobs(timeout: float) -> int:
-    """Halt the controller, ask every running job on every node to save and exit, and wait
-    up to ``timeout`` s; returns how many still run (:func:`stop_actors` kills those). The
-    store does not see these saves; the next controller on the state directory resumes the
-    jobs from the helper's records of them (:mod:`miso.controller.recovery`)."""
-    ray = _ray()
-    with contextlib.suppress(Exception):  # no controller: nothing schedules anyway
-        ray.get(controller().halt.remote(), timeout=30)
-    agents = agent_handles()
-    deadline = time.time() + timeout
-    lease = deadline + 5  # the guards must not fence a job while it saves
-
-    def running(a: Any) -> list[dict[str, Any]]:
-        try:
-            rep = ray.get(a.report.remote(lease), timeout=10)
-        except Exception:  # noqa: BLE001 - a lost node runs nothing we can save
-            return []
-        return [j for j in rep["jobs"] if j["status"] == "running"]
-
-    for a in agents:
-        for j in running(a):
-            try:
-                ray.get(a.checkpoint.remote(j["job"], j["attempt"]), timeout=10)
-            except Exception:  # noqa: BLE001, S112
-                continue
-    left = sum(len(running(a)) for a in agents)
-    while left and time.time() < deadline:
-        time.sleep(0.2)
-        left = sum(len(running(a)) for a in agents)
-    return left
-
-
-def stop_actors(*, stop_jobs: bool = True) -> None:
-    """Stop jobs, then kill the controller and agent actors of the ``miso`` namespace."""
-    ray = _ray()
-    from ray.util import list_named_actors  # noqa: PLC0415
-
-    try:
-        h = controller()
-        if stop_jobs:
-            ray.get(h.shutdown.remote(), timeout=60)
-        ray.kill(h, no_restart=True)
-    except Exception:  # noqa: BLE001, S110 - no controller: nothing to stop
-        pass
-    for n in list_named_actors(all_namespaces=True):
-        name, ns = (n["name"], n["namespace"]) if isinstance(n, dict) else (n, NAMESPACE)
-        if ns == NAMESPACE and name.startswith(AGENT_PREFIX):
-            try:
-                a = ray.get_actor(name, namespace=NAMESPACE)
-                if stop_jobs:
-                    ray.get(a.shutdown.remote(), timeout=60)
-                ray.kill(a, no_restart=True)
-            except Exception:  # noqa: BLE001, S110
-                pass
 
 
 def private_temp_dir(key: str) -> str:

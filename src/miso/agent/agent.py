@@ -12,7 +12,8 @@ variables of :mod:`miso.job` and the variables given at submission; the agent's 
 and ``MISO_*`` variables are not passed on.
 
 Nothing that runs as root takes a job's environment, files or paths: the guard starts with
-an isolated interpreter (``python -I -S``) and a fixed environment (:data:`GUARD_ENV`); the job's
+an isolated interpreter (``python -I -S``) and a fixed environment
+(:data:`miso.agent.launch.GUARD_ENV`); the job's
 environment reaches the guard in a 0600 file of the agent's attempt directory and is applied
 only to the job, after the drop to its owner's uid. Every file a job writes (progress, logs) is
 read bounded, without following links, and checked (:mod:`miso.agent.reports`): a bad one
@@ -26,13 +27,16 @@ is gone. Each log is capped at ``log_cap_mb`` MiB (``MISO_LOG_CAP_MB``; head and
 Fencing: every job runs under :mod:`miso.agent.guard`, which kills it when the controller's
 lease (renewed by each :meth:`Agent.report` call that carries one) has run out or the agent has
 died, and leaves an exit record in the attempt's (agent-owned) directory
-(:func:`exit_record_path`), which the controller reads when the node is unreachable.
+(:func:`miso.agent.attempt.exit_record_path`), which the controller reads when the node is
+unreachable.
+
+This module is the agent's orders; one attempt's bookkeeping and report are
+:mod:`miso.agent.attempt`, starting its process under the guard :mod:`miso.agent.launch`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import secrets
@@ -42,50 +46,24 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from miso import runas
-from miso.agent import guard, logfile, reports
+from miso.agent import guard, logfile, runas
+from miso.agent.attempt import (
+    Attempt,
+    RateTracker,
+    attempt_dir,
+    attempt_report,
+    exit_record_path,
+    refresh,
+)
+from miso.agent.launch import job_base_env, log_cap_bytes, start_guarded
 from miso.backend.base import BackendError, GpuBackend, MpsHandle, ReconfigurationError
-from miso.job import CHECKPOINT_SIGNAL, EXIT_CHECKPOINTED
+from miso.job import CHECKPOINT_SIGNAL
 from miso.mig import Placement, canonical
 
 log = logging.getLogger(__name__)
-
-#: Prefixes of the agent's own environment that jobs do not inherit.
-INTERNAL_ENV_PREFIXES = ("RAY_", "MISO_")
-#: The whole environment of a guard (it runs as root: nothing of the job's, nor the agent's).
-GUARD_ENV = {"PATH": runas.DEFAULT_PATH, "LC_ALL": "C.UTF-8"}
-#: Default cap of one attempt's log, MiB (``MISO_LOG_CAP_MB`` or the agent's ``log_cap_mb``).
-DEFAULT_LOG_CAP_MB = 64.0
-
-
-def log_cap_bytes(mb: float | None = None) -> int:
-    """The log cap in bytes: ``mb`` MiB, else ``MISO_LOG_CAP_MB``, else the default; 0 = none."""
-    if mb is None:
-        try:
-            mb = float(os.environ.get("MISO_LOG_CAP_MB", DEFAULT_LOG_CAP_MB))
-        except ValueError:
-            mb = DEFAULT_LOG_CAP_MB
-    return int(max(0.0, mb) * (1 << 20))
-
-
-def attempt_dir(workdir: str | Path, job: str, attempt: int) -> Path:
-    """The agent's directory of one attempt (log, job files, exit record)."""
-    return Path(workdir) / "jobs" / job / f"attempt-{attempt}"
-
-
-def exit_record_path(workdir: str | Path, job: str, attempt: int) -> Path:
-    """Where the guard of an attempt records how it ended (see :mod:`miso.agent.guard`)."""
-    return attempt_dir(workdir, job, attempt) / "exit.json"
-
-
-def job_base_env(env: dict[str, str] | None = None) -> dict[str, str]:
-    """``env`` (default: this process's) without miso's and Ray's internal variables."""
-    src = os.environ if env is None else env
-    return {k: v for k, v in src.items() if not k.startswith(INTERNAL_ENV_PREFIXES)}
 
 
 def placement_of(data: Any) -> Placement:
@@ -101,110 +79,6 @@ def placement_of(data: Any) -> Placement:
 def layout_data(layout: Any) -> list[list[Any]]:
     """A layout as JSON-friendly ``[[start, profile], ...]``."""
     return [[p.start, p.profile] for p in canonical(placement_of(x) for x in layout)]
-
-
-@dataclass
-class RateTracker:
-    """Iteration-rate bookkeeping of one attempt: steady rate and phase-change detection.
-
-    ``window`` seconds of progress (job-side timestamps) give a rate; the first full window
-    after ``warmup`` seconds is the steady rate (the baseline). A rate that stays more than
-    ``threshold`` away from the baseline for a further window is a speed change; the baseline
-    then moves to the new rate.
-    """
-
-    window: float
-    threshold: float
-    warmup: float = 0.2
-    samples: list[tuple[float, float]] = field(default_factory=list)
-    steady: float | None = None
-    baseline: float | None = None
-    deviating_since: float | None = None
-    change_seq: int = 0
-    change: tuple[float, float] | None = None  # (observed, baseline) of the last change
-
-    def add(self, t: float, it: float) -> None:
-        if self.samples and (t <= self.samples[-1][0] or it < self.samples[-1][1]):
-            return
-        self.samples.append((t, it))
-        t0 = self.samples[0][0]
-        while len(self.samples) > 2 and self.samples[1][0] < t - 4 * self.window and \
-                self.samples[1][0] > t0 + self.warmup:
-            self.samples.pop(0)
-            t0 = self.samples[0][0]
-        self._update()
-
-    def rate(self, span: float) -> float | None:
-        """Rate over the last ``span`` seconds of samples (None if too short)."""
-        if len(self.samples) < 2:
-            return None
-        t1, i1 = self.samples[-1]
-        old = [s for s in self.samples if s[0] <= t1 - span]
-        if not old:
-            return None
-        t0, i0 = old[-1]
-        return (i1 - i0) / (t1 - t0) if t1 > t0 else None
-
-    def _update(self) -> None:
-        t_first = self.samples[0][0]
-        t_last = self.samples[-1][0]
-        if self.steady is None:
-            if t_last - t_first >= self.warmup + self.window:
-                self.steady = self.rate(self.window)
-                self.baseline = self.steady
-            return
-        cur = self.rate(self.window)
-        if cur is None or not self.baseline:
-            return
-        if abs(cur / self.baseline - 1.0) > self.threshold:
-            if self.deviating_since is None:
-                self.deviating_since = t_last
-            elif t_last - self.deviating_since >= self.window:
-                self.change_seq += 1
-                self.change = (cur, self.baseline)
-                self.baseline = cur
-                self.deviating_since = None
-        else:
-            self.deviating_since = None
-
-
-@dataclass
-class Attempt:
-    """One process run of one job."""
-
-    job: str
-    attempt: int
-    command: list[str]
-    gpu: int
-    placement: Placement
-    mps_pct: int | None
-    proc: subprocess.Popen[bytes]
-    dir: Path
-    progress_file: Path
-    flag_file: Path
-    log_file: Path
-    started: float
-    rates: RateTracker
-    checkpoint_requested: bool = False
-    killed: bool = False
-    returncode: int | None = None
-    ended: float | None = None
-    progress: dict[str, Any] = field(default_factory=dict)
-    exit_record: Path | None = None
-    fenced: bool = False
-    token: str = ""
-    #: Why this attempt's reports are invalid (its progress file is bad), "" when they are not.
-    report_error: str = ""
-
-    @property
-    def checkpointable(self) -> bool | None:
-        """True once the job announced the helper (unless it said it cannot save), False
-        when it reported nothing within the agent's grace period, None before that."""
-        if self.progress.get("helper"):
-            return bool(self.progress.get("checkpointable", True))
-        return None if self.progress or not self.no_helper else False
-
-    no_helper: bool = False
 
 
 class Agent:
@@ -383,30 +257,9 @@ class Agent:
                         f" on the PATH of the job's account ({env.get('PATH')}): submit its "
                         "absolute path" if runas.switches(acct) else ""))
                 record.unlink(missing_ok=True)
-                lease_fd = self._lease_reader()
-                kw = runas.popen_kwargs(acct)
-                ids = [] if "user" not in kw else [
-                    "--uid", str(kw["user"]), "--gid", str(kw["group"]),
-                    "--groups", ",".join(str(g) for g in kw.get("extra_groups") or [])]
-                # The guard runs as the agent (root) with an isolated interpreter and a fixed
-                # environment; the job's environment and cwd apply to the job alone, after
-                # it has switched to its owner's account.
-                env_file = d / "env.json"
-                fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
-                             0o600)
-                with open(fd, "w") as f:
-                    json.dump(env, f)
-                guarded = [self.python, "-I", "-S", guard.__file__, "--lease-fd", str(lease_fd),
-                           "--agent-pid", str(os.getpid()), "--exit-record", str(record),
-                           "--env-file", str(env_file), "--log", str(log_file),
-                           "--log-cap", str(self.log_cap),
-                           "--umask", str(kw.get("umask", 0o077)), *ids,
-                           *(["--cwd", str(cwd)] if cwd else []), "--", *cmd]
-                with open(runas.open_log(log_file), "ab") as out:
-                    proc = subprocess.Popen(
-                        guarded, env=dict(GUARD_ENV), cwd=d, stdout=out,
-                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                        start_new_session=True, pass_fds=(lease_fd,))
+                proc = start_guarded(self.python, cmd, env, acct, attempt_dir=d, cwd=cwd,
+                                     record=record, log_file=log_file, log_cap=self.log_cap,
+                                     lease_fd=self._lease_reader())
             except (OSError, BackendError, ValueError) as e:
                 msg = f"cannot start {spec.get('command')!r} on GPU {gpu} {pl}: {e}"
                 log_file.write_text(msg + "\n")
@@ -482,43 +335,6 @@ class Agent:
             if a is not None and a.proc.poll() is not None:
                 del self._attempts[(job, attempt)]
 
-    def _read_progress(self, a: Attempt) -> None:
-        """Take the job's progress file if it is valid; else mark the attempt's reports
-        invalid (the last valid progress stays)."""
-        if not a.progress_file.exists() and not a.progress_file.is_symlink():
-            return
-        raw = runas.read_json(a.progress_file)
-        try:
-            if raw is None:
-                raise reports.BadReport("the progress file is not a regular file of at most "
-                                        "1 MiB of JSON")
-            data = reports.check_progress(raw)
-        except reports.BadReport as e:
-            a.report_error = f"invalid progress file: {e}"
-            return
-        a.report_error = ""
-        a.progress = data
-        if "time" in data and "iteration" in data:
-            a.rates.add(float(data["time"]), float(data["iteration"]))
-
-    def _refresh(self, a: Attempt) -> None:
-        try:
-            self._read_progress(a)
-        except Exception as e:  # noqa: BLE001 - a job's file never stops the node's poll
-            log.exception("%s: reading %s", self.node, a.progress_file)
-            a.report_error = f"invalid progress file: {type(e).__name__}"
-        if not a.progress and time.time() - a.started > self.no_helper_after:
-            a.no_helper = True
-        if a.returncode is None:
-            rc = a.proc.poll()
-            if rc is not None:
-                a.returncode, a.ended = rc, time.time()
-                with contextlib.suppress(Exception):
-                    self._read_progress(a)  # final words
-                rec = reports.check_exit_record(
-                    runas.read_json(a.exit_record) if a.exit_record else None)
-                a.fenced = rec is not None and rec["fenced"]
-
     def report(self, lease_until: float | None = None) -> dict[str, Any]:
         """Every attempt's state (see :func:`attempt_report`). With ``lease_until`` (seconds
         since the epoch) the controller's lease is renewed first."""
@@ -527,7 +343,7 @@ class Agent:
         with self._lock:
             jobs = []
             for a in list(self._attempts.values()):
-                self._refresh(a)
+                refresh(a, self.node, self.no_helper_after)
                 jobs.append(attempt_report(a))
             return {"node": self.node, "time": time.time(), "jobs": jobs}
 
@@ -564,35 +380,3 @@ class Agent:
                     except BackendError as e:
                         log.warning("%s: clearing GPU %d: %s", self.node, g.index, e)
             self._closed = True
-
-
-def attempt_report(a: Attempt) -> dict[str, Any]:
-    """Plain-data state of an attempt."""
-    p = a.progress
-    ck = p.get("checkpoint") if isinstance(p.get("checkpoint"), dict) else None
-    status = "running" if a.returncode is None else (
-        "finished" if a.returncode == 0 else
-        "checkpointed" if a.returncode == EXIT_CHECKPOINTED else
-        "killed" if a.killed else "fenced" if a.fenced else "failed")
-    tail = ""
-    if status == "failed":
-        try:
-            tail = "\n".join(logfile.tail_lines(a.log_file, 20, max_bytes=64 << 10))
-        except OSError:
-            tail = ""
-    return {
-        "job": a.job, "attempt": a.attempt, "pid": a.proc.pid, "gpu": a.gpu,
-        "placement": [a.placement.start, a.placement.profile], "mps_pct": a.mps_pct,
-        "status": status, "returncode": a.returncode,
-        "iteration": p.get("iteration"), "total": p.get("total"), "time": p.get("time"),
-        "start_iteration": p.get("start_iteration"),
-        "checkpoint_iteration": ck.get("iteration") if ck else None,
-        "checkpoint_path": ck.get("path") if ck else None,
-        "steady_rate": a.rates.steady, "rate": a.rates.rate(a.rates.window),
-        "change_seq": a.rates.change_seq,
-        "change": list(a.rates.change) if a.rates.change else None,
-        "checkpoint_requested": a.checkpoint_requested,
-        "checkpointable": a.checkpointable,
-        "started": a.started, "ended": a.ended, "log": str(a.log_file), "log_tail": tail,
-        "report_error": a.report_error,
-    }

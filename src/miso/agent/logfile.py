@@ -12,7 +12,7 @@ import os
 import stat
 from pathlib import Path
 
-from miso import runas
+from miso.agent import runas
 
 #: Most bytes read back for one attempt (a job may write one endless line).
 MAX_TAIL_BYTES = 4 << 20

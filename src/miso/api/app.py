@@ -51,10 +51,7 @@ from starlette.exceptions import HTTPException
 from miso.api.limits import BodySizeLimit
 from miso.api.models import SubmitRequest, UserRequest
 from miso.api.users import User, UserError, UserStore
-
-API = "/api/v1"
-#: Largest request body accepted (bytes).
-MAX_BODY_BYTES = 1 << 20
+from miso.api.wire import API, MAX_BODY_BYTES
 
 
 class ControllerLike(Protocol):

@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from miso.api.app import API
+from miso.api.wire import API
 
 
 class ApiError(Exception):

@@ -78,7 +78,7 @@ def _check_state_dir(sd: str) -> None:
     """Refuse a state dir another live miso owns, or whose job store is damaged."""
     from miso import raycluster as rc
     from miso.controller.statelock import StateDirLock
-    from miso.controller.store import store_problem
+    from miso.controller.storefile import store_problem
 
     for lock, what in ((rc.head_lock(sd), "a miso cluster head"),
                        (StateDirLock(sd), "a miso controller")):

@@ -68,7 +68,7 @@ class DemoLocal:
 
     def __init__(self, d: str, gpus: int, model: str, cfg: dict[str, Any]) -> None:
         from miso.controller import ControllerConfig
-        from miso.controller.local import LocalCluster
+        from miso.transport.inprocess import LocalCluster
 
         self.c = LocalCluster(d, gpus_per_node=gpus, model=model,
                               config=ControllerConfig(**cfg))

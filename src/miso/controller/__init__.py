@@ -2,9 +2,9 @@
 
 from miso.controller.controller import Controller, ControllerConfig, SubmitConflict, SubmitError
 from miso.controller.store import JobRecord, JobStore, StoreError
-from miso.controller.transport import LocalTransport, NodeUnavailable, Transport
+from miso.transport.base import NodeUnavailable, Transport
 
 __all__ = [
-    "Controller", "ControllerConfig", "JobRecord", "JobStore", "LocalTransport",
-    "NodeUnavailable", "StoreError", "SubmitConflict", "SubmitError", "Transport",
+    "Controller", "ControllerConfig", "JobRecord", "JobStore", "NodeUnavailable", "StoreError",
+    "SubmitConflict", "SubmitError", "Transport",
 ]

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from miso import runas
+from miso.agent import runas
 from miso.controller.executor import NOT_PROFILED, PlanExecutor
 from miso.controller.loop import EventLoop
 from miso.controller.poller import AgentPoller
@@ -36,13 +36,13 @@ from miso.controller.recovery import recover
 from miso.controller.runtime import ControllerConfig, Runtime, SubmitConflict, SubmitError
 from miso.controller.statelock import StateDirLock
 from miso.controller.store import GIB_PER_GB, JobRecord, JobStore, StoreConflict, StoreError
-from miso.controller.transport import NodeUnavailable, Transport
 from miso.mig import GPU_MODELS, geometry
 from miso.sched import JobSpec, JobSubmitted, Policy
 from miso.sched.clock import Clock
 from miso.sched.estimators import make_estimator
 from miso.sched.policies import build_policy, policy_options
 from miso.sched.tenancy import queued_quota_reason
+from miso.transport.base import NodeUnavailable, Transport
 from miso.workloads import catalogue
 
 __all__ = ["Controller", "ControllerConfig", "SubmitConflict", "SubmitError"]

@@ -20,7 +20,6 @@ from typing import Any
 
 from miso.agent.agent import layout_data, placement_of
 from miso.controller.runtime import GpuRef, Run, Runtime
-from miso.controller.transport import NodeUnavailable
 from miso.job import last_checkpoint
 from miso.mig import Placement, TransitionError, plan_transition
 from miso.sched import (
@@ -36,6 +35,7 @@ from miso.sched import (
 )
 from miso.sched.events import profiling_run_order
 from miso.sched.profiles import fill_missing_levels
+from miso.transport.base import NodeUnavailable
 
 log = logging.getLogger(__name__)
 

@@ -21,10 +21,9 @@ import threading
 import time
 from typing import Any
 
-from miso.agent.agent import exit_record_path
+from miso.agent.attempt import exit_record_path
 from miso.controller.executor import PlanExecutor
 from miso.controller.runtime import Runtime
-from miso.controller.transport import NodeUnavailable
 from miso.job import read_json
 from miso.sched import (
     ApplyLayout,
@@ -47,6 +46,7 @@ from miso.sched import (
 from miso.sched.driver import DriverStep
 from miso.sched.progress import full_gpu_work, slice_speed
 from miso.sched.state import JobStatus
+from miso.transport.base import NodeUnavailable
 
 log = logging.getLogger(__name__)
 

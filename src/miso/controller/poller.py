@@ -24,7 +24,6 @@ from typing import Any
 
 from miso.controller.executor import PlanExecutor, Relaunch
 from miso.controller.runtime import GpuRef, Runtime
-from miso.controller.transport import NodeUnavailable
 from miso.mig import geometry
 from miso.sched import (
     GpuAdded,
@@ -34,6 +33,7 @@ from miso.sched import (
     JobSpeedChanged,
     SpeedObserved,
 )
+from miso.transport.base import NodeUnavailable
 
 log = logging.getLogger(__name__)
 

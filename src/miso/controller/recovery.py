@@ -16,10 +16,10 @@ from __future__ import annotations
 import logging
 import time
 
-from miso.agent.agent import exit_record_path
+from miso.agent.attempt import exit_record_path
 from miso.controller.runtime import Runtime
-from miso.controller.transport import NodeUnavailable
 from miso.job import read_json
+from miso.transport.base import NodeUnavailable
 
 log = logging.getLogger(__name__)
 

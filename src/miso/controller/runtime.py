@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from miso.controller.store import BACKUP, JobRecord, JobStore, StoreError
-from miso.controller.transport import NodeUnavailable, Transport
+from miso.controller.store import JobRecord, JobStore, StoreError
+from miso.controller.storefile import BACKUP
 from miso.mig import Geometry, Placement
 from miso.sched import Event
 from miso.sched.clock import Clock, WallClock
 from miso.sched.tenancy import TenancyConfig
+from miso.transport.base import NodeUnavailable, Transport
 
 log = logging.getLogger(__name__)
 

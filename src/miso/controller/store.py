@@ -10,11 +10,10 @@ Thread-safe (one connection, one lock); WAL mode so a crash loses at most the la
 Memory: ``memory_gb`` is what the user asked for, in GB (10^9 bytes); ``memory_gib`` is the
 same amount in GiB (2^30 bytes), the unit of MIG profiles, and the one scheduling uses.
 
-Damage: :func:`open_store` refuses (one-line :class:`StoreError`) a store that is missing,
-empty or unreadable in a state directory that held one before (``store.json`` marks it), and
-says how to recover (``miso.db.bak`` is a copy taken at every open). A row that cannot be read
-is skipped (listed in :attr:`JobStore.bad_rows`), not fatal. Job ids are never reused: a new
-id also skips every id that has a checkpoint or agent directory.
+Damage: :func:`miso.controller.storefile.open_store` refuses (one-line :class:`StoreError`) a
+store that is missing, empty or unreadable in a state directory that held one before, and says
+how to recover. A row that cannot be read is skipped (listed in :attr:`JobStore.bad_rows`), not
+fatal. The schema, the job states and :class:`JobRecord` are :mod:`miso.controller.schema`.
 """
 
 from __future__ import annotations
@@ -24,223 +23,26 @@ import json
 import logging
 import math
 import os
-import re
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 2
-GIB_PER_GB = 1e9 / 2**30
-STATES = ("queued", "profiling", "running", "checkpointing", "finished", "failed", "cancelled")
-TERMINAL = ("finished", "failed", "cancelled")
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS jobs (
-  seq INTEGER PRIMARY KEY AUTOINCREMENT,
-  id TEXT UNIQUE NOT NULL,
-  name TEXT NOT NULL,
-  command TEXT NOT NULL,
-  memory_gb REAL NOT NULL,
-  workload TEXT,
-  env TEXT NOT NULL DEFAULT '{}',
-  cwd TEXT,
-  state TEXT NOT NULL,
-  reason TEXT NOT NULL DEFAULT '',
-  submitted_at REAL NOT NULL,
-  started_at REAL,
-  ended_at REAL,
-  gpu TEXT,
-  placement TEXT,
-  mps_pct INTEGER,
-  attempts INTEGER NOT NULL DEFAULT 0,
-  restarts INTEGER NOT NULL DEFAULT 0,
-  iteration INTEGER,
-  total INTEGER,
-  rate REAL,
-  checkpoint_iteration INTEGER,
-  checkpoint_path TEXT,
-  owner TEXT,
-  unix_user TEXT,
-  owner_name TEXT,
-  request_id TEXT UNIQUE,
-  memory_gib REAL,
-  checkpointable INTEGER,
-  note TEXT NOT NULL DEFAULT ''
-);
-CREATE TABLE IF NOT EXISTS attempts (
-  job TEXT NOT NULL,
-  attempt INTEGER NOT NULL,
-  node TEXT NOT NULL,
-  gpu TEXT NOT NULL,
-  placement TEXT NOT NULL,
-  mps_pct INTEGER,
-  resume_iteration INTEGER,
-  start_iteration INTEGER,
-  started_at REAL NOT NULL,
-  ended_at REAL,
-  status TEXT NOT NULL DEFAULT 'running',
-  end_iteration INTEGER,
-  checkpoint_iteration INTEGER,
-  log TEXT,
-  PRIMARY KEY (job, attempt)
-);
-CREATE TABLE IF NOT EXISTS layouts (
-  seq INTEGER PRIMARY KEY AUTOINCREMENT,
-  at REAL NOT NULL,
-  gpu TEXT NOT NULL,
-  model TEXT NOT NULL,
-  plan_id INTEGER,
-  layout TEXT NOT NULL,
-  ok INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS events (
-  seq INTEGER PRIMARY KEY AUTOINCREMENT,
-  at REAL NOT NULL,
-  kind TEXT NOT NULL,
-  body TEXT NOT NULL
-);
-"""
-
-
-#: A job that ended in one of these states gives its name back (a re-run after a fix).
-NAME_FREED = ("failed", "cancelled")
-
-
-class StoreError(ValueError):
-    """Bad request to the store (unknown job, duplicate name, schema mismatch, damage)."""
-
-
-class StoreConflict(StoreError):
-    """The request clashes with what the store holds (a request id used for another job)."""
-
-
-#: Columns added by schema version 2 (added in place to a version-1 store).
-_V2_COLUMNS = (("request_id", "TEXT"), ("memory_gib", "REAL"), ("checkpointable", "INTEGER"),
-               ("note", "TEXT NOT NULL DEFAULT ''"))
-
-
-@dataclass
-class JobRecord:
-    """One row of ``jobs`` as plain data."""
-
-    id: str
-    name: str
-    command: list[str]
-    memory_gb: float
-    workload: str | None
-    env: dict[str, str]
-    cwd: str | None
-    state: str
-    reason: str
-    submitted_at: float
-    started_at: float | None
-    ended_at: float | None
-    gpu: str | None
-    placement: str | None
-    mps_pct: int | None
-    attempts: int
-    restarts: int
-    iteration: int | None
-    total: int | None
-    rate: float | None
-    checkpoint_iteration: int | None
-    checkpoint_path: str | None
-    owner: str | None = None
-    unix_user: str | None = None
-    #: The owner's user name when the job was submitted (for display; ``owner`` is the id).
-    owner_name: str | None = None
-    request_id: str | None = None
-    memory_gib: float | None = None
-    checkpointable: bool | None = None
-    note: str = ""
-
-    @property
-    def terminal(self) -> bool:
-        return self.state in TERMINAL
-
-    def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
+from miso.controller.schema import (
+    GIB_PER_GB,
+    NAME_FREED,
+    SCHEMA,
+    SCHEMA_VERSION,
+    STATES,
+    TERMINAL,
+    V2_COLUMNS,
+    JobRecord,
+    StoreConflict,
+    StoreError,
+)
 
 log = logging.getLogger(__name__)
-
-MARKER = "store.json"
-BACKUP = "miso.db.bak"
-_JOB_DIR = re.compile(r"^j\d{4,}$")
-
-
-def used_job_ids(state_dir: str | Path) -> set[str]:
-    """Ids with a directory under ``checkpoints/`` or ``agents/*/jobs/`` of ``state_dir``."""
-    d = Path(state_dir)
-    dirs = list((d / "checkpoints").glob("j*")) + list((d / "agents").glob("*/jobs/j*"))
-    return {p.name for p in dirs if _JOB_DIR.match(p.name)}
-
-
-def _recovery_hint(d: Path) -> str:
-    db, bak = d / "miso.db", d / BACKUP
-    return (f"restore it from its backup (copied at each start and after new jobs: cp {bak} "
-            f"{db}) or move "
-            f"{d} away to start afresh" if bak.exists() else f"move {d} away to start afresh")
-
-
-def store_problem(state_dir: str | Path) -> str | None:
-    """What is wrong with the job store of ``state_dir`` and how to recover (one line), or
-    None when it is fine or new. Reads only."""
-    d = Path(state_dir)
-    db = d / "miso.db"
-    if not (d / MARKER).exists():
-        return None
-    if not db.exists():
-        return f"the job store {db} is missing (it held jobs before); {_recovery_hint(d)}"
-    if db.stat().st_size == 0:
-        return f"the job store {db} is empty (truncated?); {_recovery_hint(d)}"
-    try:
-        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-        try:
-            con.execute("SELECT count(*) FROM jobs").fetchone()
-        finally:
-            con.close()
-    except sqlite3.DatabaseError as e:
-        return f"{db}: not a readable job store ({e}); {_recovery_hint(d)}"
-    return None
-
-
-def open_store(state_dir: str | Path) -> JobStore:
-    """The job store of ``state_dir`` (``miso.db``), created on first use.
-
-    Refuses, with one line saying what is wrong and how to recover, a store that is missing,
-    empty or unreadable where one existed (``store.json``); backs the store up to
-    ``miso.db.bak`` on every successful open.
-    """
-    d = Path(state_dir)
-    db, marker, bak = d / "miso.db", d / MARKER, d / BACKUP
-    fix = _recovery_hint(d)
-    existed = marker.exists()
-    problem = store_problem(d)
-    if problem:
-        raise StoreError(problem)
-    if not existed and db.exists() and db.stat().st_size == 0:
-        db.unlink()
-    used = used_job_ids(d)
-    first = 1 + max((int(x[1:]) for x in used), default=0)
-    try:
-        store = JobStore(db, first_id=first)
-        store.job_ids()
-    except sqlite3.DatabaseError as e:
-        raise StoreError(f"{db}: not a readable job store ({e}); {fix}") from None
-    except StoreError as e:
-        raise StoreError(f"{e}; {fix}") from None
-    if not existed:
-        marker.write_text(json.dumps({"created": time.time(), "epoch": store.epoch}))
-    try:
-        store.backup(bak)
-    except (OSError, sqlite3.Error) as e:
-        log.warning("job store backup to %s failed: %s", bak, e)
-    return store
 
 
 def _differs(rec: JobRecord, **asked: Any) -> list[str]:
@@ -279,7 +81,7 @@ class JobStore:
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=NORMAL")
                 v = self._meta_or_none("schema_version")
-                self._db.executescript(_SCHEMA)
+                self._db.executescript(SCHEMA)
                 # Columns added after schema version 1 (nullable, so older readers still work).
                 cols = {r[1] for r in self._db.execute("PRAGMA table_info(jobs)")}
                 for col in ("owner", "unix_user", "owner_name"):
@@ -309,7 +111,7 @@ class JobStore:
 
     def _migrate_v1(self) -> None:
         have = {r[1] for r in self._db.execute("PRAGMA table_info(jobs)")}
-        for col, decl in _V2_COLUMNS:
+        for col, decl in V2_COLUMNS:
             if col not in have:
                 self._db.execute(f"ALTER TABLE jobs ADD COLUMN {col} {decl}")
         self._db.execute("CREATE UNIQUE INDEX IF NOT EXISTS jobs_request ON jobs(request_id)")

@@ -24,13 +24,8 @@ from miso.predict.data import (
     speeds_to_normalised,
 )
 from miso.predict.evidence import JobEvidence
-from miso.predict.predictor import (
-    A100_40GB_PROFILES,
-    Prediction,
-    Predictor,
-    Profile,
-    map_to_profiles,
-)
+from miso.predict.prediction import A100_40GB_PROFILES, Prediction, Profile, map_to_profiles
+from miso.predict.predictor import Predictor
 
 __all__ = [
     "A100_40GB_PROFILES",

@@ -18,7 +18,7 @@ import numpy as np
 
 from miso.predict.data import MAX_JOBS, SLICES, DataError
 from miso.predict.levels import impute_profile
-from miso.predict.predictor import A100_40GB_PROFILES, Prediction, Profile, slice_fits
+from miso.predict.prediction import A100_40GB_PROFILES, Prediction, Profile, slice_fits
 from miso.predict.uncertainty import Calibration, condition
 
 if TYPE_CHECKING:
