@@ -29,6 +29,7 @@ class RestartEconomy:
     state: Any
     now: float
     trigger: str
+    heavy_load: Any
 
     def remaining(self, job: str) -> float:
         """Work the job has left (seconds alone on a full GPU) from its progress reports,
@@ -75,9 +76,12 @@ class RestartEconomy:
     def headroom(self, sc: Scratch, g: str, jobs: list[str]) -> dict[str, float] | None:
         """Prior speeds of the next newcomer when one is expected on ``g`` before its jobs'
         median remaining time (arrivals spread over the GPUs, nothing queued): the plan then
-        keeps a slice free for it, so its arrival restarts nobody. None otherwise."""
+        keeps a slice free for it, so its arrival restarts nobody. None otherwise, and at
+        light load (the policy's ``heavy_load`` false: sharing is not expected)."""
         if not self.reserve or self.trigger == "profiled" or self.clock.quiet(self.now):
             return None
+        if not self.heavy_load(sc):
+            return None  # light load: the next newcomer finds an idle GPU or waits for one
         st = sc.state
         gs = st.gpus[g]
         gap = self.clock.mean_gap()

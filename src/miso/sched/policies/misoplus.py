@@ -75,8 +75,20 @@ class MisoPlus(RestartEconomy, Rebalancing, Miso):
                  observed_correction: bool = True, default_remaining_s: float = 3000.0,
                  horizon_quantile: float = 0.5, replans: float = 25.0,
                  quiet_gaps: float = 8.0, reserve: bool = True, backfill: bool = True,
-                 min_gain: float = 0.0, **miso_options: Any) -> None:
+                 min_gain: float = 0.0, profile_when: str = "auto",
+                 share_margin: float = 0.0, wait_for_gpu: bool = True,
+                 **miso_options: Any) -> None:
         super().__init__(**miso_options)
+        if profile_when not in PROFILE_WHEN:
+            raise TypeError(f"profile_when must be one of {', '.join(PROFILE_WHEN)}, not "
+                            f"{profile_when!r}")
+        self.profile_when = profile_when
+        self.share_margin = share_margin
+        self.wait_for_gpu = wait_for_gpu
+        self.ahead = 0                      # queued jobs ahead of the one being placed
+        self.waited = False                 # the last choose_gpu chose to wait
+        self.free_at: tuple[int, list[float]] | None = None  # (call, GPU free times)
+        self.calls = 0
         self.restart_s = restart_s
         self.profile_newcomers_only = profile_newcomers_only
         self.profile_levels = tuple(profile_levels)
@@ -94,10 +106,12 @@ class MisoPlus(RestartEconomy, Rebalancing, Miso):
         self.backfill = backfill
         self.min_gain = min_gain
         self.quiet_timer = False
+        self.batch_timer = False
         self.ref_rate: dict[str, float] = {}
         self.base_est: dict[str, dict[str, float]] = {}   # estimates before a rescale
         self.ran: set[str] = set()          # jobs that have made progress
         self.prior: set[str] = set()        # jobs planned with the prior (not profiled)
+        self.learned: dict[str, dict[str, float]] = {}  # prior jobs: observed speeds
         self.trigger = ""
         self.now = 0.0
         self.state: ClusterState | None = None
@@ -109,8 +123,9 @@ class MisoPlus(RestartEconomy, Rebalancing, Miso):
         self.state = state
         self.donors.note(event, state)
         self.now = now
+        self.calls += 1
         if isinstance(event, JobSubmitted):
-            self.clock.note(now, event.job.memory_gb)
+            self.clock.note(now, event.job.memory_gb, event.job.duration_hint_s)
         out = super().decide(now, event, state)
         at = self.clock.quiet_from()
         if isinstance(event, JobSubmitted) and at is not None and not self.quiet_timer:
@@ -119,6 +134,11 @@ class MisoPlus(RestartEconomy, Rebalancing, Miso):
         return out
 
     def on_tick(self, now: float, ev: Tick, sc: Scratch) -> None:
+        if ev.tag == "batch":
+            self.batch_timer = False
+            for g in sorted(self.dirty, key=lambda x: self._order.get(x, 0)):
+                self.replan(now, g, sc)
+            return
         if ev.tag != "quiet":
             super().on_tick(now, ev, sc)
             return
@@ -150,8 +170,37 @@ class MisoPlus(RestartEconomy, Rebalancing, Miso):
                 out[j] = self.est[j]
             else:
                 out[j] = prior_speeds(geom, sc.state.jobs[j].spec.memory_gb)
+                seen = self.learned.get(j)
+                if seen:
+                    out[j] = {p: seen.get(p, v) for p, v in out[j].items()}
                 self.prior.add(j)
         return out
+
+    def heavy_load(self, sc: Scratch) -> bool:
+        """Whether jobs will have to share GPUs: the arrivals' offered load (Little's law,
+        :meth:`ArrivalClock.offered_load`) reaches the cluster's GPUs within ``share_margin``
+        standard deviations (busy GPUs are about Poisson-distributed). False while no arrival
+        rate is known (a fixed mix, the first job) or once arrivals stopped."""
+        load = self.clock.offered_load(self.default_remaining_s)
+        if load is None or self.clock.quiet(self.now):
+            return False
+        # The rate is estimated from m arrivals (relative error ~ 1/sqrt(m)): take its lower
+        # bound, so a few short gaps early on do not look like a busy cluster.
+        load *= 1.0 - 1.0 / len(self.clock.long) ** 0.5
+        return load + self.share_margin * load ** 0.5 >= len(sc.state.gpus)
+
+    def profile_pays(self, sc: Scratch, job: str) -> bool:
+        """Whether profiling a newcomer alone on an idle GPU is worth its price (a restart
+        at the MPS level switch, and the slow low level). Its MIG speeds only matter once it
+        shares a GPU, so with ``profile_when="auto"`` it is profiled only when sharing is
+        expected (:meth:`heavy_load`; at light load a newcomer rather waits for a whole GPU,
+        :meth:`better_to_wait`). A job not profiled is planned with the prior, corrected by
+        its observed rates."""
+        run_s = len(self.profile_levels) * self.profile_s + \
+            (len(self.profile_levels) - 1) * self.restart_s
+        if self.profile_when == "never" or self.arrival_within(run_s):
+            return False
+        return self.profile_when == "always" or self.heavy_load(sc)
 
     def arrival_within(self, seconds: float) -> bool:
         """A newcomer is expected on a given GPU within ``seconds`` (arrivals spread evenly
@@ -175,12 +224,20 @@ class MisoPlus(RestartEconomy, Rebalancing, Miso):
         if not self.profile_newcomers_only:
             super().replan(now, g, sc, force_solve)
             return
+        if self.trigger == "arrival" and self.clock.mean_gap() is None and \
+                not any(j in self.ran for j in jobs):
+            # No arrival rate yet (the first jobs, or a batch submitted at once): plan at the
+            # end of this instant, when every job submitted with it is placed, so no job
+            # starts only to be restarted by the next one of the batch.
+            self.dirty.add(g)
+            if not self.batch_timer:
+                self.batch_timer = True
+                sc.out.append(WakeUp(now, "batch"))
+            return
         if len(jobs) == 1:
             j = jobs[0]
-            run_s = len(self.profile_levels) * self.profile_s + \
-                (len(self.profile_levels) - 1) * self.restart_s
             if (self.estimator.needs_profile and j not in self.est and j not in self.ran
-                    and st.jobs[j].spec.checkpointable and not self.arrival_within(run_s)):
+                    and st.jobs[j].spec.checkpointable and self.profile_pays(sc, j)):
                 # A newcomer alone on an idle GPU: profile it there; nobody else stops.
                 sc.out.append(StartProfiling(
                     g, st.new_plan_id(), (j,), levels=self.profile_levels,
@@ -261,14 +318,18 @@ class MisoPlus(RestartEconomy, Rebalancing, Miso):
             return
         jobs = sc.state.jobs
         no_room = float("inf")  # a job at least this large fits nowhere now (fit is monotone)
+        self.ahead = 0
         for j in sc.queue(BACKFILL_WINDOW):
             mem = jobs[j].spec.memory_gb
             if mem >= no_room:
+                self.ahead += 1
                 continue
+            self.waited = False
             g = self.choose_gpu(now, j, sc)
             if g is None:
-                if self.min_gain <= 0 and not self.marginal_placement:
+                if self.min_gain <= 0 and not self.marginal_placement and not self.waited:
                     no_room = mem
+                self.ahead += 1
                 continue
             sc.place(j, g)
             self.dirty.add(g)
@@ -284,7 +345,12 @@ class MisoPlus(RestartEconomy, Rebalancing, Miso):
         more than its early start helps (mean JCT), so it waits for a better slot instead."""
         if not self.marginal_placement:
             if self.min_gain <= 0:
-                return super().choose_gpu(now, job, sc)
+                g = super().choose_gpu(now, job, sc)
+                if g is not None and self.wait_for_gpu and sc.jobs_on(g) \
+                        and not self.heavy_load(sc) and self.better_to_wait(g, job, sc):
+                    self.waited = True
+                    return None
+                return g
             for seen, (n, g) in enumerate(self.candidate_gpus(sc, job), start=1):
                 if n == 0:
                     return g
@@ -310,6 +376,66 @@ class MisoPlus(RestartEconomy, Rebalancing, Miso):
             if seen >= self.marginal_candidates:
                 break
         return best[1] if best is not None else None
+
+    def better_to_wait(self, g: str, job: str, sc: Scratch) -> bool:
+        """Whether ``job`` should wait for a whole GPU rather than share ``g`` now: the sum
+        of the completion times of ``g``'s jobs and the newcomer, estimated both ways from
+        their remaining work. Waiting: the residents keep their speeds, the newcomer starts
+        when the ``ahead + 1``-th GPU has ended all its jobs (:meth:`gpu_free_in`) and runs
+        alone. Sharing: everyone at their speed in the best layout for the mix, residents
+        that move paying a restart (no growth counted: the estimate leans to waiting, which
+        restarts nobody). At light load a GPU frees soon and waiting wins; two equal jobs
+        finish sooner on average one after the other than side by side on slices."""
+        t_free = self.gpu_free_in(sc, self.ahead)
+        if t_free is None:
+            return False
+        residents = sc.jobs_on(g)
+        geom = sc.state.gpus[g].geom
+        sp = self.speeds(geom, sc, [*residents, job])
+        opt = optimizer_for(geom)
+        try:
+            alone = opt.solve({r: sp[r] for r in residents})
+            shared = opt.solve(sp)
+        except OptimizerError:
+            return True
+        current = sc.state.gpus[g].target_assignment()
+        wait = t_free + self.remaining(job)
+        share = self.remaining(job) / max(sp[job][shared.assignment[job].profile], 0.05)
+        for r in residents:
+            before = current.get(r) or alone.assignment[r]
+            after = shared.assignment[r]
+            wait += self.remaining(r) / max(sp[r].get(before.profile, 0.5), 0.05)
+            share += self.remaining(r) / max(sp[r][after.profile], 0.05)
+            if r in self.ran and after != current.get(r):
+                share += self.restart_s
+        return share >= wait
+
+    def gpu_free_in(self, sc: Scratch, k: int) -> float | None:
+        """Seconds until the ``k+1``-th soonest GPU has finished all its jobs (each job's
+        remaining work at its current slice's speed); None when fewer GPUs. One scan of the
+        GPUs per decision."""
+        if self.free_at is None or self.free_at[0] != self.calls:
+            st = sc.state
+            times = []
+            for gs in st.gpus.values():
+                t = 0.0
+                for j in gs.jobs:
+                    pl = gs.assignment.get(j)
+                    v = self.est.get(j)
+                    s = (v or {}).get(pl.profile, 0.5) if pl is not None and v else \
+                        (1.0 if pl is None or pl.profile == gs.geom.model.full_profile().name
+                         else 0.5)
+                    t = max(t, self.remaining(j) / max(s, 0.05))
+                times.append(t)
+            times.sort()
+            self.free_at = (self.calls, times)
+        times = self.free_at[1]
+        if not times:
+            return None
+        if k < len(times):
+            return times[k]
+        # Deeper in the queue: every GPU frees again after about its median job's time.
+        return times[k % len(times)] + (k // len(times)) * max(times[len(times) // 2], 1.0)
 
     def net_gain(self, g: str, jobs: list[str], job: str, sc: Scratch,
                  floor: float | None = None) -> float | None:
@@ -360,6 +486,9 @@ class MisoPlus(RestartEconomy, Rebalancing, Miso):
         if ev.placement.profile == full:
             self.ref_rate[ev.job] = ev.rate
         ref = self.ref_rate.get(ev.job)
+        if ref and ev.job not in self.est and ev.placement.profile != full:
+            self.learned.setdefault(ev.job, {})[ev.placement.profile] = \
+                max(0.01, min(1.5, ev.rate / ref))
         if ref and ev.job in self.est:
             obs = sc.state.jobs[ev.job].observed
             for prof, r in obs.items():
@@ -393,8 +522,12 @@ class MisoPlus(RestartEconomy, Rebalancing, Miso):
         self.estimator.uncertainty.pop(job, None)
         self.ran.discard(job)
         self.prior.discard(job)
+        self.learned.pop(job, None)
         super().on_finish(now, job, gpu, sc)
         if self.rebalance:
             self.fill_idle_gpus(now, sc)
+
+#: When miso+ profiles a newcomer alone on an idle GPU (:meth:`MisoPlus.profile_pays`).
+PROFILE_WHEN = ("auto", "always", "never")
 
 _NEXT = "\x00next-arrival"   # the phantom newcomer of :meth:`MisoPlus.headroom`
