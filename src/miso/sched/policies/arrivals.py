@@ -25,7 +25,7 @@ class ArrivalClock:
         self.long.append(now)
         self.work.append(work_s)
 
-    def offered_load(self, default_work_s: float, min_samples: int = 8) -> float | None:
+    def offered_load(self, default_work_s: float, min_samples: int = 16) -> float | None:
         """GPUs the recent arrivals keep busy on average (mean work per job, in full-GPU
         seconds, over the mean gap: Little's law); ``default_work_s`` for a job that declared
         none. None before ``min_samples`` arrivals (a few gaps say little about the rate)."""

@@ -386,19 +386,22 @@ class MisoPlus(RestartEconomy, Rebalancing, Miso):
         that move paying a restart (no growth counted: the estimate leans to waiting, which
         restarts nobody). At light load a GPU frees soon and waiting wins; two equal jobs
         finish sooner on average one after the other than side by side on slices."""
+        residents = sc.jobs_on(g)
+        if not any(r in self.ran for r in residents):
+            return False  # nobody runs there yet: a plan for all of them restarts nobody
         t_free = self.gpu_free_in(sc, self.ahead)
         if t_free is None:
             return False
-        residents = sc.jobs_on(g)
         geom = sc.state.gpus[g].geom
         sp = self.speeds(geom, sc, [*residents, job])
         opt = optimizer_for(geom)
+        current = sc.state.gpus[g].target_assignment()
         try:
             alone = opt.solve({r: sp[r] for r in residents})
-            shared = opt.solve(sp)
+            # Ties broken by fewest residents moved, as the re-plan itself would.
+            shared = opt.solve(sp, current={r: current[r] for r in residents if r in current})
         except OptimizerError:
             return True
-        current = sc.state.gpus[g].target_assignment()
         wait = t_free + self.remaining(job)
         share = self.remaining(job) / max(sp[job][shared.assignment[job].profile], 0.05)
         for r in residents:
