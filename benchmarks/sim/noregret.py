@@ -39,6 +39,8 @@ ABLATION: dict[str, dict[str, Any]] = {
     "profile always (issue-8 rule)": {"profile_when": "always"},
     "never profile (prior + observed rates)": {"profile_when": "never"},
     "- wait for a whole GPU": {"wait_for_gpu": False},
+    "- plan an instant's arrivals together": {"batch_arrivals": False},
+    "share_margin 1 (profile from load + 1 sd)": {"share_margin": 1.0},
 }
 
 

@@ -61,9 +61,20 @@ class MisoPlus(RestartEconomy, Rebalancing, Miso):
       (only where that restarts nobody), so the arrival itself restarts nobody.
     * ``backfill``: a queued job that fits no GPU (too much memory for what is free) does not
       hold up the smaller ones behind it (MISO waits FIFO).
-    * ``observed_correction``: observed MIG rates replace predictions once the job's full-GPU
-      rate is known; a phase change rescales a job's estimates by observed/baseline instead of
-      stopping its GPU to re-profile (a job alone on its GPU is re-profiled alone).
+    * ``observed_correction``: observed MIG rates replace predictions (or the prior) once the
+      job's full-GPU rate is known; a phase change rescales a job's estimates by
+      observed/baseline instead of stopping its GPU to re-profile (a job alone on its GPU is
+      re-profiled alone).
+    * ``profile_when`` (no regret, issue 17): ``"auto"`` profiles a lone newcomer only when
+      sharing is expected (:meth:`heavy_load`: the arrivals' offered load reaches the GPUs,
+      ``share_margin`` standard deviations included); ``"always"`` is the issue-8 rule,
+      ``"never"`` plans every job with the prior and its observed rates.
+    * ``wait_for_gpu``: at light load a newcomer that would restart a running job to share
+      its GPU waits for a whole GPU instead when that ends the jobs sooner on average
+      (:meth:`better_to_wait`).
+    * ``batch_arrivals``: jobs submitted in one instant before any arrival rate is known (a
+      fixed mix) are planned together at the instant's end, so none starts only to be
+      restarted by the next.
     """
 
     name = "miso+"
@@ -77,7 +88,7 @@ class MisoPlus(RestartEconomy, Rebalancing, Miso):
                  quiet_gaps: float = 8.0, reserve: bool = True, backfill: bool = True,
                  min_gain: float = 0.0, profile_when: str = "auto",
                  share_margin: float = 0.0, wait_for_gpu: bool = True,
-                 **miso_options: Any) -> None:
+                 batch_arrivals: bool = True, **miso_options: Any) -> None:
         super().__init__(**miso_options)
         if profile_when not in PROFILE_WHEN:
             raise TypeError(f"profile_when must be one of {', '.join(PROFILE_WHEN)}, not "
@@ -85,6 +96,7 @@ class MisoPlus(RestartEconomy, Rebalancing, Miso):
         self.profile_when = profile_when
         self.share_margin = share_margin
         self.wait_for_gpu = wait_for_gpu
+        self.batch_arrivals = batch_arrivals
         self.ahead = 0                      # queued jobs ahead of the one being placed
         self.waited = False                 # the last choose_gpu chose to wait
         self.free_at: tuple[int, list[float]] | None = None  # (call, GPU free times)
@@ -224,8 +236,8 @@ class MisoPlus(RestartEconomy, Rebalancing, Miso):
         if not self.profile_newcomers_only:
             super().replan(now, g, sc, force_solve)
             return
-        if self.trigger == "arrival" and self.clock.mean_gap() is None and \
-                not any(j in self.ran for j in jobs):
+        if self.batch_arrivals and self.trigger == "arrival" and \
+                self.clock.mean_gap() is None and not any(j in self.ran for j in jobs):
             # No arrival rate yet (the first jobs, or a batch submitted at once): plan at the
             # end of this instant, when every job submitted with it is placed, so no job
             # starts only to be restarted by the next one of the batch.
