@@ -349,3 +349,55 @@ def test_cli__duration_dist_and_restart_spread(app, tmp_path):
         d["policies"]["nopart"]["avg_jct_s"]
     bad = CliRunner().invoke(app, ["simulate", "--duration-dist", "pareto"])
     assert bad.exit_code != 0 and "--duration-dist" in bad.output
+
+
+# -- no regret (issue 17) -------------------------------------------------------------------
+def test_misoplus__light_load_pays_no_profiling_and_matches_nopart():
+    """40 GPUs, one job every 240 s: every newcomer finds an idle GPU. miso+ profiles nobody
+    (the level switch would be a restart that buys nothing) and equals NoPart job by job."""
+    jobs = poisson_jobs(200, seed=2, mean_interarrival_s=240.0)
+    cfg = WorldConfig(n_gpus=40, restart_s=120.0)
+    plus = run_policy("miso+", jobs, cfg, seed=2, record=True)
+    nop = run_policy("nopart", jobs, cfg, seed=2)
+    assert not [d for _, d in plus.log if isinstance(d, StartProfiling)]
+    assert int(plus.restarts.sum()) == 0
+    assert list(plus.finish) == pytest.approx(list(nop.finish))
+    # the issue-8 rule profiled every newcomer (one restart each) and lost to NoPart
+    old = run_policy("miso+", jobs, cfg, seed=2, profile_when="always")
+    assert old.restarts.mean() > 0.9 and old.jct.mean() > nop.jct.mean()
+
+
+def test_misoplus__busy_cluster_still_profiles_newcomers():
+    """The paper's load (40 GPUs, 60 s): sharing is expected, so a newcomer that finds an idle
+    GPU is profiled there alone."""
+    jobs = poisson_jobs(300, seed=1, mean_interarrival_s=60.0)
+    r = run_policy("miso+", jobs, WorldConfig(n_gpus=40, restart_s=60.0), seed=1, record=True)
+    prof = [d for _, d in r.log if isinstance(d, StartProfiling)]
+    assert len(prof) >= 10 and all(len(d.jobs) == 1 for d in prof)
+
+
+def test_misoplus__fixed_mix_planned_together_without_restarts_at_t0():
+    """k jobs submitted at t=0 on one GPU: no job is started alone only to be restarted by the
+    next one of the batch; one job alone runs as on NoPart."""
+    cfg = WorldConfig(n_gpus=1, restart_s=120.0, observe_speeds=False)
+    from miso.sim.run import fixed_jobs
+
+    one = run_policy("miso+", fixed_jobs(1, seed=1), cfg, seed=1)
+    assert one.jct.mean() == pytest.approx(600.0) and int(one.restarts.sum()) == 0
+    r = run_policy("miso+", fixed_jobs(4, seed=1), cfg, seed=1, record=True)
+    first = [d for _, d in r.log if isinstance(d, ApplyLayout)][0]
+    assert len(first.assignment) >= 2  # the first plan already holds several of the batch
+    assert r.jct.mean() < run_policy("nopart", fixed_jobs(4, seed=1), cfg, seed=1).jct.mean()
+
+
+def test_arrival_clock__offered_load_is_littles_law_after_enough_arrivals():
+    from miso.sched.policies.arrivals import ArrivalClock
+
+    c = ArrivalClock(quiet_gaps=8.0)
+    for i in range(10):
+        c.note(i * 100.0, 4.0, 3000.0)
+    assert c.offered_load(3000.0) is None  # too few arrivals to tell the rate
+    for i in range(10, 40):
+        c.note(i * 100.0, 4.0, 3000.0 if i % 2 else None)
+    assert c.offered_load(1000.0) == pytest.approx((3000 * 0.5 + 0.5 * 3000 * (20 / 40)
+                                                    + 1000.0 * (10 / 40)) / 100.0, rel=0.2)
