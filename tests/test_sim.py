@@ -401,3 +401,31 @@ def test_arrival_clock__offered_load_is_littles_law_after_enough_arrivals():
         c.note(i * 100.0, 4.0, 3000.0 if i % 2 else None)
     assert c.offered_load(1000.0) == pytest.approx((3000 * 0.5 + 0.5 * 3000 * (20 / 40)
                                                     + 1000.0 * (10 / 40)) / 100.0, rel=0.2)
+
+
+def test_misoplus__learns_each_jobs_restart_cost_from_its_progress_reports():
+    """Per-job restart costs drawn around restart_s (--restart-spread): miso+ is told only the
+    mean and measures each restarted job's cost (plan to first progress after the relaunch:
+    the job's drawn wait plus the reconfiguration)."""
+    from miso.sched.policies import MisoPlus
+
+    jobs = poisson_jobs(200, seed=3, mean_interarrival_s=30.0)
+    cfg = WorldConfig(n_gpus=8, restart_s=120.0, restart_spread=1.0, observe_speeds=False)
+    pol = build_policy("miso+", jobs, cfg, 3)
+    assert isinstance(pol, MisoPlus)
+    sim = Simulator(pol, jobs, cfg, seed=3)
+    truth = {j: sj.restart_cost for j, sj in sim.jobs.items()}
+    seen: dict[str, float] = {}
+    decide = pol.decide
+
+    def spy(now, event, state):  # noqa: ANN001, ANN202
+        out = decide(now, event, state)
+        seen.update(pol.restart_seen)
+        return out
+
+    pol.decide = spy  # type: ignore[method-assign]
+    sim.run()
+    assert len(seen) >= 5
+    for j, cost in seen.items():
+        assert cost - truth[j] in (pytest.approx(0.0, abs=1e-6), pytest.approx(4.0, abs=1e-6))
+    assert pol.restart_stats[1] >= len(seen)

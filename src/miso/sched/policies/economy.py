@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from miso.mig import Placement
+from miso.sched.decisions import ApplyLayout, Decision
 from miso.sched.policies.base import Scratch
 from miso.sched.policies.priors import prior_speeds
 
@@ -30,6 +31,52 @@ class RestartEconomy:
     now: float
     trigger: str
     heavy_load: Any
+    learn_restart_cost: bool
+    ran: set[str]
+    restarting: dict[str, float]        # job -> when a plan restarted it (not yet resumed)
+    restart_seen: dict[str, float]      # job -> its measured restart cost (s)
+    restart_stats: list[float]          # [sum, count] of every cost measured
+
+    def restart_cost(self, job: str) -> float:
+        """What restarting ``job`` costs (s): its own measured cost (decision to its first
+        progress report after the relaunch: checkpoint, reconfiguration, start, warm-up,
+        restore) with ``learn_restart_cost``; else the mean of the costs measured so far
+        (three at least); else the configured ``restart_s``."""
+        if not self.learn_restart_cost:
+            return self.restart_s
+        got = self.restart_seen.get(job)
+        if got is not None:
+            return got
+        total, n = self.restart_stats
+        return total / n if n >= 3 else self.restart_s
+
+    def note_restarts(self, now: float, out: list[Decision]) -> None:
+        """Remember when this call's plans restart a running job (before the state applies
+        them), to measure how long the job takes to report progress again."""
+        if not self.learn_restart_cost:
+            return
+        st = self.state
+        for d in out:
+            if isinstance(d, ApplyLayout):
+                cur = st.gpus[d.gpu].assignment if d.gpu in st.gpus else {}
+                for j, pl in d.assignment.items():
+                    if j in self.ran and cur.get(j) != pl:
+                        self.restarting[j] = now
+
+    def learn_restart_costs(self) -> None:
+        """Read each restarted job's first progress report after its relaunch (folded into
+        its state by the driver, live or simulated) as its restart cost."""
+        st = self.state
+        for j, t0 in list(self.restarting.items()):
+            js = st.jobs.get(j)
+            p = js.progress if js is not None else None
+            if js is None or js.finished_at is not None:
+                del self.restarting[j]
+            elif p is not None and p[0] > t0 and p[2] > 0:
+                self.restart_seen[j] = p[0] - t0
+                self.restart_stats[0] += p[0] - t0
+                self.restart_stats[1] += 1
+                del self.restarting[j]
 
     def remaining(self, job: str) -> float:
         """Work the job has left (seconds alone on a full GPU) from its progress reports,
@@ -65,12 +112,12 @@ class RestartEconomy:
                        current: dict[str, Placement]
                        ) -> tuple[float | None, dict[str, float]]:
         """(horizon, throughput each running job's restart costs over it): the work the job
-        does not do while it restarts (``restart_s x speed``) spread over the plan's
+        does not do while it restarts (:meth:`restart_cost` x speed) spread over the plan's
         :meth:`horizon`. ``(None, {})`` without ``economy`` or when nothing runs."""
         if not (self.economy and current):
             return None, {}
         horizon = self.horizon(jobs, speeds, current)
-        return horizon, {j: self.restart_s * speeds[j].get(pl.profile, 0.5) / horizon
+        return horizon, {j: self.restart_cost(j) * speeds[j].get(pl.profile, 0.5) / horizon
                          for j, pl in current.items()}
 
     def headroom(self, sc: Scratch, g: str, jobs: list[str]) -> dict[str, float] | None:

@@ -73,6 +73,9 @@ class MisoPlus(Admission, RestartEconomy, Rebalancing, Miso):
     * ``wait_for_gpu``: at light load a newcomer that would restart a running job to share
       its GPU waits for a whole GPU instead when that ends the jobs sooner on average
       (:meth:`better_to_wait`).
+    * ``learn_restart_cost``: each job's restart cost is measured (from the plan that
+      restarts it to its first progress report after the relaunch) and prices its next
+      restarts; jobs not measured yet are priced at the mean measured cost.
     * ``batch_arrivals``: jobs submitted in one instant before any arrival rate is known (a
       fixed mix) are planned together at the instant's end, so none starts only to be
       restarted by the next.
@@ -89,7 +92,8 @@ class MisoPlus(Admission, RestartEconomy, Rebalancing, Miso):
                  quiet_gaps: float = 8.0, reserve: bool = True, backfill: bool = True,
                  min_gain: float = 0.0, profile_when: str = "auto",
                  share_margin: float = 0.0, wait_for_gpu: bool = True,
-                 batch_arrivals: bool = True, **miso_options: Any) -> None:
+                 batch_arrivals: bool = True, learn_restart_cost: bool = True,
+                 **miso_options: Any) -> None:
         super().__init__(**miso_options)
         if profile_when not in PROFILE_WHEN:
             raise TypeError(f"profile_when must be one of {', '.join(PROFILE_WHEN)}, not "
@@ -98,6 +102,10 @@ class MisoPlus(Admission, RestartEconomy, Rebalancing, Miso):
         self.share_margin = share_margin
         self.wait_for_gpu = wait_for_gpu
         self.batch_arrivals = batch_arrivals
+        self.learn_restart_cost = learn_restart_cost
+        self.restarting: dict[str, float] = {}
+        self.restart_seen: dict[str, float] = {}
+        self.restart_stats = [0.0, 0.0]
         self.ahead = 0                      # queued jobs ahead of the one being placed
         self.waited = False                 # the last choose_gpu chose to wait
         self.free_at: tuple[int, list[float]] | None = None  # (call, GPU free times)
@@ -139,7 +147,10 @@ class MisoPlus(Admission, RestartEconomy, Rebalancing, Miso):
         self.calls += 1
         if isinstance(event, JobSubmitted):
             self.clock.note(now, event.job.memory_gb, event.job.duration_hint_s)
+        if self.restarting:
+            self.learn_restart_costs()
         out = super().decide(now, event, state)
+        self.note_restarts(now, out)
         at = self.clock.quiet_from()
         if isinstance(event, JobSubmitted) and at is not None and not self.quiet_timer:
             self.quiet_timer = True
@@ -450,6 +461,8 @@ class MisoPlus(Admission, RestartEconomy, Rebalancing, Miso):
         self.ran.discard(job)
         self.prior.discard(job)
         self.learned.pop(job, None)
+        self.restart_seen.pop(job, None)
+        self.restarting.pop(job, None)
         super().on_finish(now, job, gpu, sc)
         if self.rebalance:
             self.fill_idle_gpus(now, sc)
