@@ -78,7 +78,10 @@ class MisoPlus(Admission, RestartEconomy, Rebalancing, Miso):
       restarts; jobs not measured yet are priced at the mean measured cost.
     * ``batch_arrivals``: jobs submitted in one instant before any arrival rate is known (a
       fixed mix) are planned together at the instant's end, so none starts only to be
-      restarted by the next.
+      restarted by the next; with ``batch_admit`` the batch lands on the layout (the best
+      one for a FIFO prefix of it, or one of OptSta's maximal layouts) with the smallest
+      estimated sum of completion times, the rest waiting for freed instances
+      (:meth:`batch_plan`).
     """
 
     name = "miso+"
@@ -92,7 +95,8 @@ class MisoPlus(Admission, RestartEconomy, Rebalancing, Miso):
                  quiet_gaps: float = 8.0, reserve: bool = True, backfill: bool = True,
                  min_gain: float = 0.0, profile_when: str = "auto",
                  share_margin: float = 0.0, wait_for_gpu: bool = True,
-                 batch_arrivals: bool = True, learn_restart_cost: bool = True,
+                 batch_arrivals: bool = True, batch_admit: bool = True,
+                 learn_restart_cost: bool = True,
                  **miso_options: Any) -> None:
         super().__init__(**miso_options)
         if profile_when not in PROFILE_WHEN:
@@ -102,6 +106,7 @@ class MisoPlus(Admission, RestartEconomy, Rebalancing, Miso):
         self.share_margin = share_margin
         self.wait_for_gpu = wait_for_gpu
         self.batch_arrivals = batch_arrivals
+        self.batch_admit = batch_admit
         self.learn_restart_cost = learn_restart_cost
         self.restarting: dict[str, float] = {}
         self.restart_seen: dict[str, float] = {}
@@ -161,6 +166,20 @@ class MisoPlus(Admission, RestartEconomy, Rebalancing, Miso):
         if ev.tag == "batch":
             self.batch_timer = False
             for g in sorted(self.dirty, key=lambda x: self._order.get(x, 0)):
+                if self.batch_admit and self.plannable(g, sc):
+                    layout, asg, wait = self.batch_plan(g, sc)
+                    for j in wait:
+                        sc.requeue(j, f"the batch on {g} ends sooner on average with it "
+                                      "waiting for a freed instance")
+                    if layout is not None:
+                        sc.out.append(ApplyLayout(g, sc.state.new_plan_id(), layout, asg, why={
+                            "trigger": "timer", "restarts": [], "waiting": wait[::-1],
+                            "note": f"{g}: a batch of {len(asg) + len(wait)} jobs lands on a "
+                                    f"static layout ({len(layout)} instances), the rest "
+                                    "taking instances as they free: the smallest sum of "
+                                    "completion times among the layouts tried"}))
+                        continue
+                    self.dirty.add(g)
                 self.replan(now, g, sc)
             return
         if ev.tag != "quiet":
