@@ -40,7 +40,7 @@ ABLATION: dict[str, dict[str, Any]] = {
     "never profile (prior + observed rates)": {"profile_when": "never"},
     "- wait for a whole GPU": {"wait_for_gpu": False},
     "- plan an instant's arrivals together": {"batch_arrivals": False},
-    "- batch landing (admit all of a batch)": {"batch_admit": False},
+    "+ batch landing (off by default)": {"batch_admit": True},
     "share_margin 1 (profile from load + 1 sd)": {"share_margin": 1.0},
     "- learned restart costs (told restart_s)": {"learn_restart_cost": False},
 }

@@ -78,7 +78,8 @@ class MisoPlus(Admission, RestartEconomy, Rebalancing, Miso):
       restarts; jobs not measured yet are priced at the mean measured cost.
     * ``batch_arrivals``: jobs submitted in one instant before any arrival rate is known (a
       fixed mix) are planned together at the instant's end, so none starts only to be
-      restarted by the next; with ``batch_admit`` the batch lands on the layout (the best
+      restarted by the next; with ``batch_admit`` (off: measured worse on fixed mixes with
+      prior speeds, benchmarks/README.md "No regret") the batch lands on the layout (the best
       one for a FIFO prefix of it, or one of OptSta's maximal layouts) with the smallest
       estimated sum of completion times, the rest waiting for freed instances
       (:meth:`batch_plan`).
@@ -95,7 +96,7 @@ class MisoPlus(Admission, RestartEconomy, Rebalancing, Miso):
                  quiet_gaps: float = 8.0, reserve: bool = True, backfill: bool = True,
                  min_gain: float = 0.0, profile_when: str = "auto",
                  share_margin: float = 0.0, wait_for_gpu: bool = True,
-                 batch_arrivals: bool = True, batch_admit: bool = True,
+                 batch_arrivals: bool = True, batch_admit: bool = False,
                  learn_restart_cost: bool = True,
                  **miso_options: Any) -> None:
         super().__init__(**miso_options)
