@@ -429,3 +429,15 @@ def test_misoplus__learns_each_jobs_restart_cost_from_its_progress_reports():
     for j, cost in seen.items():
         assert cost - truth[j] in (pytest.approx(0.0, abs=1e-6), pytest.approx(4.0, abs=1e-6))
     assert pol.restart_stats[1] >= len(seen)
+
+
+def test_misoplus__a_long_first_job_is_profiled_before_the_rate_is_known():
+    """Before the arrival rate is known, a lone newcomer whose profiling costs under half a
+    per cent of its work is profiled anyway (the saturated Philly trace: long jobs that will
+    share a GPU for days); a short one is not."""
+    cfg = WorldConfig(n_gpus=4, restart_s=120.0)
+    long = [TraceJob("a", 0.0, 200_000.0, "resnet_train64")]
+    short = [TraceJob("a", 0.0, 2_000.0, "resnet_train64")]
+    for jobs, want in ((long, 1), (short, 0)):
+        r = run_policy("miso+", jobs, cfg, seed=1, record=True)
+        assert len([d for _, d in r.log if isinstance(d, StartProfiling)]) == want

@@ -21,6 +21,10 @@ from miso.sched.policies.base import Scratch
 #: When miso+ profiles a newcomer alone on an idle GPU (:meth:`Admission.profile_pays`).
 PROFILE_WHEN = ("auto", "always", "never")
 
+#: Before the arrival rate is known, a lone newcomer is profiled when profiling costs at most
+#: this fraction of its remaining work.
+LONG_JOB = 0.005
+
 
 class Admission:
     """Profiling and sharing decisions that must never make a cluster worse than NoPart."""
@@ -66,7 +70,13 @@ class Admission:
             (len(self.profile_levels) - 1) * self.restart_s
         if self.profile_when == "never" or self.arrival_within(run_s):
             return False
-        return self.profile_when == "always" or self.heavy_load(sc)
+        if self.profile_when == "always" or self.heavy_load(sc):
+            return True
+        if self.clock.offered_load(self.default_remaining_s) is None:
+            # No load known yet (the first arrivals): a long job is profiled all the same,
+            # the price being small against its run time and its chance to share some day.
+            return run_s + self.profile_s <= LONG_JOB * self.remaining(job)
+        return False
 
     def better_to_wait(self, g: str, job: str, sc: Scratch) -> bool:
         """Whether ``job`` should wait for a whole GPU rather than share ``g`` now: the sum
