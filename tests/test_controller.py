@@ -203,6 +203,25 @@ def test_controller__job_profiled_alone_keeps_running_on_the_whole_gpu(make_clus
     assert [a["mps_pct"] for a in atts] == [14, 100], atts
 
 
+def test_controller__miso_plus_measures_a_live_restart_from_the_relaunch(make_cluster) -> None:
+    """Restart cost measured, not told: a running job moved into a slice when a second one
+    joins its GPU; the policy reads its cost from the plan to the new attempt's first
+    progress report, at least the job's own warm-up (1.5 s) and not a last report of the
+    stopped attempt."""
+    c = make_cluster(gpus_per_node=1, config={"policy_args": {"profile_when": "never",
+                                                              "wait_for_gpu": False}})
+    ctl = c.controller
+    a = c.submit(emu("resnet_train128", 6.0, "--restart-s", "1.5"))
+    wait_for(lambda: any(j.state == "running" for j in ctl.store.jobs()), 30)
+    time.sleep(1.0)
+    c.submit(emu("bert_train2", 3.0, "--restart-s", "1.5"))
+    seen: dict[str, float] = {}
+    pol = ctl.loop.policy
+    wait_for(lambda: seen.update(pol.restart_seen) or a in seen, 60)
+    assert seen[a] >= 1.5, seen
+    assert ctl.wait_all(60), ctl.status()
+
+
 def test_store__schema_versioned_and_finish_exactly_once(tmp_path: Path) -> None:
     s = JobStore(tmp_path / "m.db")
     assert s.schema_version == 2

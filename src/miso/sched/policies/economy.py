@@ -15,6 +15,9 @@ from miso.sched.decisions import ApplyLayout, Decision
 from miso.sched.policies.base import Scratch
 from miso.sched.policies.priors import prior_speeds
 
+#: A restart not seen to end within this many ``restart_s`` (1 min at least) is not measured.
+STALE = 20.0
+
 
 class RestartEconomy:
     """Pricing of restarts and reservation of headroom (see the module docstring)."""
@@ -33,7 +36,8 @@ class RestartEconomy:
     heavy_load: Any
     learn_restart_cost: bool
     ran: set[str]
-    restarting: dict[str, float]        # job -> when a plan restarted it (not yet resumed)
+    restarting: dict[str, dict[str, float]]   # gpu -> job -> when a plan restarted it
+    relaunching: dict[str, tuple[float, float]]  # job -> (that plan, its ack), not resumed
     restart_seen: dict[str, float]      # job -> its measured restart cost (s)
     restart_stats: list[float]          # [sum, count] of every cost measured
 
@@ -52,7 +56,7 @@ class RestartEconomy:
 
     def note_restarts(self, now: float, out: list[Decision]) -> None:
         """Remember when this call's plans restart a running job (before the state applies
-        them), to measure how long the job takes to report progress again."""
+        them), per GPU, to measure how long the job takes to report progress again."""
         if not self.learn_restart_cost:
             return
         st = self.state
@@ -61,22 +65,33 @@ class RestartEconomy:
                 cur = st.gpus[d.gpu].assignment if d.gpu in st.gpus else {}
                 for j, pl in d.assignment.items():
                     if j in self.ran and cur.get(j) != pl:
-                        self.restarting[j] = now
+                        self.restarting.setdefault(d.gpu, {})[j] = now
+
+    def note_applied(self, now: float, gpu: str) -> None:
+        """A plan of ``gpu`` is carried out: its restarted jobs' old runs are stopped (live,
+        the executor acknowledges after stopping and relaunching), so a progress report
+        from now on is the new run's."""
+        for j, t0 in self.restarting.pop(gpu, {}).items():
+            js = self.state.jobs.get(j)
+            if js is not None and js.gpu == gpu and js.finished_at is None:
+                self.relaunching[j] = (t0, now)
 
     def learn_restart_costs(self) -> None:
-        """Read each restarted job's first progress report after its relaunch (folded into
-        its state by the driver, live or simulated) as its restart cost."""
+        """Read each relaunched job's first progress report after the plan's
+        acknowledgement (folded into its state by the driver, live or simulated; not a last
+        report of the old run) as its restart cost: from the plan to that report."""
         st = self.state
-        for j, t0 in list(self.restarting.items()):
+        for j, (t0, acked) in list(self.relaunching.items()):
             js = st.jobs.get(j)
             p = js.progress if js is not None else None
-            if js is None or js.finished_at is not None:
-                del self.restarting[j]
-            elif p is not None and p[0] > t0 and p[2] > 0:
+            if js is None or js.finished_at is not None or \
+                    st.now - t0 > STALE * max(self.restart_s, 60.0):
+                del self.relaunching[j]  # ended, or no relaunch seen: nothing to learn
+            elif p is not None and p[0] > acked and p[2] > 0:
                 self.restart_seen[j] = p[0] - t0
                 self.restart_stats[0] += p[0] - t0
                 self.restart_stats[1] += 1
-                del self.restarting[j]
+                del self.relaunching[j]
 
     def remaining(self, job: str) -> float:
         """Work the job has left (seconds alone on a full GPU) from its progress reports,

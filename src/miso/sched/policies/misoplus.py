@@ -109,7 +109,8 @@ class MisoPlus(Admission, RestartEconomy, Rebalancing, Miso):
         self.batch_arrivals = batch_arrivals
         self.batch_admit = batch_admit
         self.learn_restart_cost = learn_restart_cost
-        self.restarting: dict[str, float] = {}
+        self.restarting: dict[str, dict[str, float]] = {}
+        self.relaunching: dict[str, tuple[float, float]] = {}
         self.restart_seen: dict[str, float] = {}
         self.restart_stats = [0.0, 0.0]
         self.ahead = 0                      # queued jobs ahead of the one being placed
@@ -153,7 +154,7 @@ class MisoPlus(Admission, RestartEconomy, Rebalancing, Miso):
         self.calls += 1
         if isinstance(event, JobSubmitted):
             self.clock.note(now, event.job.memory_gb, event.job.duration_hint_s)
-        if self.restarting:
+        if self.relaunching:
             self.learn_restart_costs()
         out = super().decide(now, event, state)
         self.note_restarts(now, out)
@@ -418,6 +419,8 @@ class MisoPlus(Admission, RestartEconomy, Rebalancing, Miso):
 
     # -- events -----------------------------------------------------------------------------
     def on_applied(self, now: float, gpu: str, sc: Scratch) -> None:
+        if self.restarting:
+            self.note_applied(now, gpu)
         self.ran.update(sc.state.gpus[gpu].assignment)
         self.ran.update(sc.state.gpus[gpu].mps_shares)
         super().on_applied(now, gpu, sc)
@@ -482,7 +485,7 @@ class MisoPlus(Admission, RestartEconomy, Rebalancing, Miso):
         self.prior.discard(job)
         self.learned.pop(job, None)
         self.restart_seen.pop(job, None)
-        self.restarting.pop(job, None)
+        self.relaunching.pop(job, None)
         super().on_finish(now, job, gpu, sc)
         if self.rebalance:
             self.fill_idle_gpus(now, sc)
