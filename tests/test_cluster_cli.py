@@ -70,7 +70,7 @@ def test_demo__compare_runs_the_same_stream_under_both_policies(monkeypatch) -> 
     assert demo_jobs(20, seed=3) != demo_jobs(20, seed=4)
     seen: dict[str, object] = {}
 
-    def fake_run(policy, stream, gpus, model, no_ray, timeout, out):  # noqa: ANN001, ANN202
+    def fake_run(policy, stream, gpus, model, no_ray, timeout, out, args):  # noqa: ANN001, ANN202
         seen[policy] = list(stream)
         jct = {"miso+": 6.0, "nopart": 10.0}[policy]
         return ({"completed": len(stream), "failed": 0, "avg_jct_s": jct, "makespan_s": 20.0,
@@ -85,6 +85,38 @@ def test_demo__compare_runs_the_same_stream_under_both_policies(monkeypatch) -> 
     assert seen["miso+"] == seen["nopart"] == demo_jobs(5, seed=2)
     bad = runner.invoke(app, ["demo", "--compare", "bogus"])
     assert bad.exit_code == 2 and "unknown policy" in bad.output
+
+
+def test_demo__compare_optsta_runs_a_real_static_partition(monkeypatch) -> None:  # noqa: ANN001
+    """OptSta gets the best static layout for the demo's stream (the simulator's offline
+    search), not the one whole-GPU instance it falls back to without one (= NoPart); every
+    policy's options are ones it takes (the controller builds each)."""
+    from miso.cli.demo_cluster import demo_trace, policy_args
+    from miso.controller import ControllerConfig
+    from miso.controller.controller import make_controller_policy
+
+    stream = demo_jobs(8, seed=1)
+    assert [t.workload for t in demo_trace(stream)] == [
+        c[c.index("--workload") + 1] for _, _, c in stream]
+    for p in ("miso+", "miso", "nopart", "optsta", "mps"):
+        pol = make_controller_policy(ControllerConfig(policy=p, estimator="true",
+                                                      policy_args=policy_args(p, stream, 2,
+                                                                              "A100-40GB")))
+        if p == "optsta":
+            assert pol.layout is not None and len(pol.layout) > 1  # type: ignore[attr-defined]
+    seen: dict[str, object] = {}
+
+    def fake_run(policy, stream, gpus, model, no_ray, timeout, out, args):  # noqa: ANN001, ANN202
+        seen[policy] = args
+        return ({"completed": len(stream), "failed": 0, "avg_jct_s": 5.0, "makespan_s": 20.0,
+                 "restarts": 0, "restarts_per_job": 0.0}, [])
+
+    monkeypatch.setattr("miso.cli.demo._run_stream", fake_run)
+    r = runner.invoke(app, ["demo", "--no-ray", "--jobs", "6", "--gpus", "2", "--compare",
+                            "optsta", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout.strip().splitlines()[-1])
+    assert len(doc["optsta"]["layout"]) > 1 and seen["miso+"] == {}
 
 
 @pytest.mark.slow

@@ -71,7 +71,9 @@ def check_run(c: LocalCluster, store: JobStore) -> None:
 
 
 def test_controller__twenty_jobs_arriving_over_time_on_four_gpus(make_cluster) -> None:
-    c = make_cluster(gpus_per_node=4)
+    # profile_when="always": this run covers the live profiling path too (by default miso+
+    # profiles a newcomer only once the arrivals show a busy cluster)
+    c = make_cluster(gpus_per_node=4, config={"policy_args": {"profile_when": "always"}})
     wls = ["resnet_train128", "bert_train2", "gnn_train512", "mobilenet_train128",
            "transformer_train32", "cyclegan_train1", "embedding_train128"]
     for i in range(20):
@@ -188,6 +190,39 @@ def test_controller__phase_change_is_reported_to_the_policy(make_cluster) -> Non
     ev = ctl.store.events("JobSpeedChanged")
     assert ev and ev[0]["body"]["observed"] < 0.7 * ev[0]["body"]["baseline"]
     assert ctl.store.events("SpeedObserved")
+
+
+def test_controller__job_profiled_alone_keeps_running_on_the_whole_gpu(make_cluster) -> None:
+    """Sim/live parity of restarts: a job profiled alone ends its run under MPS at 100 % and
+    keeps running when the plan gives it the whole GPU (the simulator charges no restart
+    there): two attempts (the 14 % and 100 % levels), not a third after profiling."""
+    c = make_cluster(gpus_per_node=1, config={"policy_args": {"profile_when": "always"}})
+    ctl = c.controller
+    job = c.submit(emu("resnet_train128", 3.0))
+    assert ctl.wait_all(60), ctl.status()
+    assert ctl.store.events("ProfilingFinished")
+    check_run(c, ctl.store)
+    atts = [a for a in ctl.store.attempts() if a["job"] == job]
+    assert [a["mps_pct"] for a in atts] == [14, 100], atts
+
+
+def test_controller__miso_plus_measures_a_live_restart_from_the_relaunch(make_cluster) -> None:
+    """Restart cost measured, not told: a running job moved into a slice when a second one
+    joins its GPU; the policy reads its cost from the plan to the new attempt's first
+    progress report, at least the job's own warm-up (1.5 s) and not a last report of the
+    stopped attempt."""
+    c = make_cluster(gpus_per_node=1, config={"policy_args": {"profile_when": "never",
+                                                              "wait_for_gpu": False}})
+    ctl = c.controller
+    a = c.submit(emu("resnet_train128", 6.0, "--restart-s", "1.5"))
+    wait_for(lambda: any(j.state == "running" for j in ctl.store.jobs()), 30)
+    time.sleep(1.0)
+    c.submit(emu("bert_train2", 3.0, "--restart-s", "1.5"))
+    seen: dict[str, float] = {}
+    pol = ctl.loop.policy
+    wait_for(lambda: seen.update(pol.restart_seen) or a in seen, 60)
+    assert seen[a] >= 1.5, seen
+    assert ctl.wait_all(60), ctl.status()
 
 
 def test_store__schema_versioned_and_finish_exactly_once(tmp_path: Path) -> None:

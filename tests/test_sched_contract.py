@@ -249,7 +249,9 @@ def test_job_checkpointable_event_updates_the_spec_and_miso_plus_pins_the_job():
         JobSpec,
         JobSubmitted,
         LayoutApplied,
+        Tick,
         TrueSpeeds,
+        WakeUp,
         make_policy,
     )
 
@@ -261,6 +263,8 @@ def test_job_checkpointable_event_updates_the_spec_and_miso_plus_pins_the_job():
         out = pol.decide(t, ev, st)
         for d in out:
             st.apply(t, d)
+        for d in [d for d in out if isinstance(d, WakeUp) and d.at <= t]:
+            out += step(t, Tick(d.tag))  # the first arrivals are planned at the instant's end
         return out
 
     step(0.0, GpuAdded("g0", "A100-40GB"))

@@ -164,6 +164,35 @@ def test_restart_accounting__lost_work_matches_a_hand_computation():
     assert summarize(r)["lost_gpu_s"] == pytest.approx(lost)
 
 
+def test_restart_spread__each_job_waits_its_own_drawn_cost():
+    """With --restart-spread every job has its own restart cost (drawn around restart_s, same
+    mean); the hand-computed timeline above holds with each job's own cost."""
+    restart, reconf = 60.0, 4.0
+    jobs = [TraceJob("a", 0.0, 1000.0, "resnet_train64"),
+            TraceJob("b", 100.0, 1e5, "bert_train2")]
+    cfg = WorldConfig(n_gpus=1, restart_s=restart, reconfig_s=reconf, no_checkpoint_frac=1.0,
+                      observe_speeds=False, restart_spread=1.0)
+    sim = Simulator(build_policy("oracle", jobs, cfg, 1), jobs, cfg, seed=1)
+    ca, cb = sim.jobs["a"].restart_cost, sim.jobs["b"].restart_cost
+    assert len({ca, cb, restart}) == 3
+    r = sim.run()
+    from miso.mig import geometry
+    from miso.optimize import optimizer_for
+
+    sol = optimizer_for(geometry("A100-40GB")).solve(
+        {"a": _truth("resnet_train64"), "b": _truth("bert_train2")})
+    fin_a = 100.0 + reconf + ca + 1000.0 / _truth("resnet_train64")[sol.assignment["a"].profile]
+    got = dict(zip(r.job_ids, r.finish, strict=True))
+    assert got["a"] == pytest.approx(fin_a)
+    assert got["b"] == pytest.approx(fin_a + reconf + cb + 1e5)
+    # Many jobs: the drawn costs spread out around restart_s and keep its mean.
+    many = poisson_jobs(2000, seed=1)
+    costs = [j.restart_cost for j in Simulator(
+        build_policy("nopart", many, cfg, 1), many, cfg, seed=1).jobs.values()]
+    assert sum(costs) / len(costs) == pytest.approx(restart, rel=0.1)
+    assert min(costs) < restart / 2 and max(costs) > restart * 2
+
+
 def test_restart_accounting__mps_level_switches_are_restarts():
     """MISO profiles a 2-job mix: each job pays a restart per level switch (3 levels: 2) plus
     the move into its MIG slice; the resident that ran before pays one more."""
@@ -227,6 +256,24 @@ def test_trace__extra_columns_sampled_workloads_window_and_shipped(tmp_path):
     assert len(ph) == 50
 
 
+def test_poisson__lognormal_durations_keep_arrivals_workloads_and_mean():
+    base = poisson_jobs(3000, seed=2)
+    for sigma in (1.0, 2.0):
+        ln = poisson_jobs(3000, seed=2, duration_dist="lognormal", duration_sigma=sigma)
+        assert [(j.submit_s, j.workload) for j in ln] == [(j.submit_s, j.workload)
+                                                          for j in base]
+        mean = sum(j.duration_s for j in base) / len(base)
+        got = sum(j.duration_s for j in ln) / len(ln)
+        assert got == pytest.approx(mean, rel=0.25 * sigma)
+    narrow = poisson_jobs(500, seed=2, duration_dist="lognormal", duration_sigma=0.1)
+    wide = poisson_jobs(500, seed=2, duration_dist="lognormal", duration_sigma=2.0)
+    spread = [max(j.duration_s for j in x) / min(j.duration_s for j in x)
+              for x in (narrow, wide)]
+    assert spread[0] < 3 < 100 < spread[1]
+    with pytest.raises(ValueError, match="duration_dist"):
+        poisson_jobs(5, duration_dist="pareto")
+
+
 # -- CLI ------------------------------------------------------------------------------------
 @pytest.fixture()
 def app() -> typer.Typer:
@@ -271,3 +318,126 @@ def test_cli__sweep_jobs_per_gpu(app, tmp_path):
     assert r.exit_code == 0, r.output
     d = json.loads(out.read_text())["sweep"]
     assert d["kind"] == "jobs-per-gpu" and set(d["results"]) == {str(k) for k in range(1, 11)}
+
+
+def test_cli__trace_with_every_job_at_zero_is_a_fixed_mix(app, tmp_path):
+    """A CSV whose jobs all arrive at t=0 on one GPU (the fixed-mix experiment): NoPart runs
+    them back to back in job order, JCTs by hand; every policy finishes them."""
+    p = _csv(tmp_path, "job_id,submit_time_s,duration_s,workload\n"
+                       "a,0,600,resnet_train64\nb,0,600,bert_train2\nc,0,300,resnet_train64\n")
+    out = tmp_path / "m.json"
+    r = CliRunner().invoke(app, ["simulate", "--trace", str(p), "--gpus", "1", "--policies",
+                                 "nopart,optsta,miso,miso+", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    d = json.loads(out.read_text())["policies"]
+    assert d["nopart"]["avg_jct_s"] == pytest.approx((600 + 1200 + 1500) / 3)
+    assert all(d[q]["avg_jct_s"] > 0 for q in ("optsta", "miso", "miso+"))
+
+
+def test_cli__duration_dist_and_restart_spread(app, tmp_path):
+    out = tmp_path / "l.json"
+    args = ["simulate", "--gpus", "4", "--jobs", "30", "--mean-interarrival", "30",
+            "--policies", "nopart,miso+", "--duration-dist", "lognormal",
+            "--duration-sigma", "2", "--restart-spread", "0.5", "--json", str(out)]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    d = json.loads(out.read_text())
+    assert d["config"]["duration_dist"] == "lognormal" and d["config"]["restart_spread"] == 0.5
+    plain = tmp_path / "p.json"
+    CliRunner().invoke(app, args[:9] + ["--json", str(plain)])
+    assert json.loads(plain.read_text())["policies"]["nopart"]["avg_jct_s"] != \
+        d["policies"]["nopart"]["avg_jct_s"]
+    bad = CliRunner().invoke(app, ["simulate", "--duration-dist", "pareto"])
+    assert bad.exit_code != 0 and "--duration-dist" in bad.output
+
+
+# -- no regret (issue 17) -------------------------------------------------------------------
+def test_misoplus__light_load_pays_no_profiling_and_matches_nopart():
+    """40 GPUs, one job every 240 s: every newcomer finds an idle GPU. miso+ profiles nobody
+    (the level switch would be a restart that buys nothing) and equals NoPart job by job."""
+    jobs = poisson_jobs(200, seed=2, mean_interarrival_s=240.0)
+    cfg = WorldConfig(n_gpus=40, restart_s=120.0)
+    plus = run_policy("miso+", jobs, cfg, seed=2, record=True)
+    nop = run_policy("nopart", jobs, cfg, seed=2)
+    assert not [d for _, d in plus.log if isinstance(d, StartProfiling)]
+    assert int(plus.restarts.sum()) == 0
+    assert list(plus.finish) == pytest.approx(list(nop.finish))
+    # the issue-8 rule profiled every newcomer (one restart each) and lost to NoPart
+    old = run_policy("miso+", jobs, cfg, seed=2, profile_when="always")
+    assert old.restarts.mean() > 0.9 and old.jct.mean() > nop.jct.mean()
+
+
+def test_misoplus__busy_cluster_still_profiles_newcomers():
+    """The paper's load (40 GPUs, 60 s): sharing is expected, so a newcomer that finds an idle
+    GPU is profiled there alone."""
+    jobs = poisson_jobs(300, seed=1, mean_interarrival_s=60.0)
+    r = run_policy("miso+", jobs, WorldConfig(n_gpus=40, restart_s=60.0), seed=1, record=True)
+    prof = [d for _, d in r.log if isinstance(d, StartProfiling)]
+    assert len(prof) >= 10 and all(len(d.jobs) == 1 for d in prof)
+
+
+def test_misoplus__fixed_mix_planned_together_without_restarts_at_t0():
+    """k jobs submitted at t=0 on one GPU: no job is started alone only to be restarted by the
+    next one of the batch; one job alone runs as on NoPart."""
+    cfg = WorldConfig(n_gpus=1, restart_s=120.0, observe_speeds=False)
+    from miso.sim.run import fixed_jobs
+
+    one = run_policy("miso+", fixed_jobs(1, seed=1), cfg, seed=1)
+    assert one.jct.mean() == pytest.approx(600.0) and int(one.restarts.sum()) == 0
+    r = run_policy("miso+", fixed_jobs(4, seed=1), cfg, seed=1, record=True)
+    first = [d for _, d in r.log if isinstance(d, ApplyLayout)][0]
+    assert len(first.assignment) >= 2  # the first plan already holds several of the batch
+    assert r.jct.mean() < run_policy("nopart", fixed_jobs(4, seed=1), cfg, seed=1).jct.mean()
+
+
+def test_arrival_clock__offered_load_is_littles_law_after_enough_arrivals():
+    from miso.sched.policies.arrivals import ArrivalClock
+
+    c = ArrivalClock(quiet_gaps=8.0)
+    for i in range(10):
+        c.note(i * 100.0, 4.0, 3000.0)
+    assert c.offered_load(3000.0) is None  # too few arrivals to tell the rate
+    for i in range(10, 40):
+        c.note(i * 100.0, 4.0, 3000.0 if i % 2 else None)
+    assert c.offered_load(1000.0) == pytest.approx((3000 * 0.5 + 0.5 * 3000 * (20 / 40)
+                                                    + 1000.0 * (10 / 40)) / 100.0, rel=0.2)
+
+
+def test_misoplus__learns_each_jobs_restart_cost_from_its_progress_reports():
+    """Per-job restart costs drawn around restart_s (--restart-spread): miso+ is told only the
+    mean and measures each restarted job's cost (plan to first progress after the relaunch:
+    the job's drawn wait plus the reconfiguration)."""
+    from miso.sched.policies import MisoPlus
+
+    jobs = poisson_jobs(200, seed=3, mean_interarrival_s=30.0)
+    cfg = WorldConfig(n_gpus=8, restart_s=120.0, restart_spread=1.0, observe_speeds=False)
+    pol = build_policy("miso+", jobs, cfg, 3)
+    assert isinstance(pol, MisoPlus)
+    sim = Simulator(pol, jobs, cfg, seed=3)
+    truth = {j: sj.restart_cost for j, sj in sim.jobs.items()}
+    seen: dict[str, float] = {}
+    decide = pol.decide
+
+    def spy(now, event, state):  # noqa: ANN001, ANN202
+        out = decide(now, event, state)
+        seen.update(pol.restart_seen)
+        return out
+
+    pol.decide = spy  # type: ignore[method-assign]
+    sim.run()
+    assert len(seen) >= 5
+    for j, cost in seen.items():
+        assert cost - truth[j] in (pytest.approx(0.0, abs=1e-6), pytest.approx(4.0, abs=1e-6))
+    assert pol.restart_stats[1] >= len(seen)
+
+
+def test_misoplus__a_long_first_job_is_profiled_before_the_rate_is_known():
+    """Before the arrival rate is known, a lone newcomer whose profiling costs under half a
+    per cent of its work is profiled anyway (the saturated Philly trace: long jobs that will
+    share a GPU for days); a short one is not."""
+    cfg = WorldConfig(n_gpus=4, restart_s=120.0)
+    long = [TraceJob("a", 0.0, 200_000.0, "resnet_train64")]
+    short = [TraceJob("a", 0.0, 2_000.0, "resnet_train64")]
+    for jobs, want in ((long, 1), (short, 0)):
+        r = run_policy("miso+", jobs, cfg, seed=1, record=True)
+        assert len([d for _, d in r.log if isinstance(d, StartProfiling)]) == want

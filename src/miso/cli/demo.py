@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from miso.cli.demo_cluster import DEMO_RESTART_S, DemoLocal, DemoRay, demo_jobs, summarize
+from miso.cli.demo_cluster import DemoLocal, DemoRay, demo_jobs, policy_args, summarize
 from miso.cli.text import fail, make_console
 
 console = make_console()
@@ -65,9 +65,20 @@ def demo(
     out = err_console if json_out else console
     stream = demo_jobs(jobs, seed)
     results: dict[str, Any] = {}
+    args = {}
     for p in [policy] + ([compare] if compare else []):
-        out.print(f"[bold]policy {p}[/bold]: {jobs} jobs on {gpus} emulated {model} GPUs")
-        summary, rows = _run_stream(p, stream, gpus, model, no_ray, timeout, out)
+        try:
+            args[p] = policy_args(p, stream, gpus, model)
+        except ValueError as e:
+            fail(str(e))
+    for p in [policy] + ([compare] if compare else []):
+        lay = args[p].get("layout")
+        out.print(f"[bold]policy {p}[/bold]: {jobs} jobs on {gpus} emulated {model} GPUs"
+                  + (f" (static layout {' '.join(pl.profile for pl in lay)}, the best for "
+                     "this stream in the simulator)" if lay else ""))
+        summary, rows = _run_stream(p, stream, gpus, model, no_ray, timeout, out, args[p])
+        if lay:
+            summary["layout"] = [pl.profile for pl in lay]
         results[p] = (summary, rows)
     summary = results[policy][0]
     if compare:
@@ -94,25 +105,15 @@ def demo(
         raise typer.Exit(1)
 
 
-def demo_config(policy: str) -> dict[str, Any]:
-    """The controller configuration of the demo's cluster under ``policy``: a policy that
-    prices restarts (miso+) is told the emulated jobs' restart cost; the others take no such
-    option (policy options are strict)."""
-    from miso.sched.policies import policy_options
-
-    args = {"restart_s": DEMO_RESTART_S + 1.0} if "restart_s" in policy_options(policy) else {}
-    return {"policy": policy, "profile_seconds_per_level": 1.0, "checkpoint_timeout": 10.0,
-            "estimator": "auto", "policy_args": args}
-
-
 def _run_stream(policy: str, stream: list[tuple[float, str, list[str]]], gpus: int,
-                model: str, no_ray: bool, timeout: float, out: Console
-                ) -> tuple[dict[str, Any], list[tuple[str, ...]]]:
+                model: str, no_ray: bool, timeout: float, out: Console,
+                args: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, ...]]]:
     """Run one policy over the stream on a fresh emulated cluster; (summary, table rows)."""
     from rich.markup import escape
 
     d = tempfile.mkdtemp(prefix="miso-demo-")
-    cfg = demo_config(policy)
+    cfg = {"policy": policy, "profile_seconds_per_level": 1.0, "checkpoint_timeout": 10.0,
+           "estimator": "auto", "policy_args": args}
     cluster: Any = None
     t_start = time.time()
     st: dict[str, Any] = {}

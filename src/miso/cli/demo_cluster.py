@@ -45,6 +45,39 @@ def demo_jobs(n: int, seed: int = 0, *, ips: float = 20.0, mean_work_s: float = 
     return out
 
 
+def demo_trace(stream: list[tuple[float, str, list[str]]]) -> list[Any]:
+    """The demo stream as a simulator trace (:class:`~miso.sim.traces.TraceJob`: arrival,
+    full-GPU work, workload), to find OptSta's static layout the way the simulator does or
+    to replay the stream in the simulator."""
+    from miso.sim.traces import TraceJob
+
+    out = []
+    for at, name, cmd in stream:
+        wl = cmd[cmd.index("--workload") + 1]
+        work = float(cmd[cmd.index("--iterations") + 1]) / float(cmd[cmd.index("--ips") + 1])
+        out.append(TraceJob(name, at, work, wl))
+    return out
+
+
+def policy_args(policy: str, stream: list[tuple[float, str, list[str]]], gpus: int,
+                model: str) -> dict[str, Any]:
+    """The options the demo gives ``policy``: OptSta gets the best static layout for the
+    stream (the simulator's offline search, :func:`miso.sim.run.optsta_search`: without one
+    it would run one whole-GPU instance, i.e. NoPart). miso+ is not told the jobs' restart
+    cost: it measures it. Raises ValueError when no static layout runs the stream."""
+    if policy != "optsta":
+        return {}
+    from miso.sim.run import optsta_search
+    from miso.sim.world import WorldConfig
+
+    cfg = WorldConfig(gpu_model=model, n_gpus=gpus, restart_s=DEMO_RESTART_S,
+                      profile_s_per_level=1.0)
+    try:
+        return {"layout": tuple(optsta_search(demo_trace(stream), cfg, seed=1))}
+    except RuntimeError as e:
+        raise ValueError(f"optsta cannot run this stream: {e}") from None
+
+
 def summarize(jobs: list[dict[str, Any]]) -> dict[str, Any]:
     """``{"completed", "failed", "avg_jct_s", "makespan_s", "restarts", "restarts_per_job"}``
     of a finished stream."""

@@ -71,6 +71,14 @@ def simulate(
         "errors of a predictor that never saw the job's model family), true.")] = "noisy",
     restart_s: Annotated[float, typer.Option(
         help="Cost of every restart (s): checkpoint, start, warm-up, restore.")] = 60.0,
+    restart_spread: Annotated[float, typer.Option(
+        help="Per-job restart costs drawn around --restart-s (lognormal, this log-space "
+        "sigma, same mean); policies are told only --restart-s.")] = 0.0,
+    duration_dist: Annotated[str, typer.Option(
+        help="Poisson job durations: miso (drawn from the MISO trace) or lognormal (the "
+        "trace's mean, --duration-sigma).")] = "miso",
+    duration_sigma: Annotated[float, typer.Option(
+        help="Log-space sigma of --duration-dist lognormal (>= 0).")] = 1.0,
     no_checkpoint_frac: Annotated[float, typer.Option(
         help="Fraction of jobs that cannot checkpoint (lose all progress on restart).")] = 0.0,
     reconfig_s: Annotated[float, typer.Option(help="MIG reconfiguration time (s, >= 0).")] = 4.0,
@@ -111,12 +119,18 @@ def simulate(
     from miso.mig import gpu_model as find_gpu_model
     from miso.sched import policy_names
     from miso.sim.run import compare, sweep_interarrival, sweep_jobs_per_gpu
-    from miso.sim.traces import TraceError, load_trace, poisson_jobs
+    from miso.sim.traces import DURATION_DISTS, TraceError, load_trace, poisson_jobs
     from miso.sim.world import WorldConfig
 
     checks.positive(mean_interarrival, "--mean-interarrival")
     checks.non_negative(restart_s, "--restart-s")
     checks.non_negative(reconfig_s, "--reconfig-s")
+    checks.non_negative(restart_spread, "--restart-spread")
+    checks.non_negative(duration_sigma, "--duration-sigma")
+    if duration_dist not in DURATION_DISTS:
+        fail(f"--duration-dist must be {' or '.join(DURATION_DISTS)}, not {duration_dist!r}")
+    if duration_dist != "miso" and trace is not None:
+        fail("--duration-dist applies to Poisson jobs; a --trace has its own durations")
     checks.positive(time_scale, "--time-scale")
     checks.positive(duration_scale, "--duration-scale")
     checks.non_negative(seed, "--seed")
@@ -154,11 +168,14 @@ def simulate(
     if events is not None:
         checks.output_file(events, "--events")
     cfg = WorldConfig(gpu_model=model, n_gpus=gpus, restart_s=restart_s, reconfig_s=reconfig_s,
-                      predictor=predictor, no_checkpoint_frac=no_checkpoint_frac)
+                      predictor=predictor, no_checkpoint_frac=no_checkpoint_frac,
+                      restart_spread=restart_spread)
     out: dict[str, object] = {"config": asdict(cfg) | {"seed": seed, "jobs": jobs,
                                                         "trace": trace or "poisson",
                                                         "mean_interarrival_s":
-                                                            mean_interarrival}}
+                                                            mean_interarrival,
+                                                        "duration_dist": duration_dist,
+                                                        "duration_sigma": duration_sigma}}
     cols = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/"
             "{task.total}"), TimeElapsedColumn())
     if sweep is not None and events is not None:
@@ -172,7 +189,10 @@ def simulate(
                 prog.advance(task)
 
             if sweep == "interarrival":
-                data = sweep_interarrival(xs, pols, jobs, cfg, seed, progress=tick)
+                data = sweep_interarrival(xs, pols, jobs, cfg, seed, progress=tick,
+                                          duration_scale=duration_scale,
+                                          duration_dist=duration_dist,
+                                          duration_sigma=duration_sigma)
             else:
                 data = sweep_jobs_per_gpu(xs, pols, cfg, seed, progress=tick)
         out["sweep"] = {"kind": sweep, "results": data}
@@ -191,7 +211,8 @@ def simulate(
                                duration_scale=duration_scale)
         else:
             tjobs = poisson_jobs(jobs, seed=seed, mean_interarrival_s=mean_interarrival,
-                                 duration_scale=duration_scale)
+                                 duration_scale=duration_scale, duration_dist=duration_dist,
+                                 duration_sigma=duration_sigma)
     except TraceError as e:
         fail(str(e))
     tjobs, tenancy = _tenancy(tjobs, tenants, tenant_skew, fair_share, half_life,

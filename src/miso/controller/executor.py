@@ -273,7 +273,9 @@ class PlanExecutor:
             log.warning("GPU %s: %s; restarting all its jobs", d.gpu, e)
             moving = set(cur_jobs)
             starts = sorted(d.assignment.items())
-        self._stop_runs([r for r in runs if r.job in moving or r.mps_pct is not None])
+        keep = self._kept_profiled_run(d, runs, Placement(0, ref.geom.model.full_profile().name))
+        self._stop_runs([r for r in runs
+                         if (r.job in moving or r.mps_pct is not None) and r is not keep])
         if not self._apply(d.gpu, list(d.layout), d.plan_id):
             return
         if not any(r.mps_pct is not None for r in rt.runs_on(d.gpu)):
@@ -281,7 +283,24 @@ class PlanExecutor:
         for job, pl in starts:
             if job in d.assignment:
                 self._launch(job, d.gpu, pl, None)
+        if keep is not None:
+            rt.store.update(keep.job, state="running")
         rt.post_event(LayoutApplied(d.gpu, d.plan_id))
+
+    @staticmethod
+    def _kept_profiled_run(d: ApplyLayout, runs: list[Run], full: Placement) -> Run | None:
+        """The run that keeps going through ``d``: a job profiled alone, still running under
+        MPS at 100 % of the whole GPU, that ``d`` gives the whole GPU. Stopping it would be a
+        restart that buys nothing (the simulator does not stop it either,
+        :mod:`miso.sim.engine`); it stays an MPS run, so the next plan that moves it stops it."""
+        if len(d.assignment) != 1 or len(runs) != 1:
+            return None
+        (job, pl), = d.assignment.items()
+        r = runs[0]
+        if r.job != job or r.mps_pct != 100 or r.placement != full or pl != full \
+                or tuple(d.layout) != (full,) or r.stopping or r.done.is_set():
+            return None
+        return r
 
     def _exec_mps(self, d: RunMps) -> None:
         rt = self.rt

@@ -15,7 +15,7 @@ class SimJob:
     __slots__ = ("id", "spec", "duration", "work_left", "rate", "t_last", "version", "token",
                  "truth", "workload", "base_rate", "started", "mode", "placement", "waiting",
                  "submit", "first_start", "finish", "milestone", "alt", "ckpt", "restarts",
-                 "lost")
+                 "lost", "restart_cost")
 
     def __init__(self, tj: TraceJob, spec: JobSpec, truth: dict[str, float], base_rate: float):
         self.id = tj.id
@@ -41,6 +41,7 @@ class SimJob:
         self.ckpt = spec.checkpointable
         self.restarts = 0
         self.lost = 0.0
+        self.restart_cost = 0.0   # this job's wait per restart (s), set by the simulator
 
 
 class SimGpu:

@@ -8,13 +8,15 @@ The engine is a driver of :mod:`miso.sched` exactly like the live controller: it
 Restart cost (honest): a job that has made progress and is started again (a repartition moves
 it, a requeue, MPS profiling stops it, and *every MPS level switch*, since the active-thread
 percentage is fixed per process) waits ``restart_s`` with no progress (checkpoint, process
-start, CUDA and data-loader warm-up, restore). A job that cannot checkpoint
-(``no_checkpoint_frac``) also loses all its progress. ``lost_gpu_s`` adds up the GPU time thrown
-away: the restart wait times the share of the GPU the job holds, plus discarded progress (in
-full-GPU seconds). A profiling run takes its levels in the decision's order with the 100 % level
-last, so the jobs keep running under MPS at 100 % afterwards (no further switch); a job alone on
-its GPU that then gets the full slice keeps running (no restart). ``profiling_gpu_s`` is the
-GPU time spent in MPS profiling runs (from the decision to the report).
+start, CUDA and data-loader warm-up, restore); with ``restart_spread`` each job has its own
+cost, drawn around ``restart_s`` (the policy is told only ``restart_s``). A job that cannot
+checkpoint (``no_checkpoint_frac``) also loses all its progress. ``lost_gpu_s`` adds up the GPU
+time thrown away: the restart wait times the share of the GPU the job holds, plus discarded
+progress (in full-GPU seconds). A profiling run takes its levels in the decision's order with
+the 100 % level last, so the jobs keep running under MPS at 100 % afterwards (no further
+switch); a job alone on its GPU that then gets the full slice keeps running (no restart).
+``profiling_gpu_s`` is the GPU time spent in MPS profiling runs (from the decision to the
+report).
 
 Efficiency: a binary-heap event queue with a sequence tie-break; each job's progress is updated
 only when its own rate changes (rate x elapsed time), with version numbers invalidating stale
@@ -124,6 +126,11 @@ class Simulator(ProfilingRuns, Disturbances):
             jrng = np.random.default_rng([seed, zlib.crc32(tj.id.encode())])
             base = float(jrng.lognormal(2.0, 0.8))
             j = SimJob(tj, spec, workload_speeds(self.geom, cat[tj.workload]), base)
+            j.restart_cost = config.restart_s
+            if config.restart_spread > 0:
+                sg = config.restart_spread
+                rrng = np.random.default_rng([seed, 23, zlib.crc32(tj.id.encode())])
+                j.restart_cost = config.restart_s * float(rrng.lognormal(-sg * sg / 2, sg))
             if config.phase_change_prob > 0 and rng.random() < config.phase_change_prob:
                 cands = alts.get(tj.workload, [])
                 if cands:
@@ -287,8 +294,9 @@ class Simulator(ProfilingRuns, Disturbances):
         j.waiting = False
 
     def restart(self, j: SimJob, share: float) -> float:
-        """Account one restart of a job that has made progress; returns its wait (s)."""
-        cost = self.cfg.restart_s
+        """Account one restart of a job that has made progress; returns its wait (s): the
+        job's own restart cost (``restart_s``, or drawn around it with ``restart_spread``)."""
+        cost = j.restart_cost
         j.restarts += 1
         j.lost += cost * share
         if not j.ckpt:

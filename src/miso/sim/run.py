@@ -131,14 +131,15 @@ def fixed_jobs(k: int, *, seed: int = 1, duration_s: float = 600.0) -> list[Trac
 
 
 def sweep_interarrival(values: Sequence[float], policies: Sequence[str], n_jobs: int, cfg: Any,
-                       seed: int = 1, progress: Callable[[str], None] | None = None
-                       ) -> dict[str, dict[str, dict[str, float]]]:
-    """{str(mean inter-arrival): {policy: summary}} over Poisson traces."""
+                       seed: int = 1, progress: Callable[[str], None] | None = None,
+                       **trace_options: Any) -> dict[str, dict[str, dict[str, float]]]:
+    """{str(mean inter-arrival): {policy: summary}} over Poisson traces (``trace_options``
+    go to :func:`~miso.sim.traces.poisson_jobs`: durations)."""
     from miso.sim.traces import poisson_jobs
 
     out: dict[str, dict[str, dict[str, float]]] = {}
     for v in values:
-        jobs = poisson_jobs(n_jobs, seed=seed, mean_interarrival_s=v)
+        jobs = poisson_jobs(n_jobs, seed=seed, mean_interarrival_s=v, **trace_options)
         out[f"{v:g}"], _ = compare(policies, jobs, cfg, seed)
         if progress:
             progress(f"inter-arrival {v:g} s")

@@ -31,6 +31,9 @@ import numpy as np
 from miso.sched.tenancy import HIGH, parse_priority
 from miso.workloads import catalogue
 
+#: Duration distributions of :func:`poisson_jobs` (``miso simulate --duration-dist``).
+DURATION_DISTS = ("miso", "lognormal")
+
 SHIPPED = {"miso100": "miso_trace_100.csv", "philly": "philly_2017_pass.csv.gz"}
 
 
@@ -223,13 +226,30 @@ def poisson_jobs(
     mean_interarrival_s: float = 60.0,
     duration_column: str = "exp_100_value",
     duration_scale: float = 1.0,
+    duration_dist: str = "miso",
+    duration_sigma: float = 1.0,
 ) -> list[TraceJob]:
-    """``n`` jobs with Poisson arrivals; (duration, workload) pairs drawn from the MISO trace."""
+    """``n`` jobs with Poisson arrivals; (duration, workload) pairs drawn from the MISO trace.
+
+    ``duration_dist="lognormal"`` keeps the drawn workloads and arrivals but draws each
+    duration from a lognormal with the MISO column's mean and log-space standard deviation
+    ``duration_sigma`` (heavier tails than the trace for sigma >= 1)."""
+    if duration_dist not in DURATION_DISTS:
+        raise ValueError(f"duration_dist must be one of {', '.join(DURATION_DISTS)}, "
+                         f"not {duration_dist!r}")
+    if not (math.isfinite(duration_sigma) and duration_sigma >= 0):
+        raise ValueError(f"duration_sigma must be >= 0, not {duration_sigma!r}")
     base = load_trace("miso100", seed=seed, duration_column=duration_column)
     rng = np.random.default_rng([seed, 7])
     gaps = rng.exponential(mean_interarrival_s, n)
     gaps[0] = 0.0
     subs = np.cumsum(gaps)
     pick = rng.integers(len(base), size=n)
-    return [TraceJob(str(i), float(subs[i]), base[k].duration_s * duration_scale,
+    durs = [base[k].duration_s for k in pick]
+    if duration_dist == "lognormal":
+        mean = float(np.mean([b.duration_s for b in base]))
+        mu = math.log(mean) - duration_sigma ** 2 / 2.0  # keeps the trace's mean
+        drng = np.random.default_rng([seed, 11])
+        durs = [max(1.0, float(x)) for x in drng.lognormal(mu, duration_sigma, n)]
+    return [TraceJob(str(i), float(subs[i]), durs[i] * duration_scale,
                      base[k].workload) for i, k in enumerate(pick)]

@@ -29,6 +29,8 @@ class WorldConfig:
     gpu_model: str = "A100-40GB"
     n_gpus: int = 40
     restart_s: float = 60.0            # wait of every restart (checkpoint, start, warm-up, restore)
+    restart_spread: float = 0.0        # per-job restart costs: lognormal, this log-space sigma,
+                                       # mean restart_s (policies are told only the mean)
     no_checkpoint_frac: float = 0.0    # fraction of jobs that cannot checkpoint (lose all progress)
     reconfig_s: float = 4.0            # MIG destroy/create time when instances change
     profile_s_per_level: float = 10.0  # MPS profiling time per level (3 levels)

@@ -1,5 +1,6 @@
 """Recent arrivals as a restart-economy policy sees them: the mean gap between jobs, whether
-arrivals have stopped, the typical newcomer's memory. Pure bookkeeping, fed by the policy."""
+arrivals have stopped, the typical newcomer's memory and work, the load they offer. Pure
+bookkeeping, fed by the policy."""
 
 from __future__ import annotations
 
@@ -7,16 +8,33 @@ from collections import deque
 
 
 class ArrivalClock:
-    """The last ``window`` arrivals (time, memory)."""
+    """The last ``window`` arrivals (time, memory, declared work)."""
 
-    def __init__(self, quiet_gaps: float, window: int = 32) -> None:
+    def __init__(self, quiet_gaps: float, window: int = 32, load_window: int = 128) -> None:
         self.quiet_gaps = quiet_gaps
         self.times: deque[float] = deque(maxlen=window)
         self.memory: deque[float] = deque(maxlen=window)
+        # The offered load is averaged over more arrivals: a short burst must not make a
+        # lightly loaded cluster look busy.
+        self.long: deque[float] = deque(maxlen=load_window)
+        self.work: deque[float | None] = deque(maxlen=load_window)
 
-    def note(self, now: float, memory_gb: float) -> None:
+    def note(self, now: float, memory_gb: float, work_s: float | None = None) -> None:
         self.times.append(now)
         self.memory.append(memory_gb)
+        self.long.append(now)
+        self.work.append(work_s)
+
+    def offered_load(self, default_work_s: float, min_samples: int = 16) -> float | None:
+        """GPUs the recent arrivals keep busy on average (mean work per job, in full-GPU
+        seconds, over the mean gap: Little's law); ``default_work_s`` for a job that declared
+        none. None before ``min_samples`` arrivals (a few gaps say little about the rate)."""
+        a = self.long
+        if len(a) < min_samples or a[-1] <= a[0]:
+            return None
+        gap = (a[-1] - a[0]) / (len(a) - 1)
+        w = [default_work_s if x is None else x for x in self.work]
+        return sum(w) / len(w) / gap
 
     def mean_gap(self) -> float | None:
         """Mean inter-arrival time of the window (None before two distinct arrivals)."""

@@ -11,8 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 from miso.mig import Placement
+from miso.sched.decisions import ApplyLayout, Decision
 from miso.sched.policies.base import Scratch
 from miso.sched.policies.priors import prior_speeds
+
+#: A restart not seen to end within this many ``restart_s`` (1 min at least) is not measured.
+STALE = 20.0
 
 
 class RestartEconomy:
@@ -29,6 +33,65 @@ class RestartEconomy:
     state: Any
     now: float
     trigger: str
+    heavy_load: Any
+    learn_restart_cost: bool
+    ran: set[str]
+    restarting: dict[str, dict[str, float]]   # gpu -> job -> when a plan restarted it
+    relaunching: dict[str, tuple[float, float]]  # job -> (that plan, its ack), not resumed
+    restart_seen: dict[str, float]      # job -> its measured restart cost (s)
+    restart_stats: list[float]          # [sum, count] of every cost measured
+
+    def restart_cost(self, job: str) -> float:
+        """What restarting ``job`` costs (s): its own measured cost (decision to its first
+        progress report after the relaunch: checkpoint, reconfiguration, start, warm-up,
+        restore) with ``learn_restart_cost``; else the mean of the costs measured so far
+        (three at least); else the configured ``restart_s``."""
+        if not self.learn_restart_cost:
+            return self.restart_s
+        got = self.restart_seen.get(job)
+        if got is not None:
+            return got
+        total, n = self.restart_stats
+        return total / n if n >= 3 else self.restart_s
+
+    def note_restarts(self, now: float, out: list[Decision]) -> None:
+        """Remember when this call's plans restart a running job (before the state applies
+        them), per GPU, to measure how long the job takes to report progress again."""
+        if not self.learn_restart_cost:
+            return
+        st = self.state
+        for d in out:
+            if isinstance(d, ApplyLayout):
+                cur = st.gpus[d.gpu].assignment if d.gpu in st.gpus else {}
+                for j, pl in d.assignment.items():
+                    if j in self.ran and cur.get(j) != pl:
+                        self.restarting.setdefault(d.gpu, {})[j] = now
+
+    def note_applied(self, now: float, gpu: str) -> None:
+        """A plan of ``gpu`` is carried out: its restarted jobs' old runs are stopped (live,
+        the executor acknowledges after stopping and relaunching), so a progress report
+        from now on is the new run's."""
+        for j, t0 in self.restarting.pop(gpu, {}).items():
+            js = self.state.jobs.get(j)
+            if js is not None and js.gpu == gpu and js.finished_at is None:
+                self.relaunching[j] = (t0, now)
+
+    def learn_restart_costs(self) -> None:
+        """Read each relaunched job's first progress report after the plan's
+        acknowledgement (folded into its state by the driver, live or simulated; not a last
+        report of the old run) as its restart cost: from the plan to that report."""
+        st = self.state
+        for j, (t0, acked) in list(self.relaunching.items()):
+            js = st.jobs.get(j)
+            p = js.progress if js is not None else None
+            if js is None or js.finished_at is not None or \
+                    st.now - t0 > STALE * max(self.restart_s, 60.0):
+                del self.relaunching[j]  # ended, or no relaunch seen: nothing to learn
+            elif p is not None and p[0] > acked and p[2] > 0:
+                self.restart_seen[j] = p[0] - t0
+                self.restart_stats[0] += p[0] - t0
+                self.restart_stats[1] += 1
+                del self.relaunching[j]
 
     def remaining(self, job: str) -> float:
         """Work the job has left (seconds alone on a full GPU) from its progress reports,
@@ -64,20 +127,23 @@ class RestartEconomy:
                        current: dict[str, Placement]
                        ) -> tuple[float | None, dict[str, float]]:
         """(horizon, throughput each running job's restart costs over it): the work the job
-        does not do while it restarts (``restart_s x speed``) spread over the plan's
+        does not do while it restarts (:meth:`restart_cost` x speed) spread over the plan's
         :meth:`horizon`. ``(None, {})`` without ``economy`` or when nothing runs."""
         if not (self.economy and current):
             return None, {}
         horizon = self.horizon(jobs, speeds, current)
-        return horizon, {j: self.restart_s * speeds[j].get(pl.profile, 0.5) / horizon
+        return horizon, {j: self.restart_cost(j) * speeds[j].get(pl.profile, 0.5) / horizon
                          for j, pl in current.items()}
 
     def headroom(self, sc: Scratch, g: str, jobs: list[str]) -> dict[str, float] | None:
         """Prior speeds of the next newcomer when one is expected on ``g`` before its jobs'
         median remaining time (arrivals spread over the GPUs, nothing queued): the plan then
-        keeps a slice free for it, so its arrival restarts nobody. None otherwise."""
+        keeps a slice free for it, so its arrival restarts nobody. None otherwise, and at
+        light load (the policy's ``heavy_load`` false: sharing is not expected)."""
         if not self.reserve or self.trigger == "profiled" or self.clock.quiet(self.now):
             return None
+        if not self.heavy_load(sc):
+            return None  # light load: the next newcomer finds an idle GPU or waits for one
         st = sc.state
         gs = st.gpus[g]
         gap = self.clock.mean_gap()

@@ -18,6 +18,7 @@ from miso.sched.events import (
     SpeedObserved,
     Tick,
 )
+from miso.sched.policies.admission import PROFILE_WHEN, Admission
 from miso.sched.policies.arrivals import ArrivalClock
 from miso.sched.policies.base import (
     Scratch,
@@ -31,7 +32,7 @@ from miso.sched.policies.rebalance import RebalanceIndex, Rebalancing
 from miso.sched.state import ClusterState
 
 
-class MisoPlus(RestartEconomy, Rebalancing, Miso):
+class MisoPlus(Admission, RestartEconomy, Rebalancing, Miso):
     """Ours: MISO redesigned around restart economy. Every change is a switch, so the ablation
     table (benchmarks/README.md) can measure it:
 
@@ -61,9 +62,27 @@ class MisoPlus(RestartEconomy, Rebalancing, Miso):
       (only where that restarts nobody), so the arrival itself restarts nobody.
     * ``backfill``: a queued job that fits no GPU (too much memory for what is free) does not
       hold up the smaller ones behind it (MISO waits FIFO).
-    * ``observed_correction``: observed MIG rates replace predictions once the job's full-GPU
-      rate is known; a phase change rescales a job's estimates by observed/baseline instead of
-      stopping its GPU to re-profile (a job alone on its GPU is re-profiled alone).
+    * ``observed_correction``: observed MIG rates replace predictions (or the prior) once the
+      job's full-GPU rate is known; a phase change rescales a job's estimates by
+      observed/baseline instead of stopping its GPU to re-profile (a job alone on its GPU is
+      re-profiled alone).
+    * ``profile_when`` (no regret, issue 17): ``"auto"`` profiles a lone newcomer only when
+      sharing is expected (:meth:`heavy_load`: the arrivals' offered load reaches the GPUs,
+      ``share_margin`` standard deviations included); ``"always"`` is the issue-8 rule,
+      ``"never"`` plans every job with the prior and its observed rates.
+    * ``wait_for_gpu``: at light load a newcomer that would restart a running job to share
+      its GPU waits for a whole GPU instead when that ends the jobs sooner on average
+      (:meth:`better_to_wait`).
+    * ``learn_restart_cost``: each job's restart cost is measured (from the plan that
+      restarts it to its first progress report after the relaunch) and prices its next
+      restarts; jobs not measured yet are priced at the mean measured cost.
+    * ``batch_arrivals``: jobs submitted in one instant before any arrival rate is known (a
+      fixed mix) are planned together at the instant's end, so none starts only to be
+      restarted by the next; with ``batch_admit`` (off: measured worse on fixed mixes with
+      prior speeds, benchmarks/README.md "No regret") the batch lands on the layout (the best
+      one for a FIFO prefix of it, or one of OptSta's maximal layouts) with the smallest
+      estimated sum of completion times, the rest waiting for freed instances
+      (:meth:`batch_plan`).
     """
 
     name = "miso+"
@@ -75,8 +94,29 @@ class MisoPlus(RestartEconomy, Rebalancing, Miso):
                  observed_correction: bool = True, default_remaining_s: float = 3000.0,
                  horizon_quantile: float = 0.5, replans: float = 25.0,
                  quiet_gaps: float = 8.0, reserve: bool = True, backfill: bool = True,
-                 min_gain: float = 0.0, **miso_options: Any) -> None:
+                 min_gain: float = 0.0, profile_when: str = "auto",
+                 share_margin: float = 0.0, wait_for_gpu: bool = True,
+                 batch_arrivals: bool = True, batch_admit: bool = False,
+                 learn_restart_cost: bool = True,
+                 **miso_options: Any) -> None:
         super().__init__(**miso_options)
+        if profile_when not in PROFILE_WHEN:
+            raise TypeError(f"profile_when must be one of {', '.join(PROFILE_WHEN)}, not "
+                            f"{profile_when!r}")
+        self.profile_when = profile_when
+        self.share_margin = share_margin
+        self.wait_for_gpu = wait_for_gpu
+        self.batch_arrivals = batch_arrivals
+        self.batch_admit = batch_admit
+        self.learn_restart_cost = learn_restart_cost
+        self.restarting: dict[str, dict[str, float]] = {}
+        self.relaunching: dict[str, tuple[float, float]] = {}
+        self.restart_seen: dict[str, float] = {}
+        self.restart_stats = [0.0, 0.0]
+        self.ahead = 0                      # queued jobs ahead of the one being placed
+        self.waited = False                 # the last choose_gpu chose to wait
+        self.free_at: tuple[int, list[float]] | None = None  # (call, GPU free times)
+        self.calls = 0
         self.restart_s = restart_s
         self.profile_newcomers_only = profile_newcomers_only
         self.profile_levels = tuple(profile_levels)
@@ -94,10 +134,12 @@ class MisoPlus(RestartEconomy, Rebalancing, Miso):
         self.backfill = backfill
         self.min_gain = min_gain
         self.quiet_timer = False
+        self.batch_timer = False
         self.ref_rate: dict[str, float] = {}
         self.base_est: dict[str, dict[str, float]] = {}   # estimates before a rescale
         self.ran: set[str] = set()          # jobs that have made progress
         self.prior: set[str] = set()        # jobs planned with the prior (not profiled)
+        self.learned: dict[str, dict[str, float]] = {}  # prior jobs: observed speeds
         self.trigger = ""
         self.now = 0.0
         self.state: ClusterState | None = None
@@ -109,9 +151,13 @@ class MisoPlus(RestartEconomy, Rebalancing, Miso):
         self.state = state
         self.donors.note(event, state)
         self.now = now
+        self.calls += 1
         if isinstance(event, JobSubmitted):
-            self.clock.note(now, event.job.memory_gb)
+            self.clock.note(now, event.job.memory_gb, event.job.duration_hint_s)
+        if self.relaunching:
+            self.learn_restart_costs()
         out = super().decide(now, event, state)
+        self.note_restarts(now, out)
         at = self.clock.quiet_from()
         if isinstance(event, JobSubmitted) and at is not None and not self.quiet_timer:
             self.quiet_timer = True
@@ -119,6 +165,25 @@ class MisoPlus(RestartEconomy, Rebalancing, Miso):
         return out
 
     def on_tick(self, now: float, ev: Tick, sc: Scratch) -> None:
+        if ev.tag == "batch":
+            self.batch_timer = False
+            for g in sorted(self.dirty, key=lambda x: self._order.get(x, 0)):
+                if self.batch_admit and self.plannable(g, sc):
+                    layout, asg, wait = self.batch_plan(g, sc)
+                    for j in wait:
+                        sc.requeue(j, f"the batch on {g} ends sooner on average with it "
+                                      "waiting for a freed instance")
+                    if layout is not None:
+                        sc.out.append(ApplyLayout(g, sc.state.new_plan_id(), layout, asg, why={
+                            "trigger": "timer", "restarts": [], "waiting": wait[::-1],
+                            "note": f"{g}: a batch of {len(asg) + len(wait)} jobs lands on a "
+                                    f"static layout ({len(layout)} instances), the rest "
+                                    "taking instances as they free: the smallest sum of "
+                                    "completion times among the layouts tried"}))
+                        continue
+                    self.dirty.add(g)
+                self.replan(now, g, sc)
+            return
         if ev.tag != "quiet":
             super().on_tick(now, ev, sc)
             return
@@ -150,6 +215,9 @@ class MisoPlus(RestartEconomy, Rebalancing, Miso):
                 out[j] = self.est[j]
             else:
                 out[j] = prior_speeds(geom, sc.state.jobs[j].spec.memory_gb)
+                seen = self.learned.get(j)
+                if seen:
+                    out[j] = {p: seen.get(p, v) for p, v in out[j].items()}
                 self.prior.add(j)
         return out
 
@@ -175,12 +243,20 @@ class MisoPlus(RestartEconomy, Rebalancing, Miso):
         if not self.profile_newcomers_only:
             super().replan(now, g, sc, force_solve)
             return
+        if self.batch_arrivals and self.trigger == "arrival" and \
+                self.clock.mean_gap() is None and not any(j in self.ran for j in jobs):
+            # No arrival rate yet (the first jobs, or a batch submitted at once): plan at the
+            # end of this instant, when every job submitted with it is placed, so no job
+            # starts only to be restarted by the next one of the batch.
+            self.dirty.add(g)
+            if not self.batch_timer:
+                self.batch_timer = True
+                sc.out.append(WakeUp(now, "batch"))
+            return
         if len(jobs) == 1:
             j = jobs[0]
-            run_s = len(self.profile_levels) * self.profile_s + \
-                (len(self.profile_levels) - 1) * self.restart_s
             if (self.estimator.needs_profile and j not in self.est and j not in self.ran
-                    and st.jobs[j].spec.checkpointable and not self.arrival_within(run_s)):
+                    and st.jobs[j].spec.checkpointable and self.profile_pays(sc, j)):
                 # A newcomer alone on an idle GPU: profile it there; nobody else stops.
                 sc.out.append(StartProfiling(
                     g, st.new_plan_id(), (j,), levels=self.profile_levels,
@@ -263,14 +339,18 @@ class MisoPlus(RestartEconomy, Rebalancing, Miso):
             return
         jobs = sc.state.jobs
         no_room = float("inf")  # a job at least this large fits nowhere now (fit is monotone)
+        self.ahead = 0
         for j in sc.queue(BACKFILL_WINDOW):
             mem = jobs[j].spec.memory_gb
             if mem >= no_room:
+                self.ahead += 1
                 continue
+            self.waited = False
             g = self.choose_gpu(now, j, sc)
             if g is None:
-                if self.min_gain <= 0 and not self.marginal_placement:
+                if self.min_gain <= 0 and not self.marginal_placement and not self.waited:
                     no_room = mem
+                self.ahead += 1
                 continue
             sc.place(j, g)
             self.dirty.add(g)
@@ -286,10 +366,17 @@ class MisoPlus(RestartEconomy, Rebalancing, Miso):
         more than its early start helps (mean JCT), so it waits for a better slot instead."""
         if not self.marginal_placement:
             if self.min_gain <= 0:
-                for n, g in self.candidate_gpus(sc, job):
-                    if n == 0 or self.fits_beside_pinned(g, job, sc):
-                        return g
-                return None
+                g = None
+                for n, cand in self.candidate_gpus(sc, job):
+                    if n == 0 or self.fits_beside_pinned(cand, job, sc):
+                        g = cand
+                        break
+                if g is not None and self.wait_for_gpu and sc.jobs_on(g) \
+                        and not self.heavy_load(sc) and not self.others_waiting(sc, job) \
+                        and self.better_to_wait(g, job, sc):
+                    self.waited = True
+                    return None
+                return g
             for seen, (n, g) in enumerate(self.candidate_gpus(sc, job), start=1):
                 if n == 0:
                     return g
@@ -357,6 +444,8 @@ class MisoPlus(RestartEconomy, Rebalancing, Miso):
 
     # -- events -----------------------------------------------------------------------------
     def on_applied(self, now: float, gpu: str, sc: Scratch) -> None:
+        if self.restarting:
+            self.note_applied(now, gpu)
         self.ran.update(sc.state.gpus[gpu].assignment)
         self.ran.update(sc.state.gpus[gpu].mps_shares)
         super().on_applied(now, gpu, sc)
@@ -383,6 +472,9 @@ class MisoPlus(RestartEconomy, Rebalancing, Miso):
         if ev.placement.profile == full:
             self.ref_rate[ev.job] = ev.rate
         ref = self.ref_rate.get(ev.job)
+        if ref and ev.job not in self.est and ev.placement.profile != full:
+            self.learned.setdefault(ev.job, {})[ev.placement.profile] = \
+                max(0.01, min(1.5, ev.rate / ref))
         if ref and ev.job in self.est:
             obs = sc.state.jobs[ev.job].observed
             for prof, r in obs.items():
@@ -417,6 +509,9 @@ class MisoPlus(RestartEconomy, Rebalancing, Miso):
         getattr(self.estimator, "interval", {}).pop(job, None)
         self.ran.discard(job)
         self.prior.discard(job)
+        self.learned.pop(job, None)
+        self.restart_seen.pop(job, None)
+        self.relaunching.pop(job, None)
         super().on_finish(now, job, gpu, sc)
         if self.rebalance:
             self.fill_idle_gpus(now, sc)

@@ -1,0 +1,236 @@
+"""miso+'s no-regret admission (issue 17): whether a newcomer alone on an idle GPU is worth
+profiling, and whether a newcomer should share a GPU now or wait for a whole one, from the
+arrival rate, the queue and the restart price.
+
+A mixin of :class:`~miso.sched.policies.misoplus.MisoPlus` (it reads the policy's knobs
+``profile_when``, ``share_margin``, ``profile_levels``, ``profile_s``, ``restart_s``,
+``default_remaining_s``, its arrival clock ``clock``, ``now``, the jobs that have run
+``ran``, the measured speeds ``est`` and its ``speeds``/``remaining``/``arrival_within``).
+"""
+
+from __future__ import annotations
+
+import heapq
+from functools import cache
+from typing import Any
+
+from miso.mig import Geometry, Placement, enumerate_layouts, multiset
+from miso.optimize import OptimizerError, optimizer_for
+from miso.sched.policies.base import Scratch
+
+#: When miso+ profiles a newcomer alone on an idle GPU (:meth:`Admission.profile_pays`).
+PROFILE_WHEN = ("auto", "always", "never")
+
+#: Before the arrival rate is known, a lone newcomer is profiled when profiling costs at most
+#: this fraction of its remaining work.
+LONG_JOB = 0.005
+
+
+class Admission:
+    """Profiling and sharing decisions that must never make a cluster worse than NoPart."""
+
+    profile_when: str
+    share_margin: float
+    profile_levels: tuple[int, ...]
+    profile_s: float
+    restart_s: float
+    default_remaining_s: float
+    clock: Any
+    now: float
+    ran: set[str]
+    est: dict[str, dict[str, float]]
+    ahead: int
+    free_at: tuple[int, list[float]] | None
+    calls: int
+    speeds: Any
+    remaining: Any
+    arrival_within: Any
+
+    def heavy_load(self, sc: Scratch) -> bool:
+        """Whether jobs will have to share GPUs: the arrivals' offered load (Little's law,
+        :meth:`ArrivalClock.offered_load`) reaches the cluster's GPUs within ``share_margin``
+        standard deviations (busy GPUs are about Poisson-distributed). False while no arrival
+        rate is known (a fixed mix, the first job) or once arrivals stopped."""
+        load = self.clock.offered_load(self.default_remaining_s)
+        if load is None or self.clock.quiet(self.now):
+            return False
+        # The rate is estimated from m arrivals (relative error ~ 1/sqrt(m)): take its lower
+        # bound, so a few short gaps early on do not look like a busy cluster.
+        load *= 1.0 - 1.0 / len(self.clock.long) ** 0.5
+        return load + self.share_margin * load ** 0.5 >= len(sc.state.gpus)
+
+    def others_waiting(self, sc: Scratch, job: str) -> bool:
+        """Whether another job waits in the queue: then a newcomer that passes up a shared
+        slot to wait for a whole GPU only hands the slot to that job (and, with fair share,
+        overtakes the owner the order put first), so it never waits then."""
+        return any(j != job for j in sc.queue(limit=2))
+
+    def profile_pays(self, sc: Scratch, job: str) -> bool:
+        """Whether profiling a newcomer alone on an idle GPU is worth its price (a restart
+        at the MPS level switch, and the slow low level). Its MIG speeds only matter once it
+        shares a GPU, so with ``profile_when="auto"`` it is profiled only when sharing is
+        expected (:meth:`heavy_load`; at light load a newcomer rather waits for a whole GPU,
+        :meth:`better_to_wait`). A job not profiled is planned with the prior, corrected by
+        its observed rates."""
+        run_s = len(self.profile_levels) * self.profile_s + \
+            (len(self.profile_levels) - 1) * self.restart_s
+        if self.profile_when == "never" or self.arrival_within(run_s):
+            return False
+        if self.profile_when == "always" or self.heavy_load(sc):
+            return True
+        if self.clock.offered_load(self.default_remaining_s) is None:
+            # No load known yet (the first arrivals): a long job is profiled all the same,
+            # the price being small against its run time and its chance to share some day.
+            return run_s + self.profile_s <= LONG_JOB * self.remaining(job)
+        return False
+
+    def better_to_wait(self, g: str, job: str, sc: Scratch) -> bool:
+        """Whether ``job`` should wait for a whole GPU rather than share ``g`` now: the sum
+        of the completion times of ``g``'s jobs and the newcomer, estimated both ways from
+        their remaining work. Waiting: the residents keep their speeds, the newcomer starts
+        when the ``ahead + 1``-th GPU has ended all its jobs (:meth:`gpu_free_in`) and runs
+        alone. Sharing: everyone at their speed in the best layout for the mix, residents
+        that move paying a restart (no growth counted: the estimate leans to waiting, which
+        restarts nobody). At light load a GPU frees soon and waiting wins; two equal jobs
+        finish sooner on average one after the other than side by side on slices."""
+        residents = sc.jobs_on(g)
+        if not any(r in self.ran for r in residents):
+            return False  # nobody runs there yet: a plan for all of them restarts nobody
+        t_free = self.gpu_free_in(sc, self.ahead)
+        if t_free is None:
+            return False
+        geom = sc.state.gpus[g].geom
+        sp = self.speeds(geom, sc, [*residents, job])
+        opt = optimizer_for(geom)
+        current = sc.state.gpus[g].target_assignment()
+        try:
+            alone = opt.solve({r: sp[r] for r in residents})
+            # Ties broken by fewest residents moved, as the re-plan itself would.
+            shared = opt.solve(sp, current={r: current[r] for r in residents if r in current})
+        except OptimizerError:
+            return True
+        wait = t_free + self.remaining(job)
+        share = self.remaining(job) / max(sp[job][shared.assignment[job].profile], 0.05)
+        for r in residents:
+            before = current.get(r) or alone.assignment[r]
+            after = shared.assignment[r]
+            wait += self.remaining(r) / max(sp[r].get(before.profile, 0.5), 0.05)
+            share += self.remaining(r) / max(sp[r][after.profile], 0.05)
+            if r in self.ran and after != current.get(r):
+                share += self.restart_s
+        return share >= wait
+
+    def batch_plan(self, g: str, sc: Scratch
+                   ) -> tuple[tuple[Placement, ...] | None, dict[str, Placement], list[str]]:
+        """How a batch (jobs of ``g`` of which none has run) lands: (a static layout and its
+        assignment, or None to let the re-plan choose; the jobs that wait for a freed
+        instance, latest submitted first). Candidates: the best layout for every FIFO prefix
+        of the batch, and every maximal layout (OptSta's family) filled FIFO, each job on
+        the largest free instance that holds it; the one with the smallest sum of completion
+        times (:meth:`landing_cost`) wins."""
+        st = sc.state
+        geom = st.gpus[g].geom
+        jobs = sorted(sc.jobs_on(g), key=lambda j: (st.jobs[j].submitted_at, j))
+        if len(jobs) < 2:
+            return None, {}, []
+        queued = sc.queue(8)  # they wait for this GPU's instances too
+        sp = self.speeds(geom, sc, [*jobs, *queued])
+        opt = optimizer_for(geom)
+        comp = {p.name: p.compute_slices for p in geom.profiles}
+        best: tuple[float, tuple[Placement, ...] | None, dict[str, Placement], list[str]] | None
+        best = None
+        for n in range(1, len(jobs) + 1):
+            try:
+                sol = opt.solve({j: sp[j] for j in jobs[:n]})
+            except OptimizerError:
+                continue
+            cost = self.landing_cost(sp, comp, dict(sol.assignment), [], [*jobs[n:], *queued])
+            if best is None or cost < best[0] - 1e-6:
+                best = (cost, None, {}, jobs[n:])
+        for lay in _landing_layouts(geom):
+            free = sorted(lay, key=lambda pl: (-comp[pl.profile], pl.start))
+            asg: dict[str, Placement] = {}
+            wait = []
+            for j in jobs:
+                pl = next((x for x in free if x.profile in sp[j]), None)
+                if pl is None:
+                    wait.append(j)
+                    continue
+                free.remove(pl)
+                asg[j] = pl
+            if not asg:
+                continue
+            cost = self.landing_cost(sp, comp, asg, free, [*wait, *queued])
+            if best is None or cost < best[0] - 1e-6:
+                best = (cost, tuple(sorted(lay)), asg, wait)
+        if best is None:
+            return None, {}, []
+        return best[1], best[2], best[3][::-1]
+
+    def landing_cost(self, sp: dict[str, dict[str, float]], comp: dict[str, int],
+                     running: dict[str, Placement], free: list[Placement],
+                     waiting: list[str]) -> float:
+        """Sum of the completion times (from now) of the ``running`` jobs on their instances
+        and of the ``waiting`` ones, each taking in order the largest instance that is or
+        becomes free and holds it (nobody moves: a static "landing" layout)."""
+        ends = [(self.remaining(j) / max(sp[j][pl.profile], 0.05), j, pl)
+                for j, pl in running.items()]
+        heapq.heapify(ends)
+        pool = sorted(free, key=lambda pl: -comp[pl.profile])
+        queue = list(waiting)
+        total = 0.0
+        t = 0.0
+        while True:
+            for w in list(queue):
+                pl = next((x for x in pool if x.profile in sp[w]), None)
+                if pl is not None:
+                    pool.remove(pl)
+                    queue.remove(w)
+                    heapq.heappush(ends, (t + self.remaining(w) / max(sp[w][pl.profile], 0.05),
+                                          w, pl))
+            if not ends:
+                break
+            t, _, pl = heapq.heappop(ends)
+            total += t
+            pool.append(pl)
+            pool.sort(key=lambda x: -comp[x.profile])
+        return total + 1e12 * len(queue)  # a job no instance holds: never
+
+    def gpu_free_in(self, sc: Scratch, k: int) -> float | None:
+        """Seconds until the ``k+1``-th soonest GPU has finished all its jobs (each job's
+        remaining work at its current slice's speed); None when fewer GPUs. One scan of the
+        GPUs per decision."""
+        if self.free_at is None or self.free_at[0] != self.calls:
+            st = sc.state
+            times = []
+            for gs in st.gpus.values():
+                t = 0.0
+                for j in gs.jobs:
+                    pl = gs.assignment.get(j)
+                    v = self.est.get(j)
+                    s = (v or {}).get(pl.profile, 0.5) if pl is not None and v else \
+                        (1.0 if pl is None or pl.profile == gs.geom.model.full_profile().name
+                         else 0.5)
+                    t = max(t, self.remaining(j) / max(s, 0.05))
+                times.append(t)
+            times.sort()
+            self.free_at = (self.calls, times)
+        times = self.free_at[1]
+        if not times:
+            return None
+        if k < len(times):
+            return times[k]
+        # Deeper in the queue: every GPU frees again after about its median job's time.
+        return times[k % len(times)] + (k // len(times)) * max(times[len(times) // 2], 1.0)
+
+
+@cache
+def _landing_layouts(geom: Geometry) -> tuple[tuple[Placement, ...], ...]:
+    """One maximal layout per multiset of profiles (OptSta's candidates), the whole GPU
+    excluded (a batch of several jobs)."""
+    seen: dict[tuple[str, ...], tuple[Placement, ...]] = {}
+    for lay in enumerate_layouts(geom, maximal=True):
+        ms = multiset(geom, lay)
+        if len(lay) > 1 and ms not in seen:
+            seen[ms] = tuple(lay)
+    return tuple(seen.values())
