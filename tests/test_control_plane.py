@@ -266,7 +266,10 @@ def test_views__a_non_admin_sees_other_users_jobs_as_counts_only(api: Any) -> No
                         headers=H(tokens["bob"])).json()["id"] for i in range(3)]
     mine = client.post("/api/v1/jobs", json={"command": ["sleep", "30"], "name": "alicejob"},
                        headers=H(tokens["alice"])).json()["id"]
-    wait_for(lambda: any(g["jobs"] for g in ctl.status()["gpus"]), 30)
+    # placed and planned (a job may fail at once where its account cannot reach the test's
+    # state dir: the views are what this test is about, and the decisions name every job)
+    wait_for(lambda: not any(j["state"] == "queued" for j in ctl.status()["jobs"]) and
+             "ApplyLayout" in _dump(client, tokens["admin"]), 30)
     seen = _dump(client, tokens["alice"])
     assert mine in seen and "alicejob" in seen
     for secret in [*bobs, "bobsecret", "bob"]:
@@ -479,3 +482,16 @@ def test_cluster_down__stops_a_head_whose_up_was_interrupted(tmp_path: Path) -> 
     r = _cli()[0].invoke(_cli()[1], ["cluster", "down", "--state-dir", sd])
     assert r.exit_code == 0, r.output
     assert not rc.running(pid)  # dead (a zombie until init reaps it is not running)
+
+
+def test_views__hidden_job_ids_are_masked_inside_free_text_too() -> None:
+    """A decision's explanation text ("starts jobs j0002, j0003, j0004") names other users'
+    jobs: a non-admin's view replaces each hidden id inside any string, keeping its own."""
+    from miso.observe.view import OTHER, mask
+
+    rec = {"kind": "ApplyLayout", "detail": "starts jobs j0002, j0003, j0004",
+           "text": "plan 2\n    job j0002 -> 3g\n    job j0004 -> 2g", "jobs": ["j0002", "j0004"]}
+    out = mask(rec, {"j0002", "j0003"})
+    assert out["detail"] == f"starts jobs {OTHER}, {OTHER}, j0004"
+    assert "j0002" not in str(out) and "j0003" not in str(out) and "j0004" in out["text"]
+    assert out["jobs"] == [OTHER, "j0004"]

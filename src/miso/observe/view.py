@@ -46,6 +46,7 @@ def mentioned_jobs(obj: Mapping[str, Any]) -> list[str]:
 
 #: The form of a job id (``j0001``; :mod:`miso.controller.store` hands them out).
 _JOB_ID = re.compile(r"^j\d{4,}$")
+_JOB_ID_IN_TEXT = re.compile(r"\bj\d{4,}\b")
 
 
 def job_ids_in(obj: Any) -> set[str]:
@@ -84,8 +85,12 @@ def mask(obj: Any, hidden: set[str]) -> Any:
         return out
     if isinstance(obj, list):
         return [mask(x, hidden) for x in obj]
-    if isinstance(obj, str) and obj in hidden:
-        return OTHER
+    if isinstance(obj, str):
+        if obj in hidden:
+            return OTHER
+        # free text (a decision's "text"/"detail", a reason...) may name hidden jobs too
+        return _JOB_ID_IN_TEXT.sub(lambda m: OTHER if m.group(0) in hidden else m.group(0),
+                                   obj)
     return obj
 
 
