@@ -25,13 +25,16 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from miso.agent import runas
 from miso.controller.executor import NOT_PROFILED, PlanExecutor
 from miso.controller.loop import EventLoop
+from miso.controller.owners import owner_table
 from miso.controller.poller import AgentPoller
+from miso.controller.quotas import Quota, QuotaStore, check_priority, tenancy_config
 from miso.controller.recovery import recover
 from miso.controller.runtime import ControllerConfig, Runtime, SubmitConflict, SubmitError
 from miso.controller.statelock import StateDirLock
@@ -68,7 +71,14 @@ class Controller:
                  policy: Policy | None = None) -> None:
         self.store = store
         self.transport = transport
-        self.cfg = config or ControllerConfig()
+        cfg = config or ControllerConfig()
+        #: owners' weights and quotas and jobs' priorities (:mod:`miso.controller.quotas`)
+        self.quotas = QuotaStore(store.path)
+        #: the tenancy the operator asked for (``--fair-share``), before the stored quotas
+        self._base_tenancy = cfg.tenancy
+        self.cfg = replace(cfg, tenancy=tenancy_config(cfg.tenancy, self.quotas.list()))
+        #: owner id -> user name, for the per-owner view (from submissions and quotas)
+        self.owner_names: dict[str, str] = {q.owner: q.name for q in self.quotas.list()}
         root = checkpoint_root or (Path(store.path).parent / "checkpoints"
                                    if store.path != ":memory:" else Path("/tmp/miso-ckpt"))
         self.checkpoint_root = Path(root)
@@ -108,8 +118,12 @@ class Controller:
             self._dir_lock = StateDirLock(Path(self.store.path).parent).acquire()
         recover(self.rt)
         self.poller.discover(force=True)
-        for rec in self.store.jobs(active_only=True):
-            self.rt.post_event(JobSubmitted(_spec(rec)))
+        active = self.store.jobs(active_only=True)
+        prio = self.quotas.priorities(r.id for r in active)
+        for rec in active:
+            if rec.owner and rec.owner_name:
+                self.owner_names.setdefault(rec.owner, rec.owner_name)
+            self.rt.post_event(JobSubmitted(_spec(rec, prio.get(rec.id, 0))))
         self.loop.start()
         self.poller.start()
         return self
@@ -133,7 +147,8 @@ class Controller:
                memory_gb: float | None = None, workload: str | None = None,
                env: dict[str, str] | None = None, cwd: str | None = None,
                owner: str | None = None, unix_user: str | None = None,
-               request_id: str | None = None, owner_name: str | None = None) -> str:
+               request_id: str | None = None, owner_name: str | None = None,
+               priority: int = 0) -> str:
         """Queue a job; returns its id. Raises :class:`SubmitError` on bad input.
 
         ``memory_gb`` is the job's peak GPU memory in GB (10^9 bytes). ``env`` is added to the
@@ -141,7 +156,10 @@ class Controller:
         operator), ``owner_name`` its name; ``unix_user`` the account its processes run as
         where the agent runs as root. ``request_id`` (chosen by the client) makes a retry
         safe: a second submission with the same id and request returns the first one's job;
-        with another request it is a :class:`SubmitConflict`.
+        with another request it is a :class:`SubmitConflict`. ``priority`` (an integer,
+        :func:`miso.sched.tenancy.parse_priority`) orders it before lower ones when tenancy is
+        on; refused when it is off (it would do nothing). Who may ask for what is the API's
+        check.
         """
         command = [str(c) for c in command]
         if not command:
@@ -167,13 +185,15 @@ class Controller:
                 raise SubmitError(f"--memory-gb must be a positive number of GB, got "
                                   f"{memory_gb}")
             gib = float(memory_gb) * GIB_PER_GB
+        try:
+            priority = check_priority(priority)
+        except ValueError as e:
+            raise SubmitError(str(e)) from None
         ten = self.cfg.tenancy
-        if ten is not None and (owner or "") in ten.max_queued:
-            o = owner or ""
-            n = sum(1 for r in self.store.jobs() if r.state == "queued" and (r.owner or "") == o)
-            refused = queued_quota_reason(o, n, ten.max_queued[o])
-            if refused is not None:
-                raise SubmitError(refused)
+        if priority and ten is None:
+            raise SubmitError(f"priority {priority}: this cluster runs one FIFO queue; "
+                              "priorities need tenancy (miso cluster up --fair-share)")
+        self._check_queued_quota(owner, owner_name)
         biggest, where = self._largest_slice()
         if gib > biggest + 1e-9:
             raise SubmitError(f"job needs {memory_gb:g} GB ({gib:.2f} GiB), more than the "
@@ -188,9 +208,69 @@ class Controller:
             raise SubmitConflict(str(e)) from None
         except StoreError as e:
             raise SubmitError(str(e)) from None
+        self.quotas.set_priority(rec.id, priority)
+        if owner and owner_name:
+            self.owner_names[owner] = owner_name
         self.rt.job_added()
-        self.rt.post_event(JobSubmitted(_spec(rec)))
+        self.rt.post_event(JobSubmitted(_spec(rec, priority)))
         return rec.id
+
+    def _check_queued_quota(self, owner: str | None, owner_name: str | None) -> None:
+        """Refuse (one line) a submission of an owner at its queued-jobs quota (enforced
+        whether tenancy is on or not: it needs only the store)."""
+        o = owner or ""
+        ten = self.cfg.tenancy
+        cap = ten.max_queued.get(o) if ten is not None else None
+        if cap is None:
+            return
+        if owner is not None:
+            n = self.store.counts(owner=owner).get("queued", 0)
+        else:
+            n = sum(1 for r in self.store.jobs(active_only=True) if r.state == "queued"
+                    and not r.owner)
+        refused = queued_quota_reason(owner_name or o, n, cap)
+        if refused is not None:
+            raise SubmitError(refused)
+
+    # ---- quotas (admin: the API checks who asks) ----------------------------------------
+
+    def set_quota(self, owner: str, name: str, **fields: Any) -> Quota | None:
+        """Set some of ``owner``'s weight and quotas (:data:`miso.controller.quotas.FIELDS`;
+        None clears one) durably; the next scheduling decision uses them. ValueError on a
+        value out of bounds. Returns the row (None when every field is back to its default)."""
+        q = self.quotas.set(owner, name, **fields)
+        self.owner_names[owner] = name
+        self._retune()
+        return None if q.empty else q
+
+    def clear_quota(self, owner: str) -> bool:
+        """Forget ``owner``'s weight and quotas (defaults again)."""
+        gone = self.quotas.clear(owner)
+        self._retune()
+        return gone
+
+    def tenancy_info(self) -> dict[str, Any]:
+        """Whether tenancy is on and with which options (``quota show``)."""
+        ten = self.cfg.tenancy
+        if ten is None:
+            return {"on": False}
+        return {"on": True, "fair_share": ten.fair_share, "half_life_s": ten.half_life_s,
+                "preempt": ten.preempt, "min_run_s": ten.min_run_s,
+                "default_weight": ten.default_weight, "live": self.loop.state.tenancy
+                is not None}
+
+    def _retune(self) -> None:
+        """Give the loop the tenancy of the stored quotas (it swaps it in between two
+        events). A cluster started without tenancy enforces the queued-jobs quota now and
+        the rest from its next start."""
+        cfg = tenancy_config(self._base_tenancy, self.quotas.list())
+        if cfg is None and self.loop.state.tenancy is not None:
+            cfg = replace(self.loop.state.tenancy.config, weights={}, max_in_use={},
+                          max_queued={})
+        self.cfg = replace(self.cfg, tenancy=cfg)
+        self.rt.cfg = self.cfg
+        if cfg is not None and self.loop.state.tenancy is not None:
+            self.rt.queue.put(("tenancy", cfg))
 
     def cancel(self, job: str) -> dict[str, Any]:
         """Cancel a job (kills its process); returns its record."""
@@ -228,6 +308,10 @@ class Controller:
                                   for n, d in sorted(self.rt.lost.items())]
         snap["time"] = self.now()
         snap["policy"] = getattr(self.policy, "name", self.cfg.policy)
+        if "owners" in snap:  # tenancy on: usage against entitlement per owner id
+            ten = self.cfg.tenancy
+            snap["owners"] = owner_table(snap["owners"], self.quotas.list(), self.owner_names,
+                                         ten.default_weight if ten is not None else 1.0)
         snap["errors"] = [n["text"] for n in snap["lost_nodes"]] + list(self.errors[-20:]) + [
             f"job {b}: its record in the store is malformed; ignored (fix or delete the row "
             f"in {self.store.path})" for b in self.store.bad_rows]
@@ -290,10 +374,11 @@ def lost_node(node: str, d: dict[str, Any], fencing: bool) -> dict[str, Any]:
                     f"{d.get('why')}; {then}"}
 
 
-def _spec(rec: JobRecord) -> JobSpec:
+def _spec(rec: JobRecord, priority: int = 0) -> JobSpec:
     gib = rec.memory_gib if rec.memory_gib is not None else rec.memory_gb * GIB_PER_GB
     return JobSpec(rec.id, rec.name, gib, rec.workload,
-                   checkpointable=rec.checkpointable is not False, owner=rec.owner or "")
+                   checkpointable=rec.checkpointable is not False, owner=rec.owner or "",
+                   priority=priority)
 
 
 def why(j: dict[str, Any], snap: dict[str, Any],

@@ -149,6 +149,9 @@ class EventLoop:
             item[2].set()
         elif kind == "node_lost":
             self._safe(self._node_lost, item[1])
+        elif kind == "tenancy" and self.state.tenancy is not None:
+            # new weights / quotas (``miso quota set``): the next decision orders by them
+            self.state.tenancy.config = item[1]
 
     def _safe(self, fn: Any, *args: Any) -> None:
         try:
@@ -282,6 +285,21 @@ class EventLoop:
         ten = self.state.tenancy
         if ten is not None:
             snap["held"] = dict(ten.waiting)      # queued job -> why (over a quota)
-            snap["owners"] = ten.report(self.state.now)
+            counts = _owner_counts(self.state)
+            snap["owners"] = {o: {**r, **counts.get(o, {"queued": 0, "running": 0})}
+                              for o, r in ten.report(self.state.now).items()}
         with self.rt.lock:
             self._snapshot = snap
+
+
+def _owner_counts(state: ClusterState) -> dict[str, dict[str, int]]:
+    """Per owner: jobs queued (not on a GPU) and on a GPU (placed, profiling or running)."""
+    out: dict[str, dict[str, int]] = {}
+    for j in state.queue:
+        n = out.setdefault(state.jobs[j].spec.owner, {"queued": 0, "running": 0})
+        n["queued"] += 1
+    for gs in state.gpus.values():
+        for j in gs.jobs:
+            n = out.setdefault(state.jobs[j].spec.owner, {"queued": 0, "running": 0})
+            n["running"] += 1
+    return out

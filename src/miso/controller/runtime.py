@@ -61,6 +61,10 @@ class ControllerConfig:
     #: one FIFO queue.
     tenancy: TenancyConfig | None = None
 
+    def __post_init__(self) -> None:
+        if isinstance(self.tenancy, dict):  # from JSON (``miso cluster up --fair-share``)
+            self.tenancy = TenancyConfig(**self.tenancy)
+
 
 @dataclass
 class GpuRef:

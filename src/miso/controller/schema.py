@@ -13,7 +13,26 @@ GIB_PER_GB = 1e9 / 2**30
 STATES = ("queued", "profiling", "running", "checkpointing", "finished", "failed", "cancelled")
 TERMINAL = ("finished", "failed", "cancelled")
 
-SCHEMA = """
+#: Owners' weights and quotas, and jobs' priorities (:mod:`miso.controller.quotas`): tables
+#: added beside the jobs (no column of ``jobs`` changes, so no schema version bump; a store
+#: without them gets them when opened).
+TENANCY_SCHEMA = """
+CREATE TABLE IF NOT EXISTS quotas (
+  owner TEXT PRIMARY KEY,
+  name TEXT NOT NULL,
+  weight REAL,
+  max_in_use REAL,
+  max_queued INTEGER,
+  priority_limit INTEGER,
+  updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS job_priority (
+  job TEXT PRIMARY KEY,
+  priority INTEGER NOT NULL
+);
+"""
+
+SCHEMA = TENANCY_SCHEMA + """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS jobs (
   seq INTEGER PRIMARY KEY AUTOINCREMENT,

@@ -1,0 +1,87 @@
+"""The per-owner view of a cluster with tenancy: usage against entitlement, quotas, queue and
+GPU counts (``miso status``, the web page), and what a reader who is not an admin may see of
+it. Pure.
+
+Usage is GPU-equivalent-seconds decayed by the half-life (:mod:`miso.sched.tenancy`);
+``usage_share`` is the owner's part of every owner's usage and ``share`` its entitlement (its
+weight's part of the weights of the owners shown): an owner with ``usage_share`` above
+``share`` has had more than its share lately and waits behind the others under fair share.
+
+A reader who is not an admin sees its own row and one ``others`` row of sums and counts (how
+many other owners, their jobs queued and on GPUs, the GPU-equivalents they hold): never other
+owners' names or ids (issue 15's rule: other users' jobs as counts only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from miso.controller.quotas import Quota
+
+#: The row of every owner but the reader, for a reader who is not an admin.
+OTHERS = "others"
+
+
+def owner_table(report: Mapping[str, Mapping[str, Any]], quotas: Iterable[Quota],
+                names: Mapping[str, str], default_weight: float = 1.0
+                ) -> dict[str, dict[str, Any]]:
+    """Owner id -> row: the loop's report (``usage_gpu_s``, ``in_use``, ``weight``,
+    ``fair_share``, ``queued``, ``running``) with the owner's ``name``, its ``usage_share``
+    and ``share``, and its quotas (None: none). Owners with a quota and no job yet are
+    listed too."""
+    qs = {q.owner: q for q in quotas}
+    rows: dict[str, dict[str, Any]] = {}
+    for o in sorted(set(report) | set(qs)):
+        r = dict(report.get(o) or {})
+        q = qs.get(o)
+        weight = r.get("weight")
+        if weight is None:
+            weight = q.weight if q is not None and q.weight is not None else default_weight
+        rows[o] = {
+            "name": names.get(o) or (q.name if q is not None else "") or o or "(operator)",
+            "usage_gpu_s": float(r.get("usage_gpu_s") or 0.0),
+            "in_use": float(r.get("in_use") or 0.0),
+            "weight": float(weight),
+            "fair_share": float(r.get("fair_share", 1.0)),
+            "queued": int(r.get("queued") or 0), "running": int(r.get("running") or 0),
+            "max_in_use": q.max_in_use if q is not None else None,
+            "max_queued": q.max_queued if q is not None else None,
+            "priority_limit": q.priority_limit if q is not None else None,
+        }
+    tot_u = sum(r["usage_gpu_s"] for r in rows.values())
+    tot_w = sum(r["weight"] for r in rows.values())
+    for r in rows.values():
+        r["usage_share"] = r["usage_gpu_s"] / tot_u if tot_u > 0 else 0.0
+        r["share"] = r["weight"] / tot_w if tot_w > 0 else 0.0
+    return rows
+
+
+def owner_view(table: Mapping[str, Mapping[str, Any]], viewer: str | None
+               ) -> list[dict[str, Any]]:
+    """The rows a reader sees, each with its ``owner`` (name): every row for an admin
+    (``viewer`` None; with ``id``), else the reader's own row (``viewer``: its user id; zeros
+    when it has none) and one ``others`` row of sums."""
+    if viewer is None:
+        return [{"owner": r.get("name") or o, "id": o, **_fields(r)} for o, r in table.items()]
+    mine = table.get(viewer)
+    rest = [r for o, r in table.items() if o != viewer]
+    own = {"owner": (mine or {}).get("name") or "you", **_fields(mine or {})}
+    others = {"owner": OTHERS, "owners": len(rest),
+              "in_use": sum(float(r.get("in_use") or 0.0) for r in rest),
+              "usage_share": sum(float(r.get("usage_share") or 0.0) for r in rest),
+              "share": sum(float(r.get("share") or 0.0) for r in rest),
+              "queued": sum(int(r.get("queued") or 0) for r in rest),
+              "running": sum(int(r.get("running") or 0) for r in rest)}
+    return [own, others] if rest else [own]
+
+
+_KEYS = ("usage_gpu_s", "usage_share", "in_use", "weight", "share", "fair_share", "queued",
+         "running", "max_in_use", "max_queued", "priority_limit")
+
+
+def _fields(r: Mapping[str, Any]) -> dict[str, Any]:
+    defaults: dict[str, Any] = {"usage_gpu_s": 0.0, "usage_share": 0.0, "in_use": 0.0,
+                                "weight": 1.0, "share": 0.0, "fair_share": 1.0, "queued": 0,
+                                "running": 0}
+    return {k: r.get(k, defaults.get(k)) for k in _KEYS}

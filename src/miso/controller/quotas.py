@@ -1,0 +1,189 @@
+"""Owners' fair-share weights and quotas, and jobs' priorities, kept durably beside the jobs.
+
+The tables (``quotas``, ``job_priority``) are :data:`miso.controller.schema.TENANCY_SCHEMA`, in
+the job store's SQLite file; this class reads and writes them over its own connection (WAL:
+readers and the job store's writer do not block each other), so the job store itself does not
+grow. An owner is an API user's id (:mod:`miso.api.users`; a re-created name is a new owner);
+``name`` is kept for display only.
+
+:func:`tenancy_config` turns the stored rows into the :class:`~miso.sched.tenancy.TenancyConfig`
+the scheduling core reads; the controller hands it to its loop at every change, so the next
+decision uses it (no restart).
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from miso.controller.schema import TENANCY_SCHEMA
+from miso.sched.tenancy import TenancyConfig
+
+#: Bounds of what an admin may store (one-line ValueError beyond them).
+MAX_WEIGHT = 1e6
+MAX_IN_USE = 1e6          # GPU-equivalents
+MAX_QUEUED = 10_000_000   # jobs
+MAX_PRIORITY = 1_000_000  # |priority|, and |priority limit|
+
+#: The fields of a quota an admin sets (None: the default, no limit).
+FIELDS = ("weight", "max_in_use", "max_queued", "priority_limit")
+
+
+@dataclass(frozen=True)
+class Quota:
+    """One owner's row: weight (fair-share entitlement, default 1), GPU-equivalents it may hold
+    at once, jobs it may have queued, and the highest priority its jobs may ask for (None: a
+    non-admin may ask for ``normal`` or lower; admins for anything)."""
+
+    owner: str
+    name: str
+    weight: float | None = None
+    max_in_use: float | None = None
+    max_queued: int | None = None
+    priority_limit: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def empty(self) -> bool:
+        return all(getattr(self, f) is None for f in FIELDS)
+
+
+def check_priority(p: int) -> int:
+    """``p`` when within ±:data:`MAX_PRIORITY`, else a one-line ValueError."""
+    if isinstance(p, bool) or not isinstance(p, int) or abs(p) > MAX_PRIORITY:
+        raise ValueError(f"priority {p!r}: expected an integer within ±{MAX_PRIORITY}")
+    return p
+
+
+def check_quota(q: Quota) -> Quota:
+    """``q`` when every field is within its bounds, else a one-line ValueError."""
+    if q.weight is not None and not (math.isfinite(q.weight) and 0 < q.weight <= MAX_WEIGHT):
+        raise ValueError(f"weight {q.weight!r}: expected a number > 0 and <= {MAX_WEIGHT:g}")
+    if q.max_in_use is not None and not (math.isfinite(q.max_in_use)
+                                         and 0 <= q.max_in_use <= MAX_IN_USE):
+        raise ValueError(f"max_in_use {q.max_in_use!r}: expected GPU-equivalents from 0 to "
+                         f"{MAX_IN_USE:g}")
+    if q.max_queued is not None and (isinstance(q.max_queued, bool)
+                                     or not 0 <= q.max_queued <= MAX_QUEUED):
+        raise ValueError(f"max_queued {q.max_queued!r}: expected jobs from 0 to {MAX_QUEUED}")
+    if q.priority_limit is not None:
+        check_priority(q.priority_limit)
+    return q
+
+
+class QuotaStore:
+    """The ``quotas`` and ``job_priority`` tables of the job store at ``path`` (``":memory:"``:
+    a private throw-away database, as the job store's own)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None,
+                                   timeout=10.0)
+        self._db.row_factory = sqlite3.Row
+        with self._lock:
+            self._db.executescript(TENANCY_SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # ---- quotas -------------------------------------------------------------------------
+
+    def list(self) -> list[Quota]:
+        with self._lock:
+            rows = self._db.execute("SELECT * FROM quotas ORDER BY name, owner").fetchall()
+        return [_quota(r) for r in rows]
+
+    def get(self, owner: str) -> Quota | None:
+        with self._lock:
+            r = self._db.execute("SELECT * FROM quotas WHERE owner=?", (owner,)).fetchone()
+        return _quota(r) if r is not None else None
+
+    def set(self, owner: str, name: str, **fields: Any) -> Quota:
+        """Set the given ``fields`` (:data:`FIELDS`; a None value clears one) of ``owner``'s
+        row, keeping the others; returns the row. ValueError on an unknown field or a value
+        out of bounds (nothing is written then)."""
+        unknown = set(fields) - set(FIELDS)
+        if unknown:
+            raise ValueError(f"unknown quota field(s): {', '.join(sorted(unknown))}")
+        old = self.get(owner) or Quota(owner, name)
+        new = check_quota(replace(old, name=name, **fields))
+        with self._lock:
+            if new.empty:
+                self._db.execute("DELETE FROM quotas WHERE owner=?", (owner,))
+            else:
+                self._db.execute(
+                    "INSERT INTO quotas(owner, name, weight, max_in_use, max_queued, "
+                    "priority_limit, updated_at) VALUES(?,?,?,?,?,?,?) ON CONFLICT(owner) DO "
+                    "UPDATE SET name=excluded.name, weight=excluded.weight, "
+                    "max_in_use=excluded.max_in_use, max_queued=excluded.max_queued, "
+                    "priority_limit=excluded.priority_limit, updated_at=excluded.updated_at",
+                    (owner, name, new.weight, new.max_in_use, new.max_queued,
+                     new.priority_limit, time.time()))
+        return new
+
+    def clear(self, owner: str) -> bool:
+        """Forget ``owner``'s row (defaults again); False when it had none."""
+        with self._lock:
+            return self._db.execute("DELETE FROM quotas WHERE owner=?",
+                                    (owner,)).rowcount > 0
+
+    # ---- priorities ---------------------------------------------------------------------
+
+    def set_priority(self, job: str, priority: int) -> None:
+        """Record a job's priority (0, ``normal``, is the default and is not stored)."""
+        check_priority(priority)
+        if priority == 0:
+            return
+        with self._lock:
+            self._db.execute("INSERT INTO job_priority(job, priority) VALUES(?, ?) ON "
+                             "CONFLICT(job) DO UPDATE SET priority=excluded.priority",
+                             (job, priority))
+
+    def priorities(self, jobs: Iterable[str]) -> dict[str, int]:
+        """The priority of each of ``jobs`` that has one other than 0."""
+        ids = list(jobs)
+        out: dict[str, int] = {}
+        with self._lock:
+            for i in range(0, len(ids), 500):
+                part = ids[i:i + 500]
+                marks = ",".join("?" * len(part))
+                out.update((str(r[0]), int(r[1])) for r in self._db.execute(
+                    f"SELECT job, priority FROM job_priority WHERE job IN ({marks})", part))
+        return out
+
+
+def _quota(r: sqlite3.Row) -> Quota:
+    return Quota(str(r["owner"]), str(r["name"]),
+                 None if r["weight"] is None else float(r["weight"]),
+                 None if r["max_in_use"] is None else float(r["max_in_use"]),
+                 None if r["max_queued"] is None else int(r["max_queued"]),
+                 None if r["priority_limit"] is None else int(r["priority_limit"]))
+
+
+def tenancy_config(base: TenancyConfig | None, quotas: Iterable[Quota]) -> TenancyConfig | None:
+    """``base`` (the operator's ``--fair-share`` options) with the stored weights and quotas
+    over its own; None (a plain FIFO queue) when there is neither. Stored quotas alone turn
+    tenancy on without fair share (quotas and priorities, FIFO otherwise)."""
+    qs = list(quotas)
+    if base is None and not any(q.weight is not None or q.max_in_use is not None
+                                or q.max_queued is not None for q in qs):
+        return None
+    base = base if base is not None else TenancyConfig(fair_share=False)
+    weights = dict(base.weights)
+    in_use = dict(base.max_in_use)
+    queued = dict(base.max_queued)
+    for q in qs:
+        for table, v in ((weights, q.weight), (in_use, q.max_in_use), (queued, q.max_queued)):
+            if v is not None:
+                table[q.owner] = v
+    return replace(base, weights=weights, max_in_use=in_use, max_queued=queued)
