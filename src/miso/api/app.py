@@ -26,6 +26,17 @@ Endpoints::
     DELETE /api/v1/users/{name}         (admin) remove a user
     POST   /api/v1/users/{name}/rotate  (admin, or the user itself) new token
     GET    /api/v1/audit                (admin) who submitted / cancelled what, when
+    GET    /api/v1/quotas               (admin) every owner's weight and quotas, tenancy
+    GET    /api/v1/quotas/{name}        (admin) one user's
+    PUT    /api/v1/quotas/{name}        (admin) set some of them (null clears one)
+    DELETE /api/v1/quotas/{name}        (admin) back to the defaults
+
+A submission may ask for a ``priority`` (``high``, ``normal``, ``low`` or an integer): above
+``normal`` only admins, or users up to the ``priority_limit`` an admin gave them (403
+otherwise). A submission over the user's queued-jobs quota is 429 with the one-line reason.
+With tenancy on, ``status`` has ``owners``: usage against entitlement per owner
+(:mod:`miso.controller.owners`; a user who is not an admin sees its own row and the others
+as one row of counts).
 
 Endpoints that only touch the store (fast, local SQLite) run on the event loop; ``logs`` and
 ``cancel``, which wait on agents and the controller loop, run in the thread pool.
@@ -49,9 +60,11 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from miso.api.limits import BodySizeLimit
-from miso.api.models import SubmitRequest, UserRequest
+from miso.api.models import QuotaRequest, SubmitRequest, UserRequest
 from miso.api.users import User, UserError, UserStore
 from miso.api.wire import API, MAX_BODY_BYTES
+from miso.controller.owners import owner_view
+from miso.controller.quotas import FIELDS as QUOTA_FIELDS
 
 
 class ControllerLike(Protocol):
@@ -63,7 +76,8 @@ class ControllerLike(Protocol):
                memory_gb: float | None = None, workload: str | None = None,
                env: dict[str, str] | None = None, cwd: str | None = None,
                owner: str | None = None, unix_user: str | None = None,
-               request_id: str | None = None, owner_name: str | None = None) -> str: ...
+               request_id: str | None = None, owner_name: str | None = None,
+               priority: int = 0) -> str: ...
 
     def cancel(self, job: str) -> dict[str, Any]: ...
 
@@ -203,14 +217,47 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
             raise ApiError(403, f"job {rec.id} belongs to another user")
         return rec
 
+    def quota_store() -> Any:
+        qs = getattr(controller, "quotas", None)
+        if qs is None:
+            raise ApiError(501, "this server keeps no quotas")
+        return qs
+
+    def check_priority_allowed(priority: int, user: User) -> None:
+        if user.admin or priority <= 0:
+            return
+        q = quota_store().get(user.id)
+        limit = q.priority_limit if q is not None and q.priority_limit is not None else 0
+        if priority > limit:
+            raise ApiError(403, f"priority {priority} is above what user {user.name!r} may ask "
+                                f"for ({limit}); an admin may raise it (miso quota set "
+                                f"{user.name} --priority-limit N)")
+
+    def quota_user(name: str) -> User:
+        try:
+            return users.get(name)
+        except UserError:
+            raise ApiError(404, f"no user {name!r}") from None
+
+    def quota_json(u: User, q: Any) -> dict[str, Any]:
+        base = {"owner": u.name, "id": u.id, "weight": None, "max_in_use": None,
+                "max_queued": None, "priority_limit": None}
+        if q is not None:
+            base.update({k: getattr(q, k) for k in QUOTA_FIELDS})
+        return base
+
     r = APIRouter(prefix=API)
 
     @r.post("/jobs", status_code=201)
     async def submit(body: SubmitRequest, user: UserDep) -> Json:
-        from miso.controller import SubmitConflict, SubmitError  # noqa: PLC0415
+        from miso.controller import QuotaExceeded, SubmitConflict, SubmitError  # noqa: PLC0415
 
         # a retry (same client-chosen request id) gets the job of the first call
-        retry = {"request_id": f"{user.id}:{body.request_id}"} if body.request_id else {}
+        retry: dict[str, Any] = {"request_id": f"{user.id}:{body.request_id}"} \
+            if body.request_id else {}
+        if body.priority:
+            check_priority_allowed(body.priority, user)
+            retry["priority"] = body.priority
         try:
             jid = controller.submit(list(body.command), name=body.name,
                                     memory_gb=body.memory_gb, workload=body.workload,
@@ -218,7 +265,9 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
                                     unix_user=user.unix_user, owner_name=user.name, **retry)
         except SubmitError as e:
             conflict = isinstance(e, SubmitConflict) or "names are unique" in str(e)
-            raise ApiError(409 if conflict else 400, " ".join(str(e).split())) from None
+            over = isinstance(e, QuotaExceeded)
+            raise ApiError(409 if conflict else 429 if over else 400,
+                           " ".join(str(e).split())) from None
         users.record(user.name, "submit", jid, {"name": body.name, "argv0": body.command[0]})
         return Json({"id": jid, "name": body.name or jid}, status_code=201)
 
@@ -285,6 +334,8 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
         if user.admin:
             out["errors"] = snap.get("errors", [])
             out["queue"] = snap.get("queue", [])
+        if snap.get("owners") is not None:
+            out["owners"] = owner_view(snap["owners"], None if user.admin else user.id)
         return Json(out)
 
     @r.get("/users/me")
@@ -329,6 +380,43 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
     async def audit(_: AdminDep, user: str | None = None,
               limit: Annotated[int, Query(ge=1, le=100_000)] = 1000) -> dict[str, Any]:
         return {"audit": users.audit(user=user, limit=limit)}
+
+    @r.get("/quotas")
+    async def quotas(_: AdminDep) -> Json:
+        qs = quota_store()
+        info = controller.tenancy_info() if hasattr(controller, "tenancy_info") else {}
+        byid = {q.owner: q for q in qs.list()}
+        known = {u["id"]: u["name"] for u in users.list()}
+        rows = [{**q.to_json(), "owner": known.get(o, q.name), "id": o}
+                for o, q in byid.items()]
+        return Json({"tenancy": info, "quotas": rows})
+
+    @r.get("/quotas/{name}")
+    async def quota(name: str, _: AdminDep) -> Json:
+        u = quota_user(name)
+        return Json({"quota": quota_json(u, quota_store().get(u.id))})
+
+    @r.put("/quotas/{name}")
+    def set_quota(name: str, body: QuotaRequest, admin: AdminDep) -> Json:
+        qs = quota_store()
+        u = quota_user(name)
+        fields = {k: getattr(body, k) for k in body.model_fields_set}
+        try:
+            q = controller.set_quota(u.id, u.name, **fields)  # type: ignore[attr-defined]
+        except ValueError as e:
+            raise ApiError(400, " ".join(str(e).split())) from None
+        users.record(admin.name, "quota-set", None, {"name": u.name, **fields})
+        info = controller.tenancy_info() if hasattr(controller, "tenancy_info") else {}
+        return Json({"quota": quota_json(u, q if q is not None else qs.get(u.id)),
+                     "tenancy": info})
+
+    @r.delete("/quotas/{name}")
+    def clear_quota(name: str, admin: AdminDep) -> Json:
+        quota_store()
+        u = quota_user(name)
+        gone = controller.clear_quota(u.id)  # type: ignore[attr-defined]
+        users.record(admin.name, "quota-clear", None, {"name": u.name})
+        return Json({"cleared": u.name, "had_quota": bool(gone)})
 
     app.include_router(r)
     for extra in extra_routers:

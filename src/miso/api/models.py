@@ -7,6 +7,9 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from miso.controller.quotas import MAX_IN_USE, MAX_QUEUED, MAX_WEIGHT, check_priority
+from miso.sched.tenancy import parse_priority
+
 ENV_KEY = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 JOB_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:@+-]{0,127}$"
 
@@ -30,6 +33,15 @@ class SubmitRequest(_Body):
     #: Chosen by the client; a retried submission with the same id returns the same job.
     request_id: str | None = Field(default=None, min_length=8, max_length=128,
                                    pattern=r"^[A-Za-z0-9_.-]+$")
+
+    #: ``high``, ``normal``, ``low`` or an integer (who may ask for more than ``normal``:
+    #: admins, and users up to their ``priority_limit``).
+    priority: int | Annotated[str, Field(max_length=16)] | None = None
+
+    @field_validator("priority")
+    @classmethod
+    def _priority(cls, v: int | str | None) -> int | None:
+        return _priority_value(v)
 
     @field_validator("command")
     @classmethod
@@ -64,3 +76,26 @@ class UserRequest(_Body):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     admin: bool = False
     unix_user: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.][A-Za-z0-9_.-]{0,31}$")
+
+
+def _priority_value(v: int | str | None) -> int | None:
+    if v is None:
+        return None
+    if isinstance(v, bool):
+        raise ValueError("expected high, normal, low or an integer")
+    return check_priority(parse_priority(v))
+
+
+class QuotaRequest(_Body):
+    """``PUT /api/v1/quotas/{name}``: the fields given are set (null clears one: the default,
+    no limit); the others are kept."""
+
+    weight: float | None = Field(default=None, gt=0, le=MAX_WEIGHT)
+    max_in_use: float | None = Field(default=None, ge=0, le=MAX_IN_USE)
+    max_queued: int | None = Field(default=None, ge=0, le=MAX_QUEUED)
+    priority_limit: int | Annotated[str, Field(max_length=16)] | None = None
+
+    @field_validator("priority_limit")
+    @classmethod
+    def _limit(cls, v: int | str | None) -> int | None:
+        return _priority_value(v)

@@ -36,7 +36,13 @@ from miso.controller.owners import owner_table
 from miso.controller.poller import AgentPoller
 from miso.controller.quotas import Quota, QuotaStore, check_priority, tenancy_config
 from miso.controller.recovery import recover
-from miso.controller.runtime import ControllerConfig, Runtime, SubmitConflict, SubmitError
+from miso.controller.runtime import (
+    ControllerConfig,
+    QuotaExceeded,
+    Runtime,
+    SubmitConflict,
+    SubmitError,
+)
 from miso.controller.statelock import StateDirLock
 from miso.controller.store import GIB_PER_GB, JobRecord, JobStore, StoreConflict, StoreError
 from miso.mig import GPU_MODELS, geometry
@@ -48,7 +54,9 @@ from miso.sched.tenancy import queued_quota_reason
 from miso.transport.base import NodeUnavailable, Transport
 from miso.workloads import catalogue
 
-__all__ = ["Controller", "ControllerConfig", "SubmitConflict", "SubmitError"]
+__all__ = [
+    "Controller", "ControllerConfig", "QuotaExceeded", "SubmitConflict", "SubmitError",
+]
 
 
 def make_controller_policy(cfg: ControllerConfig) -> Policy:
@@ -230,7 +238,7 @@ class Controller:
                     and not r.owner)
         refused = queued_quota_reason(owner_name or o, n, cap)
         if refused is not None:
-            raise SubmitError(refused)
+            raise QuotaExceeded(refused)
 
     # ---- quotas (admin: the API checks who asks) ----------------------------------------
 

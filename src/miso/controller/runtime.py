@@ -35,6 +35,10 @@ class SubmitConflict(SubmitError):
     """The submission clashes with an earlier one (a request id reused for another job)."""
 
 
+class QuotaExceeded(SubmitError):
+    """The submitter is at its queued-jobs quota (``miso quota``): HTTP 429."""
+
+
 @dataclass
 class ControllerConfig:
     """Knobs of the live controller. Times in seconds."""
