@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ssl
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -62,10 +63,10 @@ class Client:
     def submit(self, command: list[str], *, name: str | None = None,
                memory_gb: float | None = None, workload: str | None = None,
                env: dict[str, str] | None = None, cwd: str | None = None,
-               request_id: str | None = None) -> str:
+               request_id: str | None = None, priority: str | int | None = None) -> str:
         body: dict[str, Any] = {"command": command, "env": env or {}}
         for k, v in (("name", name), ("memory_gb", memory_gb), ("workload", workload),
-                     ("cwd", cwd), ("request_id", request_id)):
+                     ("cwd", cwd), ("request_id", request_id), ("priority", priority)):
             if v is not None:
                 body[k] = v
         return str(self.request("POST", "/jobs", json=body)["id"])
@@ -111,3 +112,20 @@ class Client:
     def audit(self, user: str | None = None) -> list[dict[str, Any]]:
         params = {"user": user} if user else {}
         return list(self.request("GET", "/audit", params=params)["audit"])
+
+    # ---- quotas (admin) -----------------------------------------------------------------
+
+    def quotas(self) -> dict[str, Any]:
+        """``{"tenancy": {...}, "quotas": [row, ...]}``."""
+        return dict(self.request("GET", "/quotas"))
+
+    def quota(self, name: str) -> dict[str, Any]:
+        return dict(self.request("GET", f"/quotas/{quote(name, safe='')}")["quota"])
+
+    def set_quota(self, name: str, **fields: Any) -> dict[str, Any]:
+        """Set the given fields (``weight``, ``max_in_use``, ``max_queued``,
+        ``priority_limit``; None clears one); ``{"quota", "tenancy"}``."""
+        return dict(self.request("PUT", f"/quotas/{quote(name, safe='')}", json=fields))
+
+    def clear_quota(self, name: str) -> dict[str, Any]:
+        return dict(self.request("DELETE", f"/quotas/{quote(name, safe='')}"))

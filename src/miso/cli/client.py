@@ -143,6 +143,11 @@ def submit(
     env_all: Annotated[bool, typer.Option(
         "--env-all", help="Pass this shell's whole environment (except MISO_*/RAY_*).")]
     = False,
+    priority: Annotated[str | None, typer.Option(
+        "--priority", help="high, normal, low or an integer: waiting jobs are placed highest "
+        "priority first (clusters with tenancy: `miso cluster up --fair-share`). Above normal "
+        "needs an admin or the priority limit an admin gave you (`miso quota`).  "
+        "[default: normal]")] = None,
     url: Url = None,
     token: Token = None,
     token_file: TokenFile = None,
@@ -160,6 +165,7 @@ def submit(
 
     if memory_gb is not None:
         checks.positive(memory_gb, "--memory-gb")
+    prio = _priority(priority)
     variables = parse_env(list(env or []), env_all)
     from miso.api.client import ApiError
 
@@ -170,13 +176,61 @@ def submit(
         while True:
             try:
                 jid = c.submit(list(command), name=name, memory_gb=memory_gb, env=variables,
-                               cwd=os.getcwd(), request_id=request)
+                               cwd=os.getcwd(), request_id=request, priority=prio)
                 break
             except ApiError as e:  # retried only when the answer may have been lost
                 if e.status not in (0, 502, 503, 504) or time.time() > deadline:
                     fail(e.message)
                 time.sleep(1.0)
         typer.echo(jid)
+
+
+#: Named priority classes (the server's :data:`miso.sched.tenancy.PRIORITY_CLASSES`; the
+#: name is sent, the server decides).
+PRIORITIES = ("high", "normal", "low")
+
+
+def _priority(v: str | None) -> str | int | None:
+    """``--priority`` as sent: a class name, an integer, or None (normal: not sent)."""
+    if v is None:
+        return None
+    p = v.strip().lower()
+    if p in PRIORITIES:
+        return None if p == "normal" else p
+    try:
+        return int(p)
+    except ValueError:
+        fail(f"--priority {v!r}: expected high, normal, low or an integer")
+
+
+def owners_table(st: dict[str, Any]) -> list[Table]:
+    """Usage against entitlement per owner (status ``owners``; a user who is not an admin
+    gets its own row and ``others`` as counts), or none when tenancy is off."""
+    from miso.cli.text import safe
+
+    rows = st.get("owners")
+    if not rows:
+        return []
+    t = Table(title="Owners: usage against entitlement (GPU-equivalents)")
+    for c in ("owner", "usage share", "share (weight)", "fair-share factor", "in use",
+              "queued", "on GPUs", "quota in use / queued"):
+        t.add_column(c)
+    for r in rows:
+        if r.get("owner") == "others" and "owners" in r:
+            t.add_row(safe(f"others ({r['owners']})"), f"{100 * r.get('usage_share', 0):.0f}%",
+                      f"{100 * r.get('share', 0):.0f}%", "-", f"{r.get('in_use', 0):.2f}",
+                      str(r.get("queued", 0)), str(r.get("running", 0)), "-")
+            continue
+        quota = f"{_or_dash(r.get('max_in_use'))} / {_or_dash(r.get('max_queued'))}"
+        t.add_row(safe(r.get("owner")), f"{100 * r.get('usage_share', 0):.0f}%",
+                  f"{100 * r.get('share', 0):.0f}% ({r.get('weight', 1):g})",
+                  f"{r.get('fair_share', 1):.2f}", f"{r.get('in_use', 0):.2f}",
+                  str(r.get("queued", 0)), str(r.get("running", 0)), quota)
+    return [t]
+
+
+def _or_dash(v: Any) -> str:
+    return "-" if v is None else f"{v:g}"
 
 
 def _progress(j: dict[str, Any]) -> str:
@@ -222,7 +276,7 @@ def render_status(st: dict[str, Any]) -> list[Table]:
         if st.get("admin"):
             row.insert(1, j.get("owner") or "-")
         t.add_row(*(safe(x) for x in row))
-    return [g, t, *lost_nodes_table(st, safe)]
+    return [g, t, *owners_table(st), *lost_nodes_table(st, safe)]
 
 
 def lost_nodes_table(st: dict[str, Any], safe: Any) -> list[Table]:

@@ -74,6 +74,28 @@ def _config(policy: str, profile_seconds: float, checkpoint_timeout: float,
             "checkpoint_timeout": checkpoint_timeout, "estimator": estimator}
 
 
+def tenancy_options(fair_share: bool, half_life: float | None, preempt: bool,
+                    min_run_s: float | None) -> dict[str, Any] | None:
+    """The controller's ``tenancy`` (:class:`miso.sched.tenancy.TenancyConfig` as JSON) from
+    the ``--fair-share`` flags, or None (one FIFO queue; stored quotas still turn tenancy on)."""
+    if half_life is not None and not fair_share:
+        fail("--half-life needs --fair-share")
+    if min_run_s is not None and not preempt:
+        fail("--min-run-s needs --preempt")
+    for flag, v in (("--half-life", half_life), ("--min-run-s", min_run_s)):
+        if v is not None and not (math.isfinite(v) and v > (0 if flag == "--half-life" else -1)):
+            fail(f"{flag} must be a {'positive' if flag == '--half-life' else 'non-negative'} "
+                 f"number of seconds, got {v}")
+    if not (fair_share or preempt):
+        return None
+    out: dict[str, Any] = {"fair_share": fair_share, "preempt": preempt}
+    if half_life is not None:
+        out["half_life_s"] = half_life
+    if min_run_s is not None:
+        out["min_run_s"] = min_run_s
+    return out
+
+
 def _check_state_dir(sd: str) -> None:
     """Refuse a state dir another live miso owns, or whose job store is damaged."""
     from miso import raycluster as rc
@@ -132,6 +154,19 @@ def up(
         "--metrics-public", help="Serve /metrics without a token (default: any user's token; "
         "loopback is no exemption, every local account reaches it). Owners then read as "
         "'other'.")] = False,
+    fair_share: Annotated[bool, typer.Option(
+        "--fair-share", help="Tenancy with fair share: waiting jobs are placed by priority, "
+        "then by their owner's decayed usage against its weight (`miso quota`), then FIFO.")]
+    = False,
+    half_life: Annotated[float | None, typer.Option(
+        "--half-life", help="Half-life (s) of owners' usage under --fair-share.  [default: "
+        "7 days, Slurm's PriorityDecayHalfLife]")] = None,
+    preempt: Annotated[bool, typer.Option(
+        "--preempt", help="A high-priority job that cannot be placed checkpoints and requeues "
+        "the cheapest lower-priority jobs (never one that cannot checkpoint).")] = False,
+    min_run_s: Annotated[float | None, typer.Option(
+        "--min-run-s", help="With --preempt: a job is never preempted before it ran this "
+        "long since its last start.  [default: 600]")] = None,
 ) -> None:
     """Start the controller and one agent per GPU node.
 
@@ -153,6 +188,9 @@ def up(
         fail(f"--gpus {gpus}: at most {MAX_EMULATED_GPUS} emulated GPUs per node (each is "
              "polled by the controller; more do not come up on one machine)")
     cfg = _config(policy, profile_seconds, checkpoint_timeout, estimator)
+    tenancy = tenancy_options(fair_share, half_life, preempt, min_run_s)
+    if tenancy is not None:
+        cfg["tenancy"] = tenancy
     api = {**_api_listen(listen, tls_cert, tls_key, insecure),
            "metrics_public": metrics_public}
     _private_state_dir(sd)

@@ -226,6 +226,7 @@ def _mount() -> None:
     from miso.cli import demo as cli_demo
     from miso.cli import events as cli_events
     from miso.cli import predictor as cli_predictor
+    from miso.cli import quota as cli_quota
     from miso.cli import simulate as cli_simulate
     from miso.cli import users as cli_users
     from miso.cli.doctor import doctor
@@ -236,6 +237,7 @@ def _mount() -> None:
     for name in ("submit", "status", "logs", "cancel", "login"):
         app.command(name)(getattr(cli_client, name))
     app.add_typer(cli_users.user_app, name="user")
+    app.add_typer(cli_quota.quota_app, name="quota")
     app.command("demo")(cli_demo.demo)
     app.command("doctor")(doctor)
     app.command("events")(cli_events.events)
