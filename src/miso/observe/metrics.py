@@ -191,9 +191,15 @@ def owner_metrics(snap: Mapping[str, Any]) -> list[Metric]:
                                         "2^(-U/S) (1: nothing used, 0.5: exactly its share)",
                                         labels=["owner"]),
     }
+    seen: set[str] = set()
     for o, rec in sorted(owners.items()):
+        # the user's name, as in ``miso_jobs`` (so a user's own series stay theirs when a
+        # reader's view masks the others); its id when a former user had the same name
+        label = str(rec.get("name") or o)
+        label = str(o) if label in seen else label
+        seen.add(label)
         for k, fam in fams.items():
-            fam.add_metric([str(o)], float(rec.get(k, 0.0)))
+            fam.add_metric([label], float(rec.get(k, 0.0)))
     return list(fams.values())
 
 

@@ -6,7 +6,9 @@
   who is not an admin, other users' jobs are counted under ``owner="other"``);
 * ``GET /api/v1/events?job=&gpu=&since=&limit=`` - decision records, oldest first, each with
   its ``text``;
-* ``GET /api/v1/cluster`` - the view the page draws (:func:`miso.observe.view.cluster_view`).
+* ``GET /api/v1/cluster`` - the view the page draws (:func:`miso.observe.view.cluster_view`),
+  with ``owners`` when tenancy is on (:func:`miso.controller.owners.owner_view`: a reader who
+  is not an admin sees its own row and the others as counts).
 
 ``auth`` guards the JSON endpoints and ``metrics_auth`` ``/metrics`` (FastAPI dependencies, e.g.
 the API's bearer-token check); None leaves them open (loopback tests, a read-only server on
@@ -25,6 +27,7 @@ from typing import Annotated, Any, Protocol
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, Response
 
+from miso.controller.owners import owner_view
 from miso.observe.decisions import describe
 from miso.observe.eventlog import read_records
 from miso.observe.metrics import CONTENT_TYPE, mask_owners
@@ -148,9 +151,14 @@ def observe_router(source: StatusSource, observer: Observer, *,
         recs = observer.log.recent(recent) if observer.log is not None else []
         seen = scope(principal)
         snap = source.status()
+        owners = snap.get("owners")
         if seen is not None:
             snap = scoped_snapshot(snap, seen)
-        return cluster_view(snap, speeds=observer.job_speeds(), decisions=recs, visible=seen)
+        out = cluster_view(snap, speeds=observer.job_speeds(), decisions=recs, visible=seen)
+        if owners is not None:  # tenancy on: usage against entitlement (others as counts)
+            out["owners"] = owner_view(owners, None if seen is None else
+                                       str(getattr(principal, "id", "") or ""))
+        return out
 
     return router
 

@@ -115,6 +115,26 @@
     }
   }
 
+  function drawOwners(owners) {
+    $("owners-section").hidden = !owners;
+    if (!owners) return;
+    const tb = $("owners").querySelector("tbody");
+    tb.replaceChildren();
+    const pct = (x) => `${Math.round(100 * (x || 0))} %`;
+    const lim = (x) => (x == null ? "\u2013" : String(x));
+    for (const o of owners) {
+      const others = o.owner === "others" && o.owners != null;
+      tb.append(el("tr", {},
+        el("td", { text: others ? `others (${o.owners})` : o.owner }),
+        el("td", { class: "num", text: pct(o.usage_share) }),
+        el("td", { class: "num", text: pct(o.share) + (others ? "" : ` (${fmt(o.weight, 2)})`) }),
+        el("td", { class: "num", text: fmt(o.in_use, 2) }),
+        el("td", { text: others ? "\u2013" : `${lim(o.max_in_use)} / ${lim(o.max_queued)}` }),
+        el("td", { class: "num", text: String(o.queued ?? 0) }),
+        el("td", { class: "num", text: String(o.running ?? 0) })));
+    }
+  }
+
   function drawQueue(queue) {
     const q = $("queue");
     q.replaceChildren();
@@ -157,6 +177,7 @@
         `${running} running \u00b7 ${v.queue.length} queued \u00b7 t=${fmt(v.time, 0)} s`;
       drawGpus(v.gpus);
       drawJobs(v.jobs);
+      drawOwners(v.owners);
       drawQueue(v.queue);
       drawDecisions(v.decisions);
     } catch (e) {
