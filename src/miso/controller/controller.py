@@ -197,8 +197,7 @@ class Controller:
             priority = check_priority(priority)
         except ValueError as e:
             raise SubmitError(str(e)) from None
-        ten = self.cfg.tenancy
-        if priority and ten is None:
+        if priority and self.loop.state.tenancy is None:
             raise SubmitError(f"priority {priority}: this cluster runs one FIFO queue; "
                               "priorities need tenancy (miso cluster up --fair-share)")
         self._check_queued_quota(owner, owner_name)
@@ -320,6 +319,9 @@ class Controller:
             ten = self.cfg.tenancy
             snap["owners"] = owner_table(snap["owners"], self.quotas.list(), self.owner_names,
                                          ten.default_weight if ten is not None else 1.0)
+            # a quota's wait reason names the owner by its user name, not its id
+            snap["held"] = {j: _named(t, self.owner_names)
+                            for j, t in (snap.get("held") or {}).items()}
         snap["errors"] = [n["text"] for n in snap["lost_nodes"]] + list(self.errors[-20:]) + [
             f"job {b}: its record in the store is malformed; ignored (fix or delete the row "
             f"in {self.store.path})" for b in self.store.bad_rows]
@@ -380,6 +382,15 @@ def lost_node(node: str, d: dict[str, Any], fencing: bool) -> dict[str, Any]:
     return {"node": node, "since": since, "why": str(d.get("why") or ""), "phase": phase,
             "text": f"node {node} lost since {stamp} ({time.time() - since:.0f}s): "
                     f"{d.get('why')}; {then}"}
+
+
+def _named(text: str, names: dict[str, str]) -> str:
+    """``text`` with the owner id after ``owner `` replaced by the user's name."""
+    head, sep, rest = text.partition("owner ")
+    if not sep:
+        return text
+    oid, space, tail = rest.partition(" ")
+    return f"{head}owner {names.get(oid, oid)}{space}{tail}"
 
 
 def _spec(rec: JobRecord, priority: int = 0) -> JobSpec:
