@@ -86,6 +86,57 @@ def test_owner_view__a_non_admin_sees_its_row_and_the_others_as_counts_only():
     assert nobody[0]["queued"] == 0 and nobody[1]["owners"] == 3
 
 
+class _Plans:
+    """A plan executor that records plans (the loop is driven by hand, no agents)."""
+
+    def submit(self, gpu: str, d: object) -> bool:
+        return True
+
+    def remove_gpu(self, gpu: str) -> None:
+        pass
+
+    def busy(self) -> bool:
+        return False
+
+
+def test_controller__a_quota_change_reaches_the_loop_and_the_next_decision_uses_it():
+    from miso.controller.runtime import GpuRef
+    from miso.controller.store import JobStore
+    from miso.mig import geometry
+    from miso.sched import GpuAdded, make_policy
+    from miso.sched.clock import VirtualClock
+
+    con = Controller(JobStore(":memory:"), None,  # type: ignore[arg-type]
+                     ControllerConfig(policy="nopart", tenancy=TenancyConfig(),
+                                      check_commands=False),
+                     checkpoint_root="/nonexistent", clock=VirtualClock(),
+                     policy=make_policy("nopart"))
+    con.loop.executor = _Plans()  # type: ignore[assignment]
+    for i in range(2):
+        con.rt.gpus[f"g{i}"] = GpuRef(f"g{i}", "n0", i, "A100-40GB", geometry("A100-40GB"))
+        con.loop.handle(("event", GpuAdded(f"g{i}", "A100-40GB")))
+
+    def drain() -> None:
+        while con.loop.run_once():
+            pass
+
+    con.set_quota("u:a", "alice", max_in_use=0.0)
+    drain()
+    held = con.submit(["train"], memory_gb=4.0, owner="u:a", owner_name="alice")
+    drain()
+    st = con.loop.state
+    assert st.jobs[held].gpu is None
+    assert con.cluster()["held"][held].startswith("owner alice holds 0.00 of its 0 ")
+    con.set_quota("u:a", "alice", max_in_use=None)
+    drain()
+    assert st.tenancy is not None and st.tenancy.config.max_in_use == {}
+    assert st.jobs[held].gpu is None        # nothing decided yet: no event
+    con.submit(["train"], memory_gb=4.0, owner="u:b", owner_name="bob")
+    drain()
+    assert st.jobs[held].gpu is not None    # the next decision placed it
+    assert con.cluster()["owners"]["u:a"]["name"] == "alice"
+
+
 # ---- the live API ------------------------------------------------------------------------------
 
 

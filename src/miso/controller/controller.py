@@ -85,6 +85,7 @@ class Controller:
         #: the tenancy the operator asked for (``--fair-share``), before the stored quotas
         self._base_tenancy = cfg.tenancy
         self.cfg = replace(cfg, tenancy=tenancy_config(cfg.tenancy, self.quotas.list()))
+        self._retune_lock = threading.Lock()
         #: owner id -> user name, for the per-owner view (from submissions and quotas)
         self.owner_names: dict[str, str] = {q.owner: q.name for q in self.quotas.list()}
         root = checkpoint_root or (Path(store.path).parent / "checkpoints"
@@ -270,14 +271,15 @@ class Controller:
         """Give the loop the tenancy of the stored quotas (it swaps it in between two
         events). A cluster started without tenancy enforces the queued-jobs quota now and
         the rest from its next start."""
-        cfg = tenancy_config(self._base_tenancy, self.quotas.list())
-        if cfg is None and self.loop.state.tenancy is not None:
-            cfg = replace(self.loop.state.tenancy.config, weights={}, max_in_use={},
-                          max_queued={})
-        self.cfg = replace(self.cfg, tenancy=cfg)
-        self.rt.cfg = self.cfg
-        if cfg is not None and self.loop.state.tenancy is not None:
-            self.rt.queue.put(("tenancy", cfg))
+        with self._retune_lock:  # read and hand over in one go: the last change wins
+            cfg = tenancy_config(self._base_tenancy, self.quotas.list())
+            if cfg is None and self.loop.state.tenancy is not None:
+                cfg = replace(self.loop.state.tenancy.config, weights={}, max_in_use={},
+                              max_queued={})
+            self.cfg = replace(self.cfg, tenancy=cfg)
+            self.rt.cfg = self.cfg
+            if cfg is not None and self.loop.state.tenancy is not None:
+                self.rt.queue.put(("tenancy", cfg))
 
     def cancel(self, job: str) -> dict[str, Any]:
         """Cancel a job (kills its process); returns its record."""
