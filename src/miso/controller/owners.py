@@ -60,8 +60,8 @@ def owner_table(report: Mapping[str, Mapping[str, Any]], quotas: Iterable[Quota]
 def owner_view(table: Mapping[str, Mapping[str, Any]], viewer: str | None
                ) -> list[dict[str, Any]]:
     """The rows a reader sees, each with its ``owner`` (name): every row for an admin
-    (``viewer`` None; with ``id``; by name), else the reader's own row (``viewer``: its user id; zeros
-    when it has none) and one ``others`` row of sums."""
+    (``viewer`` None; with ``id``; by name), else the reader's own row (``viewer``: its user
+    id; zeros when it has none) and one ``others`` row of sums."""
     if viewer is None:
         rows = [{"owner": r.get("name") or o, "id": o, **_fields(r)} for o, r in table.items()]
         return sorted(rows, key=lambda r: (str(r["owner"]), r["id"]))
