@@ -82,8 +82,9 @@ def test_owner_view__a_non_admin_sees_its_row_and_the_others_as_counts_only():
                        "queued": 99, "running": 2}
     text = json.dumps(mine)
     assert "alice" not in text and "carol" not in text and "u:a" not in text
-    nobody = owner_view(table, "u:z")  # a user with no job and no quota
-    assert nobody[0]["queued"] == 0 and nobody[1]["owners"] == 3
+    nobody = owner_view(table, "u:z", "zed")  # a user with no job and no quota
+    assert nobody[0]["owner"] == "zed" and nobody[0]["queued"] == 0
+    assert nobody[1]["owners"] == 3
 
 
 class _Plans:
@@ -243,6 +244,8 @@ def test_api__priority_above_normal_needs_an_admin_or_a_limit(api: Any) -> None:
     jid = _submit(client, tokens["alice"], priority=50).json()["id"]
     wait_for(lambda: jid in ctl.loop.state.jobs, 10)
     assert ctl.loop.state.jobs[jid].spec.priority == 50
+    st = client.get("/api/v1/status", headers=H(tokens["alice"])).json()
+    assert {j["id"]: j["priority"] for j in st["jobs"]}[jid] == 50
     assert ctl.quotas.priorities([jid]) == {jid: 50}   # kept for a restart
     assert _submit(client, tokens["admin"], priority="high").status_code == 201
 

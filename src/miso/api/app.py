@@ -316,6 +316,9 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
             placed = {j for g in snap.get("gpus", []) for j in g.get("jobs", [])}
             mine = {j for j, o in store.owners(placed).items() if o == user.id}
 
+        qs = getattr(controller, "quotas", None)
+        prio = qs.priorities(r.id for r in recs) if qs is not None else {}
+
         def cannot_checkpoint(job: str) -> bool:
             try:
                 return store.get(job).checkpointable is False
@@ -327,15 +330,16 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
             "time": snap.get("time"), "policy": snap.get("policy"),
             "nodes": snap.get("nodes", []), "lost_nodes": snap.get("lost_nodes", []),
             "gpus": [gpu_view(g, mine) for g in snap.get("gpus", [])],
-            "jobs": [{**x.to_json(), "why": why(x.to_json(), snap, cannot_checkpoint)}
-                     for x in recs],
+            "jobs": [{**x.to_json(), "why": why(x.to_json(), snap, cannot_checkpoint),
+                      "priority": prio.get(x.id, 0)} for x in recs],
             "counts": {"mine": store.counts(owner=user.id), "all": snap.get("counts", {})},
         }
         if user.admin:
             out["errors"] = snap.get("errors", [])
             out["queue"] = snap.get("queue", [])
         if snap.get("owners") is not None:
-            out["owners"] = owner_view(snap["owners"], None if user.admin else user.id)
+            out["owners"] = owner_view(snap["owners"], None if user.admin else user.id,
+                                       user.name)
         return Json(out)
 
     @r.get("/users/me")

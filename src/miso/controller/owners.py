@@ -57,17 +57,17 @@ def owner_table(report: Mapping[str, Mapping[str, Any]], quotas: Iterable[Quota]
     return rows
 
 
-def owner_view(table: Mapping[str, Mapping[str, Any]], viewer: str | None
-               ) -> list[dict[str, Any]]:
+def owner_view(table: Mapping[str, Mapping[str, Any]], viewer: str | None,
+               viewer_name: str = "") -> list[dict[str, Any]]:
     """The rows a reader sees, each with its ``owner`` (name): every row for an admin
     (``viewer`` None; with ``id``; by name), else the reader's own row (``viewer``: its user
-    id; zeros when it has none) and one ``others`` row of sums."""
+    id, ``viewer_name`` its name; zeros when it has none) and one ``others`` row of sums."""
     if viewer is None:
         rows = [{"owner": r.get("name") or o, "id": o, **_fields(r)} for o, r in table.items()]
         return sorted(rows, key=lambda r: (str(r["owner"]), r["id"]))
     mine = table.get(viewer)
     rest = [r for o, r in table.items() if o != viewer]
-    own = {"owner": (mine or {}).get("name") or "you", **_fields(mine or {})}
+    own = {"owner": (mine or {}).get("name") or viewer_name or "you", **_fields(mine or {})}
     others = {"owner": OTHERS, "owners": len(rest),
               "in_use": sum(float(r.get("in_use") or 0.0) for r in rest),
               "usage_share": sum(float(r.get("usage_share") or 0.0) for r in rest),

@@ -157,7 +157,8 @@ def observe_router(source: StatusSource, observer: Observer, *,
         out = cluster_view(snap, speeds=observer.job_speeds(), decisions=recs, visible=seen)
         if owners is not None:  # tenancy on: usage against entitlement (others as counts)
             out["owners"] = owner_view(owners, None if seen is None else
-                                       str(getattr(principal, "id", "") or ""))
+                                       str(getattr(principal, "id", "") or ""),
+                                       str(getattr(principal, "name", "") or ""))
         return out
 
     return router
