@@ -458,3 +458,63 @@ def test_live__b_starts_within_one_completion_after_a_floods_a_full_cluster(
               f"after its submission")
         assert ended <= 1 and overtook == 0
     shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/usr/bin/chromium").exists(),
+                    reason="needs Debian's chromium (apt-get install chromium)")
+def test_web_page__owners_table_in_chromium_counts_only_for_a_non_admin(tmp_path: Path):
+    """The page's Owners table: a user sees its own row and the others as one row of counts
+    (no other name anywhere on the page); an admin sees every owner."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    from miso.api import UserStore, create_app
+    from miso.api.server import ApiServer, Listen
+    from miso.observe import attach
+    from miso.observe.routes import api_routers
+    from miso.transport.inprocess import LocalCluster
+
+    cfg = ControllerConfig(**FAST, tenancy=TenancyConfig())  # type: ignore[arg-type]
+    with LocalCluster(tmp_path / "c", nodes=0, config=cfg, start=False) as c:
+        ctl = Controller(open_store(tmp_path / "c"), c.transport, cfg,
+                         checkpoint_root=tmp_path / "c" / "checkpoints")
+        obs = attach(ctl, tmp_path / "c")
+        c.controller = ctl.start()
+        users = UserStore(":memory:")
+        tokens = {"admin": users.add("admin", admin=True), "alice": users.add("alice"),
+                  "bob": users.add("bob")}
+        server = ApiServer(create_app(ctl, users, extra_routers=api_routers(ctl, obs),
+                                      snapshot_ttl=0.0), Listen("127.0.0.1", 0))
+        url = server.start()
+        try:
+            import httpx
+
+            for who, n in (("bob", 2), ("alice", 1)):
+                for i in range(n):
+                    r = httpx.post(url + "/api/v1/jobs", headers=H(tokens[who]),
+                                   json={"command": ["sleep", "30"], "name": f"{who}job{i}"})
+                    assert r.status_code == 201, r.text
+            httpx.put(url + "/api/v1/quotas/alice", headers=H(tokens["admin"]),
+                      json={"weight": 3, "max_queued": 7})
+            with sync_api.sync_playwright() as p:
+                browser = p.chromium.launch(executable_path="/usr/bin/chromium", headless=True,
+                                            args=["--headless", "--no-sandbox", "--disable-gpu"])
+                for who, want in (("alice", ["alice", "others (1)"]),
+                                  ("admin", ["alice", "bob"])):
+                    page = browser.new_page()
+                    page.goto(url + "/")
+                    page.get_by_label("API token").fill(tokens[who])
+                    page.keyboard.press("Enter")
+                    page.locator("#owners tbody tr").first.wait_for(timeout=20_000)
+                    wait_for(lambda page=page, want=want: [
+                        t.split("\t")[0].strip()
+                        for t in page.locator("#owners tbody tr").all_inner_texts()] == want,
+                        20)
+                    rows = page.locator("#owners tbody tr").all_inner_texts()
+                    assert "3.00" in rows[0] and "- / 7" in rows[0].replace("\u2013", "-")
+                    if who == "alice":
+                        assert "bob" not in page.content()
+                        assert "\t2" in rows[1]   # bob's 2 queued jobs, as a count
+                    page.close()
+                browser.close()
+        finally:
+            server.stop()
