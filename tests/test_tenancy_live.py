@@ -384,9 +384,11 @@ def test_cli__cluster_up_tenancy_flags_are_checked_and_become_the_controllers():
     cfg = ControllerConfig(**json.loads(json.dumps({"tenancy": got})))
     assert cfg.tenancy == TenancyConfig(half_life_s=3600.0, preempt=True, min_run_s=30.0)
     for args in ((False, 60.0, False, None), (True, 0.0, False, None),
-                 (True, None, False, 5.0)):
+                 (True, None, False, 5.0), (False, None, True, -0.5),
+                 (True, float("inf"), False, None)):
         r = _miso("cluster", "up", "--emulated", "--state-dir", "/nonexistent/x",
                   *(["--fair-share"] if args[0] else []),
+                  *(["--preempt"] if args[2] else []),
                   *(["--half-life", str(args[1])] if args[1] is not None else []),
                   *(["--min-run-s", str(args[3])] if args[3] is not None else []))
         assert r.exit_code == 2 and "error: --" in r.output, r.output

@@ -82,10 +82,10 @@ def tenancy_options(fair_share: bool, half_life: float | None, preempt: bool,
         fail("--half-life needs --fair-share")
     if min_run_s is not None and not preempt:
         fail("--min-run-s needs --preempt")
-    for flag, v in (("--half-life", half_life), ("--min-run-s", min_run_s)):
-        if v is not None and not (math.isfinite(v) and v > (0 if flag == "--half-life" else -1)):
-            fail(f"{flag} must be a {'positive' if flag == '--half-life' else 'non-negative'} "
-                 f"number of seconds, got {v}")
+    if half_life is not None and not (math.isfinite(half_life) and half_life > 0):
+        fail(f"--half-life must be a positive number of seconds, got {half_life}")
+    if min_run_s is not None and not (math.isfinite(min_run_s) and min_run_s >= 0):
+        fail(f"--min-run-s must be a non-negative number of seconds, got {min_run_s}")
     if not (fair_share or preempt):
         return None
     out: dict[str, Any] = {"fair_share": fair_share, "preempt": preempt}
