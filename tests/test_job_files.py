@@ -245,7 +245,7 @@ def test_a_job_that_finishes_while_a_move_waits_is_not_run_again(tmp_path: Path)
 
         def move() -> None:
             try:
-                box.append(ctl.executor._launch(j, other, Placement(0, "7g.40gb"), None))
+                box.append(ctl.executor.launcher.launch(j, other, Placement(0, "7g.40gb"), None))
             except Exception as e:  # noqa: BLE001 - shown by the assertion
                 box.append(e)
 

@@ -20,7 +20,7 @@ submitted as the API does after authentication (owner + Unix account). Attacks:
   too) must finish exactly once.
 * ``checkpoint-record``: the attacker's checkpoint record (``.miso/last-checkpoint.json``) is a
   FIFO, a symlink, a NUL path, a string iteration...; the controller's resume step
-  (``executor.resume_point``) reads it. Affected: one that raises or blocks (> 5 s).
+  (``launcher.resume_point``) reads it. Affected: one that raises or blocks (> 5 s).
 * ``log-flood``: the attacker's job writes ``--flood-mb`` MB to stdout while another tenant's
   jobs run; figures: the log's size against the cap, ``logs --tail 3`` time, the reader's
   peak memory (tracemalloc) and this process's RSS growth (the agent runs in it).
@@ -66,7 +66,7 @@ from pathlib import Path
 from typing import Any
 
 from miso.controller import ControllerConfig
-from miso.controller.executor import resume_point
+from miso.controller.launcher import resume_point
 from miso.job import LAST_CHECKPOINT
 from miso.transport.inprocess import LocalCluster
 

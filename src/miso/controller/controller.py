@@ -29,9 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from miso.agent import runas
-from miso.controller.executor import NOT_PROFILED, PlanExecutor
+from miso.controller.executor import PlanExecutor
 from miso.controller.loop import EventLoop
 from miso.controller.poller import AgentPoller
+from miso.controller.profile_run import NOT_PROFILED
 from miso.controller.recovery import recover
 from miso.controller.runtime import ControllerConfig, Runtime, SubmitConflict, SubmitError
 from miso.controller.statelock import StateDirLock

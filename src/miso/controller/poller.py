@@ -22,7 +22,8 @@ import threading
 import time
 from typing import Any
 
-from miso.controller.executor import PlanExecutor, Relaunch
+from miso.controller.executor import PlanExecutor
+from miso.controller.launcher import Relaunch
 from miso.controller.runtime import GpuRef, Runtime
 from miso.mig import geometry
 from miso.sched import (
