@@ -37,6 +37,7 @@ from miso.controller.recovery import recover
 from miso.controller.runtime import ControllerConfig, Runtime, SubmitConflict, SubmitError
 from miso.controller.statelock import StateDirLock
 from miso.controller.store import GIB_PER_GB, JobRecord, JobStore, StoreConflict, StoreError
+from miso.jobstatus import TERMINAL, JobStatus
 from miso.mig import GPU_MODELS, geometry
 from miso.sched import JobSpec, JobSubmitted, Policy
 from miso.sched.clock import Clock
@@ -171,7 +172,8 @@ class Controller:
         ten = self.cfg.tenancy
         if ten is not None and (owner or "") in ten.max_queued:
             o = owner or ""
-            n = sum(1 for r in self.store.jobs() if r.state == "queued" and (r.owner or "") == o)
+            n = sum(1 for r in self.store.jobs() if r.state == JobStatus.QUEUED
+                    and (r.owner or "") == o)
             refused = queued_quota_reason(o, n, ten.max_queued[o])
             if refused is not None:
                 raise SubmitError(refused)
@@ -212,7 +214,7 @@ class Controller:
         for j in jobs:
             j["why"] = why(j, snap, pinned.__contains__)
         snap["jobs"] = jobs
-        if not snap["nodes"] and any(j["state"] == "queued" for j in jobs):
+        if not snap["nodes"] and any(j["state"] == JobStatus.QUEUED for j in jobs):
             fencing = snap["unreachable"]
             snap["errors"].append(_NO_NODES if not fencing else
                                   f"every agent is unreachable ({', '.join(fencing)}): jobs "
@@ -304,16 +306,16 @@ def why(j: dict[str, Any], snap: dict[str, Any],
     job that sends no progress reports that it is not profiled. ``cannot_checkpoint(job id)``
     tells whether a resident of a GPU is pinned (never named: it may be another user's)."""
     state = j["state"]
-    if state in ("finished", "failed", "cancelled"):
+    if state in TERMINAL:
         return str(j.get("reason") or "")
     note = str(j.get("note") or "")
     silent = j.get("checkpointable") is False and j.get("iteration") is None
     if note == NOT_PROFILED and not silent:
         note = ""  # it was slow to start, then reported progress: the note is stale
-    if state == "profiling" and silent:
+    if state == JobStatus.PROFILING and silent:
         return "runs under MPS while its GPU's other jobs are measured; not measured itself " \
             "(no progress reports)"
-    if state != "queued":
+    if state != JobStatus.QUEUED:
         return NOT_PROFILED if silent else note
     if not snap["gpus"]:
         fencing = snap.get("unreachable") or []

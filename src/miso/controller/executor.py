@@ -19,6 +19,7 @@ from miso.controller.gpu_worker import GpuWorker
 from miso.controller.launcher import Launcher, Relaunch
 from miso.controller.profile_run import ProfileRun
 from miso.controller.runtime import GpuRef, Run, Runtime
+from miso.jobstatus import JobStatus
 from miso.mig import Placement, TransitionError, plan_transition
 from miso.sched import (
     ApplyLayout,
@@ -171,7 +172,7 @@ class PlanExecutor:
             if job in d.assignment:
                 self.launcher.launch(job, d.gpu, pl, None)
         if keep is not None:
-            rt.store.update(keep.job, state="running")
+            rt.store.update(keep.job, state=JobStatus.RUNNING)
         rt.post_event(LayoutApplied(d.gpu, d.plan_id))
 
     @staticmethod
@@ -224,4 +225,4 @@ class PlanExecutor:
         rec = self.rt.job(d.job)
         if rec is not None and rec.gpu not in (None, gpu):
             return  # placed on another GPU in the same batch: that GPU's plan starts it
-        self.rt.store.update(d.job, state="queued", gpu=None, placement=None, mps_pct=None)
+        self.rt.store.update(d.job, state=JobStatus.QUEUED, gpu=None, placement=None, mps_pct=None)

@@ -16,6 +16,7 @@ from typing import Any
 
 from miso.controller.runtime import Run, Runtime
 from miso.job import last_checkpoint
+from miso.jobstatus import JobStatus
 from miso.mig import Placement
 from miso.sched import JobFailed
 
@@ -61,7 +62,7 @@ class Launcher:
         t0 = time.monotonic()
         for r in runs:
             r.stopping = True
-            rt.store.update(r.job, state="checkpointing")
+            rt.store.update(r.job, state=JobStatus.CHECKPOINTING)
             rt.try_call(r.node, "checkpoint", r.job, r.attempt)
         deadline = time.monotonic() + rt.cfg.checkpoint_timeout
         for r in runs:
@@ -76,7 +77,7 @@ class Launcher:
                 log.error("job %s attempt %d: no exit seen after kill", r.job, r.attempt)
                 rt.drop_run(r)
         for r in runs:
-            rt.store.update(r.job, state="queued")
+            rt.store.update(r.job, state=JobStatus.QUEUED)
         if rt.observer is not None:
             rt.observer.on_timing("checkpoint", time.monotonic() - t0)
 
@@ -132,8 +133,9 @@ class Launcher:
                                  log=res.get("log"))
             rt.post_event(JobFailed(job, res["error"]))
             return None
-        fields: dict[str, Any] = {"state": "profiling" if profiling else "running", "gpu": gpu,
-                                  "placement": str(pl), "mps_pct": mps_pct}
+        fields: dict[str, Any] = {
+            "state": JobStatus.PROFILING if profiling else JobStatus.RUNNING, "gpu": gpu,
+            "placement": str(pl), "mps_pct": mps_pct}
         if rec.started_at is None:
             fields["started_at"] = now
         rt.store.update(job, **fields)
