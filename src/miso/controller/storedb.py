@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from miso.controller.schema import SCHEMA, SCHEMA_VERSION, V2_COLUMNS, StoreError
+from miso.sqlitebackup import backup_private
 
 
 class StoreDb:
@@ -74,15 +75,9 @@ class StoreDb:
         self.set_meta("schema_version", str(SCHEMA_VERSION))
 
     def backup(self, dest: str | Path) -> None:
-        """Copy the whole store to ``dest`` (consistent, while in use)."""
-        tmp = Path(f"{dest}.tmp")
+        """Copy the whole store to ``dest`` (consistent while in use; mode 0600)."""
         with self.lock:  # one copy at a time (they share the temp file)
-            out = sqlite3.connect(tmp)
-            try:
-                self.conn.backup(out)
-            finally:
-                out.close()
-            tmp.replace(dest)
+            backup_private(self.conn, dest)
 
     def close(self) -> None:
         with self.lock:
