@@ -1,4 +1,5 @@
-"""Shared test helper: a real, throw-away Unix account (tests that switch uids run as root)."""
+"""Shared helper of the tests and the security benchmark: a real, throw-away Unix account
+(what switches uids runs as root)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import contextlib
 import pwd
 import secrets
 import subprocess
+import time
 from collections.abc import Iterator
 
 
@@ -19,4 +21,9 @@ def unix_account(prefix: str = "misot") -> Iterator[pwd.struct_passwd]:
         yield pwd.getpwnam(name)
     finally:
         subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
+        # userdel refuses while the account still has processes: wait for the kills to land
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline and subprocess.run(
+                ["pgrep", "-u", name], capture_output=True).returncode == 0:
+            time.sleep(0.02)
         subprocess.run(["userdel", name], capture_output=True)

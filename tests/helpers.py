@@ -4,6 +4,20 @@ them are in conftest.py)."""
 from __future__ import annotations
 
 import sys
+import textwrap
+
+#: A well-behaved job (40 progress reports in 2 s, then done): the victim beside hostile jobs
+#: in the tests and in benchmarks/security/run.py.
+VICTIM = textwrap.dedent("""\
+    import time
+    from miso import job
+    ctx = job.context()
+    ctx.started(0, 40)
+    for i in range(40):
+        time.sleep(0.05)
+        ctx.report(i + 1, 40)
+    ctx.finish()
+""")
 
 #: Controller knobs that make live tests fast (seconds); a test adds its own on top.
 FAST: dict[str, float] = {"profile_seconds_per_level": 0.3, "profile_warmup_s": 0.15,

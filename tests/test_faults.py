@@ -284,7 +284,7 @@ def test_helper__storage_errors_never_reach_the_training_loop(tmp_path: Path,
 def test_submit__full_disk_fails_fast_with_one_line(cluster) -> None:  # noqa: ANN001
     c = cluster(gpus_per_node=1)
     ctl = c.controller
-    real = ctl.store._db  # noqa: SLF001 - inject ENOSPC into the store's connection
+    real = ctl.store.db.conn  # inject ENOSPC into the store's one connection
 
     class Full:
         def execute(self, q: str, *a: Any) -> Any:
@@ -292,12 +292,12 @@ def test_submit__full_disk_fails_fast_with_one_line(cluster) -> None:  # noqa: A
                 raise sqlite3.OperationalError("database or disk is full")
             return real.execute(q, *a)
 
-    ctl.store._db = Full()  # noqa: SLF001
+    ctl.store.db.conn = Full()
     t0 = time.time()
     with pytest.raises(SubmitError, match="disk is full") as e:
         ctl.submit(["true"], name="x")
     assert time.time() - t0 < 2 and "\n" not in str(e.value)
-    ctl.store._db = real  # noqa: SLF001
+    ctl.store.db.conn = real
 
 
 # ---- 8. hostile text ------------------------------------------------------------------------

@@ -78,8 +78,10 @@ def test_state_files_are_private(state: Path) -> None:
            owner=None, unix_user=None)
     wait_for(lambda: finished(agent, "j1"))
     att = state / "agents" / "node0" / "jobs" / "j1" / "attempt-1"
+    store.backup(state / "miso.db.bak")
     assert mode(state / "miso.db") == 0o600
     assert {mode(p) for p in state.glob("miso.db*")} == {0o600}
+    assert (state / "miso.db.bak").exists()
     assert mode(state / "agents" / "node0") == 0o700
     assert mode(att.parent) == mode(att) == mode(att / "job") == 0o700
     assert mode(att / "output.log") == 0o600 and "hi" in agent.logs("j1")

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers import VICTIM
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from waiting import wait_for
@@ -35,18 +36,6 @@ progress_like = st.dictionaries(st.sampled_from(FIELDS), json_values, max_size=8
                            "total": json_values, "helper": json_values})
 contents = st.binary(max_size=3000) | json_values.map(lambda v: json.dumps(v).encode()) | \
     progress_like.map(lambda v: json.dumps(v).encode())
-
-VICTIM = textwrap.dedent("""\
-    import time
-    from miso import job
-    ctx = job.context()
-    ctx.started(0, 40)
-    for i in range(40):
-        time.sleep(0.05)
-        ctx.report(i + 1, 40)
-    ctx.finish()
-""")
-
 
 @pytest.fixture
 def state() -> Iterator[Path]:
@@ -245,7 +234,7 @@ def test_a_job_that_finishes_while_a_move_waits_is_not_run_again(tmp_path: Path)
 
         def move() -> None:
             try:
-                box.append(ctl.executor._launch(j, other, Placement(0, "7g.40gb"), None))
+                box.append(ctl.executor.launcher.launch(j, other, Placement(0, "7g.40gb"), None))
             except Exception as e:  # noqa: BLE001 - shown by the assertion
                 box.append(e)
 

@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from miso.cli.predictor import app
+from miso.mps_speed import measured_profile
 from miso.predict import (
     A100_40GB_PROFILES,
     DUMMY,
@@ -22,7 +23,6 @@ from miso.predict import (
 )
 from miso.predict.data import catalogue_mig_columns, identify_workloads
 from miso.predict.lowslice import fit_lowslice
-from miso.predict.mps_model import synthesize_mps_speeds
 
 #: the first 1,000 rows of the MISO A100 MPS/MIG pairs (tests/data/README.md)
 SHARED = Path(__file__).parent / "data" / "mps_mig_sample.npz"
@@ -35,13 +35,13 @@ def pred() -> Predictor:
 
 
 def synthetic_pairs(n_mixes: int, seed: int = 0) -> dict[str, np.ndarray]:
-    """A small mps/mig file in the data convention, built from the catalogue + mps_model."""
+    """A small mps/mig file in the data convention, built from the catalogue + miso.mps_speed."""
     names, ref = catalogue_mig_columns()
     rng = np.random.default_rng(seed)
     mps, mig, mix = [], [], []
     for m in range(n_mixes):
         idx = rng.choice(len(names), size=7)
-        s = synthesize_mps_speeds([names[i] for i in idx], rng=rng)
+        s = measured_profile([names[i] for i in idx], rng=rng)
         mps.append(speeds_to_normalised(s))
         mig.append(ref[idx].T)
         mix.append(m)
@@ -110,14 +110,14 @@ def test_padding_is_done_by_the_api(pred):
 
 
 def test_raw_speed_units_do_not_matter(pred):
-    s = synthesize_mps_speeds(["bert_train8", "mobilenet_train64", "gnn_train128"])
+    s = measured_profile(["bert_train8", "mobilenet_train64", "gnn_train128"])
     a = pred.predict(s)
     b = pred.predict(s * np.array([[3.0, 100.0, 0.01]]))
     np.testing.assert_allclose(a.speed, b.speed, rtol=1e-6)
 
 
 def test_order_of_jobs_does_not_matter(pred):
-    s = synthesize_mps_speeds(["bert_train8", "mobilenet_train64", "gnn_train128"])
+    s = measured_profile(["bert_train8", "mobilenet_train64", "gnn_train128"])
     a = pred.predict(s)
     b = pred.predict(s[:, ::-1])
     np.testing.assert_allclose(a.speed, b.speed[::-1], rtol=1e-6)
@@ -125,7 +125,7 @@ def test_order_of_jobs_does_not_matter(pred):
 
 def test_job_slow_on_3g_gets_lower_3g_speed(pred):
     # bert_train8: 3g speed 0.52; mobilenet_train64: 0.97 (CSV)
-    s = synthesize_mps_speeds(["bert_train8", "mobilenet_train64"])
+    s = measured_profile(["bert_train8", "mobilenet_train64"])
     out = pred.predict(s).by_slices()
     assert out[0][3] < out[1][3]
     assert out[0][4] < out[1][4]
@@ -141,7 +141,7 @@ def test_shipped_model_fits_the_data(pred):
 
 
 def test_memory_limits_and_profiles(pred):
-    s = synthesize_mps_speeds(["bert_train8", "mobilenet_train64"])
+    s = measured_profile(["bert_train8", "mobilenet_train64"])
     out = pred.predict(s, memory_gb=[10.2, 3.0])
     d = out.by_slices()
     assert d[0][2] is None and d[0][1] is None and d[0][3] is not None
@@ -189,7 +189,7 @@ def test_memory_list_length_checked(pred):
 
 # ------------------------------------------------------------------ uncertainty, correction
 def test_uncertainty_present(pred):
-    out = pred.predict(synthesize_mps_speeds(["bert_train8", "resnet_train64", "gnn_train64"]))
+    out = pred.predict(measured_profile(["bert_train8", "resnet_train64", "gnn_train64"]))
     assert (out.std >= 0).all()
     assert (out.std[:, 0] == 0).all()
     assert (out.std[:, 3:] > 0).all()  # 2g/1g include the linear model's residual
@@ -197,7 +197,7 @@ def test_uncertainty_present(pred):
 
 
 def test_online_correction(pred):
-    out = pred.predict(synthesize_mps_speeds(["bert_train8", "resnet_train64"]))
+    out = pred.predict(measured_profile(["bert_train8", "resnet_train64"]))
     before = out.speed[0].copy()
     obs3 = before[2] * 0.8
     c = pred.correct(out, 0, {3: obs3})

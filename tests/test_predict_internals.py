@@ -1,4 +1,4 @@
-"""Numpy U-Net equals the torch one; MPS contention model behaviour."""
+"""Numpy U-Net equals the torch one."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import pytest
 torch = pytest.importorskip("torch")  # the optional extra [train]
 
 from miso.predict.model import UNet  # noqa: E402
-from miso.predict.mps_model import DUMMY, mps_speed, params, synthesize_mps_speeds  # noqa: E402
 from miso.predict.numpy_unet import NumpyEnsemble  # noqa: E402
 
 
@@ -33,67 +32,6 @@ def test_numpy_forward_matches_torch():
 
 def test_unet_shape():
     assert UNet(4)(torch.rand(2, 3, 7)).shape == (2, 3, 7)
-
-
-# ------------------------------------------------------------------ mps_model
-def test_synthesize_shapes_and_range():
-    for n in range(1, 8):
-        s = synthesize_mps_speeds(["resnet_train64"] * n)
-        assert s.shape == (3, n)
-        assert (s > 0).all() and (s <= 1.0 + 1e-9).all()
-
-
-def test_synthesize_deterministic_without_rng_noisy_with():
-    names = ["bert_train8", "gnn_train64"]
-    np.testing.assert_array_equal(synthesize_mps_speeds(names), synthesize_mps_speeds(names))
-    a = synthesize_mps_speeds(names, rng=np.random.default_rng(1))
-    b = synthesize_mps_speeds(names, rng=np.random.default_rng(1))
-    np.testing.assert_array_equal(a, b)
-    assert not np.array_equal(a, synthesize_mps_speeds(names))
-    np.testing.assert_array_equal(
-        synthesize_mps_speeds(names, rng=np.random.default_rng(1), noise=0.0),
-        synthesize_mps_speeds(names),
-    )
-
-
-def test_alone_less_threads_not_faster():
-    for name in ("bert_train8", "mobilenet_train64", "cyclegan_train4", "embedding_train64"):
-        assert mps_speed(name, 100, []) == pytest.approx(1.0)
-        v = [mps_speed(name, lv, []) for lv in (100, 50, 14)]
-        assert v[0] >= v[1] >= v[2] > 0
-
-
-def test_heavier_jobs_slow_down_more_on_fewer_threads():
-    s = synthesize_mps_speeds(["bert_train8"])[:, 0]
-    m = synthesize_mps_speeds(["mobilenet_train64"])[:, 0]
-    assert s[2] / s[0] < m[2] / m[0]
-
-
-def test_more_co_runners_not_faster():
-    for lv in (100, 50, 14):
-        prev = mps_speed("gnn_train128", lv, [])
-        for k in range(1, 7):
-            cur = mps_speed("gnn_train128", lv, ["transformer_train64"] * k)
-            assert cur <= prev + 1e-12
-            prev = cur
-
-
-def test_consistency_between_functions():
-    names = ["bert_train8", "gnn_train64", "resnet_train256"]
-    s = synthesize_mps_speeds(names)
-    other = ["bert_train8", "resnet_train256"]
-    assert s[1, 1] == pytest.approx(mps_speed("gnn_train64", 50, other))
-
-
-def test_errors_and_constants():
-    with pytest.raises(KeyError):
-        synthesize_mps_speeds(["no_such_job"])
-    with pytest.raises(ValueError):
-        synthesize_mps_speeds([])
-    with pytest.raises(ValueError):
-        mps_speed("bert_train8", 0, [])
-    assert DUMMY.shape == (3,) and (DUMMY > 0).all()
-    assert 0 < params().theta < 1
 
 
 def test_grouped_ensemble_splits_into_equal_unets():

@@ -20,7 +20,7 @@ submitted as the API does after authentication (owner + Unix account). Attacks:
   too) must finish exactly once.
 * ``checkpoint-record``: the attacker's checkpoint record (``.miso/last-checkpoint.json``) is a
   FIFO, a symlink, a NUL path, a string iteration...; the controller's resume step
-  (``executor.resume_point``) reads it. Affected: one that raises or blocks (> 5 s).
+  (``launcher.resume_point``) reads it. Affected: one that raises or blocks (> 5 s).
 * ``log-flood``: the attacker's job writes ``--flood-mb`` MB to stdout while another tenant's
   jobs run; figures: the log's size against the cap, ``logs --tail 3`` time, the reader's
   peak memory (tracemalloc) and this process's RSS growth (the agent runs in it).
@@ -52,9 +52,7 @@ import importlib.util
 import json
 import os
 import pwd
-import secrets
 import shutil
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -66,11 +64,15 @@ from pathlib import Path
 from typing import Any
 
 from miso.controller import ControllerConfig
-from miso.controller.executor import resume_point
+from miso.controller.launcher import resume_point
 from miso.job import LAST_CHECKPOINT
 from miso.transport.inprocess import LocalCluster
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))  # the helpers shared with the tests
+from accounts import unix_account  # noqa: E402
+from helpers import VICTIM  # noqa: E402
+
 SRC = ROOT / "src"
 USER_PYTHON = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin") or sys.executable
 CFG: dict[str, Any] = {"profile_seconds_per_level": 0.3, "profile_warmup_s": 0.15,
@@ -91,17 +93,9 @@ class Env:
         self.src = str(SRC)
         self._dirs: list[str] = []
 
-    @contextlib.contextmanager
-    def account(self, prefix: str = "msec") -> Iterator[pwd.struct_passwd]:
-        name = f"{prefix}{secrets.token_hex(3)}"
-        subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-                       check=True, capture_output=True)
-        try:
-            yield pwd.getpwnam(name)
-        finally:
-            subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
-            time.sleep(0.1)
-            subprocess.run(["userdel", name], capture_output=True)
+    def account(self, prefix: str = "msec") -> contextlib.AbstractContextManager[pwd.struct_passwd]:
+        """A throw-away Unix account (the tests' helper, tests/accounts.py)."""
+        return unix_account(prefix)
 
     def tmpdir(self) -> Path:
         d = tempfile.mkdtemp(prefix="miso-secbench-")
@@ -178,18 +172,6 @@ def procs_of(uid: int) -> list[int]:
         if int(fields.get("Uid", "-1 ").split()[0]) == uid:
             out.append(int(e.name))
     return out
-
-
-VICTIM = textwrap.dedent("""\
-    import time
-    from miso import job
-    ctx = job.context()
-    ctx.started(0, 40)
-    for i in range(40):
-        time.sleep(0.05)
-        ctx.report(i + 1, 40)
-    ctx.finish()
-""")
 
 
 def victims(c: LocalCluster, acct: pwd.struct_passwd, n: int = 3) -> list[tuple[str, float]]:

@@ -8,7 +8,7 @@
   exit 1).
 * Under MPS (``CUDA_MPS_PIPE_DIRECTORY`` and ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``) it registers
   itself in the pipe directory, reads its co-runners from there and runs at the speed of the MPS
-  contention model (:func:`mps_speed`), re-read every 0.2 s.
+  speed model the simulator uses (:mod:`miso.mps_speed`), re-read every 0.2 s.
 * Otherwise it runs at full speed (``--ips``).
 
 ``--ips`` is the time scale: iterations per second alone on a full GPU. ``--phase-at F
@@ -40,12 +40,12 @@ from miso.workloads import workload
 def mps_speed(name: str, level_pct: float, co_runners: Sequence[tuple[str, float]]) -> float:
     """Speed (relative to alone on the full GPU) of ``name`` at ``level_pct`` with co-runners.
 
-    The calibrated contention model of :mod:`miso.predict.mps_model` (its co-runners share
-    the same thread level, so only their names matter).
+    The simulator's model, :func:`miso.mps_speed.mps_speed` (co-runners share the same thread
+    level, so only their number matters).
     """
-    from miso.predict.mps_model import mps_speed as calibrated  # noqa: PLC0415 - only under MPS
+    from miso import mps_speed as model  # noqa: PLC0415 - only under MPS
 
-    return float(calibrated(name, level_pct, [n for n, _ in co_runners]))
+    return model.mps_speed(name, level_pct, 1 + len(co_runners))
 
 
 class _MpsRegistry:

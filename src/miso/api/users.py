@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from miso.api.tokens import matches, new_token, token_hash
+from miso.sqlitebackup import backup_private
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -145,16 +146,8 @@ class UserStore:
 
     def backup(self, dest: str | Path) -> None:
         """Copy the whole store to ``dest`` (consistent while in use; mode 0600)."""
-        tmp = Path(f"{dest}.tmp")
         with self._lock:
-            tmp.unlink(missing_ok=True)
-            tmp.touch(mode=0o600)
-            out = sqlite3.connect(tmp)
-            try:
-                self._db.backup(out)
-            finally:
-                out.close()
-            tmp.replace(dest)
+            backup_private(self._db, dest)
 
     # ---- users --------------------------------------------------------------------------
 

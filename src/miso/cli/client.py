@@ -19,6 +19,7 @@ import typer
 from rich.table import Table
 
 from miso.cli.text import fail, make_console
+from miso.jobstatus import TERMINAL, JobStatus
 
 if TYPE_CHECKING:  # the HTTP client is imported when a command runs (``--help`` stays fast)
     from miso.api.client import Client
@@ -41,6 +42,8 @@ RayAddress = Annotated[str | None, typer.Option(
     "--address", hidden=True, help="Gone: the job commands speak the HTTP API (--url).")]
 
 #: Variables of miso and Ray themselves, never sent with ``--env-all``.
+#: States in which a job has a process on a GPU.
+RUNS = (JobStatus.PROFILING, JobStatus.RUNNING)
 _INTERNAL = re.compile(r"^(MISO_|RAY_)")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
@@ -265,11 +268,11 @@ def render_status(st: dict[str, Any]) -> list[Table]:
         t.add_column(c, overflow="fold" if c.startswith("why") else "ellipsis")
     for j in st.get("jobs", []):
         sl = j.get("placement") or "-"
-        if j.get("mps_pct") is not None and j["state"] in ("profiling", "running"):
+        if j.get("mps_pct") is not None and j["state"] in RUNS:
             sl = f"MPS {j['mps_pct']}%"
-        if j["state"] in ("finished", "failed", "cancelled", "queued"):
+        if j["state"] in (*TERMINAL, JobStatus.QUEUED):
             sl = "-"
-        rate = f"{j['rate']:.1f}" if j.get("rate") and j["state"] in ("running", "profiling") \
+        rate = f"{j['rate']:.1f}" if j.get("rate") and j["state"] in RUNS \
             else "-"
         row = [j["id"], j["name"], j["state"], j.get("gpu") or "-", sl, rate, _progress(j),
                str(j.get("restarts", 0)), j.get("why", j.get("reason")) or ""]

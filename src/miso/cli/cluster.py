@@ -18,12 +18,13 @@ from typing import Annotated, Any
 
 import typer
 
+from miso.cli.group import QuickHelpGroup
 from miso.cli.text import fail, make_console, safe
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 cluster_app = typer.Typer(help="Start or stop a miso cluster (controller + agents on Ray).",
-                          no_args_is_help=True)
+                          no_args_is_help=True, cls=QuickHelpGroup)
 console = make_console()
 err_console = make_console(stderr=True)
 

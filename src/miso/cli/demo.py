@@ -14,6 +14,7 @@ from rich.table import Table
 
 from miso.cli.demo_cluster import DemoLocal, DemoRay, demo_jobs, policy_args, summarize
 from miso.cli.text import fail, make_console
+from miso.jobstatus import TERMINAL
 
 console = make_console()
 err_console = make_console(stderr=True)
@@ -140,8 +141,7 @@ def _run_stream(policy: str, stream: list[tuple[float, str, list[str]]], gpus: i
                 _, name, cmd = pending.pop(0)
                 cluster.submit(cmd, name)
             st = cluster.status()
-            active = [j for j in st["jobs"] if j["state"] not in
-                      ("finished", "failed", "cancelled")]
+            active = [j for j in st["jobs"] if j["state"] not in TERMINAL]
             if time.time() - last_print >= 5.0:
                 last_print = time.time()
                 counts: dict[str, int] = {}

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from miso.jobstatus import JobStatus
+
 #: Workloads of the demo stream: small training jobs from the A100 table that cannot fill a
 #: GPU (the case MIG sharing is for). On a mix with large jobs the compressed time-scale (a
 #: restart costs a 20 s job ~4 s here) eats the gain; see benchmarks/README.md, Live system.
@@ -81,13 +83,13 @@ def policy_args(policy: str, stream: list[tuple[float, str, list[str]]], gpus: i
 def summarize(jobs: list[dict[str, Any]]) -> dict[str, Any]:
     """``{"completed", "failed", "avg_jct_s", "makespan_s", "restarts", "restarts_per_job"}``
     of a finished stream."""
-    done = [j for j in jobs if j["state"] == "finished"]
+    done = [j for j in jobs if j["state"] == JobStatus.FINISHED]
     jct = [j["ended_at"] - j["submitted_at"] for j in done if j.get("ended_at") is not None]
     ends = [j["ended_at"] for j in jobs if j.get("ended_at") is not None]
     start = min((j["submitted_at"] for j in jobs), default=0.0)
     return {
         "completed": len(done),
-        "failed": sum(j["state"] in ("failed", "cancelled") for j in jobs),
+        "failed": sum(j["state"] in (JobStatus.FAILED, JobStatus.CANCELLED) for j in jobs),
         "avg_jct_s": round(sum(jct) / len(jct), 2) if jct else None,
         "makespan_s": round(max(ends) - start, 2) if ends else None,
         "restarts": sum(int(j.get("restarts") or 0) for j in jobs),

@@ -16,10 +16,11 @@ from typing import Annotated
 
 import typer
 
+from miso.cli.group import QuickHelpGroup
 from miso.cli.text import fail
 
 slurm_app = typer.Typer(help="Run a miso cluster inside a Slurm allocation.",
-                        no_args_is_help=True)
+                        no_args_is_help=True, cls=QuickHelpGroup)
 
 Grace = Annotated[float, typer.Option(
     "--grace", help="Seconds the processes get to exit after SIGTERM before SIGKILL (keep it "

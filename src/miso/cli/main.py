@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.table import Table
-from typer.core import TyperGroup
 
 from miso.cli import checks
+from miso.cli.group import QuickHelpGroup
 from miso.cli.text import fail, make_console
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 DEBUG_ENV = "MISO_DEBUG"
 
 
-class OneLineErrors(TyperGroup):
+class OneLineErrors(QuickHelpGroup):
     """The root command: every error is one line on stderr and a non-zero exit, no traceback.
 
     Usage errors (a missing option, a value of the wrong type, a failed :mod:`miso.cli.checks`

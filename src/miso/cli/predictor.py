@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from miso.cli import checks
+from miso.cli.group import QuickHelpGroup
 from miso.cli.text import fail
 
 app = typer.Typer(
@@ -16,6 +17,7 @@ app = typer.Typer(
     "evaluate it on a file.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    cls=QuickHelpGroup,
 )
 
 #: Training is the only command that needs PyTorch; the base install has none.

@@ -25,13 +25,14 @@ from miso.cli.client import (
     default_state_dir,
     explicit_token,
 )
+from miso.cli.group import QuickHelpGroup
 from miso.cli.text import fail, make_console
 
 if TYPE_CHECKING:
     from miso.api.users import UserStore
 
 user_app = typer.Typer(help="Users of the cluster and their API tokens.",
-                       no_args_is_help=True)
+                       no_args_is_help=True, cls=QuickHelpGroup)
 console = make_console()
 USERS_DB = "users.db"
 

@@ -30,10 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from miso.agent import runas
-from miso.controller.executor import NOT_PROFILED, PlanExecutor
+from miso.controller.executor import PlanExecutor
 from miso.controller.loop import EventLoop
 from miso.controller.owners import owner_table
 from miso.controller.poller import AgentPoller
+from miso.controller.profile_run import NOT_PROFILED
 from miso.controller.quotas import Quota, QuotaStore, check_priority, tenancy_config
 from miso.controller.recovery import recover
 from miso.controller.runtime import (
@@ -45,6 +46,7 @@ from miso.controller.runtime import (
 )
 from miso.controller.statelock import StateDirLock
 from miso.controller.store import GIB_PER_GB, JobRecord, JobStore, StoreConflict, StoreError
+from miso.jobstatus import TERMINAL, JobStatus
 from miso.mig import GPU_MODELS, geometry
 from miso.sched import JobSpec, JobSubmitted, Policy
 from miso.sched.clock import Clock
@@ -202,6 +204,14 @@ class Controller:
             raise SubmitError(f"priority {priority}: this cluster runs one FIFO queue; "
                               "priorities need tenancy (miso cluster up --fair-share)")
         self._check_queued_quota(owner, owner_name)
+        ten = self.cfg.tenancy
+        if ten is not None and (owner or "") in ten.max_queued:
+            o = owner or ""
+            n = sum(1 for r in self.store.jobs() if r.state == JobStatus.QUEUED
+                    and (r.owner or "") == o)
+            refused = queued_quota_reason(o, n, ten.max_queued[o])
+            if refused is not None:
+                raise SubmitError(refused)
         biggest, where = self._largest_slice()
         if gib > biggest + 1e-9:
             raise SubmitError(f"job needs {memory_gb:g} GB ({gib:.2f} GiB), more than the "
@@ -300,7 +310,7 @@ class Controller:
         for j in jobs:
             j["why"] = why(j, snap, pinned.__contains__)
         snap["jobs"] = jobs
-        if not snap["nodes"] and any(j["state"] == "queued" for j in jobs):
+        if not snap["nodes"] and any(j["state"] == JobStatus.QUEUED for j in jobs):
             fencing = snap["unreachable"]
             snap["errors"].append(_NO_NODES if not fencing else
                                   f"every agent is unreachable ({', '.join(fencing)}): jobs "
@@ -409,16 +419,16 @@ def why(j: dict[str, Any], snap: dict[str, Any],
     job that sends no progress reports that it is not profiled. ``cannot_checkpoint(job id)``
     tells whether a resident of a GPU is pinned (never named: it may be another user's)."""
     state = j["state"]
-    if state in ("finished", "failed", "cancelled"):
+    if state in TERMINAL:
         return str(j.get("reason") or "")
     note = str(j.get("note") or "")
     silent = j.get("checkpointable") is False and j.get("iteration") is None
     if note == NOT_PROFILED and not silent:
         note = ""  # it was slow to start, then reported progress: the note is stale
-    if state == "profiling" and silent:
+    if state == JobStatus.PROFILING and silent:
         return "runs under MPS while its GPU's other jobs are measured; not measured itself " \
             "(no progress reports)"
-    if state != "queued":
+    if state != JobStatus.QUEUED:
         return NOT_PROFILED if silent else note
     if not snap["gpus"]:
         fencing = snap.get("unreachable") or []

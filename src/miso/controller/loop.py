@@ -169,9 +169,9 @@ class EventLoop:
             if js is None or js.status in (JobStatus.FINISHED, JobStatus.FAILED):
                 return
             if isinstance(ev, JobFinished):
-                self.rt.store.finish(ev.job, "finished", at=now)
+                self.rt.store.finish(ev.job, JobStatus.FINISHED, at=now)
             else:
-                self.rt.store.finish(ev.job, "failed", reason=ev.reason, at=now)
+                self.rt.store.finish(ev.job, JobStatus.FAILED, reason=ev.reason, at=now)
         self.step.observer = self.rt.observer
         self.step(now, ev)
 
@@ -215,13 +215,13 @@ class EventLoop:
                     run = rt.runs.get(j)
                 g = run.gpu if run is not None else rt.store.get(j).gpu
                 if not (g and self.executor.submit(g, d)):
-                    rt.store.update(j, state="queued", gpu=None, placement=None)
+                    rt.store.update(j, state=JobStatus.QUEUED, gpu=None, placement=None)
             case WakeUp(at=at, tag=tag):
                 rt.clock.at(at, ("tick", tag))
 
     def _cancel(self, job: str) -> None:
         rt = self.rt
-        if not rt.store.finish(job, "cancelled", reason="cancelled by user", at=rt.now()):
+        if not rt.store.finish(job, JobStatus.CANCELLED, reason="cancelled by user", at=rt.now()):
             return
         with rt.lock:
             run = rt.runs.get(job)
@@ -265,7 +265,7 @@ class EventLoop:
         for g in gpus:
             self.executor.remove_gpu(g.id)
             for j in list(self.state.gpus[g.id].jobs) if g.id in self.state.gpus else []:
-                rt.store.update(j, state="queued", gpu=None, placement=None, mps_pct=None)
+                rt.store.update(j, state=JobStatus.QUEUED, gpu=None, placement=None, mps_pct=None)
             self._handle(GpuRemoved(g.id))
         with rt.lock:
             rt.fencing.discard(node)

@@ -22,8 +22,10 @@ import threading
 import time
 from typing import Any
 
-from miso.controller.executor import PlanExecutor, Relaunch
+from miso.controller.executor import PlanExecutor
+from miso.controller.launcher import Relaunch
 from miso.controller.runtime import GpuRef, Runtime
+from miso.jobstatus import JobStatus
 from miso.mig import geometry
 from miso.sched import (
     GpuAdded,
@@ -241,7 +243,7 @@ class AgentPoller:
             if a["status"] == "finished":
                 # Terminal in the store at once, not when the loop gets to the event: a GPU
                 # worker between two MPS profiling levels must not relaunch a finished job.
-                rt.store.finish(job, "finished", at=now)
+                rt.store.finish(job, JobStatus.FINISHED, at=now)
             rt.drop_run(run)
             run.status = a["status"]
             if a["status"] == "finished":

@@ -19,6 +19,7 @@ import time
 from miso.agent.attempt import exit_record_path
 from miso.controller.runtime import Runtime
 from miso.job import read_json
+from miso.jobstatus import JobStatus
 from miso.transport.base import NodeUnavailable
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ def recover(rt: Runtime) -> None:
             log.warning("recovery: %s", e)
     _close_orphans(rt, now, reached)
     for r in rt.store.jobs(active_only=True):
-        rt.store.update(r.id, state="queued", gpu=None, placement=None, mps_pct=None)
+        rt.store.update(r.id, state=JobStatus.QUEUED, gpu=None, placement=None, mps_pct=None)
     if active:
         rt.store.log_event(now, "recovered", {"active": sorted(active)})
 
@@ -60,7 +61,7 @@ def _close_orphans(rt: Runtime, now: float, reached: set[str]) -> None:
         rt.store.end_attempt(a["job"], a["attempt"], status="finished" if done else "lost",
                              at=now, end_iteration=None, checkpoint_iteration=None,
                              start_iteration=None)
-        if done and rt.store.finish(a["job"], "finished", at=now):
+        if done and rt.store.finish(a["job"], JobStatus.FINISHED, at=now):
             rt.store.log_event(now, "recovered-finish", {"job": a["job"]})
 
 
@@ -85,7 +86,7 @@ def _recover_node(rt: Runtime, node: str, active: set[str], now: float) -> None:
     for a in rep["jobs"]:
         rt.record_end(a, now)
         if a["status"] == "finished" and a["job"] in active:
-            rt.store.finish(a["job"], "finished", at=now)
+            rt.store.finish(a["job"], JobStatus.FINISHED, at=now)
             rt.store.log_event(now, "recovered-finish", {"job": a["job"]})
         rt.call(node, "forget", a["job"], a["attempt"])
     for g in rt.call(node, "describe")["gpus"]:

@@ -1,4 +1,5 @@
-"""What the job store holds: its SQL schema and version, the job states, a job's record.
+"""What the job store holds: its SQL schema and version, the job states (from
+:mod:`miso.jobstatus`), a job's record.
 
 Plain definitions (no I/O); :mod:`miso.controller.store` reads and writes them.
 """
@@ -8,10 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from miso import jobstatus
+from miso.jobstatus import JobStatus
+
 SCHEMA_VERSION = 2
 GIB_PER_GB = 1e9 / 2**30
-STATES = ("queued", "profiling", "running", "checkpointing", "finished", "failed", "cancelled")
-TERMINAL = ("finished", "failed", "cancelled")
+#: The states a job of the store can be in (plain strings, as persisted: the values of
+#: :class:`~miso.jobstatus.JobStatus`, the one vocabulary).
+STATES = tuple(s.value for s in jobstatus.STORE)
+TERMINAL = tuple(s.value for s in jobstatus.TERMINAL)
 
 #: Owners' weights and quotas, and jobs' priorities (:mod:`miso.controller.quotas`): tables
 #: added beside the jobs (no column of ``jobs`` changes, so no schema version bump; a store
@@ -105,7 +111,7 @@ V2_COLUMNS = (("request_id", "TEXT"), ("memory_gib", "REAL"), ("checkpointable",
                ("note", "TEXT NOT NULL DEFAULT ''"))
 
 #: A job that ended in one of these states gives its name back (a re-run after a fix).
-NAME_FREED = ("failed", "cancelled")
+NAME_FREED = (JobStatus.FAILED.value, JobStatus.CANCELLED.value)
 
 
 class StoreError(ValueError):

@@ -15,10 +15,10 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from miso.jobstatus import JobStatus
 from miso.mig import gpu_model
 from miso.observe.decisions import describe
 
-ACTIVE = ("queued", "profiling", "running", "checkpointing")
 #: What another user's job id reads as in a masked view.
 OTHER = "other"
 
@@ -118,10 +118,10 @@ def cluster_view(snap: Mapping[str, Any], *, speeds: Mapping[str, Mapping[str, A
         it = j.get("iteration")
         prog = (min(1.0, it / total) if isinstance(it, (int, float)) and total else None)
         state = str(j.get("state", ""))
-        if state == "finished":
+        if state == JobStatus.FINISHED:
             prog = 1.0
         wait = None
-        if state in ACTIVE and state != "running" and state != "profiling":
+        if state in (JobStatus.QUEUED, JobStatus.CHECKPOINTING):
             # the controller's own line on why it waits (status "why"), else ours
             wait = j.get("why") or qreason.get(jid) or _placed_reason(gpu, phase.get(gpu or ""))
         out_jobs.append({

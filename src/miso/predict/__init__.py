@@ -1,4 +1,4 @@
-"""MPS-to-MIG performance predictor (per-job model; the MISO U-Net) and the MPS contention model.
+"""MPS-to-MIG performance predictor (per-job model; the MISO U-Net).
 
 Quick use::
 
@@ -10,8 +10,8 @@ Quick use::
     out.intervals()                              # [{4: (speed, lo, hi), ...}, ...] (95 %)
     pred.predict_jobs([JobEvidence(mps={100: r100, 14: r14}, slices={4: 0.81})])
 
-See :mod:`miso.predict.predictor` for conventions and :mod:`miso.predict.mps_model` for the
-contention model used by the simulator and the emulated backend.
+See :mod:`miso.predict.predictor` for conventions; the MPS speeds the simulator and the emulated
+backend run at (and profile) come from :mod:`miso.mps_speed`.
 """
 
 from miso.predict.data import (

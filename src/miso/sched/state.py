@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
+from miso.jobstatus import JobStatus
 from miso.mig import Geometry, Placement, geometry, violations
 from miso.sched.decisions import (
     ApplyLayout,
@@ -52,14 +53,6 @@ class Phase(StrEnum):
     PROFILING = "profiling"          # MPS profiling of its mix (or waiting for a layout after it)
     RECONFIGURING = "reconfiguring"  # a layout / MPS plan is being applied
     RUNNING = "running"              # the last plan is applied, jobs run
-
-
-class JobStatus(StrEnum):
-    QUEUED = "queued"
-    PLACED = "placed"      # resident on a GPU, not running yet (or checkpointed)
-    RUNNING = "running"
-    FINISHED = "finished"
-    FAILED = "failed"
 
 
 @dataclass

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from miso.mig import Placement, canonical, geometry, plan_transition
+from miso.mps_speed import mps_speed
 from miso.sched import (
     ApplyLayout,
     ClusterState,
@@ -75,7 +76,7 @@ from miso.sim.disturbances import Disturbances
 from miso.sim.profiling import ProfilingRuns
 from miso.sim.result import SimResult
 from miso.sim.traces import TraceJob
-from miso.sim.world import WorldConfig, mps_only_speed
+from miso.sim.world import WorldConfig
 from miso.workloads import catalogue
 
 
@@ -323,7 +324,7 @@ class Simulator(ProfilingRuns, Disturbances):
                 s = min(j.truth.values())
             return s
         if j.mode == "mps":
-            return mps_only_speed(j.workload, g.mps[j.id], len(g.mps), self.cfg.mps_penalty)
+            return mps_speed(j.workload, g.mps[j.id], len(g.mps), self.cfg.mps_penalty)
         if j.mode == "prof":
             sp = g.prof_speeds.get(j.id)
             if not sp:

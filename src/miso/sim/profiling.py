@@ -2,8 +2,9 @@
 
 A run takes its levels in the decision's order with the 100 % level last (each level is a new
 process: a restart for a job that has run before), measures the jobs' speeds at every level
-(the coarse co-location model of :mod:`miso.sim.world`, or the calibrated one for
-``predictor="unet"``), and reports ``ProfilingFinished``; the jobs keep running at 100 %.
+(the one MPS speed model, :mod:`miso.mps_speed`; with measurement noise for
+``predictor="unet"``, whose U-Net reads them), and reports ``ProfilingFinished``; the jobs
+keep running at 100 %.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
+from miso.mps_speed import PROFILE_LEVELS, measured_profile, mix_speeds
 from miso.sched import ProfilingFinished, StartProfiling
 from miso.sched.events import profiling_run_order
 from miso.sim.bodies import PROF_DONE, PROF_RUN, PROF_START, SimGpu
-from miso.sim.world import mps_profile_speeds
 
 
 class ProfilingRuns:
@@ -71,13 +72,13 @@ class ProfilingRuns:
         if k == 0 and jobs:
             wls = [self.jobs[j].workload for j in jobs]
             if self.cfg.predictor in ("unet", "predictor"):
-                from miso.sim.unet import synthetic_mps
-
-                sp = synthetic_mps(wls, np.random.default_rng([self.seed, pid]))
-                sp = [tuple(row[(100, 50, 14).index(lv)] for lv in g.prof_levels)
-                      for row in sp]
+                # the U-Net reads these: measured, so with measurement noise
+                m = measured_profile(wls, np.random.default_rng([self.seed, pid]),
+                                     penalty=self.cfg.mps_penalty)
+                sp = [tuple(float(m[PROFILE_LEVELS.index(lv), i]) for lv in g.prof_levels)
+                      for i in range(len(wls))]
             else:
-                sp = mps_profile_speeds(wls, g.prof_levels, self.cfg.mps_penalty)
+                sp = mix_speeds(wls, g.prof_levels, self.cfg.mps_penalty)
             # Every level run has a speed (the run order adds 100 % when it is not asked for).
             g.prof_speeds = {j: dict(zip(g.prof_levels, row, strict=True))
                              for j, row in zip(jobs, sp, strict=True)}

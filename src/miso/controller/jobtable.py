@@ -1,0 +1,247 @@
+"""The job store's jobs: submitting, reading, and moving a job between states.
+
+A part of :class:`~miso.controller.store.JobStore` (over its one connection,
+:class:`~miso.controller.storedb.StoreDb`). Terminal states never change again, which is what
+makes "every job finishes exactly once" checkable: :meth:`JobTable.finish` is a conditional
+update. A row that cannot be read is skipped (listed in :attr:`JobTable.bad_rows`), not fatal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import sqlite3
+import time
+from typing import Any
+
+from miso.controller.schema import (
+    GIB_PER_GB,
+    NAME_FREED,
+    STATES,
+    TERMINAL,
+    JobRecord,
+    StoreConflict,
+    StoreError,
+)
+from miso.controller.storedb import StoreDb
+from miso.jobstatus import JobStatus
+
+log = logging.getLogger(__name__)
+
+
+def _differs(rec: JobRecord, **asked: Any) -> list[str]:
+    """The fields of a repeated submission that differ from the job ``rec`` it names."""
+    out = []
+    for k, v in asked.items():
+        have = getattr(rec, k)
+        if k == "name" and v is None:
+            v = rec.id if rec.name == rec.id else v
+        if k == "memory_gb":
+            if not math.isclose(float(have), float(v), rel_tol=1e-9):
+                out.append(k)
+        elif have != v:
+            out.append(k)
+    return out
+
+
+class JobTable:
+    """The ``jobs`` table (see the module docstring)."""
+
+    def __init__(self, s: StoreDb) -> None:
+        self.s = s
+        #: Job ids whose rows could not be read (skipped by :meth:`jobs`).
+        self.bad_rows: list[str] = []
+
+    def submit(self, *, command: list[str], name: str | None, memory_gb: float,
+               memory_gib: float | None = None, workload: str | None = None,
+               env: dict[str, str] | None = None, cwd: str | None = None,
+               at: float | None = None, owner: str | None = None,
+               unix_user: str | None = None, request_id: str | None = None,
+               owner_name: str | None = None) -> JobRecord:
+        """Add a queued job. Names are unique among an owner's active and finished jobs; a
+        failed or cancelled job's name is free again (its records stay, by id; the name then
+        means the newest job).
+        ``owner`` is the id of the API user who submitted it (None: the local operator),
+        ``owner_name`` its name then, ``unix_user`` the account its processes run as when the
+        agent is root. A known ``request_id`` returns the job it created (a retried
+        submission) when the request is the same, and is a :class:`StoreConflict` when not."""
+        if not command:
+            raise StoreError("empty command")
+        if not (isinstance(memory_gb, int | float) and math.isfinite(memory_gb)
+                and memory_gb > 0):
+            raise StoreError(f"memory must be a positive number of GB, got {memory_gb}")
+        gib = float(memory_gb) * GIB_PER_GB if memory_gib is None else float(memory_gib)
+        try:
+            with self.s.lock:
+                if request_id is not None:
+                    old = self.s.conn.execute("SELECT id FROM jobs WHERE request_id=?",
+                                           (request_id,)).fetchone()
+                    if old is not None:
+                        rec = self.get(str(old[0]))
+                        differs = _differs(rec, command=[str(c) for c in command], name=name,
+                                           memory_gb=float(memory_gb), workload=workload,
+                                           env=env or {}, cwd=cwd, owner=owner)
+                        if differs:
+                            raise StoreConflict(
+                                f"request_id {request_id.split(':', 1)[-1]!r} was used for job "
+                                f"{rec.id} with another {', '.join(differs)}: a retry must "
+                                f"repeat the request; use a new request_id for a new job")
+                        return rec
+                self.s.conn.execute("BEGIN IMMEDIATE")
+                try:
+                    n = int(self.s.meta("next_job") or 1)
+                    jid = f"j{n:04d}"
+                    name = name or jid
+                    dup = self.s.conn.execute(
+                        "SELECT id, state FROM jobs WHERE (name=? AND owner IS ?) OR id=? "
+                        "ORDER BY seq DESC", (name, owner, name)).fetchone()
+                    if dup is not None and (dup[0] == name or dup[1] not in NAME_FREED):
+                        what = f"is already active ({dup[0]})" if dup[1] not in TERMINAL \
+                            else f"already exists ({dup[0]}, {dup[1]})"
+                        raise StoreError(f"a job named {name!r} {what}; names are unique "
+                                         "among active and finished jobs: choose another")
+                    self.s.conn.execute(
+                        "INSERT INTO jobs(id, name, command, memory_gb, memory_gib, workload, "
+                        "env, cwd, state, submitted_at, owner, unix_user, request_id, "
+                        "owner_name) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                        (jid, name, json.dumps(list(command)), float(memory_gb), gib,
+                         workload, json.dumps(env or {}), cwd, JobStatus.QUEUED.value,
+                         time.time() - self.s.epoch if at is None else at, owner, unix_user,
+                         request_id, owner_name))
+                    self.s.set_meta("next_job", str(n + 1))
+                    self.s.conn.execute("COMMIT")
+                except BaseException:
+                    with contextlib.suppress(sqlite3.Error):
+                        self.s.conn.execute("ROLLBACK")
+                    raise
+        except sqlite3.OperationalError as e:
+            raise StoreError(f"cannot record the job in {self.s.path}: {e}") from None
+        return self.get(jid)
+
+    def _row(self, r: sqlite3.Row) -> JobRecord:
+        d = dict(r)
+        d.pop("seq", None)
+        d["command"] = json.loads(d["command"])
+        d["env"] = json.loads(d["env"])
+        if not isinstance(d["command"], list) or not isinstance(d["env"], dict):
+            raise ValueError("command must be a list and env a mapping")
+        d["command"] = [str(c) for c in d["command"]]
+        if d.get("memory_gib") is None:
+            d["memory_gib"] = float(d["memory_gb"]) * GIB_PER_GB
+        if d.get("checkpointable") is not None:
+            d["checkpointable"] = bool(d["checkpointable"])
+        d["note"] = d.get("note") or ""
+        return JobRecord(**d)
+
+    def _rows(self, rows: list[sqlite3.Row]) -> list[JobRecord]:
+        out = []
+        for r in rows:
+            try:
+                out.append(self._row(r))
+            except (ValueError, TypeError) as e:
+                jid = str(dict(r).get("id"))
+                if jid not in self.bad_rows:
+                    self.bad_rows.append(jid)
+                    log.error("job store: row of job %s is malformed (%s): ignored", jid, e)
+        return out
+
+    def get(self, job: str, *, owner: str | None = None) -> JobRecord:
+        """A job by id, else by name (the latest of that name); with ``owner``, names are
+        looked up among that owner's jobs only."""
+        q = "SELECT * FROM jobs WHERE id=? OR (name=?"
+        args: tuple[Any, ...] = (job, job)
+        if owner is not None:
+            q, args = q + " AND owner=?", (*args, owner)
+        with self.s.lock:
+            r = self.s.conn.execute(q + ") ORDER BY (id=?) DESC, seq DESC LIMIT 1",
+                                 (*args, job)).fetchone()
+        if r is None:
+            raise StoreError(f"no job {job!r}")
+        got = self._rows([r])
+        if not got:
+            raise StoreError(f"the store's record of job {job!r} is malformed")
+        return got[0]
+
+    def jobs(self, *, active_only: bool = False, owner: str | None = None,
+             limit: int | None = None) -> list[JobRecord]:
+        """Jobs in submission order; ``owner`` keeps one owner's, ``limit`` the latest."""
+        where, args = [], []
+        if active_only:
+            where.append(f"state NOT IN {TERMINAL}")
+        if owner is not None:
+            where.append("owner=?")
+            args.append(owner)
+        q = "SELECT * FROM jobs" + (" WHERE " + " AND ".join(where) if where else "")
+        if limit is not None:
+            q = f"SELECT * FROM ({q} ORDER BY seq DESC LIMIT ?)"
+            args.append(int(limit))
+        with self.s.lock:
+            return self._rows(list(self.s.conn.execute(q + " ORDER BY seq", args)))
+
+    def counts(self, *, owner: str | None = None) -> dict[str, int]:
+        """Number of jobs in each state (of one owner, or of everyone)."""
+        q, args = "SELECT state, count(*) FROM jobs", ()
+        if owner is not None:
+            q, args = q + " WHERE owner=?", (owner,)
+        with self.s.lock:
+            return {str(s): int(n) for s, n in self.s.conn.execute(q + " GROUP BY state", args)}
+
+    def owners(self, ids: list[str] | set[str]) -> dict[str, str | None]:
+        """The owner of each of ``ids`` (unknown ids are left out)."""
+        ids = list(ids)
+        if not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        with self.s.lock:
+            rows = self.s.conn.execute(f"SELECT id, owner FROM jobs WHERE id IN ({marks})", ids)
+            return {str(i): o for i, o in rows}
+
+    def owner_rows(self) -> list[tuple[str, str, float]]:
+        """``(job id, owner, submitted_at as wall-clock time)`` of every job with an owner."""
+        with self.s.lock:
+            rows = self.s.conn.execute("SELECT id, owner, submitted_at FROM jobs WHERE owner IS "
+                                    "NOT NULL").fetchall()
+        return [(str(i), str(o), self.s.epoch + float(t)) for i, o, t in rows]
+
+    def set_owner(self, jobs: list[str], owner: str, owner_name: str) -> None:
+        """Give ``jobs`` (any state) to the user id ``owner`` (a store migration)."""
+        with self.s.lock:
+            self.s.conn.executemany("UPDATE jobs SET owner=?, owner_name=? WHERE id=?",
+                                 [(owner, owner_name, j) for j in jobs])
+
+    def job_ids(self) -> set[str]:
+        """Every job id in the store (malformed rows too)."""
+        with self.s.lock:
+            return {str(r[0]) for r in self.s.conn.execute("SELECT id FROM jobs")}
+
+    def update(self, job: str, **fields: Any) -> None:
+        """Set fields of a job that is not terminal (terminal jobs are frozen)."""
+        if not fields:
+            return
+        if "state" in fields and fields["state"] not in STATES:
+            raise StoreError(f"unknown state {fields['state']!r}")
+        if "placement" in fields and fields["placement"] is not None and \
+                not isinstance(fields["placement"], str):
+            fields["placement"] = str(fields["placement"])
+        cols = ", ".join(f"{k}=?" for k in fields)
+        with self.s.lock:
+            self.s.conn.execute(f"UPDATE jobs SET {cols} WHERE id=? AND state NOT IN {TERMINAL}",
+                             (*fields.values(), job))
+
+    def progress(self, job: str, **fields: Any) -> None:
+        """Progress fields (iteration, total, rate, checkpoint_*), allowed in any state."""
+        cols = ", ".join(f"{k}=?" for k in fields)
+        with self.s.lock:
+            self.s.conn.execute(f"UPDATE jobs SET {cols} WHERE id=?", (*fields.values(), job))
+
+    def finish(self, job: str, state: str, *, reason: str = "", at: float) -> bool:
+        """Move a job to a terminal state; False (no change) if it already is terminal."""
+        if state not in TERMINAL:
+            raise StoreError(f"{state!r} is not a terminal state")
+        with self.s.lock:
+            cur = self.s.conn.execute(
+                f"UPDATE jobs SET state=?, reason=?, ended_at=? WHERE id=? AND state NOT IN "
+                f"{TERMINAL}", (state, reason, at, job))
+            return cur.rowcount == 1
