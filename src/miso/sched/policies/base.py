@@ -24,6 +24,7 @@ from miso.sched.events import (
     Tick,
 )
 from miso.sched.policies.preempt import preempt
+from miso.sched.policies.reclaim import reclaim
 from miso.sched.state import ClusterState
 
 
@@ -91,6 +92,47 @@ class Scratch:
         self.placed: set[str] = set()
         self.requeued: set[str] = set()
         self.touched: list[str] = []             # GPUs whose jobs changed during this call
+        self._ents: dict[str, float] | None = None
+        #: GPUs reclaimed during this call -> the owner they were returned to
+        self.reserved: dict[str, str] = {}
+
+    def entitlements(self) -> dict[str, float]:
+        """GPUs each owner is entitled to as this call began (tenancy on; cached)."""
+        if self._ents is None:
+            st = self.state
+            ten = st.tenancy
+            assert ten is not None
+            queued: dict[str, int] = {}
+            for j in st.queue:
+                o = st.jobs[j].spec.owner
+                queued[o] = queued.get(o, 0) + 1
+            self._ents = ten.entitlements(queued)
+        return self._ents
+
+    def owner_bound(self) -> bool:
+        """Whether owners' entitlements restrict which GPU a job may join (:meth:`may_join`):
+        then a job that fits nowhere says nothing about other owners' jobs."""
+        ten = self.state.tenancy
+        return ten is not None and ten.config.entitled
+
+    def may_join(self, job: str, gpu: str) -> bool:
+        """Whether ``job`` may be placed beside the jobs on ``gpu`` as this call sees them:
+        always without entitlements; with them, owners share a GPU only while each holds more
+        than its entitlement (:meth:`~miso.sched.tenancy.Tenancy.may_share`), and a GPU
+        reclaimed in this call takes only the owner it was returned to."""
+        if not self.owner_bound():
+            return True
+        st = self.state
+        jobs = st.jobs
+        owner = jobs[job].spec.owner
+        if self.reserved.get(gpu, owner) != owner:
+            return False
+        others = {jobs[j].spec.owner for j in self.jobs_on(gpu)}
+        if not others or others == {owner}:
+            return True
+        ten = st.tenancy
+        assert ten is not None
+        return ten.may_share(others | {owner}, self.entitlements())
 
     def jobs_on(self, gpu: str) -> list[str]:
         base = [j for j in self.state.gpus[gpu].jobs if j not in self.requeued]
@@ -101,7 +143,7 @@ class Scratch:
         return sum(jobs[j].spec.memory_gb for j in self.jobs_on(gpu))
 
     def place(self, job: str, gpu: str) -> None:
-        self.out.append(PlaceJob(job, gpu))
+        self.out.append(PlaceJob(job, gpu, why=self._order_why(job)))
         self.extra.setdefault(gpu, []).append(job)
         self.placed.add(job)
         self.touched.append(gpu)
@@ -135,6 +177,51 @@ class Scratch:
         placed = self.placed
         return (j for j in self.state.queue if j not in placed)
 
+    def _order_why(self, job: str) -> dict[str, str] | None:
+        """With tenancy on, what the order changed for ``job``: the jobs queued before it
+        still waiting that its priority or its owner's fair share put after it, in owners and
+        counts (no job ids: a non-admin's view shows other users' jobs only as counts)."""
+        st = self.state
+        ten = st.tenancy
+        if ten is None:
+            return None
+        js = st.jobs[job]
+        owner, prio, t0 = js.spec.owner, js.spec.priority, js.submitted_at
+        fair = ten.config.fair_share
+        now = st.now
+        level: dict[str, float] = {}
+        by_prio: dict[str, int] = {}
+        by_fair: dict[str, int] = {}
+        for k in st.queue:
+            ks = st.jobs[k]
+            if ks.submitted_at > t0 or k == job:
+                if ks.submitted_at > t0:
+                    break
+                continue
+            if k in self.placed:
+                continue
+            o = ks.spec.owner
+            if ks.spec.priority < prio:
+                by_prio[o] = by_prio.get(o, 0) + 1
+            elif fair and ks.spec.priority == prio and o != owner:
+                if o not in level:
+                    level[o] = ten.level(o, now)
+                if owner not in level:
+                    level[owner] = ten.level(owner, now)
+                if level[o] > level[owner] + 1e-9:
+                    by_fair[o] = by_fair.get(o, 0) + 1
+        if not by_prio and not by_fair:
+            return None
+        who = f"{owner or '(none)'}'s job"
+        parts = []
+        if by_prio:
+            parts.append(f"priority {prio}: starts {who} before {_counts(by_prio)} of lower "
+                         f"priority queued earlier")
+        if by_fair:
+            parts.append(f"fair share: starts {who} before {_counts(by_fair)} queued earlier "
+                         f"(owners who used more of their share)")
+        return {"order": "; ".join(parts)}
+
     def _tenant_queue(self) -> list[str]:
         """The tenancy order of the queue as this call sees it (placements and requeues of
         this call change owners' in-use quotas before the ledger sees them)."""
@@ -157,13 +244,30 @@ class Scratch:
         return ten.order(cand, extra)
 
 
+def _counts(by_owner: dict[str, int]) -> str:
+    """``{"alice": 37, "carol": 2}`` -> "37 jobs of alice, 2 of carol"."""
+    items = sorted(by_owner.items(), key=lambda kv: (-kv[1], kv[0]))
+    words = [f"{n} job{'s' if n != 1 else ''} of {o or '(none)'}" if i == 0
+             else f"{n} of {o or '(none)'}" for i, (o, n) in enumerate(items[:3])]
+    if len(items) > 3:
+        words.append(f"{sum(n for _, n in items[3:])} of {len(items) - 3} other owners")
+    return ", ".join(words)
+
+
 class BasePolicy:
     """Dispatches events to ``on_*`` hooks; subclasses fill ``Scratch.out``."""
 
     name = "base"
+    #: The policy asks :meth:`Scratch.may_join` before placing a job beside others (MIG
+    #: policies that share GPUs): then fair share's entitlements also reclaim GPUs for it.
+    owner_aware = False
 
     def decide(self, now: float, event: Event, state: ClusterState) -> list[Decision]:
         sc = Scratch(state)
+        ten = state.tenancy
+        if ten is not None and ten.config.entitled and self.owner_aware and \
+                reclaim(self, now, sc):
+            self.on_capacity(now, sc)
         match event:
             case JobSubmitted():
                 self.on_submit(now, event, sc)
@@ -193,7 +297,6 @@ class BasePolicy:
                 self.on_speed_observed(now, event, sc)
             case Tick():
                 self.on_tick(now, event, sc)
-        ten = state.tenancy
         if ten is not None and ten.config.preempt:
             preempt(self, now, sc)
         return sc.out

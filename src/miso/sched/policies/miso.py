@@ -42,6 +42,7 @@ class Miso(BasePolicy):
     """The MISO policy; see the module docstring. All knobs are constructor arguments."""
 
     name = "miso"
+    owner_aware = True
 
     def __init__(
         self,
@@ -94,12 +95,16 @@ class Miso(BasePolicy):
         ``max_jobs_per_gpu``, a valid layout for the mix): least crowded first, then GPU order.
         Lazy; consume it before the next placement or requeue."""
         occ = self.occ.view(sc)
+        bound = sc.owner_bound()
         for n, tags in self._tags_by_count(sc, job):
             for g in occ.ordered(tags):
-                yield n, g
+                if not bound or sc.may_join(job, g):
+                    yield n, g
 
     def first_candidate(self, sc: Scratch, job: str) -> tuple[int, str] | None:
         """The first of :meth:`candidate_gpus`, without iterating."""
+        if sc.owner_bound():
+            return next(self.candidate_gpus(sc, job), None)
         occ = self.occ.view(sc)
         for n, tags in self._tags_by_count(sc, job):
             g = occ.first(tags)
@@ -119,10 +124,19 @@ class Miso(BasePolicy):
         return None if got is None else got[1]
 
     def on_capacity(self, now: float, sc: Scratch) -> None:
+        bound = sc.owner_bound()
+        waiting: set[str] = set()
+        jobs = sc.state.jobs
         for j in sc.iter_queue():
+            if bound and jobs[j].spec.owner in waiting:
+                continue
             g = self.choose_gpu(now, j, sc)
             if g is None:
-                break  # FIFO: the head waits
+                if not bound:
+                    break  # FIFO: the head waits
+                # Owners' GPUs differ: the head waits for its owner's jobs only.
+                waiting.add(jobs[j].spec.owner)
+                continue
             sc.place(j, g)
             self.dirty.add(g)
         for g in sorted(self.dirty, key=lambda x: self._order.get(x, 0)):
