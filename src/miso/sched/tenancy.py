@@ -32,15 +32,20 @@ driver refuses a submission over it with :meth:`Tenancy.refuse_submit`'s one-lin
 **Entitlements (fair share decides sizes too, ``reclaim``, on with fair share):** ordering
 alone starts an under-served owner's job sooner but on whatever slice frees, typically a 1g
 slice beside six jobs of the owner that fills the cluster (measured: the light owner of a
-80/20 pair got 2.5x its JCT alone on half the cluster). So each owner is entitled to a number
+80/20 pair got 2.4x its JCT alone on half the cluster). So each owner is entitled to a number
 of GPUs, max-min fair by weight over its demand (water-filling: an owner with ``n`` active jobs
-needs at most ``n`` GPUs; what it does not need is shared out among the others by weight), and
-an owner's *holding* counts each occupied GPU once, split among the owners of its jobs by
-their charges. Then (:meth:`Tenancy.may_share`) owners do not share a GPU while one of them
-holds no more than its entitlement (an owner's jobs are packed among its own, as if it had its
-share of the cluster to itself), and :mod:`miso.sched.policies.reclaim` returns a borrowed GPU
-to a waiting owner below its entitlement by checkpointing and requeueing the jobs there of
-owners above theirs (Kueue's ``reclaimWithinCohort``). Off with ``reclaim=False`` (order only).
+demands ``max(1, demand_per_job x n)`` GPUs, at most ``n``; what it does not need is shared
+out among the others by weight), and an owner's *holding* counts each occupied GPU once, split
+among the owners of its jobs by their charges. An owner holding no more than its entitlement
+``E`` (plus ``keep_margin``) with ``n`` active jobs is *protected*: each of its jobs is owed a
+*fair slice*, the largest profile of at most ``E / n`` of a GPU (so ``demand_per_job`` caps
+it). A job may join a GPU only where a layout still gives every protected job there its fair
+slice (:meth:`miso.sched.policies.base.Scratch.may_join`), the optimizer is offered only
+slices at least that large for those jobs
+(:meth:`~miso.sched.policies.base.Scratch.entitled_speeds`), and
+:mod:`miso.sched.policies.reclaim` returns room lent to owners above their entitlement to a
+waiting protected owner by checkpointing and requeueing their jobs (Kueue's
+``reclaimWithinCohort``). Off with ``reclaim=False`` (order only).
 
 **Priorities:** ``high`` (100), ``normal`` (0), ``low`` (-100) or any integer; see
 :mod:`miso.sched.policies.preempt` for preemption.
@@ -97,20 +102,26 @@ class TenancyConfig:
     min_run_s: float = 600.0
     #: A job that cannot checkpoint loses all its progress: never preempted unless this is set.
     preempt_uncheckpointable: bool = False
-    #: With ``fair_share``: owners get whole GPUs up to their entitlement, borrowed GPUs are
+    #: With ``fair_share``: owners below their entitlement get fair slices, borrowed room is
     #: reclaimed (module docstring); False: fair share orders the queue only.
     reclaim: bool = True
     #: GPUs one active job counts towards its owner's demand (entitlements; an owner with
-    #: jobs demands one GPU at least): 1 claims a whole GPU per job up to the owner's share;
-    #: less packs an owner's jobs among its own GPUs and leaves the rest to the others.
+    #: jobs demands one GPU at least), so the most of a GPU a fair slice can be: 1 claims a
+    #: whole GPU per job up to the owner's share; less leaves more room to the others.
     demand_per_job: float = 0.5
+    #: An owner keeps its fair slices until it holds this many GPUs more than its entitlement
+    #: (hysteresis: without it its jobs' slices shrink and grow back, a restart each time, as
+    #: it crosses its entitlement).
+    keep_margin: float = 1.0
 
     @property
     def entitled(self) -> bool:
-        """Whether entitlements steer placement and reclaim GPUs (fair share and reclaim)."""
+        """Whether entitlements size slices and reclaim GPUs (fair share and reclaim)."""
         return self.fair_share and self.reclaim
 
     def __post_init__(self) -> None:
+        if not self.keep_margin >= 0:
+            raise ValueError(f"keep_margin must be >= 0, not {self.keep_margin}")
         if not 0 < self.demand_per_job <= 1:
             raise ValueError(f"demand_per_job must be in (0, 1], not {self.demand_per_job}")
         if not self.half_life_s > 0:
@@ -283,18 +294,10 @@ class Tenancy:
         demand = {o: min(float(n), max(1.0, n * d)) for o, n in jobs.items()}
         return water_fill(float(len(self.state.gpus)), demand, self.config.weight)
 
-    def may_share(self, owners: Iterable[str], ents: Mapping[str, float],
-                  held: Mapping[str, float] | None = None) -> bool:
-        """Whether jobs of ``owners`` may share a GPU: one owner always; several only while
-        every one of them holds more than its entitlement ``ents`` or is entitled to less than
-        a GPU (it could never have one of its own) (``held``: GPUs held, the ledger's unless
-        given)."""
-        owners = set(owners)
-        if len(owners) <= 1:
-            return True
-        held = self.held if held is None else held
-        return all(held.get(o, 0.0) > ents.get(o, 0.0) + 1e-6 or ents.get(o, 0.0) < 1.0 - 1e-6
-                   for o in owners)
+    def protected(self, owner: str, ents: Mapping[str, float]) -> bool:
+        """Whether ``owner`` holds no more than its entitlement (``keep_margin`` included):
+        its jobs keep their fair slices and no reclaim takes from it."""
+        return self.held.get(owner, 0.0) <= ents.get(owner, 0.0) + self.config.keep_margin + 1e-6
 
     # -- fair share ---------------------------------------------------------------------------
     def level(self, owner: str, now: float) -> float:

@@ -93,6 +93,8 @@ class Scratch:
         self.requeued: set[str] = set()
         self.touched: list[str] = []             # GPUs whose jobs changed during this call
         self._ents: dict[str, float] | None = None
+        self._active: dict[str, int] = {}
+        self._floors: dict[tuple[Geometry, str], frozenset[str] | None] = {}
         #: GPUs reclaimed during this call -> the owner they were returned to
         self.reserved: dict[str, str] = {}
 
@@ -107,6 +109,8 @@ class Scratch:
                 o = st.jobs[j].spec.owner
                 queued[o] = queued.get(o, 0) + 1
             self._ents = ten.entitlements(queued)
+            self._active = {o: queued.get(o, 0) + ten.resident.get(o, 0)
+                            for o in self._ents}
         return self._ents
 
     def owner_bound(self) -> bool:
@@ -115,24 +119,77 @@ class Scratch:
         ten = self.state.tenancy
         return ten is not None and ten.config.entitled
 
+    def fair_slices(self, geom: Geometry, owner: str) -> frozenset[str] | None:
+        """The profiles of ``geom`` a job of ``owner`` is owed (at least its fair slice: the
+        largest profile of at most ``entitlement / active jobs`` of a GPU) while the owner is
+        protected (:meth:`~miso.sched.tenancy.Tenancy.protected`); None: any profile."""
+        key = (geom, owner)
+        if key in self._floors:
+            return self._floors[key]
+        ten = self.state.tenancy
+        assert ten is not None
+        ents = self.entitlements()
+        got: frozenset[str] | None = None
+        if owner in ents and ten.protected(owner, ents):
+            frac = ents[owner] / max(1, self._active.get(owner, 1))
+            full = geom.model.full_profile().compute_slices
+            sizes = sorted({p.compute_slices for p in geom.profiles})
+            floor = max((c for c in sizes if c <= frac * full + 1e-9), default=sizes[0])
+            if floor > sizes[0]:
+                got = frozenset(p.name for p in geom.profiles if p.compute_slices >= floor)
+        self._floors[key] = got
+        return got
+
+    def _sig(self, geom: Geometry, job: str) -> tuple[str, ...]:
+        spec = self.state.jobs[job].spec
+        fits = fitting_profiles(geom, spec.memory_gb)
+        owed = self.fair_slices(geom, spec.owner)
+        return fits if owed is None else tuple(p for p in fits if p in owed)
+
+    def entitled_mix(self, gpu: str, jobs: list[str]) -> bool:
+        """Whether a layout of ``gpu`` holds ``jobs`` giving each job of a protected owner its
+        fair slice (:meth:`fair_slices`)."""
+        geom = self.state.gpus[gpu].geom
+        return _feasible(geom, tuple(sorted(self._sig(geom, j) for j in jobs)))
+
     def may_join(self, job: str, gpu: str) -> bool:
         """Whether ``job`` may be placed beside the jobs on ``gpu`` as this call sees them:
-        always without entitlements; with them, owners share a GPU only while each holds more
-        than its entitlement (:meth:`~miso.sched.tenancy.Tenancy.may_share`), and a GPU
-        reclaimed in this call takes only the owner it was returned to."""
+        always without entitlements; with them, only where a layout still gives every job of
+        a protected owner its fair slice (:meth:`entitled_mix`); a GPU reclaimed in this call
+        takes only jobs of the owner it was returned to."""
         if not self.owner_bound():
             return True
-        st = self.state
-        jobs = st.jobs
-        owner = jobs[job].spec.owner
+        owner = self.state.jobs[job].spec.owner
         if self.reserved.get(gpu, owner) != owner:
             return False
-        others = {jobs[j].spec.owner for j in self.jobs_on(gpu)}
-        if not others or others == {owner}:
-            return True
-        ten = st.tenancy
-        assert ten is not None
-        return ten.may_share(others | {owner}, self.entitlements())
+        return self.entitled_mix(gpu, [*self.jobs_on(gpu), job])
+
+    def entitled_speeds(self, gpu: str, speeds: dict[str, dict[str, float]]
+                        ) -> dict[str, dict[str, float]]:
+        """``speeds`` as the optimizer should see them: a protected owner's job is offered
+        only its fair slice or larger (when some layout can do that for every such job of the
+        mix; else ``speeds`` unchanged)."""
+        if not self.owner_bound():
+            return speeds
+        geom = self.state.gpus[gpu].geom
+        jobs = self.state.jobs
+        out = dict(speeds)
+        cut = False
+        for j, sp in speeds.items():
+            if j not in jobs or (not jobs[j].spec.checkpointable
+                                 and jobs[j].status.value == "running"):
+                continue     # a job that cannot checkpoint keeps its slice
+            owed = self.fair_slices(geom, jobs[j].spec.owner)
+            if owed is not None:
+                kept = {p: v for p, v in sp.items() if p in owed}
+                if kept and len(kept) < len(sp):
+                    out[j] = kept
+                    cut = True
+        if not cut:
+            return speeds
+        sigs = tuple(sorted(tuple(p for p in fitting_profiles(geom, jobs[j].spec.memory_gb)
+                                  if p in out[j]) for j in out if j in jobs))
+        return out if _feasible(geom, sigs) else speeds
 
     def jobs_on(self, gpu: str) -> list[str]:
         base = [j for j in self.state.gpus[gpu].jobs if j not in self.requeued]
@@ -154,6 +211,10 @@ class Scratch:
         gpu = self.state.jobs[job].gpu
         if gpu is not None:
             self.touched.append(gpu)
+        for g, placed in self.extra.items():
+            if job in placed:       # placed during this call, then taken off again
+                placed.remove(job)
+                self.touched.append(g)
 
     def queue(self, limit: int | None = None) -> list[str]:
         """Queued jobs as this call sees them, FIFO (the first ``limit``); with tenancy on,
@@ -300,6 +361,10 @@ class BasePolicy:
         if ten is not None and ten.config.preempt:
             preempt(self, now, sc)
         return sc.out
+
+    def has_room(self, sc: Scratch, job: str) -> bool:
+        """Whether the policy could place ``job`` now (policies with ``owner_aware``)."""
+        return True
 
     def room_after(self, gpu: str, remaining: list[str], job: str, sc: Scratch) -> bool:
         """True when this policy could place ``job`` on ``gpu`` if only ``remaining`` of its

@@ -118,6 +118,10 @@ class Miso(BasePolicy):
         for n in range(max((g.model.max_instances for g in self._geoms), default=0)):
             yield n, [(n, geom, f) for geom, f in fits]
 
+    def has_room(self, sc: Scratch, job: str) -> bool:
+        """Whether some GPU could take ``job`` now (fair share's reclaim asks first)."""
+        return self.first_candidate(sc, job) is not None
+
     def choose_gpu(self, now: float, job: str, sc: Scratch) -> str | None:
         """Least crowded GPU that can hold the job (count, then GPU order)."""
         got = self.first_candidate(sc, job)
@@ -197,6 +201,7 @@ class Miso(BasePolicy):
                         speeds: dict[str, dict[str, float]], sc: Scratch) -> None:
         st = sc.state
         gs = st.gpus[g]
+        speeds = sc.entitled_speeds(g, speeds)
         current = {j: pl for j, pl in gs.assignment.items() if j in speeds}
         try:
             sol = optimizer_for(gs.geom).solve(

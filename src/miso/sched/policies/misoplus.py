@@ -272,6 +272,7 @@ class MisoPlus(Admission, RestartEconomy, Rebalancing, Miso):
                         speeds: dict[str, dict[str, float]], sc: Scratch) -> None:
         st = sc.state
         gs = st.gpus[g]
+        speeds = sc.entitled_speeds(g, speeds)
         current = {j: pl for j, pl in gs.assignment.items() if j in speeds}
         pinned = self.pinned(sc, jobs) & set(current)
         objective = self.objective

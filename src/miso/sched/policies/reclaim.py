@@ -1,19 +1,20 @@
-"""Fair share's reclaim, for every policy (on with ``TenancyConfig(fair_share=True)``, off with
-``reclaim=False``): a GPU lent to an owner above its entitlement is returned to a waiting owner
-below its own (Kueue's ``reclaimWithinCohort``; entitlements: :mod:`miso.sched.tenancy`).
+"""Fair share's reclaim, for every owner-aware policy (on with
+``TenancyConfig(fair_share=True)``, off with ``reclaim=False``): room lent to owners above
+their entitlement is returned to a waiting owner below its own (Kueue's
+``reclaimWithinCohort``; entitlements and fair slices: :mod:`miso.sched.tenancy`).
 
-Run before the policy places the queue: when an owner waits (a queued job, the first of its
-jobs in the tenancy order), holds at least one GPU less than its entitlement and no GPU is
-idle, the jobs of other owners on ONE GPU are checkpointed and requeued, so that GPU is the
-least crowded one when the policy places the queue (the waiting owner's job goes first in the
-fair-share order). The GPU chosen: every other owner's job there may be preempted (running at
-least ``min_run_s`` since its last start, able to checkpoint unless
-``preempt_uncheckpointable``, of no higher priority than the waiting job), every owner losing
-jobs stays at or above its entitlement, the policy could place the waiting job there
-(:meth:`~miso.sched.policies.base.BasePolicy.room_after`); then the fewest victims, then the
-least GPU time thrown away (:func:`~miso.sched.policies.preempt.victim_cost`, the restart
-economy's price), then GPU order. When only the minimum run time stands in the way, a timer
-(``WakeUp`` tagged ``reclaim``) brings the decision back when it has passed.
+Run before the policy places the queue: when a protected owner waits (a queued job, the first
+of its jobs in the tenancy order, that the policy has no room for) and one more fair slice
+keeps it within its entitlement, jobs of owners above their entitlement on ONE GPU are
+checkpointed and requeued until a layout gives the waiting job its fair slice beside the jobs
+that stay (and every protected job there keeps its own); that GPU is then reserved for the
+waiting owner for the rest of the call. Victims: running at least ``min_run_s`` since their
+last start, able to checkpoint unless ``preempt_uncheckpointable``, of no higher priority than
+the waiting job, their owners staying at or above their entitlement; cheapest first by the
+restart economy's price (:func:`~miso.sched.policies.preempt.victim_cost`). The GPU: the
+fewest victims, then the least GPU time thrown away, then GPU order. When only the minimum run
+time stands in the way, a timer (``WakeUp`` tagged ``reclaim``) brings the decision back when
+it has passed.
 """
 
 from __future__ import annotations
@@ -33,16 +34,13 @@ TAG = "reclaim"
 
 
 def reclaim(policy: BasePolicy, now: float, sc: Scratch) -> bool:
-    """Reclaim GPUs for waiting owners below their entitlement; True when jobs were requeued
-    (the caller then has the policy place the queue)."""
+    """Reclaim room for waiting protected owners; True when jobs were requeued (the caller
+    then has the policy place the queue)."""
     st = sc.state
     ten = st.tenancy
     assert ten is not None
     if not st.queue:
         return False
-    for g in st.gpus:
-        if not sc.jobs_on(g):
-            return False      # an idle GPU: the policy places there, nothing to reclaim
     ents = sc.entitlements()
     held = dict(ten.held)
     restart_s = float(getattr(policy, "restart_s", DEFAULT_RESTART_S))
@@ -54,32 +52,31 @@ def reclaim(policy: BasePolicy, now: float, sc: Scratch) -> bool:
         if o in tried:
             continue
         tried.add(o)
-        if held.get(o, 0.0) + 1.0 > ents.get(o, 0.0) + 1e-6:
+        if not ten.protected(o, ents) or policy.has_room(sc, j):
             continue
         got, later = _best_gpu(policy, now, sc, j, ents, held, restart_s)
         if got is None:
             if later is not None:
                 wake = later if wake is None else min(wake, later)
             continue
-        g, victims, cost = got
-        split = ten.split_of(g)
+        g, victims, cost, gain = got
+        if held.get(o, 0.0) + gain > ents.get(o, 0.0) + 1e-6:
+            continue
         n = len(victims)
         note = (f"fair share: owner {o or '(none)'} holds {held.get(o, 0.0):.1f} of the "
-                f"{ents.get(o, 0.0):.1f} GPUs it is entitled to and waits; {g} is returned to "
-                f"it: {n} job{'s' if n != 1 else ''} of owners above their entitlement "
-                f"checkpointed and requeued, {cost:.0f} GPU-s of restarts")
+                f"{ents.get(o, 0.0):.1f} GPUs it is entitled to and waits; room on {g} is "
+                f"returned to it: {n} job{'s' if n != 1 else ''} of owners above their "
+                f"entitlement checkpointed and requeued, {cost:.0f} GPU-s of restarts")
         for v in victims:
             vo = st.jobs[v].spec.owner
-            sc.requeue(v, f"fair share: {g} returned to owner {o or '(none)'}, below its "
-                          f"entitlement (owner {vo or '(none)'} holds "
+            sc.requeue(v, f"fair share: room on {g} returned to owner {o or '(none)'}, below "
+                          f"its entitlement (owner {vo or '(none)'} holds "
                           f"{held.get(vo, 0.0):.1f} of its {ents.get(vo, 0.0):.1f})",
                        why={"trigger": "reclaim", "gpu": g, "for_owner": o,
                             "victims": n, "lost_gpu_s": cost, "note": note})
+            held[vo] = held.get(vo, 0.0) - ten.charge_of(v)
         sc.reserved[g] = o
-        for vo, part in split.items():
-            if vo != o:
-                held[vo] = held.get(vo, 0.0) - part
-        held[o] = held.get(o, 0.0) + 1.0 - split.get(o, 0.0)
+        held[o] = held.get(o, 0.0) + gain
         done += 1
         if done >= MAX_PER_CALL:
             break
@@ -93,52 +90,62 @@ def reclaim(policy: BasePolicy, now: float, sc: Scratch) -> bool:
 
 def _best_gpu(policy: BasePolicy, now: float, sc: Scratch, job: str,
               ents: dict[str, float], held: dict[str, float], restart_s: float,
-              ) -> tuple[tuple[str, tuple[str, ...], float] | None, float | None]:
-    """((GPU, victims, cost) or None, the earliest time a GPU blocked only by the minimum run
-    time becomes reclaimable)."""
+              ) -> tuple[tuple[str, tuple[str, ...], float, float] | None, float | None]:
+    """((GPU, victims, cost, the waiting owner's gain in GPUs) or None, the earliest time a
+    GPU blocked only by the minimum run time becomes reclaimable)."""
     st = sc.state
     ten = st.tenancy
     assert ten is not None
     cfg = ten.config
     owner = st.jobs[job].spec.owner
     prio = st.jobs[job].spec.priority
-    best: tuple[int, float, str, tuple[str, ...]] | None = None
+    best: tuple[int, float, str, tuple[str, ...], float] | None = None
     later: float | None = None
     for g, gs in st.gpus.items():
-        if gs.busy or g in sc.touched:
+        if gs.busy or g in sc.touched or sc.reserved.get(g, owner) != owner:
             continue
         resident = sc.jobs_on(g)
-        victims = tuple(v for v in resident if st.jobs[v].spec.owner != owner)
-        if not victims or (best is not None and len(victims) > best[0]):
-            continue
-        ok = True
+        priced: list[tuple[float, str]] = []
         ready = now
-        lose: dict[str, float] = {}
-        for v in victims:
+        for v in resident:
             vs = st.jobs[v]
-            since = ten.running_since.get(v)
-            if (v in sc.placed or since is None or vs.spec.priority > prio
-                    or (not vs.spec.checkpointable and not cfg.preempt_uncheckpointable)):
-                ok = False
-                break
-            ready = max(ready, since + cfg.min_run_s)
             vo = vs.spec.owner
-            lose[vo] = ten.split_of(g).get(vo, 0.0)
-        if not ok:
-            continue
-        if any(held.get(vo, 0.0) - part < ents.get(vo, 0.0) - 1e-6
-               for vo, part in lose.items()):
-            continue
-        rest = [v for v in resident if v not in victims]
-        if not policy.room_after(g, rest, job, sc):
-            continue
-        if ready > now + 1e-9:
-            later = ready if later is None else min(later, ready)
+            since = ten.running_since.get(v)
+            if (vo == owner or v in sc.placed or since is None or vs.spec.priority > prio
+                    or held.get(vo, 0.0) <= ents.get(vo, 0.0) + 1e-6
+                    or (not vs.spec.checkpointable and not cfg.preempt_uncheckpointable)):
+                continue
+            if now - since < cfg.min_run_s:
+                ready = max(ready, since + cfg.min_run_s)
+                continue
+            priced.append((victim_cost(sc, v, now, restart_s), v))
+        priced.sort()
+        victims: list[str] = []
+        rest = list(resident)
+        lost: dict[str, float] = {}
+        fits = False
+        for _, v in priced:
+            if best is not None and len(victims) >= best[0]:
+                break
+            vo = st.jobs[v].spec.owner
+            c = ten.charge_of(v)
+            if held.get(vo, 0.0) - lost.get(vo, 0.0) - c < ents.get(vo, 0.0) - 1e-6:
+                continue
+            victims.append(v)
+            lost[vo] = lost.get(vo, 0.0) + c
+            rest.remove(v)
+            if policy.room_after(g, rest, job, sc) and sc.entitled_mix(g, [*rest, job]):
+                fits = True
+                break
+        if not fits:
+            if ready > now + 1e-9:   # jobs not run long enough yet may make room then
+                later = ready if later is None else min(later, ready)
             continue
         cost = sum(victim_cost(sc, v, now, restart_s) for v in victims)
-        key = (len(victims), cost, g, victims)
+        gain = sum(lost.values())
+        key = (len(victims), cost, g, tuple(victims), gain)
         if best is None or key[:2] < best[:2]:
             best = key
     if best is None:
         return None, later
-    return (best[2], best[3], best[1]), None
+    return (best[2], best[3], best[1], best[4]), None
