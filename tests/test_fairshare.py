@@ -134,3 +134,26 @@ def test_decision_log__says_what_fair_share_changed_in_owners_and_counts():
     off = run_policy("miso+", jobs, WorldConfig(n_gpus=2), record=True,
                      tenancy=TenancyConfig(fair_share=False))
     assert all(d.why is None for _, d in off.log if isinstance(d, PlaceJob))
+
+
+def test_cli__reclaim_and_demand_per_job_options(tmp_path):
+    import json
+
+    import typer
+    from typer.testing import CliRunner
+
+    from miso.cli.simulate import simulate
+
+    app = typer.Typer()
+    app.command("simulate")(simulate)
+    app.command("noop")(lambda: None)
+    out = tmp_path / "o.json"
+    r = CliRunner().invoke(app, [
+        "simulate", "--gpus", "2", "--jobs", "30", "--mean-interarrival", "30",
+        "--policies", "miso+", "--tenants", "2", "--tenant-skew", "0.8", "--fair-share",
+        "--no-reclaim", "--demand-per-job", "0.34", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    ten = json.loads(out.read_text())["config"]["tenancy"]
+    assert ten["reclaim"] is False and ten["demand_per_job"] == pytest.approx(0.34)
+    bad = CliRunner().invoke(app, ["simulate", "--fair-share", "--demand-per-job", "2"])
+    assert bad.exit_code != 0 and "--demand-per-job" in bad.output

@@ -38,11 +38,10 @@ demands ``max(1, demand_per_job x n)`` GPUs, at most ``n``; what it does not nee
 out among the others by weight), and an owner's *holding* counts each occupied GPU once, split
 among the owners of its jobs by their charges. An owner holding no more than its entitlement
 ``E`` (plus ``keep_margin``) with ``n`` active jobs is *protected*: each of its jobs is owed a
-*fair slice*, the largest profile of at most ``E / n`` of a GPU (so ``demand_per_job`` caps
-it). A job may join a GPU only where a layout still gives every protected job there its fair
-slice (:meth:`miso.sched.policies.base.Scratch.may_join`), the optimizer is offered only
-slices at least that large for those jobs
-(:meth:`~miso.sched.policies.base.Scratch.entitled_speeds`), and
+*fair slice*, the largest profile of at most ``min(demand_per_job, E / n)`` of a GPU. A job may
+join a GPU only where a layout still gives every protected job there its fair slice
+(:meth:`miso.sched.policies.base.Scratch.may_join`), the optimizer is offered only slices at
+least that large for those jobs (:meth:`~miso.sched.policies.base.Scratch.entitled_speeds`), and
 :mod:`miso.sched.policies.reclaim` returns room lent to owners above their entitlement to a
 waiting protected owner by checkpointing and requeueing their jobs (Kueue's
 ``reclaimWithinCohort``). Off with ``reclaim=False`` (order only).

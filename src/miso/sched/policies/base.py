@@ -131,7 +131,8 @@ class Scratch:
         ents = self.entitlements()
         got: frozenset[str] | None = None
         if owner in ents and ten.protected(owner, ents):
-            frac = ents[owner] / max(1, self._active.get(owner, 1))
+            frac = min(ten.config.demand_per_job,
+                       ents[owner] / max(1, self._active.get(owner, 1)))
             full = geom.model.full_profile().compute_slices
             sizes = sorted({p.compute_slices for p in geom.profiles})
             floor = max((c for c in sizes if c <= frac * full + 1e-9), default=sizes[0])
