@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from miso.sched.tenancy import TenancyConfig
-from miso.sim.metrics import summarize
+from miso.sim.metrics import jain, summarize
 from miso.sim.run import run_policy
 from miso.sim.traces import assign_tenants, load_trace, mark_priority, poisson_jobs
 from miso.sim.world import WorldConfig
@@ -64,17 +64,22 @@ def main() -> None:
     order = TenancyConfig(fair_share=True, reclaim=False)
     modes = (("off", off), ("order", order), ("on", on))
 
-    def two_owners(seed: int) -> tuple[list, float]:
+    def two_owners(seed: int, heavy: bool = False) -> tuple[list, float, float | None]:
+        """The jobs; the light (and, with ``heavy``, the heavy) owner's average JCT alone on
+        half the cluster."""
         jobs = assign_tenants(poisson_jobs(a.jobs, seed=seed, duration_column=a.duration_column),
                               2, 0.8, seed=seed)
-        light = [j for j in jobs if j.owner == "u1"]
-        alone = summarize(run_policy(pol, light, WorldConfig(n_gpus=a.gpus // 2), seed))
-        return jobs, alone["avg_jct_s"]
+        half = WorldConfig(n_gpus=a.gpus // 2)
+        alone = summarize(run_policy(pol, [j for j in jobs if j.owner == "u1"], half, seed))
+        h = summarize(run_policy(pol, [j for j in jobs if j.owner == "u0"], half, seed)) \
+            if heavy else None
+        return jobs, alone["avg_jct_s"], None if h is None else h["avg_jct_s"]
 
     def targets(rows: list[dict], mode: str) -> dict[str, float]:
         mine = [r for r in rows if r["fair_share"] == mode]
         base = {r["seed"]: r for r in rows if r["fair_share"] == "off"}
         return {"jain": statistics.mean(r["jain"] for r in mine),
+                "jain_ftf": statistics.mean(r["jain_ftf"] for r in mine),
                 "light_over_alone": statistics.mean(r["light_jct_s"] / r["light_alone_jct_s"]
                                                     for r in mine),
                 "total_over_off": statistics.mean(r["avg_jct_s"] / base[r["seed"]]["avg_jct_s"]
@@ -85,18 +90,21 @@ def main() -> None:
                 f"light / alone on half {t['light_over_alone']:.2f} (<= 1.25: "
                 f"{'met' if t['light_over_alone'] <= 1.25 else 'MISSED'}); total avg JCT / off "
                 f"{t['total_over_off']:.3f} (within 5 %: "
-                f"{'met' if abs(t['total_over_off'] - 1) <= 0.05 else 'MISSED'})")
+                f"{'met' if abs(t['total_over_off'] - 1) <= 0.05 else 'MISSED'}); Jain over "
+                f"finish-time fairness {t['jain_ftf']:.3f}")
 
     if "skew" not in skip:
         print(f"## Two owners, 80 / 20 % of {a.jobs} Poisson jobs (60 s, durations "
               f"{a.duration_column}), {a.gpus} A100-40GB, equal weights, {pol}")
         print("| seed | fair share | total avg JCT s | heavy avg JCT s | light avg JCT s "
               "| heavy / light mean slowdown | Jain (slowdown) | light alone on half: avg JCT s "
-              "| light / alone | restarts/job | reclaims | GPU h lost to reclaim |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+              "| light / alone | heavy / alone | Jain (finish-time fairness) | restarts/job "
+              "| reclaims | GPU h lost to reclaim |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         rows = []
         for seed in range(1, a.seeds + 1):
-            jobs, alone = two_owners(seed)
+            jobs, alone, heavy_alone = two_owners(seed, heavy=True)
+            assert heavy_alone is not None
             for name, ten in modes:
                 s = run(pol, jobs, WorldConfig(n_gpus=a.gpus), seed, ten)
                 o = s["owners"]
@@ -107,12 +115,18 @@ def main() -> None:
                        "jain": s["jain_slowdown"], "light_alone_jct_s": alone,
                        "gpu_share": {k: v["gpu_share"] for k, v in o.items()},
                        "restarts_per_job": s["restarts_per_job"], "reclaims": s["reclaims"],
-                       "reclaim_lost_gpu_s": s["reclaim_lost_gpu_s"], "stp": s["stp"]}
+                       "reclaim_lost_gpu_s": s["reclaim_lost_gpu_s"], "stp": s["stp"],
+                       "heavy_alone_jct_s": heavy_alone}
+                # Themis's finish-time fairness: each owner's JCT over its JCT alone on its
+                # 1/N of the cluster (<= 1: sharing did not hurt it)
+                rho = [row["heavy_jct_s"] / heavy_alone, row["light_jct_s"] / alone]
+                row["rho"] = rho
+                row["jain_ftf"] = jain(rho)
                 rows.append(row)
                 print(f"| {seed} | {name} | {row['avg_jct_s']:.0f} | {row['heavy_jct_s']:.0f} | "
                       f"{row['light_jct_s']:.0f} | {row['heavy_slowdown']:.2f} / "
                       f"{row['light_slowdown']:.2f} | {row['jain']:.3f} | "
-                      f"{alone:.0f} | {row['light_jct_s'] / alone:.2f} | "
+                      f"{alone:.0f} | {rho[1]:.2f} | {rho[0]:.2f} | {row['jain_ftf']:.3f} | "
                       f"{row['restarts_per_job']:.2f} | {row['reclaims']} | "
                       f"{row['reclaim_lost_gpu_s'] / 3600:.2f} |", flush=True)
         got = {m: targets(rows, m) for m in ("order", "on")}
@@ -131,7 +145,7 @@ def main() -> None:
         sizes = {}
         runs = {}
         for seed in range(1, a.seeds + 1):
-            jobs, alone = two_owners(seed)
+            jobs, alone, _ = two_owners(seed)
             base = run(pol, jobs, WorldConfig(n_gpus=a.gpus), seed, off)["avg_jct_s"]
             for d in (1 / 3, 0.5, 1.0):
                 s = run(pol, jobs, WorldConfig(n_gpus=a.gpus), seed,
