@@ -69,14 +69,13 @@ def test_reclaim__light_owner_gets_a_gpu_back_and_runs_at_full_speed():
                        tenancy=TenancyConfig(min_run_s=600.0, reclaim=False))
     jct_on = dict(zip(on.job_ids, on.jct, strict=True))["l"]
     jct_order = dict(zip(order.job_ids, order.jct, strict=True))["l"]
-    # L's one job is owed a whole GPU (entitlement 1, one job): it gets one back by reclaim
-    # (H's jobs ran >= 600 s by t=1000) and runs alone: ~ its 2,000 s plus a restart, against
-    # a slice among H's jobs with ordering alone
+    # L's one job (entitlement 1 GPU) is owed a 3g slice at least: room is reclaimed for it
+    # (H's jobs ran >= 600 s by t=1000), against a 1g slice among H's jobs with ordering alone
     assert jct_on < 2000.0 * 1.2
     assert jct_order > 1.5 * jct_on
-    requeued = [d for _, d in on.log if isinstance(d, RequeueJob)]
-    assert requeued and all(d.reason.startswith("fair share:") and d.job.startswith("h")
-                            for d in requeued)
+    requeued = [d for _, d in on.log
+                if isinstance(d, RequeueJob) and d.reason.startswith("fair share:")]
+    assert requeued and all(d.job.startswith("h") for d in requeued)
     # every victim is checkpointed and resumes: all jobs finish; the simulator counts them
     s = summarize(on)
     assert s["reclaims"] == len(requeued) and s["reclaim_lost_gpu_s"] > 0
