@@ -47,8 +47,8 @@ def test_entitlements__demand_per_job_and_fair_slice():
     sc = Scratch(st)
     assert sc.entitlements() == pytest.approx({"a": 3.0, "b": 1.0})
     geom = st.gpus["g0"].geom
-    assert sc.fair_slices(geom, "a") == {"2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"}
-    assert sc.fair_slices(geom, "b") == {"3g.20gb", "4g.20gb", "7g.40gb"}
+    assert sc.fair.fair_slices(geom, "a") == {"2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"}
+    assert sc.fair.fair_slices(geom, "b") == {"3g.20gb", "4g.20gb", "7g.40gb"}
     # without fair share (or without reclaim) nothing is owed: placement is unchanged
     assert not Scratch(_state(TenancyConfig(fair_share=False))).owner_bound()
     assert not Scratch(_state(TenancyConfig(reclaim=False))).owner_bound()

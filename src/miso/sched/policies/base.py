@@ -23,6 +23,8 @@ from miso.sched.events import (
     SpeedObserved,
     Tick,
 )
+from miso.sched.policies.entitled import Entitled
+from miso.sched.policies.ordernote import order_note
 from miso.sched.policies.preempt import preempt
 from miso.sched.policies.reclaim import reclaim
 from miso.sched.state import ClusterState
@@ -56,6 +58,12 @@ def _feasible(geom: Geometry, sigs: tuple[tuple[str, ...], ...]) -> bool:
     except OptimizerError:
         return False
     return True
+
+
+def sigs_feasible(geom: Geometry, sigs: tuple[tuple[str, ...], ...]) -> bool:
+    """True when some valid layout gives each job its own instance among the profiles of its
+    signature (``sigs``: one tuple of profile names per job)."""
+    return _feasible(geom, tuple(sorted(sigs)))
 
 
 def mix_feasible(geom: Geometry, memories: list[float]) -> bool:
@@ -92,26 +100,16 @@ class Scratch:
         self.placed: set[str] = set()
         self.requeued: set[str] = set()
         self.touched: list[str] = []             # GPUs whose jobs changed during this call
-        self._ents: dict[str, float] | None = None
-        self._active: dict[str, int] = {}
-        self._floors: dict[tuple[Geometry, str], frozenset[str] | None] = {}
+        self._fair: Entitled | None = None
         #: GPUs reclaimed during this call -> the owner they were returned to
         self.reserved: dict[str, str] = {}
 
-    def entitlements(self) -> dict[str, float]:
-        """GPUs each owner is entitled to as this call began (tenancy on; cached)."""
-        if self._ents is None:
-            st = self.state
-            ten = st.tenancy
-            assert ten is not None
-            queued: dict[str, int] = {}
-            for j in st.queue:
-                o = st.jobs[j].spec.owner
-                queued[o] = queued.get(o, 0) + 1
-            self._ents = ten.entitlements(queued)
-            self._active = {o: queued.get(o, 0) + ten.resident.get(o, 0)
-                            for o in self._ents}
-        return self._ents
+    @property
+    def fair(self) -> Entitled:
+        """Fair share's sizes as this call sees them (tenancy on; built on first use)."""
+        if self._fair is None:
+            self._fair = Entitled(self, sigs_feasible, fitting_profiles)
+        return self._fair
 
     def owner_bound(self) -> bool:
         """Whether owners' entitlements restrict which GPU a job may join (:meth:`may_join`):
@@ -119,78 +117,25 @@ class Scratch:
         ten = self.state.tenancy
         return ten is not None and ten.config.entitled
 
-    def fair_slices(self, geom: Geometry, owner: str) -> frozenset[str] | None:
-        """The profiles of ``geom`` a job of ``owner`` is owed (at least its fair slice: the
-        largest profile of at most ``entitlement / active jobs`` of a GPU) while the owner is
-        protected (:meth:`~miso.sched.tenancy.Tenancy.protected`); None: any profile."""
-        key = (geom, owner)
-        if key in self._floors:
-            return self._floors[key]
-        ten = self.state.tenancy
-        assert ten is not None
-        ents = self.entitlements()
-        got: frozenset[str] | None = None
-        if owner in ents and ten.protected(owner, ents):
-            frac = min(ten.config.demand_per_job,
-                       ents[owner] / max(1, self._active.get(owner, 1)))
-            full = geom.model.full_profile().compute_slices
-            sizes = sorted({p.compute_slices for p in geom.profiles})
-            floor = max((c for c in sizes if c <= frac * full + 1e-9), default=sizes[0])
-            if floor > sizes[0]:
-                got = frozenset(p.name for p in geom.profiles if p.compute_slices >= floor)
-        self._floors[key] = got
-        return got
-
-    def _sig(self, geom: Geometry, job: str) -> tuple[str, ...]:
-        spec = self.state.jobs[job].spec
-        fits = fitting_profiles(geom, spec.memory_gb)
-        owed = self.fair_slices(geom, spec.owner)
-        return fits if owed is None else tuple(p for p in fits if p in owed)
+    def entitlements(self) -> dict[str, float]:
+        """:meth:`Entitled.entitlements <miso.sched.policies.entitled.Entitled.entitlements>`."""
+        return self.fair.entitlements()
 
     def entitled_mix(self, gpu: str, jobs: list[str]) -> bool:
-        """Whether a layout of ``gpu`` holds ``jobs`` giving each job of a protected owner its
-        fair slice (:meth:`fair_slices`)."""
-        geom = self.state.gpus[gpu].geom
-        return _feasible(geom, tuple(sorted(self._sig(geom, j) for j in jobs)))
+        """:meth:`Entitled.mix <miso.sched.policies.entitled.Entitled.mix>`."""
+        return self.fair.mix(gpu, jobs)
 
     def may_join(self, job: str, gpu: str) -> bool:
         """Whether ``job`` may be placed beside the jobs on ``gpu`` as this call sees them:
-        always without entitlements; with them, only where a layout still gives every job of
-        a protected owner its fair slice (:meth:`entitled_mix`); a GPU reclaimed in this call
-        takes only jobs of the owner it was returned to."""
-        if not self.owner_bound():
-            return True
-        owner = self.state.jobs[job].spec.owner
-        if self.reserved.get(gpu, owner) != owner:
-            return False
-        return self.entitled_mix(gpu, [*self.jobs_on(gpu), job])
+        always without entitlements; else :meth:`Entitled.may_join
+        <miso.sched.policies.entitled.Entitled.may_join>`."""
+        return not self.owner_bound() or self.fair.may_join(job, gpu)
 
     def entitled_speeds(self, gpu: str, speeds: dict[str, dict[str, float]]
                         ) -> dict[str, dict[str, float]]:
-        """``speeds`` as the optimizer should see them: a protected owner's job is offered
-        only its fair slice or larger (when some layout can do that for every such job of the
-        mix; else ``speeds`` unchanged)."""
-        if not self.owner_bound():
-            return speeds
-        geom = self.state.gpus[gpu].geom
-        jobs = self.state.jobs
-        out = dict(speeds)
-        cut = False
-        for j, sp in speeds.items():
-            if j not in jobs or (not jobs[j].spec.checkpointable
-                                 and jobs[j].status.value == "running"):
-                continue     # a job that cannot checkpoint keeps its slice
-            owed = self.fair_slices(geom, jobs[j].spec.owner)
-            if owed is not None:
-                kept = {p: v for p, v in sp.items() if p in owed}
-                if kept and len(kept) < len(sp):
-                    out[j] = kept
-                    cut = True
-        if not cut:
-            return speeds
-        sigs = tuple(sorted(tuple(p for p in fitting_profiles(geom, jobs[j].spec.memory_gb)
-                                  if p in out[j]) for j in out if j in jobs))
-        return out if _feasible(geom, sigs) else speeds
+        """``speeds`` as the optimizer should see them: unchanged without entitlements; else
+        :meth:`Entitled.speeds <miso.sched.policies.entitled.Entitled.speeds>`."""
+        return speeds if not self.owner_bound() else self.fair.speeds(gpu, speeds)
 
     def jobs_on(self, gpu: str) -> list[str]:
         base = [j for j in self.state.gpus[gpu].jobs if j not in self.requeued]
@@ -201,7 +146,7 @@ class Scratch:
         return sum(jobs[j].spec.memory_gb for j in self.jobs_on(gpu))
 
     def place(self, job: str, gpu: str) -> None:
-        self.out.append(PlaceJob(job, gpu, why=self._order_why(job)))
+        self.out.append(PlaceJob(job, gpu, why=order_note(self.state, self.placed, job)))
         self.extra.setdefault(gpu, []).append(job)
         self.placed.add(job)
         self.touched.append(gpu)
@@ -239,51 +184,6 @@ class Scratch:
         placed = self.placed
         return (j for j in self.state.queue if j not in placed)
 
-    def _order_why(self, job: str) -> dict[str, str] | None:
-        """With tenancy on, what the order changed for ``job``: the jobs queued before it
-        still waiting that its priority or its owner's fair share put after it, in owners and
-        counts (no job ids: a non-admin's view shows other users' jobs only as counts)."""
-        st = self.state
-        ten = st.tenancy
-        if ten is None:
-            return None
-        js = st.jobs[job]
-        owner, prio, t0 = js.spec.owner, js.spec.priority, js.submitted_at
-        fair = ten.config.fair_share
-        now = st.now
-        level: dict[str, float] = {}
-        by_prio: dict[str, int] = {}
-        by_fair: dict[str, int] = {}
-        for k in st.queue:
-            ks = st.jobs[k]
-            if ks.submitted_at > t0 or k == job:
-                if ks.submitted_at > t0:
-                    break
-                continue
-            if k in self.placed:
-                continue
-            o = ks.spec.owner
-            if ks.spec.priority < prio:
-                by_prio[o] = by_prio.get(o, 0) + 1
-            elif fair and ks.spec.priority == prio and o != owner:
-                if o not in level:
-                    level[o] = ten.level(o, now)
-                if owner not in level:
-                    level[owner] = ten.level(owner, now)
-                if level[o] > level[owner] + 1e-9:
-                    by_fair[o] = by_fair.get(o, 0) + 1
-        if not by_prio and not by_fair:
-            return None
-        who = f"{owner or '(none)'}'s job"
-        parts = []
-        if by_prio:
-            parts.append(f"priority {prio}: starts {who} before {_counts(by_prio)} of lower "
-                         f"priority queued earlier")
-        if by_fair:
-            parts.append(f"fair share: starts {who} before {_counts(by_fair)} queued earlier "
-                         f"(owners who used more of their share)")
-        return {"order": "; ".join(parts)}
-
     def _tenant_queue(self) -> list[str]:
         """The tenancy order of the queue as this call sees it (placements and requeues of
         this call change owners' in-use quotas before the ledger sees them)."""
@@ -304,16 +204,6 @@ class Scratch:
                 o = st.jobs[j].spec.owner
                 extra[o] = extra.get(o, 0.0) - ten.charge_of(j)
         return ten.order(cand, extra)
-
-
-def _counts(by_owner: dict[str, int]) -> str:
-    """``{"alice": 37, "carol": 2}`` -> "37 jobs of alice, 2 of carol"."""
-    items = sorted(by_owner.items(), key=lambda kv: (-kv[1], kv[0]))
-    words = [f"{n} job{'s' if n != 1 else ''} of {o or '(none)'}" if i == 0
-             else f"{n} of {o or '(none)'}" for i, (o, n) in enumerate(items[:3])]
-    if len(items) > 3:
-        words.append(f"{sum(n for _, n in items[3:])} of {len(items) - 3} other owners")
-    return ", ".join(words)
 
 
 class BasePolicy:
