@@ -156,3 +156,19 @@ def test_cli__reclaim_and_demand_per_job_options(tmp_path):
     assert ten["reclaim"] is False and ten["demand_per_job"] == pytest.approx(0.34)
     bad = CliRunner().invoke(app, ["simulate", "--fair-share", "--demand-per-job", "2"])
     assert bad.exit_code != 0 and "--demand-per-job" in bad.output
+
+
+def test_preemption_under_fair_share__the_high_job_takes_the_room_it_made():
+    """With fair slices a GPU freed by preemption must also keep every protected job's fair
+    slice for the high-priority job, else the victims were requeued for nothing."""
+    from miso.sim.traces import assign_tenants, mark_priority, poisson_jobs
+
+    jobs = mark_priority(assign_tenants(
+        poisson_jobs(400, seed=1, duration_column="exp_100_value"), 2, 0.8, seed=1), 0.1, seed=1)
+    r = run_policy("miso+", jobs, WorldConfig(n_gpus=16), 1, record=True,
+                   tenancy=TenancyConfig(preempt=True))
+    placed = {(t, d.job) for t, d in r.log if isinstance(d, PlaceJob)}
+    pre = [(t, d.reason.split()[2]) for t, d in r.log
+           if isinstance(d, RequeueJob) and d.reason.startswith("preempted by ")]
+    assert len(pre) > 5
+    assert all((t, j) in placed for t, j in pre)
