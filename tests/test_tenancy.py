@@ -149,7 +149,9 @@ def test_parse_priority():
 
 # -- preemption (simulated, NoPart: one job per GPU) ------------------------------------------
 def _preempt_run(jobs: list[TraceJob], cfg: WorldConfig, **ten: object):
-    tc = TenancyConfig(preempt=True, min_run_s=600.0, **ten)  # type: ignore[arg-type]
+    # priority preemption alone (fair share's reclaim has its own tests)
+    tc = TenancyConfig(preempt=True, min_run_s=600.0, reclaim=False,
+                       **ten)  # type: ignore[arg-type]
     return run_policy("nopart", jobs, cfg, record=True, tenancy=tc)
 
 

@@ -4,14 +4,18 @@ simulator (miso+ unless --policy says otherwise).
     python benchmarks/sim/tenancy.py [--seeds 1] [--jobs 1000] [--gpus 16] [--json FILE]
 
 1. Two owners on ``--gpus`` A100-40GB, one submitting 80 % of ``--jobs`` Poisson jobs (60 s),
-   equal weights: fair share off vs on (Jain's index over per-owner mean slowdown, each owner's
-   average JCT, total average JCT), and the light owner's jobs alone on half the cluster.
+   equal weights: fair share off, on with ordering only (``reclaim=False``), and on (fair
+   slices and reclaim, the default): Jain's index over per-owner mean slowdown, each owner's
+   average JCT, total average JCT, restarts and reclaims, and the light owner's jobs alone on
+   half the cluster. Then (``sizes``) the trade-off of the fair slice's cap
+   ``demand_per_job`` (1/3: 2g, 1/2: 3g, 1: up to a whole GPU).
 2. The Philly trace (first ``--philly-jobs`` jobs) with owners from its ``vc`` column on 40
-   GPUs: Jain's index and total average JCT, fair share off vs on.
+   GPUs: Jain's index and total average JCT, fair share off, order only, on (and on with
+   ``demand_per_job`` 1/3).
    Then the heavy owner capped by a static in-use quota (half, 5/8, 3/4 of the GPUs).
 3. ``--priority-frac`` (10 %) high-priority jobs in the saturated cluster of 1.: their average
    queueing delay (submit to first start) against normal jobs', without and with preemption;
-   restarts per job and the GPU time preemption threw away.
+   restarts per job and the GPU time preemption (and fair share's reclaim) threw away.
 
 Prints Markdown tables; the figures in benchmarks/README.md ("Tenancy") come from this script.
 """
@@ -25,7 +29,7 @@ import time
 from pathlib import Path
 
 from miso.sched.tenancy import TenancyConfig
-from miso.sim.metrics import summarize
+from miso.sim.metrics import jain, summarize
 from miso.sim.run import run_policy
 from miso.sim.traces import assign_tenants, load_trace, mark_priority, poisson_jobs
 from miso.sim.world import WorldConfig
@@ -48,7 +52,7 @@ def main() -> None:
                     help="MISO-trace column of the Poisson jobs' durations (exp_100_value: "
                     "mean 3,122 s, the default of `miso simulate`; duration_s: mean 770 s)")
     ap.add_argument("--skip", default="",
-                    help="comma list of parts to skip: skew,quota,philly,priority")
+                    help="comma list of parts to skip: skew,sizes,quota,philly,priority")
     ap.add_argument("--json", default="benchmarks/sim/results/tenancy.json")
     a = ap.parse_args()
     skip = set(filter(None, a.skip.split(",")))
@@ -57,49 +61,107 @@ def main() -> None:
                               "duration_column": a.duration_column}
     t0 = time.perf_counter()
     off, on = TenancyConfig(fair_share=False), TenancyConfig(fair_share=True)
+    order = TenancyConfig(fair_share=True, reclaim=False)
+    modes = (("off", off), ("order", order), ("on", on))
+
+    def two_owners(seed: int, heavy: bool = False) -> tuple[list, float, float | None]:
+        """The jobs; the light (and, with ``heavy``, the heavy) owner's average JCT alone on
+        half the cluster."""
+        jobs = assign_tenants(poisson_jobs(a.jobs, seed=seed, duration_column=a.duration_column),
+                              2, 0.8, seed=seed)
+        half = WorldConfig(n_gpus=a.gpus // 2)
+        alone = summarize(run_policy(pol, [j for j in jobs if j.owner == "u1"], half, seed))
+        h = summarize(run_policy(pol, [j for j in jobs if j.owner == "u0"], half, seed)) \
+            if heavy else None
+        return jobs, alone["avg_jct_s"], None if h is None else h["avg_jct_s"]
+
+    def targets(rows: list[dict], mode: str) -> dict[str, float]:
+        mine = [r for r in rows if r["fair_share"] == mode]
+        base = {r["seed"]: r for r in rows if r["fair_share"] == "off"}
+        return {"jain": statistics.mean(r["jain"] for r in mine),
+                "jain_ftf": statistics.mean(r["jain_ftf"] for r in mine),
+                "light_over_alone": statistics.mean(r["light_jct_s"] / r["light_alone_jct_s"]
+                                                    for r in mine),
+                "total_over_off": statistics.mean(r["avg_jct_s"] / base[r["seed"]]["avg_jct_s"]
+                                                  for r in mine)}
+
+    def verdict(t: dict[str, float]) -> str:
+        return (f"Jain {t['jain']:.3f} (>= 0.95: {'met' if t['jain'] >= 0.95 else 'MISSED'}); "
+                f"light / alone on half {t['light_over_alone']:.2f} (<= 1.25: "
+                f"{'met' if t['light_over_alone'] <= 1.25 else 'MISSED'}); total avg JCT / off "
+                f"{t['total_over_off']:.3f} (within 5 %: "
+                f"{'met' if abs(t['total_over_off'] - 1) <= 0.05 else 'MISSED'}); Jain over "
+                f"finish-time fairness {t['jain_ftf']:.3f}")
 
     if "skew" not in skip:
         print(f"## Two owners, 80 / 20 % of {a.jobs} Poisson jobs (60 s, durations "
               f"{a.duration_column}), {a.gpus} A100-40GB, equal weights, {pol}")
         print("| seed | fair share | total avg JCT s | heavy avg JCT s | light avg JCT s "
               "| heavy / light mean slowdown | Jain (slowdown) | light alone on half: avg JCT s "
-              "| light / alone |")
-        print("|---|---|---|---|---|---|---|---|---|")
+              "| light / alone | heavy / alone | Jain (finish-time fairness) | restarts/job "
+              "| reclaims | GPU h lost to reclaim |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         rows = []
         for seed in range(1, a.seeds + 1):
-            jobs = assign_tenants(poisson_jobs(a.jobs, seed=seed,
-                                               duration_column=a.duration_column),
-                                  2, 0.8, seed=seed)
-            light = [j for j in jobs if j.owner == "u1"]
-            alone = summarize(run_policy(pol, light, WorldConfig(n_gpus=a.gpus // 2), seed))
-            for name, ten in (("off", off), ("on", on)):
+            jobs, alone, heavy_alone = two_owners(seed, heavy=True)
+            assert heavy_alone is not None
+            for name, ten in modes:
                 s = run(pol, jobs, WorldConfig(n_gpus=a.gpus), seed, ten)
                 o = s["owners"]
                 row = {"seed": seed, "fair_share": name, "avg_jct_s": s["avg_jct_s"],
                        "heavy_jct_s": o["u0"]["avg_jct_s"], "light_jct_s": o["u1"]["avg_jct_s"],
                        "heavy_slowdown": o["u0"]["mean_slowdown"],
                        "light_slowdown": o["u1"]["mean_slowdown"],
-                       "jain": s["jain_slowdown"], "light_alone_jct_s": alone["avg_jct_s"],
-                       "gpu_share": {k: v["gpu_share"] for k, v in o.items()}}
+                       "jain": s["jain_slowdown"], "light_alone_jct_s": alone,
+                       "gpu_share": {k: v["gpu_share"] for k, v in o.items()},
+                       "restarts_per_job": s["restarts_per_job"], "reclaims": s["reclaims"],
+                       "reclaim_lost_gpu_s": s["reclaim_lost_gpu_s"], "stp": s["stp"],
+                       "heavy_alone_jct_s": heavy_alone}
+                # Themis's finish-time fairness: each owner's JCT over its JCT alone on its
+                # 1/N of the cluster (<= 1: sharing did not hurt it)
+                rho = [row["heavy_jct_s"] / heavy_alone, row["light_jct_s"] / alone]
+                row["rho"] = rho
+                row["jain_ftf"] = jain(rho)
                 rows.append(row)
                 print(f"| {seed} | {name} | {row['avg_jct_s']:.0f} | {row['heavy_jct_s']:.0f} | "
                       f"{row['light_jct_s']:.0f} | {row['heavy_slowdown']:.2f} / "
                       f"{row['light_slowdown']:.2f} | {row['jain']:.3f} | "
-                      f"{row['light_alone_jct_s']:.0f} | "
-                      f"{row['light_jct_s'] / row['light_alone_jct_s']:.2f} |", flush=True)
-        on_rows = [r for r in rows if r["fair_share"] == "on"]
-        off_rows = [r for r in rows if r["fair_share"] == "off"]
-        tot = statistics.mean(r["avg_jct_s"] for r in on_rows) / \
-            statistics.mean(r["avg_jct_s"] for r in off_rows)
-        jain = statistics.mean(r["jain"] for r in on_rows)
-        ratio = statistics.mean(r["light_jct_s"] / r["light_alone_jct_s"] for r in on_rows)
-        print(f"\nTargets (fair share on, mean over seeds): Jain {jain:.3f} (>= 0.95: "
-              f"{'met' if jain >= 0.95 else 'MISSED'}); light / alone on half {ratio:.2f} "
-              f"(<= 1.25: {'met' if ratio <= 1.25 else 'MISSED'}); total avg JCT on / off "
-              f"{tot:.3f} (within 5 %: {'met' if abs(tot - 1) <= 0.05 else 'MISSED'})",
-              flush=True)
-        out["skew"] = {"rows": rows, "jain_on": jain, "light_over_alone": ratio,
-                       "total_on_over_off": tot}
+                      f"{alone:.0f} | {rho[1]:.2f} | {rho[0]:.2f} | {row['jain_ftf']:.3f} | "
+                      f"{row['restarts_per_job']:.2f} | {row['reclaims']} | "
+                      f"{row['reclaim_lost_gpu_s'] / 3600:.2f} |", flush=True)
+        got = {m: targets(rows, m) for m in ("order", "on")}
+        print(f"\nTargets, mean over seeds: order only: {verdict(got['order'])}\n"
+              f"fair slices + reclaim (on): {verdict(got['on'])}", flush=True)
+        out["skew"] = {"rows": rows, "targets": got, "jain_on": got["on"]["jain"],
+                       "light_over_alone": got["on"]["light_over_alone"],
+                       "total_on_over_off": got["on"]["total_over_off"]}
+
+    if "sizes" not in skip:
+        print(f"\n## The fair slice's cap (demand_per_job), same jobs, {pol}, mean of "
+              f"{a.seeds} seed(s)")
+        print("| demand_per_job (fair slice at most) | light / alone on half | total avg JCT / "
+              "off | Jain (slowdown) | restarts/job | reclaims/job |")
+        print("|---|---|---|---|---|---|")
+        sizes = {}
+        runs = {}
+        for seed in range(1, a.seeds + 1):
+            jobs, alone, _ = two_owners(seed)
+            base = run(pol, jobs, WorldConfig(n_gpus=a.gpus), seed, off)["avg_jct_s"]
+            for d in (1 / 3, 0.5, 1.0):
+                s = run(pol, jobs, WorldConfig(n_gpus=a.gpus), seed,
+                        TenancyConfig(demand_per_job=d))
+                runs.setdefault(d, []).append(
+                    (s["owners"]["u1"]["avg_jct_s"] / alone, s["avg_jct_s"] / base,
+                     s["jain_slowdown"], s["restarts_per_job"], s["reclaims"] / s["jobs"]))
+        for d, rs in runs.items():
+            m = [statistics.mean(x[i] for x in rs) for i in range(5)]
+            label = {1 / 3: "1/3 (2g)", 0.5: "1/2 (3g)", 1.0: "1 (7g)"}[d]
+            sizes[f"{d:.3f}"] = dict(zip(("light_over_alone", "total_over_off", "jain",
+                                          "restarts_per_job", "reclaims_per_job"), m,
+                                         strict=True))
+            print(f"| {label} | {m[0]:.2f} | {m[1]:.3f} | {m[2]:.3f} | {m[3]:.2f} | "
+                  f"{m[4]:.2f} |", flush=True)
+        out["sizes"] = sizes
 
     if "quota" not in skip:
         print("\n## The heavy owner capped by an in-use quota (GPU-equivalents), seed 1, "
@@ -126,11 +188,11 @@ def main() -> None:
         print("|---|---|---|---|---|")
         jobs = load_trace("philly", seed=1, max_jobs=a.philly_jobs)
         philly = {}
-        for name, ten in (("off", off), ("on", on)):
+        for name, ten in (*modes, ("on, demand_per_job 1/3", TenancyConfig(demand_per_job=1 / 3))):
             s = run(pol, jobs, WorldConfig(n_gpus=a.philly_gpus), 1, ten)
             sl = [v["mean_slowdown"] for v in s["owners"].values()]
             philly[name] = {"avg_jct_s": s["avg_jct_s"], "jain": s["jain_slowdown"],
-                            "owners": s["owners"]}
+                            "owners": s["owners"], "reclaims": s["reclaims"]}
             print(f"| {name} | {len(sl)} | {s['avg_jct_s']:.0f} | {s['jain_slowdown']:.3f} | "
                   f"{min(sl):.2f} / {max(sl):.2f} |", flush=True)
         out["philly"] = philly
@@ -140,8 +202,9 @@ def main() -> None:
               f"{a.gpus} GPUs, {pol}, fair share on")
         print("| preemption | high: avg queueing delay s | normal: avg queueing delay s "
               "| high / normal | high avg JCT s | normal avg JCT s | restarts/job (high, normal) "
-              "| preemptions | GPU h lost to preemption | total avg JCT s |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
+              "| preemptions | GPU h lost to preemption | reclaims | GPU h lost to reclaim "
+              "| total avg JCT s |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         prio = {}
         for seed in range(1, a.seeds + 1):
             jobs = mark_priority(assign_tenants(
@@ -158,7 +221,8 @@ def main() -> None:
                       f"{no['avg_queue_delay_s']:.0f} | {ratio:.4f} | {hi['avg_jct_s']:.0f} | "
                       f"{no['avg_jct_s']:.0f} | {hi['restarts_per_job']:.2f}, "
                       f"{no['restarts_per_job']:.2f} | {s['preemptions']} | "
-                      f"{s['preempt_lost_gpu_s'] / 3600:.2f} | {s['avg_jct_s']:.0f} |",
+                      f"{s['preempt_lost_gpu_s'] / 3600:.2f} | {s['reclaims']} | "
+                      f"{s['reclaim_lost_gpu_s'] / 3600:.2f} | {s['avg_jct_s']:.0f} |",
                       flush=True)
         out["priority"] = prio
     print(f"\n(wall {time.perf_counter() - t0:.0f} s)")

@@ -112,6 +112,13 @@ def simulate(
         "(checkpoint and requeue).")] = False,
     min_run_s: Annotated[float, typer.Option(
         help="With --preempt: a job is never preempted before running this long (s).")] = 600.0,
+    reclaim: Annotated[bool, typer.Option(
+        "--reclaim/--no-reclaim", help="With --fair-share: owners below their entitlement "
+        "get fair slices and room lent to others is reclaimed (--no-reclaim: fair share "
+        "orders the queue only).")] = True,
+    demand_per_job: Annotated[float, typer.Option(
+        help="With --fair-share: GPUs one job counts towards its owner's entitlement, the "
+        "most of a GPU a fair slice can be.")] = 0.5,
 ) -> None:
     """Simulate MIG scheduling policies and report JCT, makespan, STP and restarts."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -215,13 +222,17 @@ def simulate(
                                  duration_sigma=duration_sigma)
     except TraceError as e:
         fail(str(e))
+    if not 0 < demand_per_job <= 1:
+        fail(f"--demand-per-job must be in (0, 1], not {demand_per_job}")
     tjobs, tenancy = _tenancy(tjobs, tenants, tenant_skew, fair_share, half_life,
-                              priority_frac, preempt, min_run_s, seed)
+                              priority_frac, preempt, min_run_s, seed,
+                              reclaim=reclaim, demand_per_job=demand_per_job)
     if tenancy is not None:
         out["config"]["tenancy"] = {  # type: ignore[index]
             "fair_share": fair_share, "half_life_s": half_life, "preempt": preempt,
             "min_run_s": min_run_s, "tenants": tenants, "tenant_skew": tenant_skew,
-            "priority_frac": priority_frac}
+            "priority_frac": priority_frac, "reclaim": reclaim,
+            "demand_per_job": demand_per_job}
     with Progress(*cols, transient=True) as prog:
         tasks = {p: prog.add_task(p, total=len(tjobs)) for p in pols}
 
@@ -253,7 +264,8 @@ def simulate(
 
 def _tenancy(tjobs: list, tenants: int | None, skew: float | None, fair_share: bool,
              half_life: float, priority_frac: float, preempt: bool, min_run_s: float,
-             seed: int) -> tuple[list, object]:
+             seed: int, reclaim: bool = True, demand_per_job: float = 0.5
+             ) -> tuple[list, object]:
     """The jobs with owners and priorities, and the tenancy config (None when the run has
     neither owners nor priorities nor fair share: the plain FIFO queue)."""
     from miso.sched.tenancy import TenancyConfig
@@ -267,7 +279,8 @@ def _tenancy(tjobs: list, tenants: int | None, skew: float | None, fair_share: b
     if not (fair_share or preempt or any(j.owner or j.priority for j in tjobs)):
         return tjobs, None
     return tjobs, TenancyConfig(fair_share=fair_share, half_life_s=half_life, preempt=preempt,
-                                min_run_s=min_run_s)
+                                min_run_s=min_run_s, reclaim=reclaim,
+                                demand_per_job=demand_per_job)
 
 
 def _event_log(path: Path | None, logs: list):  # noqa: ANN202 - None or a factory

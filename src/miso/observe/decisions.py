@@ -144,6 +144,10 @@ def explain(now: float, d: Decision, state: ClusterState, ctx: Context) -> dict[
                                f"which held {len(others)} job{'s' if len(others) != 1 else ''} "
                                f"(least crowded GPU that fits it; {used:.1f} of {cap:g} GiB "
                                f"now used)")
+            if isinstance(why, Mapping) and why.get("order"):
+                # what priority or fair share changed in the order (owners and counts only)
+                rec["note"] = f"{rec.get('note') or f'job {d.job} goes to {d.gpu}'}; " \
+                    f"{why['order']}"
         case RequeueJob():
             rec.update(job=d.job, gpu=ctx.gpu_before, reason=d.reason,
                        restarts=list(ctx.restarted))

@@ -34,6 +34,8 @@ class PlaceJob(Decision):
 
     job: str
     gpu: str
+    #: with tenancy: ``order``, what priority or fair share changed in the order (words)
+    why: Mapping[str, Any] | None = field(default=None, compare=False, hash=False)
 
 
 @dataclass(frozen=True)

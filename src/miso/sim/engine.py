@@ -97,6 +97,8 @@ class Simulator(ProfilingRuns, Disturbances):
         self.owner_usage: list[tuple[float, dict[str, float]]] = []
         self.preemptions = 0
         self.preempt_lost_gpu_s = 0.0
+        self.reclaims = 0
+        self.reclaim_lost_gpu_s = 0.0
         self.geom = geometry(config.gpu_model)
         self.gpus = {f"gpu{i}": SimGpu(f"gpu{i}", self.geom) for i in range(config.n_gpus)}
         self.clock = VirtualClock()
@@ -236,7 +238,8 @@ class Simulator(ProfilingRuns, Disturbances):
                                   for j in js]),
             owner_gpu_s=dict(ten.total) if ten is not None else {},
             owner_usage=self.owner_usage, preemptions=self.preemptions,
-            preempt_lost_gpu_s=self.preempt_lost_gpu_s)
+            preempt_lost_gpu_s=self.preempt_lost_gpu_s, reclaims=self.reclaims,
+            reclaim_lost_gpu_s=self.reclaim_lost_gpu_s)
 
     def deliver(self, now: float, ev: Event) -> None:
         """One driver step (:class:`~miso.sched.driver.DriverStep`) for ``ev``."""
@@ -431,11 +434,16 @@ class Simulator(ProfilingRuns, Disturbances):
             j = self.jobs[d.job]
             share = self._share(j.placement) if j.mode == "mig" else 1.0
             self.stop_job(j, now)
-            if d.reason.startswith("preempted") and j.started:
-                # what the restart this preemption causes throws away (see ``restart``)
-                self.preemptions += 1
-                self.preempt_lost_gpu_s += self.cfg.restart_s * share + (
-                    0.0 if j.ckpt else j.duration - j.work_left)
+            if d.reason.startswith(("preempted", "fair share:")) and j.started:
+                # what the restart this preemption (priority) or reclaim (fair share) causes
+                # throws away (see ``restart``)
+                lost = self.cfg.restart_s * share + (0.0 if j.ckpt else j.duration - j.work_left)
+                if d.reason.startswith("preempted"):
+                    self.preemptions += 1
+                    self.preempt_lost_gpu_s += lost
+                else:
+                    self.reclaims += 1
+                    self.reclaim_lost_gpu_s += lost
             j.mode = None
             j.placement = None
             # The job's GPU before the requeue (``gid``): no scan over every GPU.

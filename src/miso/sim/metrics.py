@@ -58,7 +58,8 @@ def tenant_figures(r: SimResult) -> dict[str, object]:
     mean_slowdown (JCT / run time alone on a full GPU), gpu_share (share of the GPU-equivalent
     time held), jobs}, ``jain_slowdown`` (Jain's index over the owners' mean slowdowns); with
     priorities, ``priorities`` {class: jobs, avg_jct_s, avg_queue_delay_s (submit to first
-    start)} and the preemptions with the GPU time their restarts threw away."""
+    start)} and the preemptions with the GPU time their restarts threw away; ``reclaims``
+    (jobs fair share requeued to return a GPU) and ``reclaim_lost_gpu_s``."""
     if not r.owners or not any(r.owners):
         return {}
     owners = np.array(r.owners)
@@ -72,7 +73,8 @@ def tenant_figures(r: SimResult) -> dict[str, object]:
                   "mean_slowdown": float(rel[m].mean()),
                   "gpu_share": float(r.owner_gpu_s.get(o, 0.0) / tot) if tot > 0 else 0.0}
     out: dict[str, object] = {
-        "owners": per, "jain_slowdown": jain([v["mean_slowdown"] for v in per.values()])}
+        "owners": per, "jain_slowdown": jain([v["mean_slowdown"] for v in per.values()]),
+        "reclaims": r.reclaims, "reclaim_lost_gpu_s": r.reclaim_lost_gpu_s}
     if r.priority is not None and r.first_start is not None and len(set(r.priority)) > 1:
         delay = r.first_start - r.submit
         pri: dict[str, dict[str, float]] = {}

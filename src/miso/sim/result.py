@@ -35,6 +35,9 @@ class SimResult:
     owner_usage: list[tuple[float, dict[str, float]]] = field(default_factory=list)
     preemptions: int = 0
     preempt_lost_gpu_s: float = 0.0
+    #: jobs requeued by fair share's reclaim (:mod:`miso.sched.policies.reclaim`), GPU time lost
+    reclaims: int = 0
+    reclaim_lost_gpu_s: float = 0.0
 
     @property
     def jct(self) -> np.ndarray:

@@ -23,7 +23,10 @@ from miso.sched.events import (
     SpeedObserved,
     Tick,
 )
+from miso.sched.policies.entitled import Entitled
+from miso.sched.policies.ordernote import order_note
 from miso.sched.policies.preempt import preempt
+from miso.sched.policies.reclaim import reclaim
 from miso.sched.state import ClusterState
 
 
@@ -55,6 +58,12 @@ def _feasible(geom: Geometry, sigs: tuple[tuple[str, ...], ...]) -> bool:
     except OptimizerError:
         return False
     return True
+
+
+def sigs_feasible(geom: Geometry, sigs: tuple[tuple[str, ...], ...]) -> bool:
+    """True when some valid layout gives each job its own instance among the profiles of its
+    signature (``sigs``: one tuple of profile names per job)."""
+    return _feasible(geom, tuple(sorted(sigs)))
 
 
 def mix_feasible(geom: Geometry, memories: list[float]) -> bool:
@@ -91,6 +100,42 @@ class Scratch:
         self.placed: set[str] = set()
         self.requeued: set[str] = set()
         self.touched: list[str] = []             # GPUs whose jobs changed during this call
+        self._fair: Entitled | None = None
+        #: GPUs reclaimed during this call -> the owner they were returned to
+        self.reserved: dict[str, str] = {}
+
+    @property
+    def fair(self) -> Entitled:
+        """Fair share's sizes as this call sees them (tenancy on; built on first use)."""
+        if self._fair is None:
+            self._fair = Entitled(self, sigs_feasible, fitting_profiles)
+        return self._fair
+
+    def owner_bound(self) -> bool:
+        """Whether owners' entitlements restrict which GPU a job may join (:meth:`may_join`):
+        then a job that fits nowhere says nothing about other owners' jobs."""
+        ten = self.state.tenancy
+        return ten is not None and ten.config.entitled
+
+    def entitlements(self) -> dict[str, float]:
+        """:meth:`Entitled.entitlements <miso.sched.policies.entitled.Entitled.entitlements>`."""
+        return self.fair.entitlements()
+
+    def entitled_mix(self, gpu: str, jobs: list[str]) -> bool:
+        """:meth:`Entitled.mix <miso.sched.policies.entitled.Entitled.mix>`."""
+        return self.fair.mix(gpu, jobs)
+
+    def may_join(self, job: str, gpu: str) -> bool:
+        """Whether ``job`` may be placed beside the jobs on ``gpu`` as this call sees them:
+        always without entitlements; else :meth:`Entitled.may_join
+        <miso.sched.policies.entitled.Entitled.may_join>`."""
+        return not self.owner_bound() or self.fair.may_join(job, gpu)
+
+    def entitled_speeds(self, gpu: str, speeds: dict[str, dict[str, float]]
+                        ) -> dict[str, dict[str, float]]:
+        """``speeds`` as the optimizer should see them: unchanged without entitlements; else
+        :meth:`Entitled.speeds <miso.sched.policies.entitled.Entitled.speeds>`."""
+        return speeds if not self.owner_bound() else self.fair.speeds(gpu, speeds)
 
     def jobs_on(self, gpu: str) -> list[str]:
         base = [j for j in self.state.gpus[gpu].jobs if j not in self.requeued]
@@ -101,7 +146,7 @@ class Scratch:
         return sum(jobs[j].spec.memory_gb for j in self.jobs_on(gpu))
 
     def place(self, job: str, gpu: str) -> None:
-        self.out.append(PlaceJob(job, gpu))
+        self.out.append(PlaceJob(job, gpu, why=order_note(self.state, self.placed, job)))
         self.extra.setdefault(gpu, []).append(job)
         self.placed.add(job)
         self.touched.append(gpu)
@@ -112,6 +157,10 @@ class Scratch:
         gpu = self.state.jobs[job].gpu
         if gpu is not None:
             self.touched.append(gpu)
+        for g, placed in self.extra.items():
+            if job in placed:       # placed during this call, then taken off again
+                placed.remove(job)
+                self.touched.append(g)
 
     def queue(self, limit: int | None = None) -> list[str]:
         """Queued jobs as this call sees them, FIFO (the first ``limit``); with tenancy on,
@@ -161,9 +210,16 @@ class BasePolicy:
     """Dispatches events to ``on_*`` hooks; subclasses fill ``Scratch.out``."""
 
     name = "base"
+    #: The policy asks :meth:`Scratch.may_join` before placing a job beside others (MIG
+    #: policies that share GPUs): then fair share's entitlements also reclaim GPUs for it.
+    owner_aware = False
 
     def decide(self, now: float, event: Event, state: ClusterState) -> list[Decision]:
         sc = Scratch(state)
+        ten = state.tenancy
+        if ten is not None and ten.config.entitled and self.owner_aware and \
+                reclaim(self, now, sc):
+            self.on_capacity(now, sc)
         match event:
             case JobSubmitted():
                 self.on_submit(now, event, sc)
@@ -193,10 +249,13 @@ class BasePolicy:
                 self.on_speed_observed(now, event, sc)
             case Tick():
                 self.on_tick(now, event, sc)
-        ten = state.tenancy
         if ten is not None and ten.config.preempt:
             preempt(self, now, sc)
         return sc.out
+
+    def has_room(self, sc: Scratch, job: str) -> bool:
+        """Whether the policy could place ``job`` now (policies with ``owner_aware``)."""
+        return True
 
     def room_after(self, gpu: str, remaining: list[str], job: str, sc: Scratch) -> bool:
         """True when this policy could place ``job`` on ``gpu`` if only ``remaining`` of its

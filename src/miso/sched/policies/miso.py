@@ -42,6 +42,7 @@ class Miso(BasePolicy):
     """The MISO policy; see the module docstring. All knobs are constructor arguments."""
 
     name = "miso"
+    owner_aware = True
 
     def __init__(
         self,
@@ -94,12 +95,16 @@ class Miso(BasePolicy):
         ``max_jobs_per_gpu``, a valid layout for the mix): least crowded first, then GPU order.
         Lazy; consume it before the next placement or requeue."""
         occ = self.occ.view(sc)
+        bound = sc.owner_bound()
         for n, tags in self._tags_by_count(sc, job):
             for g in occ.ordered(tags):
-                yield n, g
+                if not bound or sc.may_join(job, g):
+                    yield n, g
 
     def first_candidate(self, sc: Scratch, job: str) -> tuple[int, str] | None:
         """The first of :meth:`candidate_gpus`, without iterating."""
+        if sc.owner_bound():
+            return next(self.candidate_gpus(sc, job), None)
         occ = self.occ.view(sc)
         for n, tags in self._tags_by_count(sc, job):
             g = occ.first(tags)
@@ -113,16 +118,29 @@ class Miso(BasePolicy):
         for n in range(max((g.model.max_instances for g in self._geoms), default=0)):
             yield n, [(n, geom, f) for geom, f in fits]
 
+    def has_room(self, sc: Scratch, job: str) -> bool:
+        """Whether some GPU could take ``job`` now (fair share's reclaim asks first)."""
+        return self.first_candidate(sc, job) is not None
+
     def choose_gpu(self, now: float, job: str, sc: Scratch) -> str | None:
         """Least crowded GPU that can hold the job (count, then GPU order)."""
         got = self.first_candidate(sc, job)
         return None if got is None else got[1]
 
     def on_capacity(self, now: float, sc: Scratch) -> None:
+        bound = sc.owner_bound()
+        waiting: set[str] = set()
+        jobs = sc.state.jobs
         for j in sc.iter_queue():
+            if bound and jobs[j].spec.owner in waiting:
+                continue
             g = self.choose_gpu(now, j, sc)
             if g is None:
-                break  # FIFO: the head waits
+                if not bound:
+                    break  # FIFO: the head waits
+                # Owners' GPUs differ: the head waits for its owner's jobs only.
+                waiting.add(jobs[j].spec.owner)
+                continue
             sc.place(j, g)
             self.dirty.add(g)
         for g in sorted(self.dirty, key=lambda x: self._order.get(x, 0)):
@@ -183,6 +201,7 @@ class Miso(BasePolicy):
                         speeds: dict[str, dict[str, float]], sc: Scratch) -> None:
         st = sc.state
         gs = st.gpus[g]
+        speeds = sc.entitled_speeds(g, speeds)
         current = {j: pl for j, pl in gs.assignment.items() if j in speeds}
         try:
             sol = optimizer_for(gs.geom).solve(

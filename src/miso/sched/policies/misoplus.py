@@ -272,6 +272,7 @@ class MisoPlus(Admission, RestartEconomy, Rebalancing, Miso):
                         speeds: dict[str, dict[str, float]], sc: Scratch) -> None:
         st = sc.state
         gs = st.gpus[g]
+        speeds = sc.entitled_speeds(g, speeds)
         current = {j: pl for j, pl in gs.assignment.items() if j in speeds}
         pinned = self.pinned(sc, jobs) & set(current)
         objective = self.objective
@@ -338,18 +339,22 @@ class MisoPlus(Admission, RestartEconomy, Rebalancing, Miso):
             super().on_capacity(now, sc)
             return
         jobs = sc.state.jobs
-        no_room = float("inf")  # a job at least this large fits nowhere now (fit is monotone)
+        # A job at least this large fits nowhere now (fit is monotone); per owner when
+        # owners' entitlements decide which GPUs a job may join (Scratch.may_join).
+        no_room: dict[str, float] = {}
+        bound = sc.owner_bound()
         self.ahead = 0
         for j in sc.queue(BACKFILL_WINDOW):
             mem = jobs[j].spec.memory_gb
-            if mem >= no_room:
+            key = jobs[j].spec.owner if bound else ""
+            if mem >= no_room.get(key, float("inf")):
                 self.ahead += 1
                 continue
             self.waited = False
             g = self.choose_gpu(now, j, sc)
             if g is None:
                 if self.min_gain <= 0 and not self.marginal_placement and not self.waited:
-                    no_room = mem
+                    no_room[key] = mem
                 self.ahead += 1
                 continue
             sc.place(j, g)

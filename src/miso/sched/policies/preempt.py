@@ -51,8 +51,9 @@ def choose_victims(policy: BasePolicy, now: float, sc: Scratch, job: str
     prio = st.jobs[job].spec.priority
     restart_s = float(getattr(policy, "restart_s", DEFAULT_RESTART_S))
     best: tuple[int, float, str, tuple[str, ...]] | None = None
+    owner = st.jobs[job].spec.owner
     for g, gs in st.gpus.items():
-        if gs.busy:
+        if gs.busy or sc.reserved.get(g, owner) != owner:
             continue
         resident = sc.jobs_on(g)
         eligible = []
@@ -69,8 +70,10 @@ def choose_victims(policy: BasePolicy, now: float, sc: Scratch, job: str
             found: tuple[float, tuple[str, ...]] | None = None
             for vic in combinations(eligible, k):
                 rest = [j for j in resident if j not in vic]
-                if not policy.room_after(g, rest, job, sc):
-                    continue
+                if not policy.room_after(g, rest, job, sc) or (
+                        sc.owner_bound() and policy.owner_aware
+                        and not sc.entitled_mix(g, [*rest, job])):
+                    continue    # (with fair share: every protected job keeps its fair slice)
                 cost = sum(victim_cost(sc, v, now, restart_s) for v in vic)
                 if found is None or cost < found[0] - 1e-9:
                     found = (cost, vic)

@@ -1,0 +1,114 @@
+"""Fair share's sizes as one decision call sees them: each owner's entitlement, the fair
+slices a protected owner's jobs are owed, and whether a mix of jobs on a GPU keeps them (the
+mechanism and its formulas: :mod:`miso.sched.tenancy`, "Entitlements"). Built per call by
+:class:`~miso.sched.policies.base.Scratch` (``sc.fair``); pure."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from miso.mig import Geometry
+    from miso.sched.policies.base import Scratch
+
+Sigs = tuple[tuple[str, ...], ...]
+
+
+class Entitled:
+    """Entitlements and fair slices for one ``decide`` call (cached: the ledger does not change
+    during a call)."""
+
+    def __init__(self, sc: Scratch, feasible: Callable[[Geometry, Sigs], bool],
+                 fits: Callable[[Geometry, float], tuple[str, ...]]) -> None:
+        self.sc = sc
+        self.feasible = feasible          # a layout holds jobs with these profile choices
+        self.fits = fits                  # profiles with enough memory for a job
+        self._ents: dict[str, float] | None = None
+        self._active: dict[str, int] = {}
+        self._floors: dict[tuple[Geometry, str], frozenset[str] | None] = {}
+
+    def entitlements(self) -> dict[str, float]:
+        """GPUs each owner with active jobs is entitled to, as the call began."""
+        if self._ents is None:
+            st = self.sc.state
+            ten = st.tenancy
+            assert ten is not None
+            queued: dict[str, int] = {}
+            for j in st.queue:
+                o = st.jobs[j].spec.owner
+                queued[o] = queued.get(o, 0) + 1
+            self._ents = ten.entitlements(queued)
+            self._active = {o: queued.get(o, 0) + ten.resident.get(o, 0) for o in self._ents}
+        return self._ents
+
+    def fair_slices(self, geom: Geometry, owner: str) -> frozenset[str] | None:
+        """The profiles of ``geom`` a job of ``owner`` is owed while the owner is protected:
+        its fair slice, the largest profile of at most ``min(demand_per_job, entitlement /
+        active jobs)`` of a GPU, or larger; None: any profile (not protected, or the fair
+        slice is the smallest profile)."""
+        key = (geom, owner)
+        if key in self._floors:
+            return self._floors[key]
+        ten = self.sc.state.tenancy
+        assert ten is not None
+        ents = self.entitlements()
+        got: frozenset[str] | None = None
+        if owner in ents and ten.protected(owner, ents):
+            frac = min(ten.config.demand_per_job,
+                       ents[owner] / max(1, self._active.get(owner, 1)))
+            full = geom.model.full_profile().compute_slices
+            sizes = sorted({p.compute_slices for p in geom.profiles})
+            floor = max((c for c in sizes if c <= frac * full + 1e-9), default=sizes[0])
+            if floor > sizes[0]:
+                got = frozenset(p.name for p in geom.profiles if p.compute_slices >= floor)
+        self._floors[key] = got
+        return got
+
+    def _sig(self, geom: Geometry, job: str) -> tuple[str, ...]:
+        spec = self.sc.state.jobs[job].spec
+        fits = self.fits(geom, spec.memory_gb)
+        owed = self.fair_slices(geom, spec.owner)
+        return fits if owed is None else tuple(p for p in fits if p in owed)
+
+    def mix(self, gpu: str, jobs: list[str]) -> bool:
+        """Whether a layout of ``gpu`` holds ``jobs`` giving each job of a protected owner its
+        fair slice."""
+        geom = self.sc.state.gpus[gpu].geom
+        return self.feasible(geom, tuple(self._sig(geom, j) for j in jobs))
+
+    def may_join(self, job: str, gpu: str) -> bool:
+        """Whether ``job`` may join the jobs on ``gpu``: only where every protected job there
+        (and ``job``, if its owner is protected) keeps its fair slice; a GPU reclaimed in this
+        call takes only jobs of the owner it was returned to."""
+        sc = self.sc
+        owner = sc.state.jobs[job].spec.owner
+        if sc.reserved.get(gpu, owner) != owner:
+            return False
+        return self.mix(gpu, [*sc.jobs_on(gpu), job])
+
+    def speeds(self, gpu: str, speeds: dict[str, dict[str, float]]
+               ) -> dict[str, dict[str, float]]:
+        """``speeds`` as the optimizer should see them: a protected owner's job is offered
+        only its fair slice or larger (not a running job that cannot checkpoint: it keeps its
+        slice), when a layout can do that for every such job of the mix; else unchanged."""
+        st = self.sc.state
+        geom = st.gpus[gpu].geom
+        jobs = st.jobs
+        out = dict(speeds)
+        cut = False
+        for j, sp in speeds.items():
+            if j not in jobs or (not jobs[j].spec.checkpointable
+                                 and jobs[j].status.value == "running"):
+                continue
+            owed = self.fair_slices(geom, jobs[j].spec.owner)
+            if owed is not None:
+                kept = {p: v for p, v in sp.items() if p in owed}
+                if kept and len(kept) < len(sp):
+                    out[j] = kept
+                    cut = True
+        if not cut:
+            return speeds
+        sigs = tuple(tuple(p for p in self.fits(geom, jobs[j].spec.memory_gb) if p in out[j])
+                     for j in out if j in jobs)
+        return out if self.feasible(geom, sigs) else speeds

@@ -1,0 +1,151 @@
+"""Fair share's reclaim, for every owner-aware policy (on with
+``TenancyConfig(fair_share=True)``, off with ``reclaim=False``): room lent to owners above
+their entitlement is returned to a waiting owner below its own (Kueue's
+``reclaimWithinCohort``; entitlements and fair slices: :mod:`miso.sched.tenancy`).
+
+Run before the policy places the queue: when a protected owner waits (a queued job, the first
+of its jobs in the tenancy order, that the policy has no room for) and one more fair slice
+keeps it within its entitlement, jobs of owners above their entitlement on ONE GPU are
+checkpointed and requeued until a layout gives the waiting job its fair slice beside the jobs
+that stay (and every protected job there keeps its own); that GPU is then reserved for the
+waiting owner for the rest of the call. Victims: running at least ``min_run_s`` since their
+last start, able to checkpoint unless ``preempt_uncheckpointable``, of no higher priority than
+the waiting job, their owners staying at or above their entitlement; cheapest first by the
+restart economy's price (:func:`~miso.sched.policies.preempt.victim_cost`). The GPU: the
+fewest victims, then the least GPU time thrown away, then GPU order. When only the minimum run
+time stands in the way, a timer (``WakeUp`` tagged ``reclaim``) brings the decision back when
+it has passed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from miso.sched.decisions import WakeUp
+from miso.sched.policies.preempt import DEFAULT_RESTART_S, victim_cost
+
+if TYPE_CHECKING:  # pragma: no cover
+    from miso.sched.policies.base import BasePolicy, Scratch
+
+#: At most this many GPUs reclaimed per decision call.
+MAX_PER_CALL = 4
+#: The tag of the reclaim timer.
+TAG = "reclaim"
+
+
+def reclaim(policy: BasePolicy, now: float, sc: Scratch) -> bool:
+    """Reclaim room for waiting protected owners; True when jobs were requeued (the caller
+    then has the policy place the queue)."""
+    st = sc.state
+    ten = st.tenancy
+    assert ten is not None
+    if not st.queue:
+        return False
+    ents = sc.entitlements()
+    held = dict(ten.held)
+    restart_s = float(getattr(policy, "restart_s", DEFAULT_RESTART_S))
+    done = 0
+    wake: float | None = None
+    tried: set[str] = set()
+    for j in sc.queue():
+        o = st.jobs[j].spec.owner
+        if o in tried:
+            continue
+        tried.add(o)
+        if not ten.protected(o, ents) or policy.has_room(sc, j):
+            continue
+        got, later = _best_gpu(policy, now, sc, j, ents, held, restart_s)
+        if got is None:
+            if later is not None:
+                wake = later if wake is None else min(wake, later)
+            continue
+        g, victims, cost, gain = got
+        if held.get(o, 0.0) + gain > ents.get(o, 0.0) + 1e-6:
+            continue
+        n = len(victims)
+        note = (f"fair share: owner {o or '(none)'} holds {held.get(o, 0.0):.1f} of the "
+                f"{ents.get(o, 0.0):.1f} GPUs it is entitled to and waits; room on {g} is "
+                f"returned to it: {n} job{'s' if n != 1 else ''} of owners above their "
+                f"entitlement checkpointed and requeued, {cost:.0f} GPU-s of restarts")
+        for v in victims:
+            vo = st.jobs[v].spec.owner
+            sc.requeue(v, f"fair share: room on {g} returned to owner {o or '(none)'}, below "
+                          f"its entitlement (owner {vo or '(none)'} holds "
+                          f"{held.get(vo, 0.0):.1f} of its {ents.get(vo, 0.0):.1f})",
+                       why={"trigger": "reclaim", "gpu": g, "for_owner": o,
+                            "victims": n, "lost_gpu_s": cost, "note": note})
+            held[vo] = held.get(vo, 0.0) - ten.charge_of(v)
+        sc.reserved[g] = o
+        held[o] = held.get(o, 0.0) + gain
+        done += 1
+        if done >= MAX_PER_CALL:
+            break
+    if wake is not None and not done and (ten.reclaim_timer is None
+                                          or ten.reclaim_timer <= now
+                                          or wake < ten.reclaim_timer - 1e-9):
+        ten.reclaim_timer = wake
+        sc.out.append(WakeUp(wake, TAG))
+    return done > 0
+
+
+def _best_gpu(policy: BasePolicy, now: float, sc: Scratch, job: str,
+              ents: dict[str, float], held: dict[str, float], restart_s: float,
+              ) -> tuple[tuple[str, tuple[str, ...], float, float] | None, float | None]:
+    """((GPU, victims, cost, the waiting owner's gain in GPUs) or None, the earliest time a
+    GPU blocked only by the minimum run time becomes reclaimable)."""
+    st = sc.state
+    ten = st.tenancy
+    assert ten is not None
+    cfg = ten.config
+    owner = st.jobs[job].spec.owner
+    prio = st.jobs[job].spec.priority
+    best: tuple[int, float, str, tuple[str, ...], float] | None = None
+    later: float | None = None
+    for g, gs in st.gpus.items():
+        if gs.busy or g in sc.touched or sc.reserved.get(g, owner) != owner:
+            continue
+        resident = sc.jobs_on(g)
+        priced: list[tuple[float, str]] = []
+        ready = now
+        for v in resident:
+            vs = st.jobs[v]
+            vo = vs.spec.owner
+            since = ten.running_since.get(v)
+            if (vo == owner or v in sc.placed or since is None or vs.spec.priority > prio
+                    or held.get(vo, 0.0) <= ents.get(vo, 0.0) + 1e-6
+                    or (not vs.spec.checkpointable and not cfg.preempt_uncheckpointable)):
+                continue
+            if now - since < cfg.min_run_s:
+                ready = max(ready, since + cfg.min_run_s)
+                continue
+            priced.append((victim_cost(sc, v, now, restart_s), v))
+        priced.sort()
+        victims: list[str] = []
+        rest = list(resident)
+        lost: dict[str, float] = {}
+        fits = False
+        for _, v in priced:
+            if best is not None and len(victims) >= best[0]:
+                break
+            vo = st.jobs[v].spec.owner
+            c = ten.charge_of(v)
+            if held.get(vo, 0.0) - lost.get(vo, 0.0) - c < ents.get(vo, 0.0) - 1e-6:
+                continue
+            victims.append(v)
+            lost[vo] = lost.get(vo, 0.0) + c
+            rest.remove(v)
+            if policy.room_after(g, rest, job, sc) and sc.entitled_mix(g, [*rest, job]):
+                fits = True
+                break
+        if not fits:
+            if ready > now + 1e-9:   # jobs not run long enough yet may make room then
+                later = ready if later is None else min(later, ready)
+            continue
+        cost = sum(victim_cost(sc, v, now, restart_s) for v in victims)
+        gain = sum(lost.values())
+        key = (len(victims), cost, g, tuple(victims), gain)
+        if best is None or key[:2] < best[:2]:
+            best = key
+    if best is None:
+        return None, later
+    return (best[2], best[3], best[1], best[4]), None
