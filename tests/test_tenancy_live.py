@@ -383,6 +383,13 @@ def test_cli__cluster_up_tenancy_flags_are_checked_and_become_the_controllers():
                    "min_run_s": 30.0}
     cfg = ControllerConfig(**json.loads(json.dumps({"tenancy": got})))
     assert cfg.tenancy == TenancyConfig(half_life_s=3600.0, preempt=True, min_run_s=30.0)
+    got = tenancy_options(True, None, False, None, reclaim=False, demand_per_job=1 / 3)
+    assert ControllerConfig(tenancy=got).tenancy == TenancyConfig(reclaim=False,
+                                                                  demand_per_job=1 / 3)
+    for bad in (["--no-reclaim"], ["--demand-per-job", "0.5"],
+                ["--fair-share", "--demand-per-job", "1.5"]):
+        r = _miso("cluster", "up", "--emulated", "--state-dir", "/nonexistent/x", *bad)
+        assert r.exit_code == 2 and "error: --" in r.output, r.output
     for args in ((False, 60.0, False, None), (True, 0.0, False, None),
                  (True, None, False, 5.0), (False, None, True, -0.5),
                  (True, float("inf"), False, None)):

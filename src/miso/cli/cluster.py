@@ -76,13 +76,21 @@ def _config(policy: str, profile_seconds: float, checkpoint_timeout: float,
 
 
 def tenancy_options(fair_share: bool, half_life: float | None, preempt: bool,
-                    min_run_s: float | None) -> dict[str, Any] | None:
+                    min_run_s: float | None, reclaim: bool = True,
+                    demand_per_job: float | None = None) -> dict[str, Any] | None:
     """The controller's ``tenancy`` (:class:`miso.sched.tenancy.TenancyConfig` as JSON) from
     the ``--fair-share`` flags, or None (one FIFO queue; stored quotas still turn tenancy on)."""
     if half_life is not None and not fair_share:
         fail("--half-life needs --fair-share")
     if min_run_s is not None and not preempt:
         fail("--min-run-s needs --preempt")
+    if not reclaim and not fair_share:
+        fail("--no-reclaim needs --fair-share")
+    if demand_per_job is not None and not fair_share:
+        fail("--demand-per-job needs --fair-share")
+    if demand_per_job is not None and not (math.isfinite(demand_per_job)
+                                           and 0 < demand_per_job <= 1):
+        fail(f"--demand-per-job must be in (0, 1], got {demand_per_job}")
     if half_life is not None and not (math.isfinite(half_life) and half_life > 0):
         fail(f"--half-life must be a positive number of seconds, got {half_life}")
     if min_run_s is not None and not (math.isfinite(min_run_s) and min_run_s >= 0):
@@ -94,6 +102,10 @@ def tenancy_options(fair_share: bool, half_life: float | None, preempt: bool,
         out["half_life_s"] = half_life
     if min_run_s is not None:
         out["min_run_s"] = min_run_s
+    if not reclaim:
+        out["reclaim"] = False
+    if demand_per_job is not None:
+        out["demand_per_job"] = demand_per_job
     return out
 
 
@@ -168,6 +180,13 @@ def up(
     min_run_s: Annotated[float | None, typer.Option(
         "--min-run-s", help="With --preempt: a job is never preempted before it ran this "
         "long since its last start.  [default: 600]")] = None,
+    reclaim: Annotated[bool, typer.Option(
+        "--reclaim/--no-reclaim", help="With --fair-share: an owner below its entitlement gets "
+        "fair slices, and room other owners borrowed is returned to it (their cheapest jobs "
+        "checkpoint and requeue); --no-reclaim: fair share orders the queue only.")] = True,
+    demand_per_job: Annotated[float | None, typer.Option(
+        "--demand-per-job", help="With --fair-share: the most of a GPU one job's fair slice can "
+        "be (0.5: a 3g slice on an A100; 1/3: 2g).  [default: 0.5]")] = None,
 ) -> None:
     """Start the controller and one agent per GPU node.
 
@@ -189,7 +208,8 @@ def up(
         fail(f"--gpus {gpus}: at most {MAX_EMULATED_GPUS} emulated GPUs per node (each is "
              "polled by the controller; more do not come up on one machine)")
     cfg = _config(policy, profile_seconds, checkpoint_timeout, estimator)
-    tenancy = tenancy_options(fair_share, half_life, preempt, min_run_s)
+    tenancy = tenancy_options(fair_share, half_life, preempt, min_run_s, reclaim,
+                              demand_per_job)
     if tenancy is not None:
         cfg["tenancy"] = tenancy
     api = {**_api_listen(listen, tls_cert, tls_key, insecure),
