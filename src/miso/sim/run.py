@@ -33,6 +33,8 @@ class ProfiledAtSubmit:
         self.uncertainty = inner.uncertainty
 
     def __getattr__(self, name: str) -> Any:  # interval, calibration, ...
+        if name == "inner":  # not set yet (copy, pickle): no recursion
+            raise AttributeError(name)
         return getattr(self.inner, name)
 
     def estimate(self, geom: Any, jobs: Any, profile: Any = None) -> dict:
