@@ -109,3 +109,59 @@ def test_cli_simulate_family_variant_and_flags():
     r = runner.invoke(main_app, ["simulate", "--gpus", "2", "--jobs", "8",
                                  "--predictor", "heldout:nope"])
     assert r.exit_code != 0 and "bert" in r.output
+
+
+class _Known:
+    """An estimator that needs no profile, with an interval and a calibration."""
+
+    needs_profile = False
+
+    def __init__(self) -> None:
+        self.uncertainty: dict = {}
+        self.calibration = CAL
+        self.sp = {"7g.40gb": 1.0, "4g.20gb": 0.8, "3g.20gb": 0.7, "2g.10gb": 0.5,
+                   "1g.5gb": 0.3}
+        self.interval = {"a": {p: (v - 0.2, v + 0.2) for p, v in self.sp.items()
+                               if p != "7g.40gb"}}
+
+    def estimate(self, geom, jobs, profile=None):  # noqa: ANN001, ANN201
+        return {j.id: dict(self.sp) for j in jobs}
+
+
+def _one_job_state():  # noqa: ANN202
+    from miso.sched import GpuAdded, JobSubmitted
+    from miso.sched.state import ClusterState
+
+    st = ClusterState()
+    st.observe(0.0, GpuAdded("g0", "A100-40GB"))
+    st.observe(0.0, JobSubmitted(JobSpec("a", "a", 4.0, "bert_train8")))
+    return st
+
+
+def test_misoplus_robust_risk_plans_toward_the_low_end():
+    from miso.sched.policies.base import Scratch
+
+    st = _one_job_state()
+    plain = make_policy("miso+", estimator=_Known()).speeds(GEOM, Scratch(st), ["a"])["a"]
+    risky = make_policy("miso+", estimator=_Known(), robust_risk=0.5).speeds(
+        GEOM, Scratch(st), ["a"])["a"]
+    assert plain["4g.20gb"] == 0.8 and risky["4g.20gb"] == pytest.approx(0.7)
+    assert risky["7g.40gb"] == 1.0
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_misoplus_propagate_observed_moves_the_other_slices(on):
+    from miso.mig import Placement
+    from miso.sched import SpeedObserved
+    from miso.sched.policies.base import Scratch
+
+    st = _one_job_state()
+    pol = make_policy("miso+", estimator=_Known(), propagate_observed=on)
+    pol.speeds(GEOM, Scratch(st), ["a"])  # estimate known from the start
+    for prof, rate in (("7g.40gb", 10.0), ("3g.20gb", 5.0)):
+        ev = SpeedObserved("a", "g0", Placement(0, prof), rate)
+        st.observe(1.0, ev)
+        pol.on_speed_observed(1.0, ev, Scratch(st))
+    est = pol.est["a"]
+    assert est["3g.20gb"] == pytest.approx(0.5)  # measured 0.2 below the estimate
+    assert (est["4g.20gb"] < 0.8) is on and (est["2g.10gb"] < 0.5) is on

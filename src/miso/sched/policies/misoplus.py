@@ -116,6 +116,7 @@ class MisoPlus(Admission, RestartEconomy, Rebalancing, Miso):
         self.batch_admit = batch_admit
         self.learn_restart_cost = learn_restart_cost
         self.robust_risk, self.propagate_observed = robust_risk, propagate_observed  # robust.py
+        self.predicted: dict[str, dict[str, float]] = {}  # estimates before any measurement
         self.restarting: dict[str, dict[str, float]] = {}
         self.relaunching: dict[str, tuple[float, float]] = {}
         self.restart_seen: dict[str, float] = {}
@@ -489,12 +490,14 @@ class MisoPlus(Admission, RestartEconomy, Rebalancing, Miso):
             self.learned.setdefault(ev.job, {})[ev.placement.profile] = \
                 max(0.01, min(1.5, ev.rate / ref))
         if ref and ev.job in self.est:
+            first = self.predicted.setdefault(ev.job, dict(self.est[ev.job])) \
+                if self.propagate_observed else {}
             obs = sc.state.jobs[ev.job].observed
             for prof, r in obs.items():
                 if prof in self.est[ev.job]:
                     self.est[ev.job][prof] = max(0.01, min(1.5, r / ref))
-            if self.propagate_observed:
-                self.est[ev.job] = propagate(gs.geom, self.est[ev.job], {
+            if self.propagate_observed:  # from the estimate before any measurement
+                self.est[ev.job] = propagate(gs.geom, first, {
                     p: self.est[ev.job][p] for p in obs if p in self.est[ev.job] and p != full},
                     getattr(self.estimator, "calibration", None))
 
@@ -522,6 +525,7 @@ class MisoPlus(Admission, RestartEconomy, Rebalancing, Miso):
     def on_finish(self, now: float, job: str, gpu: str | None, sc: Scratch) -> None:
         self.ref_rate.pop(job, None)
         self.base_est.pop(job, None)
+        self.predicted.pop(job, None)
         self.estimator.uncertainty.pop(job, None)
         getattr(self.estimator, "interval", {}).pop(job, None)
         self.ran.discard(job)
