@@ -70,7 +70,9 @@ def main() -> None:
              ("heldout, propagate_observed", {"predictor": "heldout",
                                               "propagate_observed": True}),
              ("heldout x2, robust_risk 0.5", {"predictor": "heldout", "scale": 2.0,
-                                              "robust_risk": 0.5})]
+                                              "robust_risk": 0.5}),
+             ("heldout x2, propagate_observed", {"predictor": "heldout", "scale": 2.0,
+                                                 "propagate_observed": True})]
     for name, (gpus, restart) in SETTINGS.items():
         true = [avg_jct(gpus, restart, s, "true") for s in seeds]
         print(f"\n{name}: miso+ with true speeds {np.mean(true):.0f} s\n")
