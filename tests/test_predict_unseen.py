@@ -342,3 +342,58 @@ def test_unet_estimator_is_the_papers_unet_and_predictor_the_shipped_model():
     assert load_predictor().kind != "unet"
     assert make_estimator("unet").predictor is load_predictor("unet")
     assert make_estimator("predictor").predictor is load_predictor()
+
+
+# ------------------------------------------------------------------ one measured slice: curves
+def test_slice_curves_predict_by_hand_and_roundtrip():
+    from miso.predict.oneslice import SliceCurves
+
+    nan = float("nan")
+    c = SliceCurves(np.array([[0.9, 0.8, 0.4, 0.2], [0.9, 0.6, 0.3, nan], [0.5, 0.4, 0.2, 0.1],
+                              [0.95, 0.9, 0.85, 0.8]]), np.zeros((4, 5)))
+    got = c.predict(np.zeros(5), {3: 0.7})
+    # nearest three by measured 3g speed: 0.8, 0.6, 0.9 -> mean ratios
+    assert got[1] == 0.7
+    assert got[0] == pytest.approx(0.7 * np.mean([0.9 / 0.8, 0.9 / 0.6, 0.95 / 0.9]))
+    assert got[2] == pytest.approx(0.7 * np.mean([0.4 / 0.8, 0.3 / 0.6, 0.85 / 0.9]))
+    assert got[3] == pytest.approx(0.7 * np.mean([0.2 / 0.8, 0.8 / 0.9, 0.1 / 0.4]))  # no NaN
+    assert np.isnan(c.predict(np.zeros(5), {3: 0.7, 4: 0.9})).all()  # one slice only
+    back = SliceCurves.from_dict(c.as_dict())
+    assert np.allclose(back.speed, c.speed, equal_nan=True)
+    with pytest.raises(ValueError):
+        SliceCurves.from_dict({"speed": [[0.5, 0.4]], "feats": [[0.0] * 5]})
+
+
+def test_blend_after_one_slice_keeps_the_measurement_and_order():
+    from miso.predict.oneslice import SliceCurves, blend
+
+    c = SliceCurves(np.array([[0.9, 0.8, 0.4, 0.2], [0.95, 0.9, 0.85, 0.8]]), np.zeros((2, 5)))
+    cond = np.array([0.75, 0.6, 0.55, 0.5])
+    got = blend(cond, c, np.zeros(5), {3: 0.6})
+    assert got[1] == 0.6 and not np.allclose(got, cond)
+    assert np.all(np.diff(got) <= 1e-12)  # never faster on a smaller slice
+    assert np.array_equal(blend(cond, c, np.zeros(5), {1: 0.5}), cond)  # 1g: Gaussian only
+    assert np.array_equal(blend(cond, None, np.zeros(5), {3: 0.6}), cond)
+    assert np.array_equal(blend(cond, c, np.full(5, np.nan), {3: 0.6}), cond)  # no profile
+
+
+def test_shipped_curves_move_other_slices_after_one_measured_slice(pred):
+    import copy
+
+    from miso.predict.data import load_pairs
+    from miso.predict.heldout import slice_curves
+
+    assert pred.curves is not None and len(pred.curves.speed) >= 20
+    ev = [JobEvidence(mps={100: 10.0, 50: 7.0, 14: 3.0}, slices={3: 0.6}, memory_gb=4.0)]
+    with_curves = pred.predict_jobs(ev)
+    plain = copy.copy(pred)
+    plain.curves = None
+    without = plain.predict_jobs(ev)
+    assert with_curves.speed[0, 2] == without.speed[0, 2] == 0.6
+    assert not np.allclose(with_curves.speed[0], without.speed[0])
+    from importlib import resources
+
+    ref = resources.files("miso.data").joinpath("predictor", "eval_sample.npz")
+    with resources.as_file(ref) as f:
+        c = slice_curves(load_pairs(str(f)))
+    assert len(c.speed) >= 10 and np.isfinite(c.feats).all()

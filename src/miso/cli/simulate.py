@@ -68,7 +68,14 @@ def simulate(
         help="interarrival or jobs-per-gpu: run a sweep instead of one comparison.")] = None,
     predictor: Annotated[str, typer.Option(
         help="Predictor error model: noisy (Gaussian, paper), unet (learned), heldout (real "
-        "errors of a predictor that never saw the job's model family), true.")] = "noisy",
+        "errors of a predictor that never saw the job's model family; heldout:FAMILY: only "
+        "that family is new, the others get the Gaussian error), true.")] = "noisy",
+    profiled_at_submit: Annotated[bool, typer.Option(
+        "--profiled-at-submit", help="Every job's MPS profile is taken before it reaches the "
+        "cluster: miso+ plans every job with its estimate from the start (noisy, heldout, "
+        "true).")] = False,
+    error_scale: Annotated[float, typer.Option(
+        help="heldout predictors: multiply every held-out error by this (>= 0).")] = 1.0,
     restart_s: Annotated[float, typer.Option(
         help="Cost of every restart (s): checkpoint, start, warm-up, restore.")] = 60.0,
     restart_spread: Annotated[float, typer.Option(
@@ -162,8 +169,17 @@ def simulate(
     bad = [p for p in pols if p not in known]
     if bad:
         fail(f"{pol_flag}: unknown policy {', '.join(bad)}; known: {', '.join(known)}")
-    if predictor not in ("noisy", "unet", "heldout", "true"):
-        fail(f"--predictor must be noisy, unet, heldout or true, not {predictor!r}")
+    from miso.sim.heldout import parse_heldout
+
+    try:
+        held = parse_heldout(predictor)
+    except ValueError as e:
+        fail(f"--predictor {e.args[0]}")
+    if predictor not in ("noisy", "unet", "true") and held is None:
+        fail(f"--predictor must be noisy, unet, heldout[:FAMILY] or true, not {predictor!r}")
+    checks.non_negative(error_scale, "--error-scale")
+    if profiled_at_submit and predictor == "unet":
+        fail("--profiled-at-submit needs --predictor noisy, heldout or true")
     if arrival != "poisson" and trace is None:
         fail(f"--arrival {arrival!r}: only poisson is built in; give a --trace")
     if sweep is not None and sweep not in ("interarrival", "jobs-per-gpu"):
@@ -176,7 +192,8 @@ def simulate(
         checks.output_file(events, "--events")
     cfg = WorldConfig(gpu_model=model, n_gpus=gpus, restart_s=restart_s, reconfig_s=reconfig_s,
                       predictor=predictor, no_checkpoint_frac=no_checkpoint_frac,
-                      restart_spread=restart_spread)
+                      restart_spread=restart_spread, profiled_at_submit=profiled_at_submit,
+                      error_scale=error_scale)
     out: dict[str, object] = {"config": asdict(cfg) | {"seed": seed, "jobs": jobs,
                                                         "trace": trace or "poisson",
                                                         "mean_interarrival_s":

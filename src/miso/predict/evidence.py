@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from miso.predict.data import MAX_JOBS, SLICES, DataError
+from miso.predict.data import MAX_JOBS, SLICES, DataError, speeds_to_normalised
 from miso.predict.levels import impute_profile
+from miso.predict.oneslice import blend, own_features
 from miso.predict.prediction import A100_40GB_PROFILES, Prediction, Profile, slice_fits
 from miso.predict.uncertainty import Calibration, condition
 
@@ -73,10 +74,12 @@ def predict_from_evidence(
     cals: list[Calibration | None] = [pred.calibration] * n
     if pred.prior is not None:
         sp[0] = pred.prior[0]
+    own = np.full((n, 5), np.nan)
     if with_mps:
         raw = np.array([_three_levels(jobs[i].mps) for i in with_mps]).T  # 3, m
         pm = pred.predict(raw)
         sp[0, with_mps] = pm.speed[:, 1:3]
+        own[with_mps] = own_features(speeds_to_normalised(raw))
     for i in set(range(n)) - set(with_mps):
         cals[i] = pred.prior[1] if pred.prior is not None else None
     speed = np.empty((n, len(SLICES)))
@@ -95,6 +98,7 @@ def predict_from_evidence(
         cal = cals[i]
         if obs and cal is not None:
             m, h = condition(speed[i, 1:], cal, obs)
+            m = blend(m, getattr(pred, "curves", None), own[i], obs)  # + similar workloads
             speed[i, 1:], half[i, 1:] = m, h
         elif obs:
             for g, v in obs.items():

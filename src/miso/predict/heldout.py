@@ -8,6 +8,7 @@ import numpy as np
 
 from miso.predict.data import PairData, dummy_columns, identify_workloads
 from miso.predict.lowslice import fit_lowslice
+from miso.predict.oneslice import SliceCurves, fit_curves, own_features
 from miso.predict.perjob import PerJobConfig, PerJobModel, fit_perjob
 from miso.predict.uncertainty import calibrate
 
@@ -105,6 +106,26 @@ def lowslice_residuals(pred43: np.ndarray, workload: np.ndarray) -> np.ndarray:
     return res
 
 
+def slice_curves(d: PairData, exclude: np.ndarray | None = None) -> SliceCurves:
+    """Known workloads' real slice speeds (catalogue) and mean own MPS features over their
+    columns in ``d`` (:mod:`miso.predict.oneslice`); columns where ``exclude`` (N, 7) is true
+    are left out (a held-out family)."""
+    from miso.workloads import catalogue
+
+    u = np.asarray(d.mps, dtype=np.float64)
+    lab, names = identify_workloads(d.mig)
+    keep = lab >= 0
+    if exclude is not None:
+        keep &= ~np.asarray(exclude, dtype=bool)
+    feats = own_features(u.transpose(1, 0, 2).reshape(3, -1)).reshape(*lab.shape, 5)
+    cat = catalogue()
+    by: dict[str, list[np.ndarray]] = {}
+    for w in np.unique(lab[keep]):
+        if names[w] in cat:
+            by[names[w]] = feats[keep & (lab == w)]
+    return fit_curves({w: dict(cat[w].speed_by_slices) for w in by}, by)
+
+
 def train_calibrated(d: PairData, cfg: PerJobConfig | None = None, level: float = 0.95,
                      max_folds: int = MAX_FOLDS) -> tuple[PerJobModel, dict]:
     """The per-job model on all mixes, and meta entries: its held-out calibration, the
@@ -127,6 +148,7 @@ def train_calibrated(d: PairData, cfg: PerJobConfig | None = None, level: float 
     meta = {
         "calibration": cal.as_dict(),
         "prior": {**prior.as_dict(), "mean": [round(float(v), 6) for v in prior_mean]},
+        "curves": slice_curves(u).as_dict(),
         "heldout": {
             "folds": int(ho["fold"].max()) + 1,
             "columns": len(resid),

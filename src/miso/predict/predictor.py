@@ -44,6 +44,7 @@ from miso.predict.data import (
 )
 from miso.predict.lowslice import LowSliceModel, fit_lowslice
 from miso.predict.numpy_unet import NumpyEnsemble
+from miso.predict.oneslice import SliceCurves
 from miso.predict.perjob import PerJobModel
 from miso.predict.prediction import (
     A100_40GB_PROFILES,
@@ -95,6 +96,9 @@ class Predictor:
         prior = meta.get("prior")
         self.prior = (np.asarray(prior["mean"], dtype=np.float64),
                       Calibration.from_dict(prior)) if isinstance(prior, dict) else None
+        curves = meta.get("curves")
+        #: known workloads' slice curves, for a job's other slices after one measured slice
+        self.curves = SliceCurves.from_dict(curves) if isinstance(curves, dict) else None
 
     @property
     def kind(self) -> str:

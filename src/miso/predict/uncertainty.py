@@ -136,10 +136,10 @@ def condition(mean: np.ndarray, cal: Calibration, observed: Mapping[int, float]
     h = half.copy()
     h[u] = half[u] * np.sqrt(np.clip(var_u, 0.0, None) / prior)
     h[o] = 0.0
-    return _monotone_fixed(out, np.isin(np.arange(len(out)), o)), h
+    return monotone_fixed(out, np.isin(np.arange(len(out)), o)), h
 
 
-def _monotone_fixed(speed: np.ndarray, fixed: np.ndarray) -> np.ndarray:
+def monotone_fixed(speed: np.ndarray, fixed: np.ndarray) -> np.ndarray:
     """Non-increasing in slice order, <= 1, > 0, without moving ``fixed`` entries."""
     s = np.clip(speed, 0.01, 1.0)
     for i in np.flatnonzero(fixed):

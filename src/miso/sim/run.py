@@ -20,16 +20,45 @@ from miso.workloads import catalogue
 ALL_POLICIES = ("nopart", "optsta", "mps", "oracle", "miso", "miso+")
 
 
+class ProfiledAtSubmit:
+    """An estimator whose jobs were profiled before they reached the cluster
+    (``WorldConfig.profiled_at_submit``): the same estimates, known from submission, so a
+    policy plans every job with them rather than with a prior or a profiling run. Only for
+    estimators that do not read the profile itself (true, noisy, heldout)."""
+
+    needs_profile = False
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.uncertainty = inner.uncertainty
+
+    def __getattr__(self, name: str) -> Any:  # interval, calibration, ...
+        if name == "inner":  # not set yet (copy, pickle): no recursion
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def estimate(self, geom: Any, jobs: Any, profile: Any = None) -> dict:
+        return self.inner.estimate(geom, jobs, profile)
+
+
 def make_estimator(cfg: Any, seed: int) -> Any:
     """The speed estimator of MISO-like policies for a world config
-    (:func:`miso.sched.estimators.make_estimator` of ``cfg.predictor``; ``heldout``, the
-    simulator's family-held-out predictions, is built here)."""
-    if cfg.predictor == "heldout":
-        from miso.sim.heldout import HeldOutPredictions
+    (:func:`miso.sched.estimators.make_estimator` of ``cfg.predictor``; ``heldout`` and
+    ``heldout:FAMILY``, the simulator's family-held-out predictions, are built here)."""
+    from miso.sim.heldout import HeldOutPredictions, parse_heldout
 
-        return HeldOutPredictions(seed)
-    return estimator_named(cfg.predictor, seed=seed, error_mean=cfg.error_mean,
-                           error_std=cfg.error_std)
+    fams = parse_heldout(cfg.predictor)
+    if fams is not None:
+        est: Any = HeldOutPredictions(seed, fams, getattr(cfg, "error_scale", 1.0))
+    else:
+        est = estimator_named(cfg.predictor, seed=seed, error_mean=cfg.error_mean,
+                              error_std=cfg.error_std)
+    if getattr(cfg, "profiled_at_submit", False) and est.needs_profile:
+        if cfg.predictor in ("unet", "auto", "predictor", "heuristic"):
+            raise ValueError(f"profiled_at_submit needs an estimator that does not read the "
+                             f"profile (true, noisy, heldout), not {cfg.predictor!r}")
+        est = ProfiledAtSubmit(est)
+    return est
 
 
 def optsta_candidates(gpu_model: str) -> list[tuple]:

@@ -41,3 +41,6 @@ class WorldConfig:
     phase_change_prob: float = 0.0     # chance a job changes speed (phase change) mid-run
     speed_report_threshold: float = 0.05  # driver-side threshold for JobSpeedChanged
     observe_speeds: bool = True        # emit SpeedObserved events
+    profiled_at_submit: bool = False   # every job's MPS profile is known when it is submitted
+                                       # (taken off the cluster): estimates need no profiling
+    error_scale: float = 1.0           # heldout predictors: held-out errors times this

@@ -29,6 +29,7 @@ from miso.sched.policies.explain import TRIGGERS, explain_plan
 from miso.sched.policies.miso import Miso
 from miso.sched.policies.priors import prior_speeds
 from miso.sched.policies.rebalance import RebalanceIndex, Rebalancing
+from miso.sched.robust import pessimistic, propagate
 from miso.sched.state import ClusterState
 
 
@@ -76,6 +77,10 @@ class MisoPlus(Admission, RestartEconomy, Rebalancing, Miso):
     * ``learn_restart_cost``: each job's restart cost is measured (from the plan that
       restarts it to its first progress report after the relaunch) and prices its next
       restarts; jobs not measured yet are priced at the mean measured cost.
+    * ``robust_risk`` / ``propagate_observed`` (off: measured no better, issue 19 item 5):
+      plan toward the low end of each estimate's 95 % interval; after a measured slice, move
+      the job's other slices through the predictor's cross-slice error correlation
+      (:mod:`miso.sched.robust`).
     * ``batch_arrivals``: jobs submitted in one instant before any arrival rate is known (a
       fixed mix) are planned together at the instant's end, so none starts only to be
       restarted by the next; with ``batch_admit`` (off: measured worse on fixed mixes with
@@ -97,7 +102,8 @@ class MisoPlus(Admission, RestartEconomy, Rebalancing, Miso):
                  min_gain: float = 0.0, profile_when: str = "auto",
                  share_margin: float = 0.0, wait_for_gpu: bool = True,
                  batch_arrivals: bool = True, batch_admit: bool = False,
-                 learn_restart_cost: bool = True,
+                 learn_restart_cost: bool = True, robust_risk: float = 0.0,
+                 propagate_observed: bool = False,
                  **miso_options: Any) -> None:
         super().__init__(**miso_options)
         if profile_when not in PROFILE_WHEN:
@@ -109,6 +115,8 @@ class MisoPlus(Admission, RestartEconomy, Rebalancing, Miso):
         self.batch_arrivals = batch_arrivals
         self.batch_admit = batch_admit
         self.learn_restart_cost = learn_restart_cost
+        self.robust_risk, self.propagate_observed = robust_risk, propagate_observed  # robust.py
+        self.predicted: dict[str, dict[str, float]] = {}  # estimates before any measurement
         self.restarting: dict[str, dict[str, float]] = {}
         self.relaunching: dict[str, tuple[float, float]] = {}
         self.restart_seen: dict[str, float] = {}
@@ -211,8 +219,14 @@ class MisoPlus(Admission, RestartEconomy, Rebalancing, Miso):
     def speeds(self, geom: Geometry, sc: Scratch, jobs: list[str]) -> dict[str, dict[str, float]]:
         out = {}
         for j in jobs:
+            if j not in self.est and not self.estimator.needs_profile:
+                # Estimates that need no profile (true speeds, a profile taken at submission)
+                # are known from the start: no prior.
+                self.est[j] = self.estimator.estimate(geom, [sc.state.jobs[j]])[j]
             if j in self.est:
-                out[j] = self.est[j]
+                out[j] = self.est[j] if not self.robust_risk else pessimistic(
+                    self.est[j], getattr(self.estimator, "interval", {}).get(j, {}),
+                    sc.state.jobs[j].observed, self.robust_risk)
             else:
                 out[j] = prior_speeds(geom, sc.state.jobs[j].spec.memory_gb)
                 seen = self.learned.get(j)
@@ -481,10 +495,16 @@ class MisoPlus(Admission, RestartEconomy, Rebalancing, Miso):
             self.learned.setdefault(ev.job, {})[ev.placement.profile] = \
                 max(0.01, min(1.5, ev.rate / ref))
         if ref and ev.job in self.est:
+            first = self.predicted.setdefault(ev.job, dict(self.est[ev.job])) \
+                if self.propagate_observed else {}
             obs = sc.state.jobs[ev.job].observed
             for prof, r in obs.items():
                 if prof in self.est[ev.job]:
                     self.est[ev.job][prof] = max(0.01, min(1.5, r / ref))
+            if self.propagate_observed:  # from the estimate before any measurement
+                self.est[ev.job] = propagate(gs.geom, first, {
+                    p: self.est[ev.job][p] for p in obs if p in self.est[ev.job] and p != full},
+                    getattr(self.estimator, "calibration", None))
 
     def on_speed_changed(self, now: float, ev: JobSpeedChanged, sc: Scratch) -> None:
         if ev.baseline <= 0 or abs(ev.observed / ev.baseline - 1.0) <= self.threshold:
@@ -510,6 +530,7 @@ class MisoPlus(Admission, RestartEconomy, Rebalancing, Miso):
     def on_finish(self, now: float, job: str, gpu: str | None, sc: Scratch) -> None:
         self.ref_rate.pop(job, None)
         self.base_est.pop(job, None)
+        self.predicted.pop(job, None)
         self.estimator.uncertainty.pop(job, None)
         getattr(self.estimator, "interval", {}).pop(job, None)
         self.ran.discard(job)

@@ -1,0 +1,108 @@
+"""A job's other slices from one measured slice, by the slice curves of similar known workloads.
+
+Gaussian conditioning (:func:`miso.predict.uncertainty.condition`) moves every slice by one
+population-wide correlation. Real slice curves differ in shape (a small model saturates, so its
+2g is near its 3g; a large one keeps losing speed), so the curve of the known workloads nearest
+to the job, in its measured speed and its own MPS profile, is a second opinion: the job's speed
+on slice h is ``measured x mean(s_h / s_g)`` over the ``k`` nearest workloads. Half and half with
+the Gaussian conditioning beats either alone on leave-one-family-out after a measured 4g, 3g or
+2g slice (not 1g: the Gaussian conditioning alone is kept there) (benchmarks/README.md,
+"Predictor, second pass"). Pure numpy; the table (real A100 speeds of the training workloads
+and their mean MPS profiles) lives in the predictor's meta.json.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from miso.predict.uncertainty import VAR_SLICES, monotone_fixed
+
+#: Neighbours averaged and the weight of the MPS-profile distance against the measured
+#: speed's; the share of this estimate in the blend with the Gaussian conditioning, by measured
+#: slice (chosen on leave-one-family-out, benchmarks/README.md: from a measured 1g slice the
+#: curves of other workloads mislead, 1g speed hangs on memory more than on the curve).
+K, MPS_WEIGHT = 3, 0.05
+BLEND: dict[int, float] = {4: 0.5, 3: 0.5, 2: 0.5, 1: 0.0}
+
+
+def own_features(norm: np.ndarray) -> np.ndarray:
+    """Data-convention profiles (3, n) (time at 100/50/14 % over its max) -> (n, 5): the
+    logs and the two log ratios (the first five of :func:`miso.predict.perjob.job_features`)."""
+    lx = np.log(np.clip(np.asarray(norm, dtype=np.float64), 1e-6, 1.0)).T
+    return np.concatenate([lx, lx[:, :1] - lx[:, 1:]], axis=1)
+
+
+@dataclass(frozen=True)
+class SliceCurves:
+    """Known workloads: speeds (m, 4) on 4/3/2/1 compute slices (NaN: not measured) and mean
+    own-profile features (m, 5)."""
+
+    speed: np.ndarray
+    feats: np.ndarray
+
+    def as_dict(self) -> dict:
+        return {"speed": [[None if not np.isfinite(v) else round(float(v), 5) for v in r]
+                          for r in self.speed],
+                "feats": np.round(self.feats, 5).tolist()}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> SliceCurves:
+        sp = np.array([[np.nan if v is None else float(v) for v in r] for r in d["speed"]],
+                      dtype=np.float64)
+        ft = np.asarray(d["feats"], dtype=np.float64)
+        if sp.ndim != 2 or sp.shape[1] != len(VAR_SLICES) or ft.shape != (len(sp), 5):
+            raise ValueError(f"slice curves: speed (m, 4) and feats (m, 5), got {sp.shape} "
+                             f"and {ft.shape}")
+        return cls(sp, ft)
+
+    def predict(self, feats: np.ndarray, measured: Mapping[int, float]) -> np.ndarray:
+        """(4,) speeds on VAR_SLICES of a job with own features ``feats`` (5,) and one
+        measured slice {g: speed}; NaN where no known workload has both slices."""
+        out = np.full(len(VAR_SLICES), np.nan)
+        if len(measured) != 1:
+            return out
+        (g, v), = measured.items()
+        if g not in VAR_SLICES:
+            return out
+        io = VAR_SLICES.index(g)
+        dist_f = np.linalg.norm(self.feats - np.asarray(feats)[None], axis=1)
+        for ih, _ in enumerate(VAR_SLICES):
+            ok = np.isfinite(self.speed[:, io]) & np.isfinite(self.speed[:, ih]) & \
+                (self.speed[:, io] > 0)
+            if ih == io or not ok.any():
+                continue
+            d = np.abs(self.speed[ok, io] - v) + MPS_WEIGHT * dist_f[ok]
+            nn = np.argsort(d, kind="stable")[:K]
+            out[ih] = v * float(np.mean(self.speed[ok, ih][nn] / self.speed[ok, io][nn]))
+        out[io] = v
+        return out
+
+
+def fit_curves(speeds: Mapping[str, Mapping[int, float]], feats: Mapping[str, np.ndarray]
+               ) -> SliceCurves:
+    """From each known workload's slice speeds {name: {slices: speed}} and the own-profile
+    features of its columns {name: (c, 5)} (workloads in both only)."""
+    names = sorted(set(speeds) & set(feats))
+    sp = np.array([[speeds[w].get(g, np.nan) for g in VAR_SLICES] for w in names])
+    ft = np.array([np.asarray(feats[w], dtype=np.float64).mean(0) for w in names])
+    return SliceCurves(sp.reshape(-1, len(VAR_SLICES)), ft.reshape(-1, 5))
+
+
+def blend(conditioned: np.ndarray, curves: SliceCurves | None, feats: np.ndarray | None,
+          measured: Mapping[int, float]) -> np.ndarray:
+    """Speeds on VAR_SLICES after one measured slice: ``BLEND[slice]`` of the curves' estimate
+    and the rest of the Gaussian-conditioned one (``conditioned``, (4,)), monotone around the
+    measurement; unchanged without curves, features or exactly one measured slice."""
+    measured = {g: min(float(v), 1.0) for g, v in measured.items() if g in VAR_SLICES}
+    if curves is None or feats is None or len(measured) != 1 or \
+            not np.isfinite(np.asarray(feats)).all():
+        return conditioned
+    w = BLEND.get(next(iter(measured)), 0.0)
+    if w <= 0:
+        return conditioned
+    k = curves.predict(feats, measured)
+    m = np.where(np.isfinite(k), w * k + (1 - w) * conditioned, conditioned)
+    return monotone_fixed(m, np.isin(VAR_SLICES, list(measured)))
