@@ -19,6 +19,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from miso.agent.attempt import exit_record_path
@@ -44,8 +45,10 @@ from miso.sched import (
     WakeUp,
 )
 from miso.sched.driver import DriverStep
+from miso.sched.fairwait import fair_waits
 from miso.sched.progress import full_gpu_work, slice_speed
 from miso.sched.state import JobStatus
+from miso.sched.tenancy import UsageRecord
 from miso.transport.base import NodeUnavailable
 
 log = logging.getLogger(__name__)
@@ -72,6 +75,10 @@ class EventLoop:
                                record=self._record, observer=rt.observer,
                                on_contract_error=self._contract_error)
         self._snapshot: dict[str, Any] = {"gpus": [], "queue": []}
+        #: called with the tenancy ledger whenever an owner's charge changed (the controller
+        #: keeps it in the store: :mod:`miso.controller.usagestore`)
+        self.on_ledger: Callable[[list[UsageRecord]], None] | None = None
+        self._rates: dict[str, float] = {}
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -120,6 +127,7 @@ class EventLoop:
         job, done)``, ``("node_lost", node, lease_end)``) now, whatever the clock says."""
         self._dispatch(item)
         self._update_snapshot()
+        self._keep_ledger()
 
     def run_due(self) -> bool:
         """Handle the items due on the clock (timers, deferred lost nodes)."""
@@ -129,7 +137,21 @@ class EventLoop:
             self._dispatch(item)
         if did:
             self._update_snapshot()
+            self._keep_ledger()
         return did
+
+    def _keep_ledger(self) -> None:
+        """Hand the ledger to ``on_ledger`` when an owner's charge changed since the last
+        time (between changes it follows exactly from the last one)."""
+        ten = self.state.tenancy
+        if ten is None or self.on_ledger is None or ten.in_use == self._rates:
+            return
+        try:
+            self.on_ledger(ten.ledger())
+        except Exception:  # noqa: BLE001 - the loop must survive a full disk; retried later
+            log.exception("controller: keeping the owners' usage failed")
+            return
+        self._rates = dict(ten.in_use)
 
     def _dispatch(self, item: tuple[Any, ...]) -> None:
         rt = self.rt
@@ -285,11 +307,25 @@ class EventLoop:
         ten = self.state.tenancy
         if ten is not None:
             snap["held"] = dict(ten.waiting)      # queued job -> why (over a quota)
+            snap["fair_wait"] = _fair_wait_json(self.state)   # queued job -> why (fair share)
             counts = _owner_counts(self.state)
             snap["owners"] = {o: {**r, **counts.get(o, {"queued": 0, "running": 0})}
                               for o, r in ten.report(self.state.now).items()}
         with self.rt.lock:
             self._snapshot = snap
+
+
+def _fair_wait_json(state: ClusterState) -> dict[str, dict[str, Any]]:
+    """:func:`~miso.sched.fairwait.fair_waits` as JSON (one dict per priority and owner,
+    shared by its jobs)."""
+    seen: dict[int, dict[str, Any]] = {}
+    out = {}
+    for j, fw in fair_waits(state).items():
+        d = seen.get(id(fw))
+        if d is None:
+            d = seen[id(fw)] = fw.to_json()
+        out[j] = d
+    return out
 
 
 def _owner_counts(state: ClusterState) -> dict[str, dict[str, int]]:
