@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import math
 import queue
 import threading
 import time
@@ -53,6 +54,9 @@ from miso.transport.base import NodeUnavailable
 
 log = logging.getLogger(__name__)
 
+#: How often (s) the status views' fair-share waits are recomputed while events stream in.
+FAIR_WAIT_EVERY_S = 0.5
+
 
 def _ev_body(x: Any) -> dict[str, Any]:
     try:
@@ -79,6 +83,9 @@ class EventLoop:
         #: keeps it in the store: :mod:`miso.controller.usagestore`)
         self.on_ledger: Callable[[list[UsageRecord]], None] | None = None
         self._rates: dict[str, float] = {}
+        self._fair: dict[str, dict[str, Any]] = {}
+        self._fair_at = -math.inf
+        self._fair_stale = False
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -118,6 +125,8 @@ class EventLoop:
             clock.at(clock.now() + (item[2] - time.time()), item)
             item = None
         if item is None:
+            if not did and self._fair_stale:   # idle: bring the fair-share waits up to date
+                self._update_snapshot(fresh=True)
             return did
         self.handle(item)
         return True
@@ -292,7 +301,7 @@ class EventLoop:
         with rt.lock:
             rt.fencing.discard(node)
 
-    def _update_snapshot(self) -> None:
+    def _update_snapshot(self, *, fresh: bool = False) -> None:
         gpus = []
         for gid, gs in self.state.gpus.items():
             ref = self.rt.gpus.get(gid)
@@ -307,7 +316,15 @@ class EventLoop:
         ten = self.state.tenancy
         if ten is not None:
             snap["held"] = dict(ten.waiting)      # queued job -> why (over a quota)
-            snap["fair_wait"] = _fair_wait_json(self.state)   # queued job -> why (fair share)
+            # queued job -> why (fair share): a pass over the queue, so at most every
+            # FAIR_WAIT_EVERY_S while events stream in, and when the loop goes idle
+            mono = time.monotonic()
+            if fresh or mono - self._fair_at >= FAIR_WAIT_EVERY_S:
+                self._fair, self._fair_at, self._fair_stale = \
+                    _fair_wait_json(self.state), mono, False
+            else:
+                self._fair_stale = True
+            snap["fair_wait"] = self._fair
             counts = _owner_counts(self.state)
             snap["owners"] = {o: {**r, **counts.get(o, {"queued": 0, "running": 0})}
                               for o, r in ten.report(self.state.now).items()}
@@ -316,15 +333,11 @@ class EventLoop:
 
 
 def _fair_wait_json(state: ClusterState) -> dict[str, dict[str, Any]]:
-    """:func:`~miso.sched.fairwait.fair_waits` as JSON (one dict per priority and owner,
-    shared by its jobs)."""
-    seen: dict[int, dict[str, Any]] = {}
-    out = {}
-    for j, fw in fair_waits(state).items():
-        d = seen.get(id(fw))
-        if d is None:
-            d = seen[id(fw)] = fw.to_json()
-        out[j] = d
+    """:func:`~miso.sched.fairwait.fair_waits` by job, as JSON (one dict per priority and
+    owner, shared by its jobs)."""
+    out: dict[str, dict[str, Any]] = {}
+    for fw, js in fair_waits(state):
+        out.update(dict.fromkeys(js, fw.to_json()))
     return out
 
 

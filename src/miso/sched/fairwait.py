@@ -40,32 +40,35 @@ class FairWait:
                 "over": self.over, "ahead": dict(self.ahead)}
 
 
-def fair_waits(state: ClusterState) -> dict[str, FairWait]:
-    """Queued job -> why it waits under fair share (the jobs with such a reason only; one
-    shared :class:`FairWait` per priority and owner). Empty with fair share off."""
+def fair_waits(state: ClusterState) -> list[tuple[FairWait, list[str]]]:
+    """Why queued jobs wait under fair share: one :class:`FairWait` per priority and owner
+    with such a reason, and its queued jobs (FIFO). Empty with fair share off."""
     ten = state.tenancy
     if ten is None or not ten.config.fair_share or not state.queue:
-        return {}
+        return []
     jobs = state.jobs
-    buckets: dict[tuple[int, str], list[str]] = {}
+    held = ten.waiting     # held back by a quota: that is their reason, and they are not
+    buckets: dict[tuple[int, str], list[str]] = {}     # offered to the policy at all
     queued: dict[str, int] = {}
     for j in state.queue:
         spec = jobs[j].spec
         queued[spec.owner] = queued.get(spec.owner, 0) + 1
-        if j not in ten.waiting:     # held by a quota: that is its reason, and it is not
-            buckets.setdefault((spec.priority, spec.owner), []).append(j)  # offered at all
+        if not held or j not in held:
+            key = (spec.priority, spec.owner)
+            b = buckets.get(key)
+            if b is None:
+                buckets[key] = [j]
+            else:
+                b.append(j)
     now = state.now
     level = {o: ten.level(o, now) for _, o in buckets}
     ents = ten.entitlements(queued) if ten.config.entitled else None
-    out: dict[str, FairWait] = {}
+    out = []
     for (prio, o), js in buckets.items():
         ahead = {o2: len(js2) for (p2, o2), js2 in buckets.items()
                  if p2 == prio and o2 != o and level[o2] + 1e-9 < level[o]}
         over = ents is not None and not ten.protected(o, ents)
-        if not ahead and not over:
-            continue
-        fw = FairWait(o, ten.held.get(o, 0.0), None if ents is None else ents.get(o, 0.0),
-                      over, ahead)
-        for j in js:
-            out[j] = fw
+        if ahead or over:
+            out.append((FairWait(o, ten.held.get(o, 0.0),
+                                 None if ents is None else ents.get(o, 0.0), over, ahead), js))
     return out
