@@ -89,7 +89,8 @@ class _Plans:
         return False
 
 
-def _hand_controller(path: Path, t: float) -> Controller:
+def _hand_controller(path: Path, t: float,
+                     ten: TenancyConfig | None = None) -> Controller:
     """A controller over the store at ``path`` on a virtual clock at ``t``, one A100 (nopart:
     one job per GPU), fair share with a 100 s half-life; started as :meth:`Controller.start`
     would (its usage restored) without agents or threads."""
@@ -99,7 +100,8 @@ def _hand_controller(path: Path, t: float) -> Controller:
     from miso.sched.clock import VirtualClock
 
     con = Controller(JobStore(path), None,  # type: ignore[arg-type]
-                     ControllerConfig(policy="nopart", tenancy=TenancyConfig(half_life_s=100.0),
+                     ControllerConfig(policy="nopart",
+                                      tenancy=ten or TenancyConfig(half_life_s=100.0),
                                       check_commands=False),
                      checkpoint_root="/nonexistent", clock=VirtualClock(t),
                      policy=make_policy("nopart"))
@@ -166,6 +168,28 @@ def test_restart__a_clean_stop_settles_the_usage_so_the_time_down_is_not_charged
     con = _hand_controller(path, 250.0)               # up again 200 s later
     ten = con.loop.state.tenancy
     assert ten is not None and ten.usage_at("u:a", 250.0) == pytest.approx(rec.usage / 4)
+    con.store.close()
+
+
+def test_fair_waits__an_owner_over_its_entitlement_and_the_owners_ahead(tmp_path: Path):
+    from miso.sched.fairwait import FairWait, fair_waits
+
+    con = _hand_controller(tmp_path / "miso.db", 0.0,
+                           TenancyConfig(half_life_s=100.0, keep_margin=0.0))
+    con.submit(["train"], memory_gb=4.0, owner="u:a", owner_name="alice")  # holds g0
+    _drain(con)
+    con.rt.clock.advance_to(10.0)  # type: ignore[attr-defined]
+    a2 = con.submit(["train"], memory_gb=4.0, owner="u:a", owner_name="alice")
+    b = con.submit(["train"], memory_gb=4.0, owner="u:b", owner_name="bob")
+    _drain(con)
+    # one GPU: alice (2 jobs) and bob (1) each demand one, so each is entitled to half
+    assert fair_waits(con.loop.state) == [(FairWait("u:a", 1.0, 0.5, True, {"u:b": 1}), [a2])]
+    jobs = {j["id"]: j for j in con.status()["jobs"]}
+    assert jobs[a2]["why"] == (
+        "waiting under fair share: owner alice holds 1.0 GPUs, more than its entitlement of "
+        "0.5: its jobs get only the room owners within theirs leave; 1 job of 1 owner who "
+        "used less of their share lately goes first")
+    assert not jobs[b]["why"].startswith("waiting under fair share")
     con.store.close()
 
 
