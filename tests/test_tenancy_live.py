@@ -261,8 +261,9 @@ def test_api__in_use_quota_wait_says_why_by_name_and_owners_view_obeys_counts_on
     # bob's job settles first (runs, or fails to start as root without a Unix account): the
     # two views below are read at two moments and must see the same owners
     def settled() -> bool:
-        state, js = ctl.store.get(bobs).state, ctl.loop.state.jobs.get(bobs)
-        return state == "running" or (state == "failed" and (js is None or js.gpu is None))
+        state = ctl.store.get(bobs).state
+        return state == "running" or (state == "failed" and not any(
+            bobs in gs.jobs for gs in list(ctl.loop.state.gpus.values())))
 
     wait_for(settled, 20)
 
