@@ -257,7 +257,15 @@ def test_api__in_use_quota_wait_says_why_by_name_and_owners_view_obeys_counts_on
     client.put("/api/v1/quotas/alice", json={"max_in_use": 0}, headers=admin)
     wait_for(lambda: ctl.loop.state.tenancy.config.max_in_use, 10)
     mine = _submit(client, tokens["alice"], name="alicejob").json()["id"]
-    _submit(client, tokens["bob"], name="bobsecret")
+    bobs = _submit(client, tokens["bob"], name="bobsecret").json()["id"]
+    # bob's job settles first (runs, or fails to start as root without a Unix account): the
+    # two views below are read at two moments and must see the same owners
+    def settled() -> bool:
+        state = ctl.store.get(bobs).state
+        return state == "running" or (state == "failed" and not any(
+            bobs in gs.jobs for gs in list(ctl.loop.state.gpus.values())))
+
+    wait_for(settled, 20)
 
     def why() -> str:
         st = client.get("/api/v1/status", headers=H(tokens["alice"])).json()

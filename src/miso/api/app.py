@@ -330,7 +330,8 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
             "time": snap.get("time"), "policy": snap.get("policy"),
             "nodes": snap.get("nodes", []), "lost_nodes": snap.get("lost_nodes", []),
             "gpus": [gpu_view(g, mine) for g in snap.get("gpus", [])],
-            "jobs": [{**x.to_json(), "why": why(x.to_json(), snap, cannot_checkpoint),
+            "jobs": [{**x.to_json(), "why": why(x.to_json(), snap, cannot_checkpoint,
+                                                 admin=user.admin),
                       "priority": prio.get(x.id, 0)} for x in recs],
             "counts": {"mine": store.counts(owner=user.id), "all": snap.get("counts", {})},
         }

@@ -32,7 +32,7 @@ from typing import Any
 from miso.agent import runas
 from miso.controller.executor import PlanExecutor
 from miso.controller.loop import EventLoop
-from miso.controller.owners import owner_table
+from miso.controller.owners import fair_wait_reason, owner_table
 from miso.controller.poller import AgentPoller
 from miso.controller.profile_run import NOT_PROFILED
 from miso.controller.quotas import Quota, QuotaStore, check_priority, tenancy_config
@@ -46,6 +46,7 @@ from miso.controller.runtime import (
 )
 from miso.controller.statelock import StateDirLock
 from miso.controller.store import GIB_PER_GB, JobRecord, JobStore, StoreConflict, StoreError
+from miso.controller.usagestore import UsageStore
 from miso.jobstatus import TERMINAL, JobStatus
 from miso.mig import GPU_MODELS, geometry
 from miso.sched import JobSpec, JobSubmitted, Policy
@@ -84,6 +85,8 @@ class Controller:
         cfg = config or ControllerConfig()
         #: owners' weights and quotas and jobs' priorities (:mod:`miso.controller.quotas`)
         self.quotas = QuotaStore(store.path)
+        #: owners' decayed usage, kept across restarts (:mod:`miso.controller.usagestore`)
+        self.usage = UsageStore(store.path)
         #: the tenancy the operator asked for (``--fair-share``), before the stored quotas
         self._base_tenancy = cfg.tenancy
         self.cfg = replace(cfg, tenancy=tenancy_config(cfg.tenancy, self.quotas.list()))
@@ -98,6 +101,7 @@ class Controller:
         self.policy = policy if policy is not None else make_controller_policy(self.cfg)
         self.executor = PlanExecutor(self.rt)
         self.loop = EventLoop(self.rt, self.executor, self.policy, self.cfg.policy)
+        self.loop.on_ledger = self.usage.save
         self.poller = AgentPoller(self.rt, self.executor)
         self._dir_lock: StateDirLock | None = None
 
@@ -128,6 +132,7 @@ class Controller:
         if self.store.path != ":memory:":
             self._dir_lock = StateDirLock(Path(self.store.path).parent).acquire()
         recover(self.rt)
+        self.restore_usage()
         self.poller.discover(force=True)
         active = self.store.jobs(active_only=True)
         prio = self.quotas.priorities(r.id for r in active)
@@ -139,6 +144,14 @@ class Controller:
         self.poller.start()
         return self
 
+    def restore_usage(self) -> None:
+        """Settle the owners' usage kept in the store at now (recovery has just stopped every
+        job) and start the core's ledger from it: fair share remembers who used what before
+        a restart. Before any job is placed (:meth:`start` calls it after recovery)."""
+        recs = self.usage.settle(self.now())
+        if self.loop.state.tenancy is not None:
+            self.loop.state.tenancy.restore(recs, self.now())
+
     def stop(self, *, stop_jobs: bool = False) -> None:
         """Stop the threads; with ``stop_jobs`` also kill every job process (shutdown)."""
         self.rt.stopping.set()
@@ -148,6 +161,7 @@ class Controller:
         if stop_jobs:
             for node in self.transport.nodes():
                 self.rt.try_call(node, "shutdown")
+            self.usage.settle(self.now())  # the jobs stopped: the time down is not charged
         if self._dir_lock is not None:
             self._dir_lock.release()
             self._dir_lock = None
@@ -334,6 +348,7 @@ class Controller:
             # a quota's wait reason names the owner by its user name, not its id
             snap["held"] = {j: _named(t, self.owner_names)
                             for j, t in (snap.get("held") or {}).items()}
+            snap["fair_wait"] = _fair_named(snap.get("fair_wait") or {}, self.owner_names)
         snap["errors"] = [n["text"] for n in snap["lost_nodes"]] + list(self.errors[-20:]) + [
             f"job {b}: its record in the store is malformed; ignored (fix or delete the row "
             f"in {self.store.path})" for b in self.store.bad_rows]
@@ -405,6 +420,21 @@ def _named(text: str, names: dict[str, str]) -> str:
     return f"{head}owner {names.get(oid, oid)}{space}{tail}"
 
 
+def _fair_named(waits: dict[str, dict[str, Any]], names: dict[str, str]
+                ) -> dict[str, dict[str, Any]]:
+    """The loop's fair-share waits with owners by user name, not id (one copy per shared
+    entry)."""
+    done: dict[int, dict[str, Any]] = {}
+    out = {}
+    for j, fw in waits.items():
+        d = done.get(id(fw))
+        if d is None:
+            d = done[id(fw)] = {**fw, "owner": names.get(fw["owner"], fw["owner"]),
+                                "ahead": {names.get(o, o): n for o, n in fw["ahead"].items()}}
+        out[j] = d
+    return out
+
+
 def _spec(rec: JobRecord, priority: int = 0) -> JobSpec:
     gib = rec.memory_gib if rec.memory_gib is not None else rec.memory_gb * GIB_PER_GB
     return JobSpec(rec.id, rec.name, gib, rec.workload,
@@ -413,11 +443,12 @@ def _spec(rec: JobRecord, priority: int = 0) -> JobSpec:
 
 
 def why(j: dict[str, Any], snap: dict[str, Any],
-        cannot_checkpoint: Callable[[str], bool] | None = None) -> str:
+        cannot_checkpoint: Callable[[str], bool] | None = None, *, admin: bool = False) -> str:
     """One line on why job ``j`` (a record as JSON) is where it is: its full failure reason
     when it ended, why it waits when queued (``snap`` is :meth:`Controller.cluster`), and for a
     job that sends no progress reports that it is not profiled. ``cannot_checkpoint(job id)``
-    tells whether a resident of a GPU is pinned (never named: it may be another user's)."""
+    tells whether a resident of a GPU is pinned (never named: it may be another user's).
+    A fair-share wait names the other owners ahead only for an ``admin`` reader."""
     state = j["state"]
     if state in TERMINAL:
         return str(j.get("reason") or "")
@@ -437,6 +468,9 @@ def why(j: dict[str, Any], snap: dict[str, Any],
     held = (snap.get("held") or {}).get(j["id"])
     if held:
         return f"waiting: {held}"
+    fair = (snap.get("fair_wait") or {}).get(j["id"])
+    if fair:
+        return fair_wait_reason(fair, admin=admin)
     gpu = next((g for g in snap["gpus"] if j["id"] in g["jobs"]), None)
     if gpu is not None:
         where = f"waiting on {gpu['id']}"

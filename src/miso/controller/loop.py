@@ -16,9 +16,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import math
 import queue
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from miso.agent.attempt import exit_record_path
@@ -44,11 +46,16 @@ from miso.sched import (
     WakeUp,
 )
 from miso.sched.driver import DriverStep
+from miso.sched.fairwait import fair_waits
 from miso.sched.progress import full_gpu_work, slice_speed
 from miso.sched.state import JobStatus
+from miso.sched.tenancy import UsageRecord
 from miso.transport.base import NodeUnavailable
 
 log = logging.getLogger(__name__)
+
+#: How often (s) the status views' fair-share waits are recomputed while events stream in.
+FAIR_WAIT_EVERY_S = 0.5
 
 
 def _ev_body(x: Any) -> dict[str, Any]:
@@ -72,6 +79,13 @@ class EventLoop:
                                record=self._record, observer=rt.observer,
                                on_contract_error=self._contract_error)
         self._snapshot: dict[str, Any] = {"gpus": [], "queue": []}
+        #: called with the tenancy ledger whenever an owner's charge changed (the controller
+        #: keeps it in the store: :mod:`miso.controller.usagestore`)
+        self.on_ledger: Callable[[list[UsageRecord]], None] | None = None
+        self._rates: dict[str, float] = {}
+        self._fair: dict[str, dict[str, Any]] = {}
+        self._fair_at = -math.inf
+        self._fair_stale = False
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -111,6 +125,8 @@ class EventLoop:
             clock.at(clock.now() + (item[2] - time.time()), item)
             item = None
         if item is None:
+            if not did and self._fair_stale:   # idle: bring the fair-share waits up to date
+                self._update_snapshot(fresh=True)
             return did
         self.handle(item)
         return True
@@ -120,6 +136,7 @@ class EventLoop:
         job, done)``, ``("node_lost", node, lease_end)``) now, whatever the clock says."""
         self._dispatch(item)
         self._update_snapshot()
+        self._keep_ledger()
 
     def run_due(self) -> bool:
         """Handle the items due on the clock (timers, deferred lost nodes)."""
@@ -129,7 +146,21 @@ class EventLoop:
             self._dispatch(item)
         if did:
             self._update_snapshot()
+            self._keep_ledger()
         return did
+
+    def _keep_ledger(self) -> None:
+        """Hand the ledger to ``on_ledger`` when an owner's charge changed since the last
+        time (between changes it follows exactly from the last one)."""
+        ten = self.state.tenancy
+        if ten is None or self.on_ledger is None or ten.in_use == self._rates:
+            return
+        try:
+            self.on_ledger(ten.ledger())
+        except Exception:  # noqa: BLE001 - the loop must survive a full disk; retried later
+            log.exception("controller: keeping the owners' usage failed")
+            return
+        self._rates = dict(ten.in_use)
 
     def _dispatch(self, item: tuple[Any, ...]) -> None:
         rt = self.rt
@@ -270,7 +301,7 @@ class EventLoop:
         with rt.lock:
             rt.fencing.discard(node)
 
-    def _update_snapshot(self) -> None:
+    def _update_snapshot(self, *, fresh: bool = False) -> None:
         gpus = []
         for gid, gs in self.state.gpus.items():
             ref = self.rt.gpus.get(gid)
@@ -285,11 +316,29 @@ class EventLoop:
         ten = self.state.tenancy
         if ten is not None:
             snap["held"] = dict(ten.waiting)      # queued job -> why (over a quota)
+            # queued job -> why (fair share): a pass over the queue, so at most every
+            # FAIR_WAIT_EVERY_S while events stream in, and when the loop goes idle
+            mono = time.monotonic()
+            if fresh or mono - self._fair_at >= FAIR_WAIT_EVERY_S:
+                self._fair, self._fair_at, self._fair_stale = \
+                    _fair_wait_json(self.state), mono, False
+            else:
+                self._fair_stale = True
+            snap["fair_wait"] = self._fair
             counts = _owner_counts(self.state)
             snap["owners"] = {o: {**r, **counts.get(o, {"queued": 0, "running": 0})}
                               for o, r in ten.report(self.state.now).items()}
         with self.rt.lock:
             self._snapshot = snap
+
+
+def _fair_wait_json(state: ClusterState) -> dict[str, dict[str, Any]]:
+    """:func:`~miso.sched.fairwait.fair_waits` by job, as JSON (one dict per priority and
+    owner, shared by its jobs)."""
+    out: dict[str, dict[str, Any]] = {}
+    for fw, js in fair_waits(state):
+        out.update(dict.fromkeys(js, fw.to_json()))
+    return out
 
 
 def _owner_counts(state: ClusterState) -> dict[str, dict[str, int]]:

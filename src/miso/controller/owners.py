@@ -9,7 +9,9 @@ weight's part of the weights of the owners shown): an owner with ``usage_share``
 
 A reader who is not an admin sees its own row and one ``others`` row of sums and counts (how
 many other owners, their jobs queued and on GPUs, the GPU-equivalents they hold): never other
-owners' names or ids (issue 15's rule: other users' jobs as counts only).
+owners' names or ids (issue 15's rule: other users' jobs as counts only). The same rule words
+a job's fair-share wait (:func:`fair_wait_reason`): the owners ahead by name for an admin,
+as counts for anyone else.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from miso.controller.quotas import Quota
+from miso.sched.policies.ordernote import counts
 
 #: The row of every owner but the reader, for a reader who is not an admin.
 OTHERS = "others"
@@ -86,3 +89,29 @@ def _fields(r: Mapping[str, Any]) -> dict[str, Any]:
                                 "weight": 1.0, "share": 0.0, "fair_share": 1.0, "queued": 0,
                                 "running": 0}
     return {k: r.get(k, defaults.get(k)) for k in _KEYS}
+
+
+def fair_wait_reason(fw: Mapping[str, Any], *, admin: bool) -> str:
+    """One line on why a job waits under fair share, from its
+    :class:`~miso.sched.fairwait.FairWait` as JSON (owners by name): its owner's GPUs
+    against its entitlement, and how many jobs of owners who used less of their share go
+    first; which owners, only for an ``admin`` (anyone else reads its own jobs' reasons, and
+    sees other users' jobs as counts only)."""
+    owner = str(fw.get("owner") or "(none)")
+    parts = []
+    ent = fw.get("entitlement")
+    held = float(fw.get("held") or 0.0)
+    if ent is not None and fw.get("over"):
+        parts.append(f"owner {owner} holds {held:.1f} GPUs, more than its entitlement of "
+                     f"{float(ent):.1f}: its jobs get only the room owners within theirs leave")
+    elif ent is not None:
+        parts.append(f"owner {owner} holds {held:.1f} GPUs of its {float(ent):.1f} "
+                     f"entitlement")
+    ahead = {str(o): int(n) for o, n in (fw.get("ahead") or {}).items()}
+    n = sum(ahead.values())
+    if n:
+        k = len(ahead)
+        text = (f"{n} job{'s' if n != 1 else ''} of {k} owner{'s' if k != 1 else ''} who "
+                f"used less of their share lately go{'es' if n == 1 else ''} first")
+        parts.append(f"{text} ({counts(ahead)})" if admin else text)
+    return "waiting under fair share: " + "; ".join(parts)

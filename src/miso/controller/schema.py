@@ -19,7 +19,8 @@ GIB_PER_GB = 1e9 / 2**30
 STATES = tuple(s.value for s in jobstatus.STORE)
 TERMINAL = tuple(s.value for s in jobstatus.TERMINAL)
 
-#: Owners' weights and quotas, and jobs' priorities (:mod:`miso.controller.quotas`): tables
+#: Owners' weights and quotas, and jobs' priorities (:mod:`miso.controller.quotas`), and
+#: owners' decayed usage (:mod:`miso.controller.usagestore`): tables
 #: added beside the jobs (no column of ``jobs`` changes, so no schema version bump; a store
 #: without them gets them when opened).
 TENANCY_SCHEMA = """
@@ -35,6 +36,14 @@ CREATE TABLE IF NOT EXISTS quotas (
 CREATE TABLE IF NOT EXISTS job_priority (
   job TEXT PRIMARY KEY,
   priority INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS owner_usage (
+  owner TEXT PRIMARY KEY,
+  usage REAL NOT NULL,
+  total REAL NOT NULL,
+  rate REAL NOT NULL,
+  as_of REAL NOT NULL,
+  half_life_s REAL NOT NULL
 );
 """
 

@@ -48,6 +48,12 @@ waiting protected owner by checkpointing and requeueing their jobs (Kueue's
 
 **Priorities:** ``high`` (100), ``normal`` (0), ``low`` (-100) or any integer; see
 :mod:`miso.sched.policies.preempt` for preemption.
+
+**Durable usage:** the ledger is exactly described, between two changes of the owners'
+charges, by each owner's usage as of the last change and its charge since
+(:meth:`Tenancy.ledger`, :class:`UsageRecord`); a driver that keeps these records at every
+change can carry the ledger across a restart (:meth:`Tenancy.restore`; the live controller
+does, :mod:`miso.controller.usagestore`).
 """
 
 from __future__ import annotations
@@ -174,6 +180,31 @@ def job_charge(gs: GpuState, job: str) -> float:
     return 1.0 / max(1, len(gs.jobs))
 
 
+@dataclass(frozen=True)
+class UsageRecord:
+    """One owner's ledger as of ``as_of``: its decayed usage (GPU-equivalent-seconds), its
+    undecayed total, the GPU-equivalents it held from then on (``rate``) and the half-life the
+    usage decays with. Exact until the owner's charge next changes."""
+
+    owner: str
+    usage: float
+    total: float
+    rate: float
+    as_of: float
+    half_life_s: float
+
+    def settled(self, t: float) -> UsageRecord:
+        """This record carried to ``t`` (charged ``rate`` until then, decayed by its
+        half-life; ``t`` before ``as_of``: unchanged), holding nothing from ``t`` on: the
+        ledger of an owner whose jobs stopped at ``t`` (a restart's recovery stops them all)."""
+        dt = max(0.0, t - self.as_of)
+        k = math.log(2.0) / self.half_life_s
+        d = math.exp(-k * dt)
+        return UsageRecord(self.owner, self.usage * d + self.rate * (1.0 - d) / k,
+                           self.total + self.rate * dt, 0.0, max(t, self.as_of),
+                           self.half_life_s)
+
+
 class Tenancy:
     """Per-owner usage ledger kept from the cluster state's changes, and the queue order."""
 
@@ -261,6 +292,27 @@ class Tenancy:
             for o, part in split.items():
                 self.held[o] = self.held.get(o, 0.0) + part
             self._split[g] = split
+
+    def ledger(self) -> list[UsageRecord]:
+        """Every owner's usage as of the last change and its charge since (what a driver
+        keeps to carry the ledger across a restart; exact until the next change)."""
+        hl = self.config.half_life_s
+        return [UsageRecord(o, self.usage.get(o, 0.0), self.total.get(o, 0.0),
+                            self.in_use.get(o, 0.0), self.t, hl)
+                for o in sorted(set(self.usage) | set(self.in_use))]
+
+    def restore(self, records: Iterable[UsageRecord], now: float) -> None:
+        """Start the ledger from ``records`` (a previous ledger), each settled at ``now`` (its
+        owner's jobs held their charge until then; the restored usage decays with this
+        config's half-life from ``now`` on). Only before any job is resident: ValueError
+        otherwise."""
+        if any(c for c in self.in_use.values()):
+            raise ValueError("restore: jobs already hold GPUs; restore before placing any")
+        for r in records:
+            s = r.settled(now)
+            self.usage[r.owner] = s.usage
+            self.total[r.owner] = s.total
+        self.t = max(self.t, now)
 
     def note_owner(self, owner: str) -> None:
         """An owner submitted a job (it appears in the reports with zero usage)."""
