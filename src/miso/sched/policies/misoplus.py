@@ -27,12 +27,13 @@ from miso.sched.policies.baselines import BACKFILL_WINDOW
 from miso.sched.policies.economy import RestartEconomy
 from miso.sched.policies.explain import TRIGGERS, explain_plan
 from miso.sched.policies.miso import Miso
+from miso.sched.policies.placing import GpuChoice
 from miso.sched.policies.priors import prior_speeds
 from miso.sched.policies.rebalance import RebalanceIndex, Rebalancing
 from miso.sched.state import ClusterState
 
 
-class MisoPlus(Admission, RestartEconomy, Rebalancing, Miso):
+class MisoPlus(GpuChoice, Admission, RestartEconomy, Rebalancing, Miso):
     """Ours: MISO redesigned around restart economy. Every change is a switch, so the ablation
     table (benchmarks/README.md) can measure it:
 
@@ -356,91 +357,6 @@ class MisoPlus(Admission, RestartEconomy, Rebalancing, Miso):
             self.dirty.add(g)
         for g in sorted(self.dirty, key=lambda x: self._order.get(x, 0)):
             self.replan(now, g, sc)
-
-    # -- placement --------------------------------------------------------------------------
-    def choose_gpu(self, now: float, job: str, sc: Scratch) -> str | None:
-        """An idle GPU if any; else, among the least crowded GPUs that can hold the job, the
-        one where its net gain (throughput added minus restart costs) is largest. With
-        ``min_gain`` > 0 a job joins a shared GPU only where it adds at least that much
-        throughput: squeezing a job that runs slowly on small slices next to others slows them
-        more than its early start helps (mean JCT), so it waits for a better slot instead."""
-        if not self.marginal_placement:
-            if self.min_gain <= 0:
-                g = None
-                for n, cand in self.candidate_gpus(sc, job):
-                    if n == 0 or self.fits_beside_pinned(cand, job, sc):
-                        g = cand
-                        break
-                if g is not None and self.wait_for_gpu and sc.jobs_on(g) \
-                        and not self.heavy_load(sc) and not self.others_waiting(sc, job) \
-                        and self.better_to_wait(g, job, sc):
-                    self.waited = True
-                    return None
-                return g
-            for seen, (n, g) in enumerate(self.candidate_gpus(sc, job), start=1):
-                if n == 0:
-                    return g
-                gain = self.net_gain(g, sc.jobs_on(g), job, sc)
-                if gain is not None and gain >= self.min_gain:
-                    return g
-                if seen >= self.marginal_candidates:
-                    break
-            return None
-        best: tuple[float, str] | None = None
-        first_n: int | None = None
-        for seen, (n, g) in enumerate(self.candidate_gpus(sc, job), start=1):
-            if n == 0:
-                return g
-            if first_n is None:
-                first_n = n
-            elif n > first_n and best is not None:
-                break  # only the least crowded GPUs compete
-            gain = self.net_gain(g, sc.jobs_on(g), job, sc,
-                                 floor=None if best is None else best[0] + 1e-9)
-            if gain is not None and (best is None or gain > best[0] + 1e-9):
-                best = (gain, g)
-            if seen >= self.marginal_candidates:
-                break
-        return best[1] if best is not None else None
-
-    def fits_beside_pinned(self, g: str, job: str, sc: Scratch) -> bool:
-        """Whether a layout keeps the pinned residents of ``g`` (jobs that cannot checkpoint
-        keep their instance) and holds ``job`` too; a GPU without pinned residents always can
-        (:meth:`candidate_gpus` checked the mix). Else the job would wait there for the pinned
-        job to end while another GPU could take it."""
-        jobs = sc.jobs_on(g)
-        gs = sc.state.gpus[g]
-        pinned = self.pinned(sc, jobs) & set(gs.assignment)
-        if not pinned:
-            return True
-        sp = self.speeds(gs.geom, sc, [*jobs, job])
-        current = {j: pl for j, pl in gs.assignment.items() if j in sp}
-        try:
-            optimizer_for(gs.geom).solve(sp, current=current, pinned=pinned)
-        except OptimizerError:
-            return False
-        return True
-
-    def net_gain(self, g: str, jobs: list[str], job: str, sc: Scratch,
-                 floor: float | None = None) -> float | None:
-        """Throughput after adding ``job`` to ``g`` (restart costs subtracted) minus before;
-        None when no layout holds the mix, or (given ``floor``) when the gain cannot exceed
-        ``floor`` (the optimizer checks a cheap upper bound first)."""
-        gs = sc.state.gpus[g]
-        opt = optimizer_for(gs.geom)
-        sp = self.speeds(gs.geom, sc, jobs)
-        current = {j: pl for j, pl in gs.assignment.items() if j in sp}
-        before = sum(sp[j][pl.profile] for j, pl in current.items() if pl.profile in sp[j])
-        sp[job] = self.speeds(gs.geom, sc, [job])[job]
-        pinned = self.pinned(sc, jobs) & set(current)
-        _, penalty = self.restart_prices(list(sp), sp, current)
-        try:
-            sol = opt.solve(sp, current=current, objective="restart-aware",
-                            restart_penalty=penalty, pinned=pinned,
-                            above=None if floor is None else floor + before)
-        except OptimizerError:
-            return None
-        return sol.objective - before
 
     # -- events -----------------------------------------------------------------------------
     def on_applied(self, now: float, gpu: str, sc: Scratch) -> None:
