@@ -41,6 +41,7 @@ ABLATION: dict[str, dict[str, Any]] = {
     "- wait for a whole GPU": {"wait_for_gpu": False},
     "- plan an instant's arrivals together": {"batch_arrivals": False},
     "+ batch landing (off by default)": {"batch_admit": True},
+    "+ batch landing, 16 speed draws (off)": {"batch_admit": True, "landing_samples": 16},
     "share_margin 1 (profile from load + 1 sd)": {"share_margin": 1.0},
     "- learned restart costs (told restart_s)": {"learn_restart_cost": False},
 }

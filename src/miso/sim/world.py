@@ -41,6 +41,8 @@ class WorldConfig:
     phase_change_prob: float = 0.0     # chance a job changes speed (phase change) mid-run
     speed_report_threshold: float = 0.05  # driver-side threshold for JobSpeedChanged
     observe_speeds: bool = True        # emit SpeedObserved events
+    declare_work: bool = True          # a job declares its work at submission; False: known
+                                       # from its first progress report once it runs (live)
 
 
 @cache

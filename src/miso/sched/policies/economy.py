@@ -40,6 +40,8 @@ class RestartEconomy:
     relaunching: dict[str, tuple[float, float]]  # job -> (that plan, its ack), not resumed
     restart_seen: dict[str, float]      # job -> its measured restart cost (s)
     restart_stats: list[float]          # [sum, count] of every cost measured
+    work_seen: dict[str, float]         # job -> its work when first seen reporting (s)
+    work_stats: list[float]             # [sum, count] of those
 
     def restart_cost(self, job: str) -> float:
         """What restarting ``job`` costs (s): its own measured cost (decision to its first
@@ -96,11 +98,27 @@ class RestartEconomy:
     def remaining(self, job: str) -> float:
         """Work the job has left (seconds alone on a full GPU) from its progress reports,
         folded into its state by the driver (:meth:`JobState.remaining_work`);
-        ``default_remaining_s`` when it reports none."""
+        :meth:`typical_work` when it reports none."""
         st = self.state
         js = st.jobs.get(job) if st is not None else None
         r = js.remaining_work(st.now) if js is not None else None  # type: ignore[union-attr]
-        return self.default_remaining_s if r is None else max(1.0, r)
+        if r is None:
+            return self.typical_work()
+        if job not in self.work_seen and js.progress is not None:  # type: ignore[union-attr]
+            self.work_seen[job] = js.progress[1]  # type: ignore[union-attr]
+            self.work_stats[0] += js.progress[1]  # type: ignore[union-attr]
+            self.work_stats[1] += 1
+        return max(1.0, r)
+
+    def typical_work(self) -> float:
+        """Work of a job that reported none yet (live, a newcomer declares no work): the mean
+        work the other jobs had when first seen reporting, else
+        ``default_remaining_s``. In the simulator every checkpointable job declares its work
+        at submission, so this prices only jobs that never report; live, without it every
+        newcomer looked like ``default_remaining_s`` (3,000 s) of work and the demo's 12 s
+        jobs waited for whole GPUs where the simulator shared them."""
+        total, n = self.work_stats
+        return total / n if n >= 1 else self.default_remaining_s
 
     def horizon(self, jobs: list[str], speeds: dict[str, dict[str, float]],
                 current: dict[str, Placement]) -> float:

@@ -98,6 +98,7 @@ class MisoPlus(GpuChoice, Admission, RestartEconomy, Rebalancing, Miso):
                  min_gain: float = 0.0, profile_when: str = "auto",
                  share_margin: float = 0.0, wait_for_gpu: bool = True,
                  batch_arrivals: bool = True, batch_admit: bool = False,
+                 landing_samples: int = 0,
                  learn_restart_cost: bool = True,
                  **miso_options: Any) -> None:
         super().__init__(**miso_options)
@@ -109,11 +110,14 @@ class MisoPlus(GpuChoice, Admission, RestartEconomy, Rebalancing, Miso):
         self.wait_for_gpu = wait_for_gpu
         self.batch_arrivals = batch_arrivals
         self.batch_admit = batch_admit
+        self.landing_samples = landing_samples
         self.learn_restart_cost = learn_restart_cost
         self.restarting: dict[str, dict[str, float]] = {}
         self.relaunching: dict[str, tuple[float, float]] = {}
         self.restart_seen: dict[str, float] = {}
         self.restart_stats = [0.0, 0.0]
+        self.work_seen: dict[str, float] = {}
+        self.work_stats = [0.0, 0.0]
         self.ahead = 0                      # queued jobs ahead of the one being placed
         self.waited = False                 # the last choose_gpu chose to wait
         self.free_at: tuple[int, list[float]] | None = None  # (call, GPU free times)
@@ -427,6 +431,7 @@ class MisoPlus(GpuChoice, Admission, RestartEconomy, Rebalancing, Miso):
         self.prior.discard(job)
         self.learned.pop(job, None)
         self.restart_seen.pop(job, None)
+        self.work_seen.pop(job, None)
         self.relaunching.pop(job, None)
         super().on_finish(now, job, gpu, sc)
         if self.rebalance:
