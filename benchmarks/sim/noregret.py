@@ -42,6 +42,10 @@ ABLATION: dict[str, dict[str, Any]] = {
     "- plan an instant's arrivals together": {"batch_arrivals": False},
     "+ batch landing (off by default)": {"batch_admit": True},
     "+ batch landing, 16 speed draws (off)": {"batch_admit": True, "landing_samples": 16},
+    "- batch cap (4 at a time when restarts are dear)": {"batch_jobs": 0},
+    "- harmonic prior in a batch": {"batch_prior": False},
+    "- batch horizon 0.75": {"batch_horizon_quantile": 0.5},
+    "+ load known after 8 arrivals (off)": {"load_samples": 8},
     "share_margin 1 (profile from load + 1 sd)": {"share_margin": 1.0},
     "- learned restart costs (told restart_s)": {"learn_restart_cost": False},
 }

@@ -55,7 +55,7 @@ class Admission:
         :meth:`ArrivalClock.offered_load`) reaches the cluster's GPUs within ``share_margin``
         standard deviations (busy GPUs are about Poisson-distributed). False while no arrival
         rate is known (a fixed mix, the first job) or once arrivals stopped."""
-        load = self.clock.offered_load(self.typical_work())
+        load = self.clock.offered_load(self.typical_work(), getattr(self, "load_samples", 16))
         if load is None or self.clock.quiet(self.now):
             return False
         # The rate is estimated from m arrivals (relative error ~ 1/sqrt(m)): take its lower

@@ -26,6 +26,8 @@ class RestartEconomy:
     economy: bool
     replans: float
     horizon_quantile: float
+    batch_horizon_quantile: float
+    in_batch: Any
     default_remaining_s: float
     reserve: bool
     max_jobs: int
@@ -128,7 +130,9 @@ class RestartEconomy:
         ``replans`` (every arrival and completion re-plans a GPU; 25 measured best, see
         benchmarks/README.md), so only large gains pay for a restart and free slices are kept
         for the next arrival; once arrivals stop (:meth:`ArrivalClock.quiet`) a plan stands
-        until the GPU's own jobs end, so jobs grow into idle slices."""
+        until the GPU's own jobs end, so jobs grow into idle slices. In a fixed mix (no
+        arrival at all after the batch) the ``batch_horizon_quantile`` (0.75) is used: the
+        layout stands longer, so a restart must buy more (measured best, "No regret")."""
         ts = []
         for j in jobs:
             pl = current.get(j)
@@ -137,7 +141,8 @@ class RestartEconomy:
         ts.sort()
         if not ts:
             return self.restart_s
-        t = ts[min(len(ts) - 1, int(self.horizon_quantile * len(ts)))]
+        q = self.batch_horizon_quantile if self.in_batch() else self.horizon_quantile
+        t = ts[min(len(ts) - 1, int(q * len(ts)))]
         k = float(len(ts)) if self.clock.quiet(self.now) else self.replans
         return max(self.restart_s, t / max(1.0, k))
 

@@ -98,7 +98,9 @@ class MisoPlus(GpuChoice, Admission, RestartEconomy, Rebalancing, Miso):
                  min_gain: float = 0.0, profile_when: str = "auto",
                  share_margin: float = 0.0, wait_for_gpu: bool = True,
                  batch_arrivals: bool = True, batch_admit: bool = False,
-                 landing_samples: int = 0,
+                 landing_samples: int = 0, load_samples: int = 16, batch_jobs: int = 4,
+                 batch_restart_frac: float = 0.1, batch_prior: bool = True,
+                 batch_horizon_quantile: float = 0.75,
                  learn_restart_cost: bool = True,
                  **miso_options: Any) -> None:
         super().__init__(**miso_options)
@@ -111,6 +113,11 @@ class MisoPlus(GpuChoice, Admission, RestartEconomy, Rebalancing, Miso):
         self.batch_arrivals = batch_arrivals
         self.batch_admit = batch_admit
         self.landing_samples = landing_samples
+        self.load_samples = load_samples
+        self.batch_jobs = batch_jobs
+        self.batch_restart_frac = batch_restart_frac
+        self.batch_prior = batch_prior
+        self.batch_horizon_quantile = batch_horizon_quantile
         self.learn_restart_cost = learn_restart_cost
         self.restarting: dict[str, dict[str, float]] = {}
         self.relaunching: dict[str, tuple[float, float]] = {}
@@ -219,12 +226,18 @@ class MisoPlus(GpuChoice, Admission, RestartEconomy, Rebalancing, Miso):
             if j in self.est:
                 out[j] = self.est[j]
             else:
-                out[j] = prior_speeds(geom, sc.state.jobs[j].spec.memory_gb)
+                out[j] = prior_speeds(geom, sc.state.jobs[j].spec.memory_gb,
+                                      harmonic=self.batch_prior and self.in_batch())
                 seen = self.learned.get(j)
                 if seen:
                     out[j] = {p: seen.get(p, v) for p, v in out[j].items()}
                 self.prior.add(j)
         return out
+
+    def in_batch(self) -> bool:
+        """A fixed mix: several jobs came, all at one instant (no arrival rate known)."""
+        return self.batch_arrivals and len(self.clock.times) >= 2 and \
+            self.clock.mean_gap() is None
 
     def arrival_within(self, seconds: float) -> bool:
         """A newcomer is expected on a given GPU within ``seconds`` (arrivals spread evenly
