@@ -46,6 +46,7 @@ ABLATION: dict[str, dict[str, Any]] = {
     "- harmonic prior in a batch": {"batch_prior": False},
     "- batch horizon 0.75": {"batch_horizon_quantile": 0.5},
     "+ load known after 8 arrivals (off)": {"load_samples": 8},
+    "- hold a GPU for a starving job": {"starve_after": 0.0},
     "share_margin 1 (profile from load + 1 sd)": {"share_margin": 1.0},
     "- learned restart costs (told restart_s)": {"learn_restart_cost": False},
 }

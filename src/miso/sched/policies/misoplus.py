@@ -8,14 +8,9 @@ from typing import Any
 from miso.mig import Geometry
 from miso.optimize import OptimizerError, optimizer_for
 from miso.sched.decisions import ApplyLayout, Decision, StartProfiling, WakeUp
-from miso.sched.estimators import PredictorEstimator
 from miso.sched.events import (
-    MPS_LEVELS,
     Event,
-    JobSpeedChanged,
     JobSubmitted,
-    ProfilingFinished,
-    SpeedObserved,
     Tick,
 )
 from miso.sched.policies.admission import PROFILE_WHEN, Admission
@@ -27,13 +22,14 @@ from miso.sched.policies.baselines import BACKFILL_WINDOW
 from miso.sched.policies.economy import RestartEconomy
 from miso.sched.policies.explain import TRIGGERS, explain_plan
 from miso.sched.policies.miso import Miso
+from miso.sched.policies.observed import ObservedSpeeds
 from miso.sched.policies.placing import GpuChoice
 from miso.sched.policies.priors import prior_speeds
 from miso.sched.policies.rebalance import RebalanceIndex, Rebalancing
 from miso.sched.state import ClusterState
 
 
-class MisoPlus(GpuChoice, Admission, RestartEconomy, Rebalancing, Miso):
+class MisoPlus(ObservedSpeeds, GpuChoice, Admission, RestartEconomy, Rebalancing, Miso):
     """Ours: MISO redesigned around restart economy. Every change is a switch, so the ablation
     table (benchmarks/README.md) can measure it:
 
@@ -83,7 +79,12 @@ class MisoPlus(GpuChoice, Admission, RestartEconomy, Rebalancing, Miso):
       prior speeds, benchmarks/README.md "No regret") the batch lands on the layout (the best
       one for a FIFO prefix of it, or one of OptSta's maximal layouts) with the smallest
       estimated sum of completion times, the rest waiting for freed instances
-      (:meth:`batch_plan`).
+      (:meth:`batch_plan`). In a fixed mix (:meth:`in_batch`) the prior is the harmonic
+      mean (``batch_prior``), at most ``batch_jobs`` run per GPU when restarts are dear
+      (``batch_restart_frac``) and plans stand for the ``batch_horizon_quantile``.
+    * ``starve_after``: a queued job that fits nowhere and has waited that many typical
+      works (:meth:`typical_work`) gets a GPU held for it (:meth:`gpu_to_hold`): backfilled
+      small jobs no longer pass it forever (the p95 of a saturated cluster).
     """
 
     name = "miso+"
@@ -100,7 +101,7 @@ class MisoPlus(GpuChoice, Admission, RestartEconomy, Rebalancing, Miso):
                  batch_arrivals: bool = True, batch_admit: bool = False,
                  landing_samples: int = 0, load_samples: int = 16, batch_jobs: int = 4,
                  batch_restart_frac: float = 0.1, batch_prior: bool = True,
-                 batch_horizon_quantile: float = 0.75,
+                 batch_horizon_quantile: float = 0.75, starve_after: float = 4.0,
                  learn_restart_cost: bool = True,
                  **miso_options: Any) -> None:
         super().__init__(**miso_options)
@@ -118,6 +119,8 @@ class MisoPlus(GpuChoice, Admission, RestartEconomy, Rebalancing, Miso):
         self.batch_restart_frac = batch_restart_frac
         self.batch_prior = batch_prior
         self.batch_horizon_quantile = batch_horizon_quantile
+        self.starve_after = starve_after
+        self.held: str | None = None       # a GPU kept for a starving job (on_capacity)
         self.learn_restart_cost = learn_restart_cost
         self.restarting: dict[str, dict[str, float]] = {}
         self.relaunching: dict[str, tuple[float, float]] = {}
@@ -358,10 +361,16 @@ class MisoPlus(GpuChoice, Admission, RestartEconomy, Rebalancing, Miso):
         jobs = sc.state.jobs
         no_room = float("inf")  # a job at least this large fits nowhere now (fit is monotone)
         self.ahead = 0
+        starve = self.starve_after * self.typical_work() \
+            if self.starve_after > 0 and not self.in_batch() else None
+        self.held = None
         for j in sc.queue(BACKFILL_WINDOW):
             mem = jobs[j].spec.memory_gb
             if mem >= no_room:
                 self.ahead += 1
+                if self.held is None and starve is not None and \
+                        now - jobs[j].submitted_at > starve:
+                    self.held = self.gpu_to_hold(sc)
                 continue
             self.waited = False
             g = self.choose_gpu(now, j, sc)
@@ -369,6 +378,9 @@ class MisoPlus(GpuChoice, Admission, RestartEconomy, Rebalancing, Miso):
                 if self.min_gain <= 0 and not self.marginal_placement and not self.waited:
                     no_room = mem
                 self.ahead += 1
+                if self.held is None and starve is not None and not self.waited and \
+                        now - jobs[j].submitted_at > starve:
+                    self.held = self.gpu_to_hold(sc)
                 continue
             sc.place(j, g)
             self.dirty.add(g)
@@ -382,58 +394,6 @@ class MisoPlus(GpuChoice, Admission, RestartEconomy, Rebalancing, Miso):
         self.ran.update(sc.state.gpus[gpu].assignment)
         self.ran.update(sc.state.gpus[gpu].mps_shares)
         super().on_applied(now, gpu, sc)
-
-    def on_profiled(self, now: float, ev: ProfilingFinished, sc: Scratch) -> None:
-        self.ran.update(ev.speeds)
-        if tuple(ev.levels) != MPS_LEVELS and ev.speeds and isinstance(
-                self.estimator, PredictorEstimator):
-            # The learned predictor reads all three levels: impute the ones not measured.
-            from miso.predict.levels import impute_profile
-
-            ev = ProfilingFinished(ev.gpu, ev.plan_id, {
-                j: impute_profile(tuple(ev.levels), v) for j, v in ev.speeds.items()},
-                MPS_LEVELS)
-        super().on_profiled(now, ev, sc)
-
-    def on_speed_observed(self, now: float, ev: SpeedObserved, sc: Scratch) -> None:
-        if not self.observed_correction:
-            return
-        gs = sc.state.gpus.get(ev.gpu)
-        if gs is None:
-            return
-        full = gs.geom.model.full_profile().name
-        if ev.placement.profile == full:
-            self.ref_rate[ev.job] = ev.rate
-        ref = self.ref_rate.get(ev.job)
-        if ref and ev.job not in self.est and ev.placement.profile != full:
-            self.learned.setdefault(ev.job, {})[ev.placement.profile] = \
-                max(0.01, min(1.5, ev.rate / ref))
-        if ref and ev.job in self.est:
-            obs = sc.state.jobs[ev.job].observed
-            for prof, r in obs.items():
-                if prof in self.est[ev.job]:
-                    self.est[ev.job][prof] = max(0.01, min(1.5, r / ref))
-
-    def on_speed_changed(self, now: float, ev: JobSpeedChanged, sc: Scratch) -> None:
-        if ev.baseline <= 0 or abs(ev.observed / ev.baseline - 1.0) <= self.threshold:
-            return
-        jobs = sc.jobs_on(ev.gpu) if ev.gpu in sc.state.gpus else []
-        recent = now - self.last_profile.get(ev.gpu, -1e18) < self.cooldown
-        if jobs == [ev.job] and sc.state.jobs[ev.job].spec.checkpointable and not recent:
-            self.est.pop(ev.job, None)    # alone: re-profile it alone, nobody else stops
-            self.ref_rate.pop(ev.job, None)
-            self.ran.discard(ev.job)
-            self.replan(now, ev.gpu, sc)
-            return
-        # Shared GPU: rescale instead of stopping the residents (relative speeds keep shape).
-        f = ev.observed / ev.baseline
-        if ev.job in self.est:
-            full = sc.state.gpus[ev.gpu].geom.model.full_profile().name
-            base = self.base_est.setdefault(ev.job, dict(self.est[ev.job]))
-            self.est[ev.job] = {p: (v if p == full else max(0.01, min(1.5, v * f)))
-                                for p, v in base.items()}
-        self.dirty.add(ev.gpu)
-        self.replan(now, ev.gpu, sc)
 
     def on_finish(self, now: float, job: str, gpu: str | None, sc: Scratch) -> None:
         self.ref_rate.pop(job, None)

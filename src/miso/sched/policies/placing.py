@@ -25,6 +25,8 @@ class GpuChoice:
     min_gain: float
     wait_for_gpu: bool
     waited: bool
+    held: str | None
+    _order: dict[str, int]
     candidate_gpus: Any
     pinned: Any
     speeds: Any
@@ -49,6 +51,8 @@ class GpuChoice:
             if self.min_gain <= 0:
                 g = None
                 for n, cand in self.candidate_gpus(sc, job):
+                    if cand == self.held:
+                        continue  # kept for a starving job ahead of this one
                     if n == 0 or self.fits_beside_pinned(cand, job, sc):
                         g = cand
                         break
@@ -140,3 +144,11 @@ class GpuChoice:
         except OptimizerError:
             return None
         return sol.objective - before
+
+    def gpu_to_hold(self, sc: Scratch) -> str | None:
+        """The GPU a starving job (fits nowhere, waited past ``starve_after`` typical works)
+        gets: the one with the fewest jobs; nobody behind it is placed there until it fits,
+        so the GPU drains to room for it instead of filling with smaller jobs that pass it."""
+        st = sc.state
+        return min(st.gpus, key=lambda g: (len(sc.jobs_on(g)), self._order.get(g, 0)),
+                   default=None)
