@@ -39,6 +39,7 @@ ABLATION: dict[str, dict[str, Any]] = {
     "profile always (issue-8 rule)": {"profile_when": "always"},
     "never profile (prior + observed rates)": {"profile_when": "never"},
     "- wait for a whole GPU": {"wait_for_gpu": False},
+    "wait bias 1 (wait whenever it looks better)": {"wait_bias": 1.0},
     "- plan an instant's arrivals together": {"batch_arrivals": False},
     "+ batch landing (off by default)": {"batch_admit": True},
     "+ batch landing, 16 speed draws (off)": {"batch_admit": True, "landing_samples": 16},

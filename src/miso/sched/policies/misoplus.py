@@ -69,7 +69,8 @@ class MisoPlus(ObservedSpeeds, GpuChoice, Admission, RestartEconomy, Rebalancing
       ``"never"`` plans every job with the prior and its observed rates.
     * ``wait_for_gpu``: at light load a newcomer that would restart a running job to share
       its GPU waits for a whole GPU instead when that ends the jobs sooner on average
-      (:meth:`better_to_wait`).
+      (:meth:`better_to_wait`), outside a fixed mix only when sharing looks ``wait_bias``
+      times worse.
     * ``learn_restart_cost``: each job's restart cost is measured (from the plan that
       restarts it to its first progress report after the relaunch) and prices its next
       restarts; jobs not measured yet are priced at the mean measured cost.
@@ -102,6 +103,7 @@ class MisoPlus(ObservedSpeeds, GpuChoice, Admission, RestartEconomy, Rebalancing
                  landing_samples: int = 0, load_samples: int = 16, batch_jobs: int = 4,
                  batch_restart_frac: float = 0.1, batch_prior: bool = True,
                  batch_horizon_quantile: float = 0.75, starve_after: float = 4.0,
+                 wait_bias: float = 1.2,
                  learn_restart_cost: bool = True,
                  **miso_options: Any) -> None:
         super().__init__(**miso_options)
@@ -120,6 +122,7 @@ class MisoPlus(ObservedSpeeds, GpuChoice, Admission, RestartEconomy, Rebalancing
         self.batch_prior = batch_prior
         self.batch_horizon_quantile = batch_horizon_quantile
         self.starve_after = starve_after
+        self.wait_bias = wait_bias
         self.held: str | None = None       # a GPU kept for a starving job (on_capacity)
         self.learn_restart_cost = learn_restart_cost
         self.restarting: dict[str, dict[str, float]] = {}
