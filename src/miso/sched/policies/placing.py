@@ -93,12 +93,13 @@ class GpuChoice:
 
     def batch_full(self, g: str, sc: Scratch) -> bool:
         """Whether ``g``, the least crowded GPU, already runs ``batch_jobs`` jobs in a fixed
-        mix (:meth:`in_batch`) where a restart costs at least ``batch_restart_frac`` of a
-        typical job's work: then the job waits for one to end. A whole batch side by side on
-        the smallest slices, grown into freed slices by restarts as jobs end, has the highest
-        throughput but ends every job late; a few at a time end the first ones early and
-        restart less (benchmarks/README.md, "No regret"). Cheap restarts make the growth
-        cheap: no cap then (measured: restart 30 s vs 600 s jobs)."""
+        mix (:meth:`in_batch`) where a restart costs at least ``batch_restart_frac`` of the
+        mean remaining work of ``g``'s jobs: then the job waits for one to end. A whole
+        batch side by side on the smallest slices, grown into freed slices by restarts as
+        jobs end, has the highest throughput but ends every job late; a few at a time end
+        the first ones early and restart less (benchmarks/README.md, "No regret"). Cheap
+        restarts make the growth cheap: no cap then (restart 30 s vs 600 s jobs, until
+        their remaining work is under 300 s)."""
         cap = self.batch_jobs
         jobs = sc.jobs_on(g)
         if cap <= 0 or len(jobs) < cap or not self.in_batch():
