@@ -124,7 +124,8 @@ class Simulator(ProfilingRuns, Disturbances):
             # and reports its progress (:class:`JobProgress`); one that cannot checkpoint has
             # no helper and reports nothing.
             spec = JobSpec(tj.id, f"job-{tj.id}", mem, tj.workload,
-                           duration_hint_s=tj.duration_s if ckpt else None, checkpointable=ckpt,
+                           duration_hint_s=tj.duration_s if ckpt and config.declare_work else None,
+                           checkpointable=ckpt,
                            owner=tj.owner, priority=tj.priority)
             jrng = np.random.default_rng([seed, zlib.crc32(tj.id.encode())])
             base = float(jrng.lognormal(2.0, 0.8))

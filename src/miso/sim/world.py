@@ -44,3 +44,5 @@ class WorldConfig:
     profiled_at_submit: bool = False   # every job's MPS profile is known when it is submitted
                                        # (taken off the cluster): estimates need no profiling
     error_scale: float = 1.0           # heldout predictors: held-out errors times this
+    declare_work: bool = True          # a job declares its work at submission; False: known
+                                       # from its first progress report once it runs (live)

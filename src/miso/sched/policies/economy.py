@@ -26,6 +26,8 @@ class RestartEconomy:
     economy: bool
     replans: float
     horizon_quantile: float
+    batch_horizon_quantile: float
+    in_batch: Any
     default_remaining_s: float
     reserve: bool
     max_jobs: int
@@ -40,6 +42,8 @@ class RestartEconomy:
     relaunching: dict[str, tuple[float, float]]  # job -> (that plan, its ack), not resumed
     restart_seen: dict[str, float]      # job -> its measured restart cost (s)
     restart_stats: list[float]          # [sum, count] of every cost measured
+    work_seen: dict[str, float]         # job -> its work when first seen reporting (s)
+    work_stats: list[float]             # [sum, count] of those
 
     def restart_cost(self, job: str) -> float:
         """What restarting ``job`` costs (s): its own measured cost (decision to its first
@@ -96,11 +100,27 @@ class RestartEconomy:
     def remaining(self, job: str) -> float:
         """Work the job has left (seconds alone on a full GPU) from its progress reports,
         folded into its state by the driver (:meth:`JobState.remaining_work`);
-        ``default_remaining_s`` when it reports none."""
+        :meth:`typical_work` when it reports none."""
         st = self.state
         js = st.jobs.get(job) if st is not None else None
         r = js.remaining_work(st.now) if js is not None else None  # type: ignore[union-attr]
-        return self.default_remaining_s if r is None else max(1.0, r)
+        if r is None:
+            return self.typical_work()
+        if job not in self.work_seen and js.progress is not None:  # type: ignore[union-attr]
+            self.work_seen[job] = js.progress[1]  # type: ignore[union-attr]
+            self.work_stats[0] += js.progress[1]  # type: ignore[union-attr]
+            self.work_stats[1] += 1
+        return max(1.0, r)
+
+    def typical_work(self) -> float:
+        """Work of a job that reported none yet (live, a newcomer declares no work): the mean
+        work the other jobs had when first seen reporting, else
+        ``default_remaining_s``. In the simulator every checkpointable job declares its work
+        at submission, so this prices only jobs that never report; live, without it every
+        newcomer looked like ``default_remaining_s`` (3,000 s) of work and the demo's 12 s
+        jobs waited for whole GPUs where the simulator shared them."""
+        total, n = self.work_stats
+        return total / n if n >= 1 else self.default_remaining_s
 
     def horizon(self, jobs: list[str], speeds: dict[str, dict[str, float]],
                 current: dict[str, Placement]) -> float:
@@ -110,7 +130,9 @@ class RestartEconomy:
         ``replans`` (every arrival and completion re-plans a GPU; 25 measured best, see
         benchmarks/README.md), so only large gains pay for a restart and free slices are kept
         for the next arrival; once arrivals stop (:meth:`ArrivalClock.quiet`) a plan stands
-        until the GPU's own jobs end, so jobs grow into idle slices."""
+        until the GPU's own jobs end, so jobs grow into idle slices. In a fixed mix (no
+        arrival at all after the batch) the ``batch_horizon_quantile`` (0.75) is used: the
+        layout stands longer, so a restart must buy more (measured best, "No regret")."""
         ts = []
         for j in jobs:
             pl = current.get(j)
@@ -119,7 +141,8 @@ class RestartEconomy:
         ts.sort()
         if not ts:
             return self.restart_s
-        t = ts[min(len(ts) - 1, int(self.horizon_quantile * len(ts)))]
+        q = self.batch_horizon_quantile if self.in_batch() else self.horizon_quantile
+        t = ts[min(len(ts) - 1, int(q * len(ts)))]
         k = float(len(ts)) if self.clock.quiet(self.now) else self.replans
         return max(self.restart_s, t / max(1.0, k))
 

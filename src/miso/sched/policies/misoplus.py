@@ -8,14 +8,9 @@ from typing import Any
 from miso.mig import Geometry
 from miso.optimize import OptimizerError, optimizer_for
 from miso.sched.decisions import ApplyLayout, Decision, StartProfiling, WakeUp
-from miso.sched.estimators import PredictorEstimator
 from miso.sched.events import (
-    MPS_LEVELS,
     Event,
-    JobSpeedChanged,
     JobSubmitted,
-    ProfilingFinished,
-    SpeedObserved,
     Tick,
 )
 from miso.sched.policies.admission import PROFILE_WHEN, Admission
@@ -27,13 +22,15 @@ from miso.sched.policies.baselines import BACKFILL_WINDOW
 from miso.sched.policies.economy import RestartEconomy
 from miso.sched.policies.explain import TRIGGERS, explain_plan
 from miso.sched.policies.miso import Miso
+from miso.sched.policies.observed import ObservedSpeeds
+from miso.sched.policies.placing import GpuChoice
 from miso.sched.policies.priors import prior_speeds
 from miso.sched.policies.rebalance import RebalanceIndex, Rebalancing
-from miso.sched.robust import pessimistic, propagate
+from miso.sched.robust import pessimistic
 from miso.sched.state import ClusterState
 
 
-class MisoPlus(Admission, RestartEconomy, Rebalancing, Miso):
+class MisoPlus(ObservedSpeeds, GpuChoice, Admission, RestartEconomy, Rebalancing, Miso):
     """Ours: MISO redesigned around restart economy. Every change is a switch, so the ablation
     table (benchmarks/README.md) can measure it:
 
@@ -73,7 +70,8 @@ class MisoPlus(Admission, RestartEconomy, Rebalancing, Miso):
       ``"never"`` plans every job with the prior and its observed rates.
     * ``wait_for_gpu``: at light load a newcomer that would restart a running job to share
       its GPU waits for a whole GPU instead when that ends the jobs sooner on average
-      (:meth:`better_to_wait`).
+      (:meth:`better_to_wait`), outside a fixed mix only when sharing looks ``wait_bias``
+      times worse.
     * ``learn_restart_cost``: each job's restart cost is measured (from the plan that
       restarts it to its first progress report after the relaunch) and prices its next
       restarts; jobs not measured yet are priced at the mean measured cost.
@@ -87,7 +85,12 @@ class MisoPlus(Admission, RestartEconomy, Rebalancing, Miso):
       prior speeds, benchmarks/README.md "No regret") the batch lands on the layout (the best
       one for a FIFO prefix of it, or one of OptSta's maximal layouts) with the smallest
       estimated sum of completion times, the rest waiting for freed instances
-      (:meth:`batch_plan`).
+      (:meth:`batch_plan`). In a fixed mix (:meth:`in_batch`) the prior is the harmonic
+      mean (``batch_prior``), at most ``batch_jobs`` run per GPU when restarts are dear
+      (``batch_restart_frac``) and plans stand for the ``batch_horizon_quantile``.
+    * ``starve_after``: a queued job that fits nowhere and has waited that many typical
+      works (:meth:`typical_work`) gets a GPU held for it (:meth:`gpu_to_hold`): backfilled
+      small jobs no longer pass it forever (the p95 of a saturated cluster).
     """
 
     name = "miso+"
@@ -102,6 +105,10 @@ class MisoPlus(Admission, RestartEconomy, Rebalancing, Miso):
                  min_gain: float = 0.0, profile_when: str = "auto",
                  share_margin: float = 0.0, wait_for_gpu: bool = True,
                  batch_arrivals: bool = True, batch_admit: bool = False,
+                 landing_samples: int = 0, load_samples: int = 16, batch_jobs: int = 4,
+                 batch_restart_frac: float = 0.1, batch_prior: bool = True,
+                 batch_horizon_quantile: float = 0.75, starve_after: float = 4.0,
+                 wait_bias: float = 1.2,
                  learn_restart_cost: bool = True, robust_risk: float = 0.0,
                  propagate_observed: bool = False,
                  **miso_options: Any) -> None:
@@ -114,6 +121,15 @@ class MisoPlus(Admission, RestartEconomy, Rebalancing, Miso):
         self.wait_for_gpu = wait_for_gpu
         self.batch_arrivals = batch_arrivals
         self.batch_admit = batch_admit
+        self.landing_samples = landing_samples
+        self.load_samples = load_samples
+        self.batch_jobs = batch_jobs
+        self.batch_restart_frac = batch_restart_frac
+        self.batch_prior = batch_prior
+        self.batch_horizon_quantile = batch_horizon_quantile
+        self.starve_after = starve_after
+        self.wait_bias = wait_bias
+        self.held: str | None = None       # a GPU kept for a starving job (on_capacity)
         self.learn_restart_cost = learn_restart_cost
         self.robust_risk, self.propagate_observed = robust_risk, propagate_observed  # robust.py
         self.predicted: dict[str, dict[str, float]] = {}  # estimates before any measurement
@@ -121,6 +137,8 @@ class MisoPlus(Admission, RestartEconomy, Rebalancing, Miso):
         self.relaunching: dict[str, tuple[float, float]] = {}
         self.restart_seen: dict[str, float] = {}
         self.restart_stats = [0.0, 0.0]
+        self.work_seen: dict[str, float] = {}
+        self.work_stats = [0.0, 0.0]
         self.ahead = 0                      # queued jobs ahead of the one being placed
         self.waited = False                 # the last choose_gpu chose to wait
         self.free_at: tuple[int, list[float]] | None = None  # (call, GPU free times)
@@ -228,12 +246,18 @@ class MisoPlus(Admission, RestartEconomy, Rebalancing, Miso):
                     self.est[j], getattr(self.estimator, "interval", {}).get(j, {}),
                     sc.state.jobs[j].observed, self.robust_risk)
             else:
-                out[j] = prior_speeds(geom, sc.state.jobs[j].spec.memory_gb)
+                out[j] = prior_speeds(geom, sc.state.jobs[j].spec.memory_gb,
+                                      harmonic=self.batch_prior and self.in_batch())
                 seen = self.learned.get(j)
                 if seen:
                     out[j] = {p: seen.get(p, v) for p, v in out[j].items()}
                 self.prior.add(j)
         return out
+
+    def in_batch(self) -> bool:
+        """A fixed mix: several jobs came, all at one instant (no arrival rate known)."""
+        return self.batch_arrivals and len(self.clock.times) >= 2 and \
+            self.clock.mean_gap() is None
 
     def arrival_within(self, seconds: float) -> bool:
         """A newcomer is expected on a given GPU within ``seconds`` (arrivals spread evenly
@@ -358,11 +382,17 @@ class MisoPlus(Admission, RestartEconomy, Rebalancing, Miso):
         no_room: dict[str, float] = {}
         bound = sc.owner_bound()
         self.ahead = 0
+        starve = self.starve_after * self.typical_work() \
+            if self.starve_after > 0 and not self.in_batch() else None
+        self.held = None
         for j in sc.queue(BACKFILL_WINDOW):
             mem = jobs[j].spec.memory_gb
             key = jobs[j].spec.owner if bound else ""
             if mem >= no_room.get(key, float("inf")):
                 self.ahead += 1
+                if self.held is None and starve is not None and \
+                        now - jobs[j].submitted_at > starve:
+                    self.held = self.gpu_to_hold(sc)
                 continue
             self.waited = False
             g = self.choose_gpu(now, j, sc)
@@ -370,96 +400,14 @@ class MisoPlus(Admission, RestartEconomy, Rebalancing, Miso):
                 if self.min_gain <= 0 and not self.marginal_placement and not self.waited:
                     no_room[key] = mem
                 self.ahead += 1
+                if self.held is None and starve is not None and not self.waited and \
+                        now - jobs[j].submitted_at > starve:
+                    self.held = self.gpu_to_hold(sc)
                 continue
             sc.place(j, g)
             self.dirty.add(g)
         for g in sorted(self.dirty, key=lambda x: self._order.get(x, 0)):
             self.replan(now, g, sc)
-
-    # -- placement --------------------------------------------------------------------------
-    def choose_gpu(self, now: float, job: str, sc: Scratch) -> str | None:
-        """An idle GPU if any; else, among the least crowded GPUs that can hold the job, the
-        one where its net gain (throughput added minus restart costs) is largest. With
-        ``min_gain`` > 0 a job joins a shared GPU only where it adds at least that much
-        throughput: squeezing a job that runs slowly on small slices next to others slows them
-        more than its early start helps (mean JCT), so it waits for a better slot instead."""
-        if not self.marginal_placement:
-            if self.min_gain <= 0:
-                g = None
-                for n, cand in self.candidate_gpus(sc, job):
-                    if n == 0 or self.fits_beside_pinned(cand, job, sc):
-                        g = cand
-                        break
-                if g is not None and self.wait_for_gpu and sc.jobs_on(g) \
-                        and not self.heavy_load(sc) and not self.others_waiting(sc, job) \
-                        and self.better_to_wait(g, job, sc):
-                    self.waited = True
-                    return None
-                return g
-            for seen, (n, g) in enumerate(self.candidate_gpus(sc, job), start=1):
-                if n == 0:
-                    return g
-                gain = self.net_gain(g, sc.jobs_on(g), job, sc)
-                if gain is not None and gain >= self.min_gain:
-                    return g
-                if seen >= self.marginal_candidates:
-                    break
-            return None
-        best: tuple[float, str] | None = None
-        first_n: int | None = None
-        for seen, (n, g) in enumerate(self.candidate_gpus(sc, job), start=1):
-            if n == 0:
-                return g
-            if first_n is None:
-                first_n = n
-            elif n > first_n and best is not None:
-                break  # only the least crowded GPUs compete
-            gain = self.net_gain(g, sc.jobs_on(g), job, sc,
-                                 floor=None if best is None else best[0] + 1e-9)
-            if gain is not None and (best is None or gain > best[0] + 1e-9):
-                best = (gain, g)
-            if seen >= self.marginal_candidates:
-                break
-        return best[1] if best is not None else None
-
-    def fits_beside_pinned(self, g: str, job: str, sc: Scratch) -> bool:
-        """Whether a layout keeps the pinned residents of ``g`` (jobs that cannot checkpoint
-        keep their instance) and holds ``job`` too; a GPU without pinned residents always can
-        (:meth:`candidate_gpus` checked the mix). Else the job would wait there for the pinned
-        job to end while another GPU could take it."""
-        jobs = sc.jobs_on(g)
-        gs = sc.state.gpus[g]
-        pinned = self.pinned(sc, jobs) & set(gs.assignment)
-        if not pinned:
-            return True
-        sp = self.speeds(gs.geom, sc, [*jobs, job])
-        current = {j: pl for j, pl in gs.assignment.items() if j in sp}
-        try:
-            optimizer_for(gs.geom).solve(sp, current=current, pinned=pinned)
-        except OptimizerError:
-            return False
-        return True
-
-    def net_gain(self, g: str, jobs: list[str], job: str, sc: Scratch,
-                 floor: float | None = None) -> float | None:
-        """Throughput after adding ``job`` to ``g`` (restart costs subtracted) minus before;
-        None when no layout holds the mix, or (given ``floor``) when the gain cannot exceed
-        ``floor`` (the optimizer checks a cheap upper bound first)."""
-        gs = sc.state.gpus[g]
-        opt = optimizer_for(gs.geom)
-        sp = self.speeds(gs.geom, sc, jobs)
-        current = {j: pl for j, pl in gs.assignment.items() if j in sp}
-        before = sum(sp[j][pl.profile] for j, pl in current.items() if pl.profile in sp[j])
-        sp[job] = self.speeds(gs.geom, sc, [job])[job]
-        pinned = self.pinned(sc, jobs) & set(current)
-        _, penalty = self.restart_prices(list(sp), sp, current)
-        try:
-            sol = opt.solve(sp, current=current, objective="restart-aware",
-                            restart_penalty=penalty, pinned=pinned,
-                            above=None if floor is None else floor + before)
-        except OptimizerError:
-            return None
-        return sol.objective - before
 
     # -- events -----------------------------------------------------------------------------
     def on_applied(self, now: float, gpu: str, sc: Scratch) -> None:
@@ -468,64 +416,6 @@ class MisoPlus(Admission, RestartEconomy, Rebalancing, Miso):
         self.ran.update(sc.state.gpus[gpu].assignment)
         self.ran.update(sc.state.gpus[gpu].mps_shares)
         super().on_applied(now, gpu, sc)
-
-    def on_profiled(self, now: float, ev: ProfilingFinished, sc: Scratch) -> None:
-        self.ran.update(ev.speeds)
-        if tuple(ev.levels) != MPS_LEVELS and ev.speeds and isinstance(
-                self.estimator, PredictorEstimator):
-            # The learned predictor reads all three levels: impute the ones not measured.
-            from miso.predict.levels import impute_profile
-
-            ev = ProfilingFinished(ev.gpu, ev.plan_id, {
-                j: impute_profile(tuple(ev.levels), v) for j, v in ev.speeds.items()},
-                MPS_LEVELS)
-        super().on_profiled(now, ev, sc)
-
-    def on_speed_observed(self, now: float, ev: SpeedObserved, sc: Scratch) -> None:
-        if not self.observed_correction:
-            return
-        gs = sc.state.gpus.get(ev.gpu)
-        if gs is None:
-            return
-        full = gs.geom.model.full_profile().name
-        if ev.placement.profile == full:
-            self.ref_rate[ev.job] = ev.rate
-        ref = self.ref_rate.get(ev.job)
-        if ref and ev.job not in self.est and ev.placement.profile != full:
-            self.learned.setdefault(ev.job, {})[ev.placement.profile] = \
-                max(0.01, min(1.5, ev.rate / ref))
-        if ref and ev.job in self.est:
-            first = self.predicted.setdefault(ev.job, dict(self.est[ev.job])) \
-                if self.propagate_observed else {}
-            obs = sc.state.jobs[ev.job].observed
-            for prof, r in obs.items():
-                if prof in self.est[ev.job]:
-                    self.est[ev.job][prof] = max(0.01, min(1.5, r / ref))
-            if self.propagate_observed:  # from the estimate before any measurement
-                self.est[ev.job] = propagate(gs.geom, first, {
-                    p: self.est[ev.job][p] for p in obs if p in self.est[ev.job] and p != full},
-                    getattr(self.estimator, "calibration", None))
-
-    def on_speed_changed(self, now: float, ev: JobSpeedChanged, sc: Scratch) -> None:
-        if ev.baseline <= 0 or abs(ev.observed / ev.baseline - 1.0) <= self.threshold:
-            return
-        jobs = sc.jobs_on(ev.gpu) if ev.gpu in sc.state.gpus else []
-        recent = now - self.last_profile.get(ev.gpu, -1e18) < self.cooldown
-        if jobs == [ev.job] and sc.state.jobs[ev.job].spec.checkpointable and not recent:
-            self.est.pop(ev.job, None)    # alone: re-profile it alone, nobody else stops
-            self.ref_rate.pop(ev.job, None)
-            self.ran.discard(ev.job)
-            self.replan(now, ev.gpu, sc)
-            return
-        # Shared GPU: rescale instead of stopping the residents (relative speeds keep shape).
-        f = ev.observed / ev.baseline
-        if ev.job in self.est:
-            full = sc.state.gpus[ev.gpu].geom.model.full_profile().name
-            base = self.base_est.setdefault(ev.job, dict(self.est[ev.job]))
-            self.est[ev.job] = {p: (v if p == full else max(0.01, min(1.5, v * f)))
-                                for p, v in base.items()}
-        self.dirty.add(ev.gpu)
-        self.replan(now, ev.gpu, sc)
 
     def on_finish(self, now: float, job: str, gpu: str | None, sc: Scratch) -> None:
         self.ref_rate.pop(job, None)
@@ -537,6 +427,7 @@ class MisoPlus(Admission, RestartEconomy, Rebalancing, Miso):
         self.prior.discard(job)
         self.learned.pop(job, None)
         self.restart_seen.pop(job, None)
+        self.work_seen.pop(job, None)
         self.relaunching.pop(job, None)
         super().on_finish(now, job, gpu, sc)
         if self.rebalance:

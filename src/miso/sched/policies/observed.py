@@ -1,0 +1,96 @@
+"""miso+'s reading of measured speeds: profiles (levels not measured imputed for the
+learned predictor), observed MIG rates replacing predictions or the prior, and phase changes
+(a job alone is re-profiled alone; on a shared GPU its estimates are rescaled instead of
+stopping the residents).
+
+A mixin of :class:`~miso.sched.policies.misoplus.MisoPlus` (it reads and updates the policy's
+``est``, ``base_est``, ``ref_rate``, ``learned``, ``ran``, ``last_profile``, its knobs
+``observed_correction``, ``propagate_observed`` (with ``predicted``), ``threshold``,
+``cooldown``, its ``estimator`` and ``replan``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from miso.sched.estimators import PredictorEstimator
+from miso.sched.events import MPS_LEVELS, JobSpeedChanged, ProfilingFinished, SpeedObserved
+from miso.sched.policies.base import Scratch
+from miso.sched.robust import propagate
+
+
+class ObservedSpeeds:
+    """Speed events (see the module docstring)."""
+
+    est: dict[str, dict[str, float]]
+    base_est: dict[str, dict[str, float]]
+    ref_rate: dict[str, float]
+    learned: dict[str, dict[str, float]]
+    ran: set[str]
+    last_profile: dict[str, float]
+    observed_correction: bool
+    propagate_observed: bool
+    predicted: dict[str, dict[str, float]]
+    threshold: float
+    cooldown: float
+    estimator: Any
+    dirty: set[str]
+    replan: Any
+
+    def on_profiled(self, now: float, ev: ProfilingFinished, sc: Scratch) -> None:
+        self.ran.update(ev.speeds)
+        if tuple(ev.levels) != MPS_LEVELS and ev.speeds and isinstance(
+                self.estimator, PredictorEstimator):
+            # The learned predictor reads all three levels: impute the ones not measured.
+            from miso.predict.levels import impute_profile
+
+            ev = ProfilingFinished(ev.gpu, ev.plan_id, {
+                j: impute_profile(tuple(ev.levels), v) for j, v in ev.speeds.items()},
+                MPS_LEVELS)
+        super().on_profiled(now, ev, sc)  # type: ignore[misc]
+
+    def on_speed_observed(self, now: float, ev: SpeedObserved, sc: Scratch) -> None:
+        if not self.observed_correction:
+            return
+        gs = sc.state.gpus.get(ev.gpu)
+        if gs is None:
+            return
+        full = gs.geom.model.full_profile().name
+        if ev.placement.profile == full:
+            self.ref_rate[ev.job] = ev.rate
+        ref = self.ref_rate.get(ev.job)
+        if ref and ev.job not in self.est and ev.placement.profile != full:
+            self.learned.setdefault(ev.job, {})[ev.placement.profile] = \
+                max(0.01, min(1.5, ev.rate / ref))
+        if ref and ev.job in self.est:
+            first = self.predicted.setdefault(ev.job, dict(self.est[ev.job])) \
+                if self.propagate_observed else {}
+            obs = sc.state.jobs[ev.job].observed
+            for prof, r in obs.items():
+                if prof in self.est[ev.job]:
+                    self.est[ev.job][prof] = max(0.01, min(1.5, r / ref))
+            if self.propagate_observed:  # from the estimate before any measurement
+                self.est[ev.job] = propagate(gs.geom, first, {
+                    p: self.est[ev.job][p] for p in obs if p in self.est[ev.job] and p != full},
+                    getattr(self.estimator, "calibration", None))
+
+    def on_speed_changed(self, now: float, ev: JobSpeedChanged, sc: Scratch) -> None:
+        if ev.baseline <= 0 or abs(ev.observed / ev.baseline - 1.0) <= self.threshold:
+            return
+        jobs = sc.jobs_on(ev.gpu) if ev.gpu in sc.state.gpus else []
+        recent = now - self.last_profile.get(ev.gpu, -1e18) < self.cooldown
+        if jobs == [ev.job] and sc.state.jobs[ev.job].spec.checkpointable and not recent:
+            self.est.pop(ev.job, None)    # alone: re-profile it alone, nobody else stops
+            self.ref_rate.pop(ev.job, None)
+            self.ran.discard(ev.job)
+            self.replan(now, ev.gpu, sc)
+            return
+        # Shared GPU: rescale instead of stopping the residents (relative speeds keep shape).
+        f = ev.observed / ev.baseline
+        if ev.job in self.est:
+            full = sc.state.gpus[ev.gpu].geom.model.full_profile().name
+            base = self.base_est.setdefault(ev.job, dict(self.est[ev.job]))
+            self.est[ev.job] = {p: (v if p == full else max(0.01, min(1.5, v * f)))
+                                for p, v in base.items()}
+        self.dirty.add(ev.gpu)
+        self.replan(now, ev.gpu, sc)
