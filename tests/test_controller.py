@@ -260,7 +260,7 @@ def _snap(phase: str, jobs: list[str]) -> dict[str, object]:
 
 
 def test_why__a_job_without_progress_reports_is_said_to_be_not_profiled() -> None:
-    from miso.controller.controller import why
+    from miso.controller.statustext import why
 
     snap = _snap("running", ["j2"])
     # the default policy never profiles it: still, status says so
@@ -278,7 +278,7 @@ def test_why__a_job_without_progress_reports_is_said_to_be_not_profiled() -> Non
 
 
 def test_why__a_queued_job_is_told_the_true_cause_of_its_wait() -> None:
-    from miso.controller.controller import why
+    from miso.controller.statustext import why
 
     q = _job("queued")
     pinned = _snap("running", ["j1", "j2"])

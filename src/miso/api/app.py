@@ -306,7 +306,7 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
     @r.get("/status")
     async def status(user: UserDep, limit: Annotated[int, Query(ge=1, le=100_000)] = 200
                      ) -> Json:
-        from miso.controller.controller import why  # noqa: PLC0415
+        from miso.controller.statustext import why  # noqa: PLC0415
 
         snap = snapshot.get()
         own = None if user.admin else user.id

@@ -24,7 +24,6 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -32,9 +31,8 @@ from typing import Any
 from miso.agent import runas
 from miso.controller.executor import PlanExecutor
 from miso.controller.loop import EventLoop
-from miso.controller.owners import fair_wait_reason, owner_table
+from miso.controller.owners import owner_table
 from miso.controller.poller import AgentPoller
-from miso.controller.profile_run import NOT_PROFILED
 from miso.controller.quotas import Quota, QuotaStore, check_priority, tenancy_config
 from miso.controller.recovery import recover
 from miso.controller.runtime import (
@@ -45,9 +43,10 @@ from miso.controller.runtime import (
     SubmitError,
 )
 from miso.controller.statelock import StateDirLock
+from miso.controller.statustext import NO_NODES, fair_named, lost_node, owner_named, why
 from miso.controller.store import GIB_PER_GB, JobRecord, JobStore, StoreConflict, StoreError
 from miso.controller.usagestore import UsageStore
-from miso.jobstatus import TERMINAL, JobStatus
+from miso.jobstatus import JobStatus
 from miso.mig import GPU_MODELS, geometry
 from miso.sched import JobSpec, JobSubmitted, Policy
 from miso.sched.clock import Clock
@@ -326,7 +325,7 @@ class Controller:
         snap["jobs"] = jobs
         if not snap["nodes"] and any(j["state"] == JobStatus.QUEUED for j in jobs):
             fencing = snap["unreachable"]
-            snap["errors"].append(_NO_NODES if not fencing else
+            snap["errors"].append(NO_NODES if not fencing else
                                   f"every agent is unreachable ({', '.join(fencing)}): jobs "
                                   f"wait until a node returns")
         return snap
@@ -346,9 +345,9 @@ class Controller:
             snap["owners"] = owner_table(snap["owners"], self.quotas.list(), self.owner_names,
                                          ten.default_weight if ten is not None else 1.0)
             # a quota's wait reason names the owner by its user name, not its id
-            snap["held"] = {j: _named(t, self.owner_names)
+            snap["held"] = {j: owner_named(t, self.owner_names)
                             for j, t in (snap.get("held") or {}).items()}
-            snap["fair_wait"] = _fair_named(snap.get("fair_wait") or {}, self.owner_names)
+            snap["fair_wait"] = fair_named(snap.get("fair_wait") or {}, self.owner_names)
         snap["errors"] = [n["text"] for n in snap["lost_nodes"]] + list(self.errors[-20:]) + [
             f"job {b}: its record in the store is malformed; ignored (fix or delete the row "
             f"in {self.store.path})" for b in self.store.bad_rows]
@@ -393,99 +392,11 @@ class Controller:
         return best[0], f"{best[1]} of {best[2]}"
 
 
-_NO_NODES = ("no agent is up: queued jobs wait for a GPU node (start one, or check "
-             "`miso cluster up`)")
-
-
-def lost_node(node: str, d: dict[str, Any], fencing: bool) -> dict[str, Any]:
-    """A lost node as ``status`` shows it: since when (wall clock), why, and what happens to
-    its jobs (``fencing``: they move once its lease has run out; else they have moved and the
-    node waits for its agent to join again)."""
-    since = float(d.get("since") or 0.0)
-    phase = "fencing" if fencing else "waiting for its agent"
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since))
-    then = ("its jobs move once its lease has run out" if fencing else
-            "its jobs were requeued; it joins again when its agent is back")
-    return {"node": node, "since": since, "why": str(d.get("why") or ""), "phase": phase,
-            "text": f"node {node} lost since {stamp} ({time.time() - since:.0f}s): "
-                    f"{d.get('why')}; {then}"}
-
-
-def _named(text: str, names: dict[str, str]) -> str:
-    """``text`` with the owner id after ``owner `` replaced by the user's name."""
-    head, sep, rest = text.partition("owner ")
-    if not sep:
-        return text
-    oid, space, tail = rest.partition(" ")
-    return f"{head}owner {names.get(oid, oid)}{space}{tail}"
-
-
-def _fair_named(waits: dict[str, dict[str, Any]], names: dict[str, str]
-                ) -> dict[str, dict[str, Any]]:
-    """The loop's fair-share waits with owners by user name, not id (one copy per shared
-    entry)."""
-    done: dict[int, dict[str, Any]] = {}
-    out = {}
-    for j, fw in waits.items():
-        d = done.get(id(fw))
-        if d is None:
-            d = done[id(fw)] = {**fw, "owner": names.get(fw["owner"], fw["owner"]),
-                                "ahead": {names.get(o, o): n for o, n in fw["ahead"].items()}}
-        out[j] = d
-    return out
-
-
 def _spec(rec: JobRecord, priority: int = 0) -> JobSpec:
     gib = rec.memory_gib if rec.memory_gib is not None else rec.memory_gb * GIB_PER_GB
     return JobSpec(rec.id, rec.name, gib, rec.workload,
                    checkpointable=rec.checkpointable is not False, owner=rec.owner or "",
                    priority=priority)
-
-
-def why(j: dict[str, Any], snap: dict[str, Any],
-        cannot_checkpoint: Callable[[str], bool] | None = None, *, admin: bool = False) -> str:
-    """One line on why job ``j`` (a record as JSON) is where it is: its full failure reason
-    when it ended, why it waits when queued (``snap`` is :meth:`Controller.cluster`), and for a
-    job that sends no progress reports that it is not profiled. ``cannot_checkpoint(job id)``
-    tells whether a resident of a GPU is pinned (never named: it may be another user's).
-    A fair-share wait names the other owners ahead only for an ``admin`` reader."""
-    state = j["state"]
-    if state in TERMINAL:
-        return str(j.get("reason") or "")
-    note = str(j.get("note") or "")
-    silent = j.get("checkpointable") is False and j.get("iteration") is None
-    if note == NOT_PROFILED and not silent:
-        note = ""  # it was slow to start, then reported progress: the note is stale
-    if state == JobStatus.PROFILING and silent:
-        return "runs under MPS while its GPU's other jobs are measured; not measured itself " \
-            "(no progress reports)"
-    if state != JobStatus.QUEUED:
-        return NOT_PROFILED if silent else note
-    if not snap["gpus"]:
-        fencing = snap.get("unreachable") or []
-        return "waiting: no GPU node is up" + (f" ({', '.join(fencing)} unreachable)"
-                                               if fencing else "")
-    held = (snap.get("held") or {}).get(j["id"])
-    if held:
-        return f"waiting: {held}"
-    fair = (snap.get("fair_wait") or {}).get(j["id"])
-    if fair:
-        return fair_wait_reason(fair, admin=admin)
-    gpu = next((g for g in snap["gpus"] if j["id"] in g["jobs"]), None)
-    if gpu is not None:
-        where = f"waiting on {gpu['id']}"
-        if gpu["phase"] == "reconfiguring":
-            return f"{where}: its MIG layout is being changed"
-        if gpu["phase"] == "profiling":
-            return f"{where}: its jobs are being profiled under MPS"
-        others = [x for x in gpu["jobs"] if x != j["id"]]
-        if cannot_checkpoint is not None and any(cannot_checkpoint(x) for x in others):
-            return (f"{where}: a job there cannot checkpoint and keeps its slice until it "
-                    "ends; no layout adds this job beside it")
-        return f"{where}: placed there, its new layout is not applied yet"
-    busy = ", ".join(f"{g['id']} {g['phase']} {len(g['jobs'])} jobs" for g in snap["gpus"])
-    return (f"waiting for a slice with {j.get('memory_gib') or 0:.1f} GiB; the policy has not "
-            f"placed it ({busy})")
 
 
 def _check_program_of_account(program: str, env: dict[str, str], unix_user: str | None) -> None:

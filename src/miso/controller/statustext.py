@@ -1,0 +1,102 @@
+"""What ``miso status`` says about nodes and waiting jobs: a lost node's line, owner ids
+turned into user names, and one line on why a job is where it is (its failure, why it waits,
+whether it is profiled). Pure functions of the controller's snapshot: the controller and the
+API's views call them."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from miso.controller.owners import fair_wait_reason
+from miso.controller.profile_run import NOT_PROFILED
+from miso.jobstatus import TERMINAL, JobStatus
+
+NO_NODES = ("no agent is up: queued jobs wait for a GPU node (start one, or check "
+             "`miso cluster up`)")
+
+
+def lost_node(node: str, d: dict[str, Any], fencing: bool) -> dict[str, Any]:
+    """A lost node as ``status`` shows it: since when (wall clock), why, and what happens to
+    its jobs (``fencing``: they move once its lease has run out; else they have moved and the
+    node waits for its agent to join again)."""
+    since = float(d.get("since") or 0.0)
+    phase = "fencing" if fencing else "waiting for its agent"
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since))
+    then = ("its jobs move once its lease has run out" if fencing else
+            "its jobs were requeued; it joins again when its agent is back")
+    return {"node": node, "since": since, "why": str(d.get("why") or ""), "phase": phase,
+            "text": f"node {node} lost since {stamp} ({time.time() - since:.0f}s): "
+                    f"{d.get('why')}; {then}"}
+
+
+def owner_named(text: str, names: dict[str, str]) -> str:
+    """``text`` with the owner id after ``owner `` replaced by the user's name."""
+    head, sep, rest = text.partition("owner ")
+    if not sep:
+        return text
+    oid, space, tail = rest.partition(" ")
+    return f"{head}owner {names.get(oid, oid)}{space}{tail}"
+
+
+def fair_named(waits: dict[str, dict[str, Any]], names: dict[str, str]
+                ) -> dict[str, dict[str, Any]]:
+    """The loop's fair-share waits with owners by user name, not id (one copy per shared
+    entry)."""
+    done: dict[int, dict[str, Any]] = {}
+    out = {}
+    for j, fw in waits.items():
+        d = done.get(id(fw))
+        if d is None:
+            d = done[id(fw)] = {**fw, "owner": names.get(fw["owner"], fw["owner"]),
+                                "ahead": {names.get(o, o): n for o, n in fw["ahead"].items()}}
+        out[j] = d
+    return out
+
+
+
+def why(j: dict[str, Any], snap: dict[str, Any],
+        cannot_checkpoint: Callable[[str], bool] | None = None, *, admin: bool = False) -> str:
+    """One line on why job ``j`` (a record as JSON) is where it is: its full failure reason
+    when it ended, why it waits when queued (``snap`` is :meth:`Controller.cluster`), and for a
+    job that sends no progress reports that it is not profiled. ``cannot_checkpoint(job id)``
+    tells whether a resident of a GPU is pinned (never named: it may be another user's).
+    A fair-share wait names the other owners ahead only for an ``admin`` reader."""
+    state = j["state"]
+    if state in TERMINAL:
+        return str(j.get("reason") or "")
+    note = str(j.get("note") or "")
+    silent = j.get("checkpointable") is False and j.get("iteration") is None
+    if note == NOT_PROFILED and not silent:
+        note = ""  # it was slow to start, then reported progress: the note is stale
+    if state == JobStatus.PROFILING and silent:
+        return "runs under MPS while its GPU's other jobs are measured; not measured itself " \
+            "(no progress reports)"
+    if state != JobStatus.QUEUED:
+        return NOT_PROFILED if silent else note
+    if not snap["gpus"]:
+        fencing = snap.get("unreachable") or []
+        return "waiting: no GPU node is up" + (f" ({', '.join(fencing)} unreachable)"
+                                               if fencing else "")
+    held = (snap.get("held") or {}).get(j["id"])
+    if held:
+        return f"waiting: {held}"
+    fair = (snap.get("fair_wait") or {}).get(j["id"])
+    if fair:
+        return fair_wait_reason(fair, admin=admin)
+    gpu = next((g for g in snap["gpus"] if j["id"] in g["jobs"]), None)
+    if gpu is not None:
+        where = f"waiting on {gpu['id']}"
+        if gpu["phase"] == "reconfiguring":
+            return f"{where}: its MIG layout is being changed"
+        if gpu["phase"] == "profiling":
+            return f"{where}: its jobs are being profiled under MPS"
+        others = [x for x in gpu["jobs"] if x != j["id"]]
+        if cannot_checkpoint is not None and any(cannot_checkpoint(x) for x in others):
+            return (f"{where}: a job there cannot checkpoint and keeps its slice until it "
+                    "ends; no layout adds this job beside it")
+        return f"{where}: placed there, its new layout is not applied yet"
+    busy = ", ".join(f"{g['id']} {g['phase']} {len(g['jobs'])} jobs" for g in snap["gpus"])
+    return (f"waiting for a slice with {j.get('memory_gib') or 0:.1f} GiB; the policy has not "
+            f"placed it ({busy})")
