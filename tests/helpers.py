@@ -35,3 +35,17 @@ def emu_iterations(wl: str = "resnet_train128", iters: int = 200, ips: float = 4
 def emu(wl: str, work_s: float, *extra: str, ips: float = 40.0) -> list[str]:
     """An emulated job of ``work_s`` seconds alone on a full GPU."""
     return emu_iterations(wl, int(work_s * ips), ips, *extra)
+
+
+class AcceptingPlans:
+    """A plan executor that accepts every plan and carries out none: a controller's loop
+    driven by hand on a virtual clock, with no agents (``con.loop.executor = ...``)."""
+
+    def submit(self, gpu: str, d: object) -> bool:
+        return True
+
+    def remove_gpu(self, gpu: str) -> None:
+        pass
+
+    def busy(self) -> bool:
+        return False

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import FAST, emu
+from helpers import FAST, AcceptingPlans, emu
 from typer.testing import CliRunner
 from waiting import wait_for
 
@@ -87,17 +87,6 @@ def test_owner_view__a_non_admin_sees_its_row_and_the_others_as_counts_only():
     assert nobody[1]["owners"] == 3
 
 
-class _Plans:
-    """A plan executor that records plans (the loop is driven by hand, no agents)."""
-
-    def submit(self, gpu: str, d: object) -> bool:
-        return True
-
-    def remove_gpu(self, gpu: str) -> None:
-        pass
-
-    def busy(self) -> bool:
-        return False
 
 
 def test_controller__a_quota_change_reaches_the_loop_and_the_next_decision_uses_it():
@@ -112,7 +101,7 @@ def test_controller__a_quota_change_reaches_the_loop_and_the_next_decision_uses_
                                       check_commands=False),
                      checkpoint_root="/nonexistent", clock=VirtualClock(),
                      policy=make_policy("nopart"))
-    con.loop.executor = _Plans()  # type: ignore[assignment]
+    con.loop.executor = AcceptingPlans()  # type: ignore[assignment]
     for i in range(2):
         con.rt.gpus[f"g{i}"] = GpuRef(f"g{i}", "n0", i, "A100-40GB", geometry("A100-40GB"))
         con.loop.handle(("event", GpuAdded(f"g{i}", "A100-40GB")))

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import FAST
+from helpers import FAST, AcceptingPlans
 from waiting import wait_for
 
 from miso.controller import Controller, ControllerConfig
@@ -76,17 +76,6 @@ def test_fair_wait_reason__others_by_name_for_an_admin_counts_only_otherwise():
 # ---- a restart on a virtual clock --------------------------------------------------------------
 
 
-class _Plans:
-    """A plan executor that accepts every plan (the loop is driven by hand, no agents)."""
-
-    def submit(self, gpu: str, d: object) -> bool:
-        return True
-
-    def remove_gpu(self, gpu: str) -> None:
-        pass
-
-    def busy(self) -> bool:
-        return False
 
 
 def _hand_controller(path: Path, t: float,
@@ -105,7 +94,7 @@ def _hand_controller(path: Path, t: float,
                                       check_commands=False),
                      checkpoint_root="/nonexistent", clock=VirtualClock(t),
                      policy=make_policy("nopart"))
-    con.loop.executor = _Plans()  # type: ignore[assignment]
+    con.loop.executor = AcceptingPlans()  # type: ignore[assignment]
     con.restore_usage()
     con.rt.gpus["g0"] = GpuRef("g0", "n0", 0, "A100-40GB", geometry("A100-40GB"))
     con.loop.handle(("event", GpuAdded("g0", "A100-40GB")))

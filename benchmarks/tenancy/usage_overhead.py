@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -33,16 +34,8 @@ from miso.sched import GpuAdded, JobFinished, make_policy
 from miso.sched.clock import VirtualClock
 from miso.sched.tenancy import TenancyConfig
 
-
-class _Plans:
-    def submit(self, gpu: str, d: object) -> bool:
-        return True
-
-    def remove_gpu(self, gpu: str) -> None:
-        pass
-
-    def busy(self) -> bool:
-        return False
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))  # shared helpers
+from helpers import AcceptingPlans  # noqa: E402
 
 
 def run(jobs: int, *, ledger: bool, waits: bool) -> tuple[float, int]:
@@ -58,7 +51,7 @@ def run(jobs: int, *, ledger: bool, waits: bool) -> tuple[float, int]:
                                               check_commands=False),
                              checkpoint_root=Path(d) / "ck", clock=clock,
                              policy=make_policy("nopart"))
-            con.loop.executor = _Plans()  # type: ignore[assignment]
+            con.loop.executor = AcceptingPlans()  # type: ignore[assignment]
             if not ledger:
                 con.loop.on_ledger = None
             geom = geometry("A100-40GB")
