@@ -165,3 +165,65 @@ def test_misoplus_propagate_observed_moves_the_other_slices(on):
     est = pol.est["a"]
     assert est["3g.20gb"] == pytest.approx(0.5)  # measured 0.2 below the estimate
     assert (est["4g.20gb"] < 0.8) is on and (est["2g.10gb"] < 0.5) is on
+
+
+def test_anchored_full_rate():
+    from miso.sched.robust import anchored_full_rate
+
+    assert anchored_full_rate(5.0, 0.5) == pytest.approx(10.0)
+    assert anchored_full_rate(1.0, 0.0) == pytest.approx(100.0)  # floored speed
+    with pytest.raises(ValueError):
+        anchored_full_rate(-1.0, 0.5)
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_misoplus_anchor_slices_corrects_by_the_ratio_to_the_first_slice(on):
+    from miso.mig import Placement
+    from miso.sched import SpeedObserved
+    from miso.sched.policies.base import Scratch
+
+    st = _one_job_state()
+    pol = make_policy("miso+", estimator=_Known(), anchor_slices=on)
+    pol.speeds(GEOM, Scratch(st), ["a"])  # estimate known from the start, no full-GPU rate
+    for prof, rate in (("3g.20gb", 7.0), ("4g.20gb", 6.0)):  # never on the full GPU
+        ev = SpeedObserved("a", "g0", Placement(0, prof), rate)
+        st.observe(1.0, ev)
+        pol.on_speed_observed(1.0, ev, Scratch(st))
+    est = pol.est["a"]
+    assert est["3g.20gb"] == pytest.approx(0.7)  # the anchor: its estimate stays
+    # 4g ran at 6/7 of the 3g rate: 0.6 with the anchor, the 0.8 estimate ignored without
+    assert est["4g.20gb"] == pytest.approx(0.6 if on else 0.8)
+
+
+def test_cluster_prior_harmonic_mean_once_enough_jobs():
+    from miso.sched.clusterprior import ClusterPrior
+
+    cp = ClusterPrior(min_jobs=2)
+    base = {"7g.40gb": 1.0, "4g.20gb": 0.6, "1g.5gb": 0.2}
+    cp.add("a", {"7g.40gb": 1.0, "4g.20gb": 0.5, "1g.5gb": 0.1})
+    assert cp.speeds(base, "7g.40gb") == base  # one job: not enough
+    cp.add("b", {"7g.40gb": 1.0, "4g.20gb": 1.0})
+    cp.add("a", {"7g.40gb": 1.0, "4g.20gb": 0.5, "1g.5gb": 0.1})  # same job: counted once
+    out = cp.speeds(base, "7g.40gb")
+    assert out["4g.20gb"] == pytest.approx(2 / (1 / 0.5 + 1 / 1.0))
+    assert out["1g.5gb"] == 0.2 and out["7g.40gb"] == 1.0  # 1 job on 1g; the full GPU kept
+    assert set(cp.speeds({"4g.20gb": 0.6}, "7g.40gb")) == {"4g.20gb"}  # only fitting slices
+    with pytest.raises(ValueError):
+        ClusterPrior(min_jobs=0)
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_misoplus_cluster_prior_plans_unprofiled_jobs_with_the_cluster(on):
+    from miso.sched import JobSubmitted
+    from miso.sched.estimators import NoisyOracle
+    from miso.sched.policies.base import Scratch
+
+    st = _one_job_state()
+    st.observe(0.0, JobSubmitted(JobSpec("b", "b", 4.0, "bert_train8")))
+    pol = make_policy("miso+", estimator=NoisyOracle(seed=0), cluster_prior=on)
+    catalogue_prior = pol.speeds(GEOM, Scratch(st), ["b"])["b"]
+    for i in range(5):  # five jobs measured slow on 4g
+        pol.est[f"m{i}"] = {"7g.40gb": 1.0, "4g.20gb": 0.3}
+    pol.speeds(GEOM, Scratch(st), [f"m{i}" for i in range(5)] if on else [])
+    got = pol.speeds(GEOM, Scratch(st), ["b"])["b"]
+    assert got["4g.20gb"] == pytest.approx(0.3 if on else catalogue_prior["4g.20gb"])

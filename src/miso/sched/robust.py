@@ -13,6 +13,12 @@ ways to decide with it, both switches of :class:`~miso.sched.policies.misoplus.M
   predictor's calibration (a job measured slower than predicted on 3g is slower on 4g, 2g,
   1g too), as :func:`miso.predict.evidence.predict_from_evidence` does, and the next re-plan
   uses them.
+* :func:`anchored_full_rate` (``anchor_slices``): a job with an estimate but no full-GPU rate
+  (a profile taken at submission, or a profiled job that never ran alone) would have its
+  slice rates ignored, a raw rate being no speed without the full-GPU rate. Its first slice
+  anchors one (rate / estimated speed there), so the rates on its later slices correct the
+  estimate by their ratio to the first. Measured no better (benchmarks/README.md, "Predictor,
+  third pass"); off by default.
 """
 
 from __future__ import annotations
@@ -79,3 +85,11 @@ def propagate(geom: Geometry, speeds: Mapping[str, float], measured: Mapping[str
         if p in out and p not in measured:
             out[p] = float(np.clip(cond[VAR_SLICES.index(g)], 0.01, 1.0))
     return out
+
+
+def anchored_full_rate(rate: float, estimated_speed: float) -> float:
+    """The full-GPU rate implied by a raw ``rate`` on a slice whose speed (relative to the
+    full GPU) is estimated at ``estimated_speed`` (floored at 0.01)."""
+    if rate < 0.0:
+        raise ValueError(f"rate must be >= 0, got {rate}")
+    return rate / max(estimated_speed, 0.01)

@@ -7,6 +7,7 @@ from typing import Any
 
 from miso.mig import Geometry
 from miso.optimize import OptimizerError, optimizer_for
+from miso.sched.clusterprior import ClusterPrior
 from miso.sched.decisions import ApplyLayout, Decision, StartProfiling, WakeUp
 from miso.sched.events import (
     Event,
@@ -78,7 +79,9 @@ class MisoPlus(ObservedSpeeds, GpuChoice, Admission, RestartEconomy, Rebalancing
     * ``robust_risk`` / ``propagate_observed`` (off: measured no better, issue 19 item 5):
       plan toward the low end of each estimate's 95 % interval; after a measured slice, move
       the job's other slices through the predictor's cross-slice error correlation
-      (:mod:`miso.sched.robust`).
+      (:mod:`miso.sched.robust`). ``cluster_prior`` / ``anchor_slices`` (off, same reason):
+      plan unprofiled jobs with this cluster's estimates (:mod:`miso.sched.clusterprior`);
+      anchor a full-GPU rate on a job's first slice (:func:`~miso.sched.robust.anchored_full_rate`).
     * ``batch_arrivals``: jobs submitted in one instant before any arrival rate is known (a
       fixed mix) are planned together at the instant's end, so none starts only to be
       restarted by the next; with ``batch_admit`` (off: measured worse on fixed mixes with
@@ -110,7 +113,8 @@ class MisoPlus(ObservedSpeeds, GpuChoice, Admission, RestartEconomy, Rebalancing
                  batch_horizon_quantile: float = 0.75, starve_after: float = 4.0,
                  wait_bias: float = 1.2,
                  learn_restart_cost: bool = True, robust_risk: float = 0.0,
-                 propagate_observed: bool = False,
+                 propagate_observed: bool = False, cluster_prior: bool = False,
+                 anchor_slices: bool = False,
                  **miso_options: Any) -> None:
         super().__init__(**miso_options)
         if profile_when not in PROFILE_WHEN:
@@ -133,6 +137,8 @@ class MisoPlus(ObservedSpeeds, GpuChoice, Admission, RestartEconomy, Rebalancing
         self.learn_restart_cost = learn_restart_cost
         self.robust_risk, self.propagate_observed = robust_risk, propagate_observed  # robust.py
         self.predicted: dict[str, dict[str, float]] = {}  # estimates before any measurement
+        self.cluster_prior = ClusterPrior() if cluster_prior else None  # clusterprior.py
+        self.anchor_slices = anchor_slices
         self.restarting: dict[str, dict[str, float]] = {}
         self.relaunching: dict[str, tuple[float, float]] = {}
         self.restart_seen: dict[str, float] = {}
@@ -241,6 +247,8 @@ class MisoPlus(ObservedSpeeds, GpuChoice, Admission, RestartEconomy, Rebalancing
                 # Estimates that need no profile (true speeds, a profile taken at submission)
                 # are known from the start: no prior.
                 self.est[j] = self.estimator.estimate(geom, [sc.state.jobs[j]])[j]
+            if j in self.est and self.cluster_prior is not None:
+                self.cluster_prior.add(j, self.est[j])
             if j in self.est:
                 out[j] = self.est[j] if not self.robust_risk else pessimistic(
                     self.est[j], getattr(self.estimator, "interval", {}).get(j, {}),
@@ -248,6 +256,8 @@ class MisoPlus(ObservedSpeeds, GpuChoice, Admission, RestartEconomy, Rebalancing
             else:
                 out[j] = prior_speeds(geom, sc.state.jobs[j].spec.memory_gb,
                                       harmonic=self.batch_prior and self.in_batch())
+                if self.cluster_prior is not None:
+                    out[j] = self.cluster_prior.speeds(out[j], geom.model.full_profile().name)
                 seen = self.learned.get(j)
                 if seen:
                     out[j] = {p: seen.get(p, v) for p, v in out[j].items()}

@@ -5,8 +5,8 @@ stopping the residents).
 
 A mixin of :class:`~miso.sched.policies.misoplus.MisoPlus` (it reads and updates the policy's
 ``est``, ``base_est``, ``ref_rate``, ``learned``, ``ran``, ``last_profile``, its knobs
-``observed_correction``, ``propagate_observed`` (with ``predicted``), ``threshold``,
-``cooldown``, its ``estimator`` and ``replan``).
+``observed_correction``, ``propagate_observed`` (with ``predicted``), ``anchor_slices``,
+``threshold``, ``cooldown``, its ``estimator`` and ``replan``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 from miso.sched.estimators import PredictorEstimator
 from miso.sched.events import MPS_LEVELS, JobSpeedChanged, ProfilingFinished, SpeedObserved
 from miso.sched.policies.base import Scratch
-from miso.sched.robust import propagate
+from miso.sched.robust import anchored_full_rate, propagate
 
 
 class ObservedSpeeds:
@@ -30,6 +30,7 @@ class ObservedSpeeds:
     last_profile: dict[str, float]
     observed_correction: bool
     propagate_observed: bool
+    anchor_slices: bool
     predicted: dict[str, dict[str, float]]
     threshold: float
     cooldown: float
@@ -58,6 +59,10 @@ class ObservedSpeeds:
         full = gs.geom.model.full_profile().name
         if ev.placement.profile == full:
             self.ref_rate[ev.job] = ev.rate
+        if self.anchor_slices and ev.job not in self.ref_rate and \
+                ev.placement.profile in self.est.get(ev.job, {}):
+            self.ref_rate[ev.job] = anchored_full_rate(
+                ev.rate, self.est[ev.job][ev.placement.profile])
         ref = self.ref_rate.get(ev.job)
         if ref and ev.job not in self.est and ev.placement.profile != full:
             self.learned.setdefault(ev.job, {})[ev.placement.profile] = \
