@@ -35,13 +35,17 @@ class Burst:
     restart_cost: Any
     arrival_within: Any
     burst_load: float
+    batch_restart_frac: float
+    work_stats: list[float]
 
     def burst(self) -> bool:
         """A burst: from ``burst_samples`` arrivals on, their offered load (lower bound, as
         :meth:`heavy_load`) is ``burst_load`` times the GPUs, and the next newcomer is
         expected on each GPU before a lone newcomer's profiling run would end (arrivals much
         faster than a restart-and-profile cycle: 60 s between jobs on 16-40 GPUs with 30-300
-        s restarts is not one). It ends when arrivals stop."""
+        s restarts is not one), and that cycle costs ``batch_restart_frac`` of a typical
+        job's work at least (short jobs: long ones pay a restart back, 14 jobs of 20,000 s
+        arriving a second apart share GPUs as usual). It ends when arrivals stop."""
         if self.burst_jobs <= 0 or self.clock.quiet(self.now) or self.state is None:
             return False
         m = len(self.clock.long)
@@ -51,7 +55,11 @@ class Burst:
         load *= 1.0 - 1.0 / m ** 0.5
         run_s = len(self.profile_levels) * self.profile_s + \
             (len(self.profile_levels) - 1) * self.restart_cost("")
-        return load >= self.burst_load * len(self.state.gpus) and self.arrival_within(run_s)
+        known = [w for w in self.clock.work if w is not None]  # declared at submission
+        work = self.typical_work() if self.work_stats[1] else \
+            sum(known) / len(known) if known else None  # None: nobody reported any yet
+        return (load >= self.burst_load * len(self.state.gpus) and self.arrival_within(run_s)
+                and (work is None or run_s >= self.batch_restart_frac * work))
 
     def landing_slots(self, sc: Scratch, g: str, jobs: list[str]) -> dict[str, Any]:
         """In a burst, phantom newcomers (prior speeds, the median newcomer's memory) up to
