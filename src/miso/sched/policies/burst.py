@@ -35,6 +35,7 @@ class Burst:
     restart_cost: Any
     arrival_within: Any
     burst_load: float
+    bursting: bool
     batch_restart_frac: float
     work_stats: list[float]
 
@@ -45,12 +46,18 @@ class Burst:
         faster than a restart-and-profile cycle: 60 s between jobs on 16-40 GPUs with 30-300
         s restarts is not one), and that cycle costs ``batch_restart_frac`` of a typical
         job's work at least (short jobs: long ones pay a restart back, 14 jobs of 20,000 s
-        arriving a second apart share GPUs as usual). It ends when arrivals stop."""
-        if self.burst_jobs <= 0 or self.clock.quiet(self.now) or self.state is None:
+        arriving a second apart share GPUs as usual). It ends when arrivals stop and its
+        queue has drained."""
+        if self.burst_jobs <= 0 or self.state is None:
             return False
+        if self.clock.quiet(self.now):
+            # Arrivals stopped: the burst's queue still drains onto the landing slots.
+            self.bursting = self.bursting and bool(self.state.queue)
+            return self.bursting
         m = len(self.clock.long)
         load = self.clock.offered_load(self.typical_work(), self.burst_samples)
         if load is None:
+            self.bursting = False
             return False
         load *= 1.0 - 1.0 / m ** 0.5
         run_s = len(self.profile_levels) * self.profile_s + \
@@ -58,8 +65,10 @@ class Burst:
         known = [w for w in self.clock.work if w is not None]  # declared at submission
         work = self.typical_work() if self.work_stats[1] else \
             sum(known) / len(known) if known else None  # None: nobody reported any yet
-        return (load >= self.burst_load * len(self.state.gpus) and self.arrival_within(run_s)
-                and (work is None or run_s >= self.batch_restart_frac * work))
+        self.bursting = (load >= self.burst_load * len(self.state.gpus)
+                         and self.arrival_within(run_s)
+                         and (work is None or run_s >= self.batch_restart_frac * work))
+        return self.bursting
 
     def landing_slots(self, sc: Scratch, g: str, jobs: list[str]) -> dict[str, Any]:
         """In a burst, phantom newcomers (prior speeds, the median newcomer's memory) up to

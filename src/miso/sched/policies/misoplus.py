@@ -135,6 +135,7 @@ class MisoPlus(Burst, ObservedSpeeds, GpuChoice, Admission, RestartEconomy, Reba
         self.starve_after = starve_after
         self.wait_bias = wait_bias
         self.burst_jobs, self.burst_samples, self.burst_load = burst_jobs, burst_samples, burst_load
+        self.bursting = False               # the last :meth:`burst` answer
         self.held: str | None = None       # a GPU kept for a starving job (on_capacity)
         self.learn_restart_cost = learn_restart_cost
         self.robust_risk, self.propagate_observed = robust_risk, propagate_observed  # robust.py
@@ -319,6 +320,9 @@ class MisoPlus(Burst, ObservedSpeeds, GpuChoice, Admission, RestartEconomy, Reba
         speeds = sc.entitled_speeds(g, speeds)
         current = {j: pl for j, pl in gs.assignment.items() if j in speeds}
         pinned = self.pinned(sc, jobs) & set(current)
+        if self.burst():  # a burst's landed residents keep their slices, as OptSta's would
+            full = gs.geom.model.full_profile().name
+            pinned |= {j for j, pl in current.items() if pl.profile != full}
         objective = self.objective
         horizon, penalty = self.restart_prices(jobs, speeds, current)
         if horizon is not None:
@@ -334,7 +338,7 @@ class MisoPlus(Burst, ObservedSpeeds, GpuChoice, Admission, RestartEconomy, Reba
             return
         layout, assignment, reserved = sol.layout, dict(sol.assignment), None
         ghosts = self.landing_slots(sc, g, jobs)  # a burst: slots that stay for the next
-        ghost = None if ghosts else self.headroom(sc, g, jobs)
+        ghost = None if self.bursting else self.headroom(sc, g, jobs)
         if ghost is not None or ghosts:
             ghosts = ghosts or {_NEXT: ghost}
             try:
