@@ -66,7 +66,8 @@ class Burst:
         work = self.typical_work() if self.work_stats[1] else \
             sum(known) / len(known) if known else None  # None: nobody reported any yet
         self.bursting = (load >= self.burst_load * len(self.state.gpus)
-                         and self.arrival_within(run_s)
+                         # once in a burst, measured (cheap) restarts do not end it
+                         and self.arrival_within(run_s * (2.0 if self.bursting else 1.0))
                          and (work is None or run_s >= self.batch_restart_frac * work))
         return self.bursting
 
