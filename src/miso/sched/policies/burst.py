@@ -46,29 +46,30 @@ class Burst:
         faster than a restart-and-profile cycle: 60 s between jobs on 16-40 GPUs with 30-300
         s restarts is not one), and that cycle costs ``batch_restart_frac`` of a typical
         job's work at least (short jobs: long ones pay a restart back, 14 jobs of 20,000 s
-        arriving a second apart share GPUs as usual). It ends when arrivals stop and its
-        queue has drained."""
+        arriving a second apart share GPUs as usual). No burst before some job's work is
+        known (16 jobs on 16 GPUs looked like one with 3,000 s guessed). It ends when
+        arrivals stop and its queue has drained."""
         if self.burst_jobs <= 0 or self.state is None:
             return False
         if self.clock.quiet(self.now):
             # Arrivals stopped: the burst's queue still drains onto the landing slots.
             self.bursting = self.bursting and bool(self.state.queue)
             return self.bursting
+        known = [w for w in self.clock.work if w is not None]  # declared at submission
+        work = self.typical_work() if self.work_stats[1] else \
+            sum(known) / len(known) if known else None  # None: nobody reported any yet
         m = len(self.clock.long)
-        load = self.clock.offered_load(self.typical_work(), self.burst_samples)
-        if load is None:
+        load = None if work is None else self.clock.offered_load(work, self.burst_samples)
+        if load is None or work is None:
             self.bursting = False
             return False
         load *= 1.0 - 1.0 / m ** 0.5
         run_s = len(self.profile_levels) * self.profile_s + \
             (len(self.profile_levels) - 1) * self.restart_cost("")
-        known = [w for w in self.clock.work if w is not None]  # declared at submission
-        work = self.typical_work() if self.work_stats[1] else \
-            sum(known) / len(known) if known else None  # None: nobody reported any yet
         self.bursting = (load >= self.burst_load * len(self.state.gpus)
                          # once in a burst, measured (cheap) restarts do not end it
                          and self.arrival_within(run_s * (2.0 if self.bursting else 1.0))
-                         and (work is None or run_s >= self.batch_restart_frac * work))
+                         and run_s >= self.batch_restart_frac * work)
         return self.bursting
 
     def landing_slots(self, sc: Scratch, g: str, jobs: list[str]) -> dict[str, Any]:
