@@ -476,3 +476,63 @@ def test_misoplus__fixed_mix_runs_a_few_at_a_time_when_restarts_are_dear():
     cheap = run_policy("miso+", jobs, WorldConfig(n_gpus=1, restart_s=30.0), seed=1,
                        record=True)
     assert max(len(d.assignment) for _, d in cheap.log if isinstance(d, ApplyLayout)) > 4
+
+
+def _demo_stream_in_sim(policy: str, seed: int, **kw: object) -> float:
+    """The demo's stream (20 jobs of ~20 s within 20 s on 4 GPUs) replayed in the simulator
+    with live's knowledge (no declared work; miso+ told its default restart cost)."""
+    from miso.cli.demo_cluster import demo_jobs, demo_trace
+
+    trace = demo_trace(demo_jobs(20, seed=seed))
+    cfg = WorldConfig(n_gpus=4, restart_s=3.0, profile_s_per_level=1.0, reconfig_s=0.5,
+                      declare_work=False)
+    if policy == "miso+":
+        kw = {"restart_s": 60.0, **kw}
+    return float(run_policy(policy, trace, cfg, seed=1, **kw).jct.mean())
+
+
+def test_misoplus__a_burst_lands_on_slots_that_stay_as_optsta_does():
+    # Issue 17: on the demo's burst OptSta's fixed layout beat miso+ by 20 % (each arrival
+    # repartitioned a GPU and restarted its first jobs again). With the landing layout
+    # miso+ comes within 8 % of OptSta in these seeds (1.27x before), and far better than
+    # without it.
+    for seed in (0, 2, 4):
+        burst = _demo_stream_in_sim("miso+", seed)
+        assert burst < 0.9 * _demo_stream_in_sim("miso+", seed, burst_jobs=0)
+        assert burst <= 1.08 * _demo_stream_in_sim("optsta", seed)
+
+
+def test_misoplus__no_burst_in_a_busy_poisson_stream():
+    # The burst rule must not touch the busy settings (60 s between jobs, 30-300 s
+    # restarts): it never fires there.
+    from miso.sched.policies import MisoPlus
+
+    fired: list[float] = []
+
+    class Watched(MisoPlus):
+        def burst(self) -> bool:
+            out = super().burst()
+            if out:
+                fired.append(self.now)
+            return out
+
+    jobs = poisson_jobs(300, seed=3)
+    for n, restart in ((16, 300.0), (40, 30.0)):
+        cfg = WorldConfig(n_gpus=n, restart_s=restart)
+        pol = Watched(restart_s=restart, estimator=build_policy("miso+", jobs, cfg, 3).estimator,
+                      profile_seconds_per_level=cfg.profile_s_per_level)
+        Simulator(pol, jobs, cfg, seed=3).run()
+    assert fired == []
+
+
+def test_misoplus__sixteen_jobs_on_sixteen_gpus_are_no_burst():
+    # Before any job's work is known a 3,000 s guess made 16 jobs arriving over 20 s on 16
+    # GPUs look like a burst: they landed on slices (1.09x NoPart). Each runs alone now.
+    from miso.cli.demo_cluster import demo_jobs, demo_trace
+
+    for seed in (0, 1):
+        trace = demo_trace(demo_jobs(16, seed=seed))
+        cfg = WorldConfig(n_gpus=16, restart_s=3.0, profile_s_per_level=1.0, reconfig_s=0.5,
+                          declare_work=False)
+        plus = run_policy("miso+", trace, cfg, seed=1, restart_s=60.0).jct.mean()
+        assert plus <= run_policy("nopart", trace, cfg, seed=1).jct.mean() + 1e-9

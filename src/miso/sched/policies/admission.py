@@ -51,12 +51,16 @@ class Admission:
     in_batch: Any
     wait_bias: float
     arrival_within: Any
+    burst: Any
 
     def heavy_load(self, sc: Scratch) -> bool:
         """Whether jobs will have to share GPUs: the arrivals' offered load (Little's law,
         :meth:`ArrivalClock.offered_load`) reaches the cluster's GPUs within ``share_margin``
         standard deviations (busy GPUs are about Poisson-distributed). False while no arrival
-        rate is known (a fixed mix, the first job) or once arrivals stopped."""
+        rate is known (a fixed mix, the first job) or once arrivals stopped; true in a burst
+        (:meth:`Burst.burst`)."""
+        if self.burst():
+            return True
         load = self.clock.offered_load(self.typical_work(), getattr(self, "load_samples", 16))
         if load is None or self.clock.quiet(self.now):
             return False

@@ -20,6 +20,7 @@ from miso.sched.policies.base import (
     Scratch,
 )
 from miso.sched.policies.baselines import BACKFILL_WINDOW
+from miso.sched.policies.burst import Burst
 from miso.sched.policies.economy import RestartEconomy
 from miso.sched.policies.explain import TRIGGERS, explain_plan
 from miso.sched.policies.miso import Miso
@@ -31,7 +32,7 @@ from miso.sched.robust import pessimistic
 from miso.sched.state import ClusterState
 
 
-class MisoPlus(ObservedSpeeds, GpuChoice, Admission, RestartEconomy, Rebalancing, Miso):
+class MisoPlus(Burst, ObservedSpeeds, GpuChoice, Admission, RestartEconomy, Rebalancing, Miso):
     """Ours: MISO redesigned around restart economy. Every change is a switch, so the ablation
     table (benchmarks/README.md) can measure it:
 
@@ -94,6 +95,9 @@ class MisoPlus(ObservedSpeeds, GpuChoice, Admission, RestartEconomy, Rebalancing
     * ``starve_after``: a queued job that fits nowhere and has waited that many typical
       works (:meth:`typical_work`) gets a GPU held for it (:meth:`gpu_to_hold`): backfilled
       small jobs no longer pass it forever (the p95 of a saturated cluster).
+    * ``burst_jobs``: many short jobs arriving within a fraction of one job's length
+      (:meth:`burst`) land on a layout of that many slots per GPU that stays (OptSta's
+      family), planned as a fixed mix; 0 turns it off.
     """
 
     name = "miso+"
@@ -111,7 +115,8 @@ class MisoPlus(ObservedSpeeds, GpuChoice, Admission, RestartEconomy, Rebalancing
                  landing_samples: int = 0, load_samples: int = 16, batch_jobs: int = 4,
                  batch_restart_frac: float = 0.1, batch_prior: bool = True,
                  batch_horizon_quantile: float = 0.75, starve_after: float = 4.0,
-                 wait_bias: float = 1.2,
+                 wait_bias: float = 1.2, burst_jobs: int = 3, burst_samples: int = 3,
+                 burst_load: float = 1.5,
                  learn_restart_cost: bool = True, robust_risk: float = 0.0,
                  propagate_observed: bool = False, cluster_prior: bool = False,
                  anchor_slices: bool = False,
@@ -133,6 +138,8 @@ class MisoPlus(ObservedSpeeds, GpuChoice, Admission, RestartEconomy, Rebalancing
         self.batch_horizon_quantile = batch_horizon_quantile
         self.starve_after = starve_after
         self.wait_bias = wait_bias
+        self.burst_jobs, self.burst_samples, self.burst_load = burst_jobs, burst_samples, burst_load
+        self.bursting = False               # the last :meth:`burst` answer
         self.held: str | None = None       # a GPU kept for a starving job (on_capacity)
         self.learn_restart_cost = learn_restart_cost
         self.robust_risk, self.propagate_observed = robust_risk, propagate_observed  # robust.py
@@ -267,7 +274,7 @@ class MisoPlus(ObservedSpeeds, GpuChoice, Admission, RestartEconomy, Rebalancing
     def in_batch(self) -> bool:
         """A fixed mix: several jobs came, all at one instant (no arrival rate known)."""
         return self.batch_arrivals and len(self.clock.times) >= 2 and \
-            self.clock.mean_gap() is None
+            self.clock.mean_gap() is None or self.burst()
 
     def arrival_within(self, seconds: float) -> bool:
         """A newcomer is expected on a given GPU within ``seconds`` (arrivals spread evenly
@@ -323,6 +330,9 @@ class MisoPlus(ObservedSpeeds, GpuChoice, Admission, RestartEconomy, Rebalancing
         speeds = sc.entitled_speeds(g, speeds)
         current = {j: pl for j, pl in gs.assignment.items() if j in speeds}
         pinned = self.pinned(sc, jobs) & set(current)
+        if self.burst():  # a burst's landed residents keep their slices, as OptSta's would
+            full = gs.geom.model.full_profile().name
+            pinned |= {j for j, pl in current.items() if pl.profile != full}
         objective = self.objective
         horizon, penalty = self.restart_prices(jobs, speeds, current)
         if horizon is not None:
@@ -337,19 +347,22 @@ class MisoPlus(ObservedSpeeds, GpuChoice, Admission, RestartEconomy, Rebalancing
                 sc.requeue(j, "no layout holds the mix")
             return
         layout, assignment, reserved = sol.layout, dict(sol.assignment), None
-        ghost = self.headroom(sc, g, jobs)
-        if ghost is not None:
+        ghosts = self.landing_slots(sc, g, jobs)  # a burst: slots that stay for the next
+        ghost = None if self.bursting else self.headroom(sc, g, jobs)
+        if ghost is not None or ghosts:
+            ghosts = ghosts or {_NEXT: ghost}
             try:
                 alt = optimizer_for(gs.geom).solve(
-                    {**speeds, _NEXT: ghost}, current=current, objective=objective,
+                    {**speeds, **ghosts}, current=current, objective=objective,
                     restart_penalty=penalty, pinned=pinned)
             except OptimizerError:
                 alt = None
-            # Headroom only for free: never restart a job for an arrival that may not come.
-            if alt is not None and set(alt.restarted) <= set(sol.restarted):
-                reserved = alt.assignment[_NEXT]
+            # Headroom only for free (never restart a job for an arrival that may not
+            # come), unless in a burst: there the landing layout's restarts are the last.
+            if alt is not None and (ghost is None or set(alt.restarted) <= set(sol.restarted)):
+                reserved = ", ".join(str(alt.assignment[x]) for x in ghosts)
                 layout = alt.layout
-                assignment = {j: pl for j, pl in alt.assignment.items() if j != _NEXT}
+                assignment = {j: pl for j, pl in alt.assignment.items() if j not in ghosts}
                 sol = alt
         lay = tuple(sorted(layout))
         if lay == tuple(sorted(gs.layout)) and assignment == gs.assignment:

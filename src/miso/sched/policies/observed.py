@@ -37,6 +37,7 @@ class ObservedSpeeds:
     estimator: Any
     dirty: set[str]
     replan: Any
+    burst: Any
 
     def on_profiled(self, now: float, ev: ProfilingFinished, sc: Scratch) -> None:
         self.ran.update(ev.speeds)
@@ -98,4 +99,5 @@ class ObservedSpeeds:
             self.est[ev.job] = {p: (v if p == full else max(0.01, min(1.5, v * f)))
                                 for p, v in base.items()}
         self.dirty.add(ev.gpu)
-        self.replan(now, ev.gpu, sc)
+        if not self.burst():  # a burst's landing layout stays: the next event re-plans
+            self.replan(now, ev.gpu, sc)

@@ -36,6 +36,8 @@ class GpuChoice:
     better_to_wait: Any
     clock: Any
     batch_jobs: int
+    burst_jobs: int
+    burst: Any
     batch_restart_frac: float
     in_batch: Any
     restart_cost: Any
@@ -102,6 +104,8 @@ class GpuChoice:
         their remaining work is under 300 s)."""
         cap = self.batch_jobs
         jobs = sc.jobs_on(g)
+        if self.burst():  # a burst: the landing layout's slots, no more
+            return len(jobs) >= self.burst_jobs
         if cap <= 0 or len(jobs) < cap or not self.in_batch():
             return False
         work = sum(self.remaining(j) for j in jobs) / len(jobs)

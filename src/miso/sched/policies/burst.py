@@ -1,0 +1,86 @@
+"""miso+'s burst regime (issue 17, "static when static is best"): many short jobs arriving
+within a fraction of one job's length (the demo's stream: 20 jobs of ~20 s in ~20 s on 4
+GPUs). There a GPU repartitioned at every arrival restarts its first jobs again and again,
+and OptSta's fixed layout, which lands every job on a slice that stays, wins. In a burst each
+GPU's plan keeps slots for the next arrivals (a "landing" layout of ``burst_jobs`` instances,
+OptSta's family), so they join it without restarting anyone, and the jobs are planned as a
+fixed mix (``in_batch``: harmonic prior, at most ``burst_jobs`` per GPU while restarts are
+dear).
+
+A mixin of :class:`~miso.sched.policies.misoplus.MisoPlus` (it reads ``burst_jobs``,
+``burst_samples``, ``burst_load``, the arrival clock ``clock``, ``now``, ``state``,
+``profile_levels``, ``profile_s`` and the policy's ``typical_work``, ``restart_cost`` and
+``arrival_within``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from miso.sched.policies.base import Scratch
+from miso.sched.policies.priors import prior_speeds
+
+
+class Burst:
+    """Whether arrivals come as a burst, and the landing slots a GPU keeps in one."""
+
+    burst_jobs: int
+    burst_samples: int
+    clock: Any
+    now: float
+    state: Any
+    profile_levels: tuple[int, ...]
+    profile_s: float
+    typical_work: Any
+    restart_cost: Any
+    arrival_within: Any
+    burst_load: float
+    bursting: bool
+    batch_restart_frac: float
+    work_stats: list[float]
+
+    def burst(self) -> bool:
+        """A burst: from ``burst_samples`` arrivals on, their offered load (lower bound, as
+        :meth:`heavy_load`) is ``burst_load`` times the GPUs, and the next newcomer is
+        expected on each GPU before a lone newcomer's profiling run would end (arrivals much
+        faster than a restart-and-profile cycle: 60 s between jobs on 16-40 GPUs with 30-300
+        s restarts is not one), and that cycle costs ``batch_restart_frac`` of a typical
+        job's work at least (short jobs: long ones pay a restart back, 14 jobs of 20,000 s
+        arriving a second apart share GPUs as usual). No burst before some job's work is
+        known (16 jobs on 16 GPUs looked like one with 3,000 s guessed). It ends when
+        arrivals stop and its queue has drained."""
+        if self.burst_jobs <= 0 or self.state is None:
+            return False
+        if self.clock.quiet(self.now):
+            # Arrivals stopped: the burst's queue still drains onto the landing slots.
+            self.bursting = self.bursting and bool(self.state.queue)
+            return self.bursting
+        known = [w for w in self.clock.work if w is not None]  # declared at submission
+        work = self.typical_work() if self.work_stats[1] else \
+            sum(known) / len(known) if known else None  # None: nobody reported any yet
+        m = len(self.clock.long)
+        load = None if work is None else self.clock.offered_load(work, self.burst_samples)
+        if load is None or work is None:
+            self.bursting = False
+            return False
+        load *= 1.0 - 1.0 / m ** 0.5
+        run_s = len(self.profile_levels) * self.profile_s + \
+            (len(self.profile_levels) - 1) * self.restart_cost("")
+        self.bursting = (load >= self.burst_load * len(self.state.gpus)
+                         # once in a burst, measured (cheap) restarts do not end it
+                         and self.arrival_within(run_s * (2.0 if self.bursting else 1.0))
+                         and run_s >= self.batch_restart_frac * work)
+        return self.bursting
+
+    def landing_slots(self, sc: Scratch, g: str, jobs: list[str]) -> dict[str, Any]:
+        """In a burst, phantom newcomers (prior speeds, the median newcomer's memory) up to
+        ``burst_jobs`` jobs on ``g``: the plan leaves their slices free for the next
+        arrivals. Empty outside a burst or when ``g`` is full."""
+        if not self.burst():
+            return {}
+        gs = sc.state.gpus[g]
+        free = min(self.burst_jobs, gs.geom.model.max_instances) - len(jobs)
+        ghost = prior_speeds(gs.geom, self.clock.median_memory(), harmonic=True)
+        if free <= 0 or not ghost:
+            return {}
+        return {f"\x00landing-{i}": ghost for i in range(free)}
