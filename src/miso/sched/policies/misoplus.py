@@ -411,10 +411,12 @@ class MisoPlus(Burst, ObservedSpeeds, GpuChoice, Admission, RestartEconomy, Reba
         for j in sc.queue(BACKFILL_WINDOW):
             mem = jobs[j].spec.memory_gb
             key = jobs[j].spec.owner if bound else ""
+            # It starves: hold a GPU for the first such job that finds no room (below).
+            hold = self.held is None and starve is not None and \
+                now - jobs[j].submitted_at > starve
             if mem >= no_room.get(key, float("inf")):
                 self.ahead += 1
-                if self.held is None and starve is not None and \
-                        now - jobs[j].submitted_at > starve:
+                if hold:
                     self.held = self.gpu_to_hold(sc)
                 continue
             self.waited = False
@@ -423,8 +425,7 @@ class MisoPlus(Burst, ObservedSpeeds, GpuChoice, Admission, RestartEconomy, Reba
                 if self.min_gain <= 0 and not self.marginal_placement and not self.waited:
                     no_room[key] = mem
                 self.ahead += 1
-                if self.held is None and starve is not None and not self.waited and \
-                        now - jobs[j].submitted_at > starve:
+                if hold and not self.waited:
                     self.held = self.gpu_to_hold(sc)
                 continue
             sc.place(j, g)
