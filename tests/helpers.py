@@ -3,8 +3,18 @@ them are in conftest.py)."""
 
 from __future__ import annotations
 
+import contextlib
+import getpass
+import os
+import shutil
 import sys
+import tempfile
 import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from miso.controller import ControllerConfig
 
 #: A well-behaved job (40 progress reports in 2 s, then done): the victim beside hostile jobs
 #: in the tests and in benchmarks/security/run.py.
@@ -49,3 +59,38 @@ class AcceptingPlans:
 
     def busy(self) -> bool:
         return False
+
+
+#: The environment variables that point a client at a cluster; a test of the CLI clears them.
+CLIENT_ENV = ("MISO_URL", "MISO_TOKEN", "MISO_CA", "MISO_CONFIG", "MISO_STATE_DIR")
+
+
+@contextlib.contextmanager
+def served_cluster(config: ControllerConfig, prefix: str) -> Iterator[tuple[Path, str]]:
+    """A live controller on 2 emulated GPUs (no Ray) with its API as the head serves it, the
+    operator bootstrapped: ``(state dir, URL)``. The state dir is under /tmp (``prefix``) so
+    jobs run under test Unix accounts can reach it."""
+    from miso.api.head import bootstrap_operator, serve
+    from miso.transport.inprocess import LocalCluster
+
+    sd = Path(tempfile.mkdtemp(prefix=prefix))
+    lc = LocalCluster(sd, gpus_per_node=2, config=config)
+    try:
+        assert bootstrap_operator(sd) == os.environ.get("USER", getpass.getuser())
+        srv = serve(lc.controller, sd)
+        try:
+            yield sd, srv.url
+        finally:
+            srv.stop()
+    finally:
+        lc.close()
+        shutil.rmtree(sd, ignore_errors=True)
+
+
+def run_cli(*args: str, **env: str) -> Any:
+    """``miso ARGS`` in-process (typer's runner) with ``env`` added to the environment."""
+    from typer.testing import CliRunner
+
+    from miso.cli import app
+
+    return CliRunner().invoke(app, list(args), env=env or None)

@@ -10,25 +10,20 @@ import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from helpers import FAST
-from typer.testing import CliRunner
+from helpers import CLIENT_ENV, FAST, run_cli, served_cluster
 from waiting import wait_for
 
 from miso.agent import runas
 from miso.api.credentials import Credentials, resolve, save_login
-from miso.api.head import bootstrap_operator, serve
-from miso.cli import app
 from miso.controller import ControllerConfig
-from miso.transport.inprocess import LocalCluster
 
 
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A private HOME and no credentials from the environment."""
-    for k in ("MISO_URL", "MISO_TOKEN", "MISO_CA", "MISO_CONFIG", "MISO_STATE_DIR"):
+    for k in CLIENT_ENV:
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     return tmp_path / "home"
@@ -37,20 +32,11 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture
 def cluster(home: Path) -> Iterator[tuple[Path, str]]:
     """A live controller with its API, as the head serves them; (state dir, URL)."""
-    sd = Path(tempfile.mkdtemp(prefix="miso-cli-"))  # under /tmp: jobs' accounts reach it
-    lc = LocalCluster(sd, gpus_per_node=2, config=ControllerConfig(**FAST))
-    assert bootstrap_operator(sd) == os.environ.get("USER", __import__("getpass").getuser())
-    srv = serve(lc.controller, sd)
-    try:
-        yield sd, srv.url
-    finally:
-        srv.stop()
-        lc.close()
-        shutil.rmtree(sd, ignore_errors=True)
+    with served_cluster(ControllerConfig(**FAST), "miso-cli-") as served:
+        yield served
 
 
-def miso(*args: str, **env: str) -> Any:
-    return CliRunner().invoke(app, list(args), env=env or None)
+miso = run_cli
 
 
 def test_two_users_through_the_cli(cluster: tuple[Path, str], home: Path,

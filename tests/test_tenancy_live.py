@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import FAST, AcceptingPlans, emu
-from typer.testing import CliRunner
+from helpers import CLIENT_ENV, FAST, AcceptingPlans, emu, run_cli, served_cluster
 from waiting import wait_for
 
 from miso.controller import Controller, ControllerConfig, QuotaExceeded, SubmitError
@@ -312,29 +311,15 @@ def test_restart__quotas_and_priorities_survive_and_apply_from_the_start(tmp_pat
 @pytest.fixture
 def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, str]]:
     """A live controller with tenancy (2 emulated GPUs) and its API as the head serves it."""
-    from miso.api.head import bootstrap_operator, serve
-    from miso.transport.inprocess import LocalCluster
-
-    for k in ("MISO_URL", "MISO_TOKEN", "MISO_CA", "MISO_CONFIG", "MISO_STATE_DIR"):
+    for k in CLIENT_ENV:
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    sd = Path(tempfile.mkdtemp(prefix="miso-ten-"))
-    lc = LocalCluster(sd, gpus_per_node=2, config=ControllerConfig(
-        **FAST, tenancy=TenancyConfig()))  # type: ignore[arg-type]
-    bootstrap_operator(sd)
-    srv = serve(lc.controller, sd)
-    try:
-        yield sd, srv.url
-    finally:
-        srv.stop()
-        lc.close()
-        shutil.rmtree(sd, ignore_errors=True)
+    config = ControllerConfig(**FAST, tenancy=TenancyConfig())  # type: ignore[arg-type]
+    with served_cluster(config, "miso-ten-") as out:
+        yield out
 
 
-def _miso(*args: str, **env: str) -> Any:
-    from miso.cli import app
-
-    return CliRunner().invoke(app, list(args), env=env or None)
+_miso = run_cli
 
 
 def test_cli__quota_set_show_submit_refused_with_one_line_and_status_owners(
