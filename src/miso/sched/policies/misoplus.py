@@ -417,7 +417,7 @@ class MisoPlus(Burst, ObservedSpeeds, GpuChoice, Admission, RestartEconomy, Reba
             if mem >= no_room.get(key, float("inf")):
                 self.ahead += 1
                 if hold:
-                    self.held = self.gpu_to_hold(sc)
+                    self.held = self.gpu_to_hold(sc, j)
                 continue
             self.waited = False
             g = self.choose_gpu(now, j, sc)
@@ -426,7 +426,7 @@ class MisoPlus(Burst, ObservedSpeeds, GpuChoice, Admission, RestartEconomy, Reba
                     no_room[key] = mem
                 self.ahead += 1
                 if hold and not self.waited:
-                    self.held = self.gpu_to_hold(sc)
+                    self.held = self.gpu_to_hold(sc, j)
                 continue
             sc.place(j, g)
             self.dirty.add(g)
