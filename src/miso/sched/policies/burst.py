@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from miso.sched.policies.base import Scratch
+from miso.sched.policies.percall import once_per_decision
 from miso.sched.policies.priors import prior_speeds
 
 
@@ -38,7 +39,11 @@ class Burst:
     bursting: bool
     batch_restart_frac: float
     work_stats: list[float]
+    restart_stats: list[float]
+    calls: int
+    _order: dict[str, int]
 
+    @once_per_decision("burst_inputs")
     def burst(self) -> bool:
         """A burst: from ``burst_samples`` arrivals on, their offered load (lower bound, as
         :meth:`heavy_load`) is ``burst_load`` times the GPUs, and the next newcomer is
@@ -84,3 +89,13 @@ class Burst:
         if free <= 0 or not ghost:
             return {}
         return {f"\x00landing-{i}": ghost for i in range(free)}
+
+    def burst_inputs(self) -> tuple:
+        """What :meth:`burst` reads that may change between two of its calls: the decision
+        (``calls``, ``now``; the arrival clock changes only as one starts), the works and
+        restart costs measured during it, the queue's emptiness and the cluster's size. Its
+        hysteresis settles in one call (a wider window once bursting), so one answer per key
+        is the answer every call would give (issue 17: computed once per decision)."""
+        st = self.state
+        return (self.calls, self.now, self.work_stats[1], self.restart_stats[1], id(st),
+                None if st is None else (bool(st.queue), len(st.gpus)), len(self._order))

@@ -93,8 +93,9 @@ class MisoPlus(Burst, ObservedSpeeds, GpuChoice, Admission, RestartEconomy, Reba
       mean (``batch_prior``), at most ``batch_jobs`` run per GPU when restarts are dear
       (``batch_restart_frac``) and plans stand for the ``batch_horizon_quantile``.
     * ``starve_after``: a queued job that fits nowhere and has waited that many typical
-      works (:meth:`typical_work`) gets a GPU held for it (:meth:`gpu_to_hold`): backfilled
-      small jobs no longer pass it forever (the p95 of a saturated cluster).
+      works (:meth:`typical_work`) gets a GPU held for it (:meth:`gpu_to_hold`, the one
+      where it fits soonest): backfilled small jobs no longer pass it forever (the p95 of
+      a saturated cluster; 8 measured best of 4-12, benchmarks/README.md "No regret").
     * ``burst_jobs``: many short jobs arriving within a fraction of one job's length
       (:meth:`burst`) land on a layout of that many slots per GPU that stays (OptSta's
       family), planned as a fixed mix; 0 turns it off.
@@ -114,7 +115,7 @@ class MisoPlus(Burst, ObservedSpeeds, GpuChoice, Admission, RestartEconomy, Reba
                  batch_arrivals: bool = True, batch_admit: bool = False,
                  landing_samples: int = 0, load_samples: int = 16, batch_jobs: int = 4,
                  batch_restart_frac: float = 0.1, batch_prior: bool = True,
-                 batch_horizon_quantile: float = 0.75, starve_after: float = 4.0,
+                 batch_horizon_quantile: float = 0.75, starve_after: float = 8.0,
                  wait_bias: float = 1.2, burst_jobs: int = 3, burst_samples: int = 3,
                  burst_load: float = 1.5,
                  learn_restart_cost: bool = True, robust_risk: float = 0.0,
@@ -417,7 +418,7 @@ class MisoPlus(Burst, ObservedSpeeds, GpuChoice, Admission, RestartEconomy, Reba
             if mem >= no_room.get(key, float("inf")):
                 self.ahead += 1
                 if hold:
-                    self.held = self.gpu_to_hold(sc)
+                    self.held = self.gpu_to_hold(sc, j)
                 continue
             self.waited = False
             g = self.choose_gpu(now, j, sc)
@@ -426,7 +427,7 @@ class MisoPlus(Burst, ObservedSpeeds, GpuChoice, Admission, RestartEconomy, Reba
                     no_room[key] = mem
                 self.ahead += 1
                 if hold and not self.waited:
-                    self.held = self.gpu_to_hold(sc)
+                    self.held = self.gpu_to_hold(sc, j)
                 continue
             sc.place(j, g)
             self.dirty.add(g)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from miso.optimize import OptimizerError, optimizer_for
-from miso.sched.policies.base import Scratch
+from miso.sched.policies.base import Scratch, mix_feasible
 
 
 class GpuChoice:
@@ -42,6 +42,7 @@ class GpuChoice:
     in_batch: Any
     restart_cost: Any
     remaining: Any
+    max_jobs: int
 
     def choose_gpu(self, now: float, job: str, sc: Scratch) -> str | None:
         """An idle GPU if any; else, among the least crowded GPUs that can hold the job, the
@@ -150,10 +151,37 @@ class GpuChoice:
             return None
         return sol.objective - before
 
-    def gpu_to_hold(self, sc: Scratch) -> str | None:
-        """The GPU a starving job (fits nowhere, waited past ``starve_after`` typical works)
-        gets: the one with the fewest jobs; nobody behind it is placed there until it fits,
-        so the GPU drains to room for it instead of filling with smaller jobs that pass it."""
+    def gpu_to_hold(self, sc: Scratch, job: str) -> str | None:
+        """The GPU a starving ``job`` (fits nowhere, waited past ``starve_after`` typical
+        works) gets: the one where it fits soonest once residents end (the fewest, shortest
+        remaining works to wait for, :meth:`room_in`); nobody behind it is placed there until
+        it fits, so the GPU drains to room for it instead of filling with smaller jobs that
+        pass it. (The GPU with the fewest jobs, held before, could be two 17 GB jobs that
+        leave a third no room while they run: the 16-GPU p95, issue 17.)"""
         st = sc.state
-        return min(st.gpus, key=lambda g: (len(sc.jobs_on(g)), self._order.get(g, 0)),
-                   default=None)
+        bound = sc.owner_bound()
+        best: tuple[float, int, int, str] | None = None
+        for g in st.gpus:
+            if bound and not sc.may_join(job, g):
+                continue
+            wait = self.room_in(sc, g, job)
+            if wait is None:
+                continue
+            key = (wait, len(sc.jobs_on(g)), self._order.get(g, 0), g)
+            if best is None or key < best:
+                best = key
+        return None if best is None else best[3]
+
+    def room_in(self, sc: Scratch, g: str, job: str) -> float | None:
+        """Work (full-GPU seconds) left to the last resident of ``g`` that must end before
+        ``job`` fits beside the others, residents ending in order of their remaining work; 0
+        when it fits now, None when it never fits ``g``."""
+        st = sc.state
+        geom = st.gpus[g].geom
+        cap = min(self.max_jobs, geom.model.max_instances)
+        left = sorted((self.remaining(j), st.jobs[j].spec.memory_gb) for j in sc.jobs_on(g))
+        mem = st.jobs[job].spec.memory_gb
+        for k in range(len(left) + 1):
+            if len(left) - k < cap and mix_feasible(geom, [m for _, m in left[k:]] + [mem]):
+                return left[k - 1][0] if k else 0.0
+        return None
