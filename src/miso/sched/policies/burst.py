@@ -57,7 +57,7 @@ class Burst:
             return self.bursting
         known = [w for w in self.clock.work if w is not None]  # declared at submission
         work = self.typical_work() if self.work_stats[1] else \
-            sum(known) / len(known) if known else None  # None: nobody reported any yet
+            sum(known) / len(known) if known else self.reported_work()
         m = len(self.clock.long)
         load = None if work is None else self.clock.offered_load(work, self.burst_samples)
         if load is None or work is None:
@@ -71,6 +71,17 @@ class Burst:
                          and self.arrival_within(run_s * (2.0 if self.bursting else 1.0))
                          and run_s >= self.batch_restart_frac * work)
         return self.bursting
+
+    def reported_work(self) -> float | None:
+        """Mean work left that the jobs have reported so far (full-GPU seconds), before the
+        policy has priced any of them (:meth:`typical_work` learns a job's work only when it
+        plans its GPU, and a job alone on a whole GPU is not re-planned): live, the first
+        jobs of a burst report within a second, so the burst is seen by the third arrival
+        rather than when the fifth finds every GPU taken and the first four must be
+        restarted to land the rest. None when nobody reported yet. Reads, never records."""
+        seen = [js.progress[1] for js in self.state.jobs.values()
+                if js.progress is not None and js.finished_at is None]
+        return sum(seen) / len(seen) if seen else None
 
     def landing_slots(self, sc: Scratch, g: str, jobs: list[str]) -> dict[str, Any]:
         """In a burst, phantom newcomers (prior speeds, the median newcomer's memory) up to
