@@ -21,6 +21,10 @@ from miso.sched.policies.base import Scratch
 from miso.sched.policies.priors import prior_speeds
 
 
+#: Share of the starting load (``burst_load`` x GPUs) that keeps a burst going.
+BURST_HOLD = 0.5
+
+
 class Burst:
     """Whether arrivals come as a burst, and the landing slots a GPU keeps in one."""
 
@@ -66,7 +70,10 @@ class Burst:
         load *= 1.0 - 1.0 / m ** 0.5
         run_s = len(self.profile_levels) * self.profile_s + \
             (len(self.profile_levels) - 1) * self.restart_cost("")
-        self.bursting = (load >= self.burst_load * len(self.state.gpus)
+        # Once in a burst, a lower load keeps it (half): the work estimate moves as jobs
+        # report, and a burst that flickers off mid-plan drops its landing slots.
+        hold = BURST_HOLD if self.bursting else 1.0
+        self.bursting = (load >= hold * self.burst_load * len(self.state.gpus)
                          # once in a burst, measured (cheap) restarts do not end it
                          and self.arrival_within(run_s * (2.0 if self.bursting else 1.0))
                          and run_s >= self.batch_restart_frac * work)
@@ -82,6 +89,16 @@ class Burst:
         seen = [js.progress[1] for js in self.state.jobs.values()
                 if js.progress is not None and js.finished_at is None]
         return sum(seen) / len(seen) if seen else None
+
+    def landed(self, sc: Scratch, g: str) -> set[str]:
+        """In a burst, the residents of ``g`` on a slice (not the whole GPU): they keep it,
+        as OptSta's jobs keep theirs, so a newcomer joins ``g`` only on a free slot. Empty
+        outside a burst."""
+        if not self.burst():
+            return set()
+        gs = sc.state.gpus[g]
+        full = gs.geom.model.full_profile().name
+        return {j for j, pl in gs.assignment.items() if pl.profile != full}
 
     def landing_slots(self, sc: Scratch, g: str, jobs: list[str]) -> dict[str, Any]:
         """In a burst, phantom newcomers (prior speeds, the median newcomer's memory) up to
