@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from miso.sched.policies.base import Scratch
+from miso.sched.decisions import ApplyLayout
+from miso.sched.policies.base import Scratch, fitting_profiles
 from miso.sched.policies.priors import prior_speeds
-
 
 #: Share of the starting load (``burst_load`` x GPUs) that keeps a burst going.
 BURST_HOLD = 0.5
@@ -38,6 +38,8 @@ class Burst:
     typical_work: Any
     restart_cost: Any
     arrival_within: Any
+    candidate_gpus: Any
+    held: str | None
     burst_load: float
     bursting: bool
     batch_restart_frac: float
@@ -99,6 +101,33 @@ class Burst:
         gs = sc.state.gpus[g]
         full = gs.geom.model.full_profile().name
         return {j for j, pl in gs.assignment.items() if pl.profile != full}
+
+    def free_slots(self, sc: Scratch, g: str, job: str) -> int:
+        """Instances of ``g``'s layout (the one being applied, else the applied one) free
+        for ``job``: unassigned, large enough, not promised to a job placed there this call."""
+        gs = sc.state.gpus[g]
+        layout = gs.pending.layout if isinstance(gs.pending, ApplyLayout) else gs.layout
+        asg = gs.target_assignment()
+        used = set(asg.values())
+        fits = fitting_profiles(gs.geom, sc.state.jobs[job].spec.memory_gb)
+        free = [pl for pl in layout if pl not in used and pl.profile in fits]
+        waiting = [j for j in sc.jobs_on(g) if j not in asg]  # placed, no instance yet
+        return len(free) - len(waiting)
+
+    def landing_gpu(self, sc: Scratch, g: str, job: str) -> str:
+        """In a burst, where ``job`` goes instead of ``g`` (the least crowded GPU) when
+        joining ``g`` would restart its running jobs (a job alone on the whole GPU, started
+        before the burst showed): the least crowded GPU with a free landing slot for it, so
+        that job keeps its GPU until a newcomer has nowhere else to go (a short first job
+        may end meanwhile; OptSta's jobs never restart). ``g`` itself otherwise."""
+        if not sc.jobs_on(g) or not self.burst() or self.free_slots(sc, g, job) > 0:
+            return g
+        for n, h in self.candidate_gpus(sc, job):  # least crowded first; memory checked
+            if n >= self.burst_jobs:
+                break
+            if n and h != g and h != self.held and self.free_slots(sc, h, job) > 0:
+                return h
+        return g
 
     def landing_slots(self, sc: Scratch, g: str, jobs: list[str]) -> dict[str, Any]:
         """In a burst, phantom newcomers (prior speeds, the median newcomer's memory) up to

@@ -39,6 +39,7 @@ class GpuChoice:
     burst_jobs: int
     burst: Any
     landed: Any
+    landing_gpu: Any
     batch_restart_frac: float
     in_batch: Any
     restart_cost: Any
@@ -59,6 +60,8 @@ class GpuChoice:
                     if n == 0 or self.fits_beside_pinned(cand, job, sc):
                         g = cand
                         break
+                if g is not None:
+                    g = self.landing_gpu(sc, g, job)  # a burst: a free slot, no restart
                 if g is not None and self.batch_full(g, sc):
                     self.waited = True
                     return None
