@@ -536,3 +536,87 @@ def test_misoplus__sixteen_jobs_on_sixteen_gpus_are_no_burst():
                           declare_work=False)
         plus = run_policy("miso+", trace, cfg, seed=1, restart_s=60.0).jct.mean()
         assert plus <= run_policy("nopart", trace, cfg, seed=1).jct.mean() + 1e-9
+
+
+def _demo_run_in_sim(seed: int, **kw: object):  # noqa: ANN202 - a SimResult
+    """miso+ on the demo's stream in the simulator, as :func:`_demo_stream_in_sim`."""
+    from miso.cli.demo_cluster import demo_jobs, demo_trace
+
+    cfg = WorldConfig(n_gpus=4, restart_s=3.0, profile_s_per_level=1.0, reconfig_s=0.5,
+                      declare_work=False)
+    return run_policy("miso+", demo_trace(demo_jobs(20, seed=seed)), cfg, seed=1,
+                      **{"restart_s": 60.0, **kw})
+
+
+def test_misoplus__a_burst_is_seen_from_the_first_progress_reports():
+    # Issue 17: live (and here) a job declares no work, and miso+ learned a job's work only
+    # when it re-planned the job's GPU, which a job alone on a whole GPU never needs: the
+    # demo's burst showed only when the fifth job found every GPU taken, and the first four
+    # were restarted (13 restarts in 20 jobs, 1.05-1.10x OptSta). Read from the jobs' first
+    # progress reports, it shows by the third arrival: at most the two first jobs restart,
+    # and miso+ comes within 3 % of OptSta.
+    for seed in (0, 2, 4):
+        r = _demo_run_in_sim(seed)
+        assert r.restarts.sum() <= 2
+        assert r.jct.mean() <= 1.03 * _demo_stream_in_sim("optsta", seed)
+
+
+def test_misoplus__a_burst_restarts_a_whole_gpu_job_only_when_no_landing_slot_is_free():
+    # A job that started alone on a whole GPU before the burst showed is restarted (to land
+    # the GPU) only when no other GPU has a free landing slot for the newcomer: until then
+    # it keeps its GPU, and a short one may end first. Before, the next newcomer went to the
+    # least crowded GPU, that whole GPU, restarting it while two landed GPUs had free slots.
+    import inspect
+
+    from miso.sched.policies import MisoPlus
+
+    burst_jobs = inspect.signature(MisoPlus).parameters["burst_jobs"].default
+    for seed in (0, 1, 2):
+        r = _demo_run_in_sim(seed, record=True)
+        now: dict[str, dict] = {}   # GPU -> its last planned assignment
+        checked = 0
+        for _, d in r.log:
+            if not isinstance(d, ApplyLayout):
+                continue
+            cur = now.get(d.gpu, {})
+            whole = [j for j in (d.why or {}).get("restarts", [])
+                     if j in cur and cur[j].profile == "7g.40gb"]
+            if whole:
+                checked += 1
+                others = [len(a) for g, a in now.items() if g != d.gpu and a
+                          and all(pl.profile != "7g.40gb" for pl in a.values())]
+                assert all(n >= burst_jobs for n in others), (seed, whole, others)
+            now[d.gpu] = dict(d.assignment)
+        assert checked  # the first jobs did land at last
+
+
+def test_misoplus__a_burst_places_no_newcomer_on_a_gpu_its_landed_jobs_fill():
+    # Live, two landed jobs that need large slices (4g + 3g) filled a GPU with fewer jobs
+    # than the others: as the least crowded GPU it was chosen for every newcomer, whose
+    # plan failed (landed jobs keep their slices) and requeued it, and the queue stalled
+    # until a job ended while other GPUs had free slots. A GPU is chosen only where the
+    # newcomer fits beside its landed jobs now.
+    import random
+
+    from miso.sched.policies import MisoPlus
+
+    class Unguarded(MisoPlus):  # the old choice: landed jobs not checked at placement
+        def fits_beside_pinned(self, g, job, sc):  # noqa: ANN001, ANN202
+            self.landed = lambda sc, g: set()
+            try:
+                return super().fits_beside_pinned(g, job, sc)
+            finally:
+                del self.landed
+
+    rng = random.Random(1)
+    trace = [TraceJob(f"j{i:02d}", 20.0 * i / 9, 20 * rng.uniform(0.5, 1.5),
+                      rng.choice(["transformer_train128", "mobilenet_train64"]))
+             for i in range(10)]
+    cfg = WorldConfig(n_gpus=2, restart_s=3.0, profile_s_per_level=1.0, reconfig_s=0.5,
+                      declare_work=False)
+    est = build_policy("miso+", trace, cfg, 1).estimator
+    out = {}
+    for cls in (MisoPlus, Unguarded):
+        pol = cls(restart_s=60.0, estimator=est, profile_seconds_per_level=1.0)
+        out[cls] = Simulator(pol, trace, cfg, seed=1).run().jct.mean()
+    assert out[MisoPlus] < 0.95 * out[Unguarded]

@@ -17,9 +17,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from miso.sched.policies.base import Scratch
+from miso.sched.decisions import ApplyLayout
+from miso.sched.policies.base import Scratch, fitting_profiles
 from miso.sched.policies.percall import once_per_decision
 from miso.sched.policies.priors import prior_speeds
+
+#: Share of the starting load (``burst_load`` x GPUs) that keeps a burst going.
+BURST_HOLD = 0.5
 
 
 class Burst:
@@ -35,6 +39,8 @@ class Burst:
     typical_work: Any
     restart_cost: Any
     arrival_within: Any
+    candidate_gpus: Any
+    held: str | None
     burst_load: float
     bursting: bool
     batch_restart_frac: float
@@ -62,7 +68,7 @@ class Burst:
             return self.bursting
         known = [w for w in self.clock.work if w is not None]  # declared at submission
         work = self.typical_work() if self.work_stats[1] else \
-            sum(known) / len(known) if known else None  # None: nobody reported any yet
+            sum(known) / len(known) if known else self.reported_work()
         m = len(self.clock.long)
         load = None if work is None else self.clock.offered_load(work, self.burst_samples)
         if load is None or work is None:
@@ -71,11 +77,62 @@ class Burst:
         load *= 1.0 - 1.0 / m ** 0.5
         run_s = len(self.profile_levels) * self.profile_s + \
             (len(self.profile_levels) - 1) * self.restart_cost("")
-        self.bursting = (load >= self.burst_load * len(self.state.gpus)
+        # Once in a burst, a lower load keeps it (half): the work estimate moves as jobs
+        # report, and a burst that flickers off mid-plan drops its landing slots.
+        hold = BURST_HOLD if self.bursting else 1.0
+        self.bursting = (load >= hold * self.burst_load * len(self.state.gpus)
                          # once in a burst, measured (cheap) restarts do not end it
                          and self.arrival_within(run_s * (2.0 if self.bursting else 1.0))
                          and run_s >= self.batch_restart_frac * work)
         return self.bursting
+
+    def reported_work(self) -> float | None:
+        """Mean work left that the jobs have reported so far (full-GPU seconds), before the
+        policy has priced any of them (:meth:`typical_work` learns a job's work only when it
+        plans its GPU, and a job alone on a whole GPU is not re-planned): live, the first
+        jobs of a burst report within a second, so the burst is seen by the third arrival
+        rather than when the fifth finds every GPU taken and the first four must be
+        restarted to land the rest. None when nobody reported yet. Reads, never records."""
+        seen = [js.progress[1] for js in self.state.jobs.values()
+                if js.progress is not None and js.finished_at is None]
+        return sum(seen) / len(seen) if seen else None
+
+    def landed(self, sc: Scratch, g: str) -> set[str]:
+        """In a burst, the residents of ``g`` on a slice (not the whole GPU): they keep it,
+        as OptSta's jobs keep theirs, so a newcomer joins ``g`` only on a free slot. Empty
+        outside a burst."""
+        if not self.burst():
+            return set()
+        gs = sc.state.gpus[g]
+        full = gs.geom.model.full_profile().name
+        return {j for j, pl in gs.assignment.items() if pl.profile != full}
+
+    def free_slots(self, sc: Scratch, g: str, job: str) -> int:
+        """Instances of ``g``'s layout (the one being applied, else the applied one) free
+        for ``job``: unassigned, large enough, not promised to a job placed there this call."""
+        gs = sc.state.gpus[g]
+        layout = gs.pending.layout if isinstance(gs.pending, ApplyLayout) else gs.layout
+        asg = gs.target_assignment()
+        used = set(asg.values())
+        fits = fitting_profiles(gs.geom, sc.state.jobs[job].spec.memory_gb)
+        free = [pl for pl in layout if pl not in used and pl.profile in fits]
+        waiting = [j for j in sc.jobs_on(g) if j not in asg]  # placed, no instance yet
+        return len(free) - len(waiting)
+
+    def landing_gpu(self, sc: Scratch, g: str, job: str) -> str:
+        """In a burst, where ``job`` goes instead of ``g`` (the least crowded GPU) when
+        joining ``g`` would restart its running jobs (a job alone on the whole GPU, started
+        before the burst showed): the least crowded GPU with a free landing slot for it, so
+        that job keeps its GPU until a newcomer has nowhere else to go (a short first job
+        may end meanwhile; OptSta's jobs never restart). ``g`` itself otherwise."""
+        if not sc.jobs_on(g) or not self.burst() or self.free_slots(sc, g, job) > 0:
+            return g
+        for n, h in self.candidate_gpus(sc, job):  # least crowded first; memory checked
+            if n >= self.burst_jobs:
+                break
+            if n and h != g and h != self.held and self.free_slots(sc, h, job) > 0:
+                return h
+        return g
 
     def landing_slots(self, sc: Scratch, g: str, jobs: list[str]) -> dict[str, Any]:
         """In a burst, phantom newcomers (prior speeds, the median newcomer's memory) up to

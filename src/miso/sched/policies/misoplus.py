@@ -331,9 +331,7 @@ class MisoPlus(Burst, ObservedSpeeds, GpuChoice, Admission, RestartEconomy, Reba
         speeds = sc.entitled_speeds(g, speeds)
         current = {j: pl for j, pl in gs.assignment.items() if j in speeds}
         pinned = self.pinned(sc, jobs) & set(current)
-        if self.burst():  # a burst's landed residents keep their slices, as OptSta's would
-            full = gs.geom.model.full_profile().name
-            pinned |= {j for j, pl in current.items() if pl.profile != full}
+        pinned |= self.landed(sc, g) & set(current)  # a burst's keep their slices
         objective = self.objective
         horizon, penalty = self.restart_prices(jobs, speeds, current)
         if horizon is not None:

@@ -38,6 +38,8 @@ class GpuChoice:
     batch_jobs: int
     burst_jobs: int
     burst: Any
+    landed: Any
+    landing_gpu: Any
     batch_restart_frac: float
     in_batch: Any
     restart_cost: Any
@@ -59,6 +61,8 @@ class GpuChoice:
                     if n == 0 or self.fits_beside_pinned(cand, job, sc):
                         g = cand
                         break
+                if g is not None:
+                    g = self.landing_gpu(sc, g, job)  # a burst: a free slot, no restart
                 if g is not None and self.batch_full(g, sc):
                     self.waited = True
                     return None
@@ -114,12 +118,13 @@ class GpuChoice:
 
     def fits_beside_pinned(self, g: str, job: str, sc: Scratch) -> bool:
         """Whether a layout keeps the pinned residents of ``g`` (jobs that cannot checkpoint
-        keep their instance) and holds ``job`` too; a GPU without pinned residents always can
+        keep their instance, and in a burst the landed ones, :meth:`landed`) and holds
+        ``job`` too; a GPU without pinned residents always can
         (:meth:`candidate_gpus` checked the mix). Else the job would wait there for the pinned
         job to end while another GPU could take it."""
         jobs = sc.jobs_on(g)
         gs = sc.state.gpus[g]
-        pinned = self.pinned(sc, jobs) & set(gs.assignment)
+        pinned = (self.pinned(sc, jobs) | self.landed(sc, g)) & set(gs.assignment)
         if not pinned:
             return True
         sp = self.speeds(gs.geom, sc, [*jobs, job])
