@@ -351,13 +351,15 @@ def test_slice_curves_predict_by_hand_and_roundtrip():
     nan = float("nan")
     c = SliceCurves(np.array([[0.9, 0.8, 0.4, 0.2], [0.9, 0.6, 0.3, nan], [0.5, 0.4, 0.2, 0.1],
                               [0.95, 0.9, 0.85, 0.8]]), np.zeros((4, 5)))
-    got = c.predict(np.zeros(5), {3: 0.7})
+    got = c.predict(np.zeros(5), {3: 0.7}, "ratio")
     # nearest three by measured 3g speed: 0.8, 0.6, 0.9 -> mean ratios
     assert got[1] == 0.7
     assert got[0] == pytest.approx(0.7 * np.mean([0.9 / 0.8, 0.9 / 0.6, 0.95 / 0.9]))
     assert got[2] == pytest.approx(0.7 * np.mean([0.4 / 0.8, 0.3 / 0.6, 0.85 / 0.9]))
     assert got[3] == pytest.approx(0.7 * np.mean([0.2 / 0.8, 0.8 / 0.9, 0.1 / 0.4]))  # no NaN
     assert np.isnan(c.predict(np.zeros(5), {3: 0.7, 4: 0.9})).all()  # one slice only
+    with pytest.raises(ValueError):
+        c.predict(np.zeros(5), {3: 0.7}, "speed")
     back = SliceCurves.from_dict(c.as_dict())
     assert np.allclose(back.speed, c.speed, equal_nan=True)
     with pytest.raises(ValueError):
@@ -372,9 +374,35 @@ def test_blend_after_one_slice_keeps_the_measurement_and_order():
     got = blend(cond, c, np.zeros(5), {3: 0.6})
     assert got[1] == 0.6 and not np.allclose(got, cond)
     assert np.all(np.diff(got) <= 1e-12)  # never faster on a smaller slice
-    assert np.array_equal(blend(cond, c, np.zeros(5), {1: 0.5}), cond)  # 1g: Gaussian only
+    from miso.predict.oneslice import BLEND_RATIO
+
+    after_1g = blend(cond, c, np.zeros(5), {1: 0.5})
+    assert after_1g[3] == 0.5 and not np.allclose(after_1g, cond)  # 1g now moves the rest
+    assert np.all(np.diff(after_1g) <= 1e-12)
+    assert np.array_equal(blend(cond, c, np.zeros(5), {1: 0.5}, "ratio", BLEND_RATIO), cond)
     assert np.array_equal(blend(cond, None, np.zeros(5), {3: 0.6}), cond)
     assert np.array_equal(blend(cond, c, np.full(5, np.nan), {3: 0.6}), cond)  # no profile
+
+
+def test_curves_carry_the_overhead_ratio_so_a_near_full_speed_job_stays_fast():
+    """A job at 0.95 on 4g has half the overhead (1/s - 1) of a neighbour at 0.9; it keeps half
+    its neighbour's overhead on 1g (0.68), where the speed ratio said 0.53 (the previous
+    pass: mobilenet at 4g 0.98, 1g 0.81, was predicted 0.56)."""
+    from miso.predict.oneslice import OVERHEAD_FLOOR, SliceCurves, overhead
+
+    c = SliceCurves(np.array([[0.9, 0.8, 0.6, 0.5]]), np.zeros((1, 5)))
+    got = c.predict(np.zeros(5), {4: 0.95})
+    x4 = 1 / 0.95 - 1
+    assert got[3] == pytest.approx(1 / (1 + x4 * (1 / 0.5 - 1) / (1 / 0.9 - 1)))
+    assert got[3] == pytest.approx(0.678, abs=1e-3)
+    assert c.predict(np.zeros(5), {4: 0.95}, "ratio")[3] == pytest.approx(0.95 * 0.5 / 0.9)
+    # the geometric mean over neighbours, and a measured ~1 (noise) stays finite
+    c2 = SliceCurves(np.array([[0.9, 0.8, 0.6, 0.5], [0.8, 0.7, 0.5, 0.25]]), np.zeros((2, 5)))
+    r = np.sqrt((1.0 / (1 / 0.9 - 1)) * (3.0 / (1 / 0.8 - 1)))
+    assert c2.predict(np.zeros(5), {4: 0.85})[3] == pytest.approx(1 / (1 + (1 / 0.85 - 1) * r))
+    top = c2.predict(np.zeros(5), {4: 1.0})
+    assert np.isfinite(top).all() and top[3] == pytest.approx(1 / (1 + OVERHEAD_FLOOR * r))
+    assert overhead(1.2) == OVERHEAD_FLOOR
 
 
 def test_shipped_curves_move_other_slices_after_one_measured_slice(pred):

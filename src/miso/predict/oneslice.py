@@ -3,11 +3,18 @@
 Gaussian conditioning (:func:`miso.predict.uncertainty.condition`) moves every slice by one
 population-wide correlation. Real slice curves differ in shape (a small model saturates, so its
 2g is near its 3g; a large one keeps losing speed), so the curve of the known workloads nearest
-to the job, in its measured speed and its own MPS profile, is a second opinion: the job's speed
-on slice h is ``measured x mean(s_h / s_g)`` over the ``k`` nearest workloads. Half and half with
-the Gaussian conditioning beats either alone on leave-one-family-out after a measured 4g, 3g or
-2g slice (not 1g: the Gaussian conditioning alone is kept there) (benchmarks/README.md,
-"Predictor, second pass"). Pure numpy; the table (real A100 speeds of the training workloads
+to the job, in its measured speed and its own MPS profile, is a second opinion.
+
+What is carried over from the neighbours is the *overhead* ratio, not the speed ratio: with
+``x(s) = 1/s - 1`` (the extra time per iteration over the full GPU), the job's ``x`` on slice h is
+``x(measured) x geomean(x_h / x_g)`` over the ``k`` nearest workloads. A time that splits into
+a part that scales with the slice and a part that does not gives exactly that ratio whatever the
+split's size, so a job near the full GPU's speed (little overhead) keeps little overhead on the
+small slices, where a speed ratio would drag it down to its neighbours' curve (mobilenet at 4g
+0.98: 1g 0.81, the speed ratio of its neighbours says 0.56). Half and half with the Gaussian
+conditioning, after any measured slice, beats the speed-ratio curves of the previous pass on
+leave-one-family-out after every measured slice and with two model seeds (benchmarks/README.md,
+"Predictor, fourth pass"). Pure numpy; the table (real A100 speeds of the training workloads
 and their mean MPS profiles) lives in the predictor's meta.json.
 """
 
@@ -25,7 +32,19 @@ from miso.predict.uncertainty import VAR_SLICES, monotone_fixed
 #: slice (chosen on leave-one-family-out, benchmarks/README.md: from a measured 1g slice the
 #: curves of other workloads mislead, 1g speed hangs on memory more than on the curve).
 K, MPS_WEIGHT = 3, 0.05
-BLEND: dict[int, float] = {4: 0.5, 3: 0.5, 2: 0.5, 1: 0.0}
+BLEND: dict[int, float] = {4: 0.5, 3: 0.5, 2: 0.5, 1: 0.5}
+#: the previous pass's shares (speed-ratio curves misled after a measured 1g slice)
+BLEND_RATIO: dict[int, float] = {4: 0.5, 3: 0.5, 2: 0.5, 1: 0.0}
+#: How a neighbour's curve is carried over: "overhead" (default, ratios of 1/s - 1, floored at
+#: OVERHEAD_FLOOR so that a speed measured at ~1 on a smaller slice, noise, stays finite) or
+#: "ratio" (speed ratios s_h / s_g, the previous pass).
+TRANSFERS = ("overhead", "ratio")
+OVERHEAD_FLOOR = 0.02
+
+
+def overhead(speed: np.ndarray | float) -> np.ndarray:
+    """``1/s - 1`` floored at OVERHEAD_FLOOR: extra time per iteration over the full GPU's."""
+    return np.maximum(1.0 / np.asarray(speed, dtype=np.float64) - 1.0, OVERHEAD_FLOOR)
 
 
 def own_features(norm: np.ndarray) -> np.ndarray:
@@ -58,9 +77,13 @@ class SliceCurves:
                              f"and {ft.shape}")
         return cls(sp, ft)
 
-    def predict(self, feats: np.ndarray, measured: Mapping[int, float]) -> np.ndarray:
+    def predict(self, feats: np.ndarray, measured: Mapping[int, float],
+                transfer: str = "overhead") -> np.ndarray:
         """(4,) speeds on VAR_SLICES of a job with own features ``feats`` (5,) and one
-        measured slice {g: speed}; NaN where no known workload has both slices."""
+        measured slice {g: speed}; NaN where no known workload has both slices. ``transfer``:
+        one of TRANSFERS."""
+        if transfer not in TRANSFERS:
+            raise ValueError(f"transfer must be one of {TRANSFERS}, got {transfer!r}")
         out = np.full(len(VAR_SLICES), np.nan)
         if len(measured) != 1:
             return out
@@ -76,7 +99,12 @@ class SliceCurves:
                 continue
             d = np.abs(self.speed[ok, io] - v) + MPS_WEIGHT * dist_f[ok]
             nn = np.argsort(d, kind="stable")[:K]
-            out[ih] = v * float(np.mean(self.speed[ok, ih][nn] / self.speed[ok, io][nn]))
+            sg, sh = self.speed[ok, io][nn], self.speed[ok, ih][nn]
+            if transfer == "ratio":
+                out[ih] = v * float(np.mean(sh / sg))
+            else:
+                r = float(np.exp(np.mean(np.log(overhead(sh) / overhead(sg)))))
+                out[ih] = 1.0 / (1.0 + float(overhead(v)) * r)
         out[io] = v
         return out
 
@@ -92,17 +120,19 @@ def fit_curves(speeds: Mapping[str, Mapping[int, float]], feats: Mapping[str, np
 
 
 def blend(conditioned: np.ndarray, curves: SliceCurves | None, feats: np.ndarray | None,
-          measured: Mapping[int, float]) -> np.ndarray:
-    """Speeds on VAR_SLICES after one measured slice: ``BLEND[slice]`` of the curves' estimate
-    and the rest of the Gaussian-conditioned one (``conditioned``, (4,)), monotone around the
-    measurement; unchanged without curves, features or exactly one measured slice."""
+          measured: Mapping[int, float], transfer: str = "overhead",
+          shares: Mapping[int, float] | None = None) -> np.ndarray:
+    """Speeds on VAR_SLICES after one measured slice: ``shares[slice]`` (default BLEND) of the
+    curves' estimate (``transfer``, see :meth:`SliceCurves.predict`) and the rest of the
+    Gaussian-conditioned one (``conditioned``, (4,)), monotone around the measurement;
+    unchanged without curves, features or exactly one measured slice."""
     measured = {g: min(float(v), 1.0) for g, v in measured.items() if g in VAR_SLICES}
     if curves is None or feats is None or len(measured) != 1 or \
             not np.isfinite(np.asarray(feats)).all():
         return conditioned
-    w = BLEND.get(next(iter(measured)), 0.0)
+    w = (BLEND if shares is None else shares).get(next(iter(measured)), 0.0)
     if w <= 0:
         return conditioned
-    k = curves.predict(feats, measured)
+    k = curves.predict(feats, measured, transfer)
     m = np.where(np.isfinite(k), w * k + (1 - w) * conditioned, conditioned)
     return monotone_fixed(m, np.isin(VAR_SLICES, list(measured)))
