@@ -405,6 +405,41 @@ def test_curves_carry_the_overhead_ratio_so_a_near_full_speed_job_stays_fast():
     assert overhead(1.2) == OVERHEAD_FLOOR
 
 
+def test_memory_regression_recovers_an_exact_overhead_law_and_joins_the_blend():
+    """Known workloads whose 1g overhead is exactly 0.2 + 1.5 log x(4g) + 0.8 mem / 5 GB (in
+    logs): the fitted pair reproduces it for a new job; with the job's memory the blend is the
+    mean of the Gaussian, the curves and the regression; without it, the half-and-half."""
+    from miso.predict.oneslice import SLICE_MEMORY_GB, SliceCurves, blend, overhead
+
+    rng = np.random.default_rng(3)
+    s4 = rng.uniform(0.55, 0.95, 12)
+    mem = rng.uniform(2.0, 7.0, 12)  # fill of 1g up to 1.4 < MAX_FILL
+    law = {h: (0.1 * i, 1.0 + 0.25 * i, 0.3 * i) for i, h in enumerate((3, 2, 1), start=1)}
+
+    def speed(h, x4, m):
+        a, b, c = law[h]
+        return 1 / (1 + np.exp(a + b * np.log(overhead(x4)) + c * m / SLICE_MEMORY_GB[h]))
+
+    sp = np.stack([s4] + [speed(h, s4, mem) for h in (3, 2, 1)], axis=1)
+    c = SliceCurves(sp, np.zeros((12, 5)), mem)
+    assert np.allclose(c.pairs[(4, 1)], law[1])
+    got = c.regress({4: 0.8}, 6.0)
+    assert got[0] == 0.8 and got[3] == pytest.approx(speed(1, 0.8, 6.0))
+    assert got[3] < c.regress({4: 0.8}, 2.0)[3]  # more memory on a 5 GB slice: slower
+    back = SliceCurves.from_dict(c.as_dict())
+    assert np.allclose(back.memory_gb, np.round(mem, 4))
+    with pytest.raises(ValueError):
+        SliceCurves.from_dict({**c.as_dict(), "memory_gb": [1.0]})
+    plain = SliceCurves(sp, np.zeros((12, 5)))  # no memory needs: no regression
+    assert plain.pairs == {} and np.isnan(plain.regress({4: 0.8}, 6.0)[1:]).all()
+    cond = np.array([0.8, 0.7, 0.5, 0.3])
+    three = blend(cond, c, np.zeros(5), {4: 0.8}, memory_gb=6.0)
+    want = (cond + c.predict(np.zeros(5), {4: 0.8}) + got) / 3
+    assert np.allclose(three[1:], np.minimum.accumulate(want)[1:]) and three[0] == 0.8
+    assert np.array_equal(blend(cond, c, np.zeros(5), {4: 0.8}, memory_gb=None),
+                          blend(cond, plain, np.zeros(5), {4: 0.8}, memory_gb=6.0))
+
+
 def test_shipped_curves_move_other_slices_after_one_measured_slice(pred):
     import copy
 
@@ -412,6 +447,7 @@ def test_shipped_curves_move_other_slices_after_one_measured_slice(pred):
     from miso.predict.heldout import slice_curves
 
     assert pred.curves is not None and len(pred.curves.speed) >= 20
+    assert pred.curves.memory_gb is not None and len(pred.curves.pairs) == 12
     ev = [JobEvidence(mps={100: 10.0, 50: 7.0, 14: 3.0}, slices={3: 0.6}, memory_gb=4.0)]
     with_curves = pred.predict_jobs(ev)
     plain = copy.copy(pred)

@@ -4,13 +4,16 @@ usage: PYTHONPATH=src python benchmarks/predictor/one_slice.py [--data NPZ] [--s
 
 Per-job model (shipped configuration) trained without each of the 8 model families; for every
 real column of the held-out family, one slice (4g, 3g, 2g or 1g) is measured (its catalogue
-speed) and the other slices are predicted five ways: Gaussian conditioning on the covariance
+speed) and the other slices are predicted seven ways: Gaussian conditioning on the covariance
 of the other families' residuals (as shipped first), the slice curves of the nearest known
 workloads of the other families only (:mod:`miso.predict.oneslice`) carried over as speed
 ratios ("curves-ratio") and their blend ("blend-ratio", shipped by the second pass), the same
-curves carried over as overhead ratios (1/s - 1, "curves") and their blend with the Gaussian
-after every measured slice ("blend", what :func:`miso.predict.evidence.predict_from_evidence`
-now does). speed_mae of the other slices
+curves carried over as overhead ratios (1/s - 1, "curves") and their half-and-half blend with
+the Gaussian after every measured slice ("blend-overhead": what ships for a job whose memory
+need is unknown), the per-pair regression on the measured overhead and the job's memory need
+over the target slice's ("memory-regression"), and the mean of the Gaussian, the curves and
+the regression ("blend": what :func:`miso.predict.evidence.predict_from_evidence` does for a
+job whose memory need is known; here its catalogue peak memory). speed_mae of the other slices
 where the catalogue measured them, mean over families; coverage of the conditioned 95 % interval
 around the blend. Data: MISO (SoCC'22, Baolin Li et al.) MPS/MIG pairs, MIT licence.
 """
@@ -36,7 +39,8 @@ from miso.predict.perjob import PerJobConfig, fit_perjob, job_features
 from miso.predict.uncertainty import VAR_SLICES, calibrate, condition
 from miso.workloads import catalogue
 
-METHODS = ("gaussian", "curves-ratio", "blend-ratio", "curves", "blend")
+METHODS = ("gaussian", "curves-ratio", "blend-ratio", "curves", "blend-overhead",
+           "memory-regression", "blend")
 
 
 def main() -> None:
@@ -76,6 +80,8 @@ def main() -> None:
     rows = np.argwhere(sel)
     P, T, fo = pred[sel], truth[sel], fold_of[sel]
     W = lab[sel]
+    mem = np.array([cat[wnames[w]].memory_gb if w >= 0 and wnames[w] in cat else np.nan
+                    for w in W])  # the job's memory need (peak memory on the full GPU)
     nf = len(fold_ids)
     print("\n| measured slice | method | 4g | 3g | 2g | 1g | other slices | coverage_95 |")
     print("|---|---|---|---|---|---|---|---|")
@@ -98,12 +104,14 @@ def main() -> None:
                 obs = {og: float(T[i, io])}
                 g_mean, half = condition(mean, cal, obs)
                 r, c = rows[i]
-                b_mean = blend(g_mean, curves, own[r, c], obs)
+                b_mean = blend(g_mean, curves, own[r, c], obs, memory_gb=mem[i])
                 got = {"gaussian": g_mean,
                        "curves-ratio": curves.predict(own[r, c], obs, "ratio"),
                        "blend-ratio": blend(g_mean, curves, own[r, c], obs, "ratio",
                                             BLEND_RATIO),
-                       "curves": curves.predict(own[r, c], obs), "blend": b_mean}
+                       "curves": curves.predict(own[r, c], obs),
+                       "blend-overhead": blend(g_mean, curves, own[r, c], obs),
+                       "memory-regression": curves.regress(obs, mem[i]), "blend": b_mean}
                 for k, m in got.items():
                     for ih, h in enumerate(VAR_SLICES):
                         if h != og and np.isfinite(T[i, ih]):
