@@ -413,7 +413,7 @@ def test_memory_regression_recovers_an_exact_overhead_law_and_joins_the_blend():
 
     rng = np.random.default_rng(3)
     s4 = rng.uniform(0.55, 0.95, 12)
-    mem = rng.uniform(2.0, 7.0, 12)  # fill of 1g up to 1.4 < MAX_FILL
+    mem = rng.uniform(2.0, 7.0, 12)  # fill of 1g up to 1.4, under MAX_FILL
     law = {h: (0.1 * i, 1.0 + 0.25 * i, 0.3 * i) for i, h in enumerate((3, 2, 1), start=1)}
 
     def speed(h, x4, m):
