@@ -175,6 +175,31 @@ def test_fit_perjob_is_deterministic_and_learns():
     assert np.abs(sp - truth).mean() < np.abs(truth.mean() - truth).mean()
 
 
+def test_overhead_target_keeps_speeds_in_range_and_loads_both_kinds(tmp_path):
+    """The networks learn log(1/s - 1): whatever the weights, a speed is in (0, 1); a model
+    saved with the flag reloads as one, and weights without it (trained on speeds) still load
+    as speeds."""
+    from miso.predict.perjob import PerJobModel, from_overhead, to_overhead
+    from miso.predict.predictor import Predictor, save_perjob
+
+    assert np.allclose(from_overhead(to_overhead(np.array([0.3, 0.6, 0.9]))), [0.3, 0.6, 0.9])
+    assert from_overhead(to_overhead(np.array([1.2])))[0] == pytest.approx(1 / 1.02)
+    d = _synthetic(30)
+    real = np.ones((len(d), 7), dtype=bool)
+    m = fit_perjob(d.mps, d.mig, real, PerJobConfig(members=2, epochs=30, hidden=8))
+    assert m.overhead and PerJobConfig().target == "overhead"
+    wild = PerJobModel({**m.a, "b3": m.a["b3"] + 20.0 * np.array([1.0, -1.0])})
+    sp = wild.predict_mix(d.mps, real)
+    assert (sp > 0).all() and (sp < 1).all()  # a speed-target net: ~20 here
+    plain = PerJobModel({k: v for k, v in m.a.items() if k != "overhead"})
+    raw = plain.predict_mix(d.mps, real)
+    assert not plain.overhead and np.allclose(from_overhead(raw), m.predict_mix(d.mps, real))
+    save_perjob(m, tmp_path, {})
+    assert Predictor.load(tmp_path).perjob.overhead
+    with pytest.raises(ValueError):
+        fit_perjob(d.mps, d.mig, real, PerJobConfig(target="log"))
+
+
 # ------------------------------------------------------------------ every observation
 def test_one_measured_slice_moves_the_other_slices(pred):
     mps = {100: 10.0, 50: 8.0, 14: 3.0}

@@ -130,7 +130,8 @@ class SliceCurves:
             c = self.pairs.get((g, h))
             if c is not None:
                 fill = min(memory_gb / SLICE_MEMORY_GB[h], MAX_FILL)
-                out[ih] = 1.0 / (1.0 + np.exp(c[0] + c[1] * lv + c[2] * fill))
+                z = float(np.clip(c[0] + c[1] * lv + c[2] * fill, -40.0, 40.0))
+                out[ih] = 1.0 / (1.0 + np.exp(z))
         out[VAR_SLICES.index(g)] = v
         return out
 
