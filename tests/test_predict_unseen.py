@@ -175,6 +175,31 @@ def test_fit_perjob_is_deterministic_and_learns():
     assert np.abs(sp - truth).mean() < np.abs(truth.mean() - truth).mean()
 
 
+def test_overhead_target_keeps_speeds_in_range_and_loads_both_kinds(tmp_path):
+    """The networks learn log(1/s - 1): whatever the weights, a speed is in (0, 1); a model
+    saved with the flag reloads as one, and weights without it (trained on speeds) still load
+    as speeds."""
+    from miso.predict.perjob import PerJobModel, from_overhead, to_overhead
+    from miso.predict.predictor import Predictor, save_perjob
+
+    assert np.allclose(from_overhead(to_overhead(np.array([0.3, 0.6, 0.9]))), [0.3, 0.6, 0.9])
+    assert from_overhead(to_overhead(np.array([1.2])))[0] == pytest.approx(1 / 1.02)
+    d = _synthetic(30)
+    real = np.ones((len(d), 7), dtype=bool)
+    m = fit_perjob(d.mps, d.mig, real, PerJobConfig(members=2, epochs=30, hidden=8))
+    assert m.overhead and PerJobConfig().target == "overhead"
+    wild = PerJobModel({**m.a, "b3": m.a["b3"] + 20.0 * np.array([1.0, -1.0])})
+    sp = wild.predict_mix(d.mps, real)
+    assert (sp > 0).all() and (sp < 1).all()  # a speed-target net: ~20 here
+    plain = PerJobModel({k: v for k, v in m.a.items() if k != "overhead"})
+    raw = plain.predict_mix(d.mps, real)
+    assert not plain.overhead and np.allclose(from_overhead(raw), m.predict_mix(d.mps, real))
+    save_perjob(m, tmp_path, {})
+    assert Predictor.load(tmp_path).perjob.overhead
+    with pytest.raises(ValueError):
+        fit_perjob(d.mps, d.mig, real, PerJobConfig(target="log"))
+
+
 # ------------------------------------------------------------------ every observation
 def test_one_measured_slice_moves_the_other_slices(pred):
     mps = {100: 10.0, 50: 8.0, 14: 3.0}
@@ -351,13 +376,15 @@ def test_slice_curves_predict_by_hand_and_roundtrip():
     nan = float("nan")
     c = SliceCurves(np.array([[0.9, 0.8, 0.4, 0.2], [0.9, 0.6, 0.3, nan], [0.5, 0.4, 0.2, 0.1],
                               [0.95, 0.9, 0.85, 0.8]]), np.zeros((4, 5)))
-    got = c.predict(np.zeros(5), {3: 0.7})
+    got = c.predict(np.zeros(5), {3: 0.7}, "ratio")
     # nearest three by measured 3g speed: 0.8, 0.6, 0.9 -> mean ratios
     assert got[1] == 0.7
     assert got[0] == pytest.approx(0.7 * np.mean([0.9 / 0.8, 0.9 / 0.6, 0.95 / 0.9]))
     assert got[2] == pytest.approx(0.7 * np.mean([0.4 / 0.8, 0.3 / 0.6, 0.85 / 0.9]))
     assert got[3] == pytest.approx(0.7 * np.mean([0.2 / 0.8, 0.8 / 0.9, 0.1 / 0.4]))  # no NaN
     assert np.isnan(c.predict(np.zeros(5), {3: 0.7, 4: 0.9})).all()  # one slice only
+    with pytest.raises(ValueError):
+        c.predict(np.zeros(5), {3: 0.7}, "speed")
     back = SliceCurves.from_dict(c.as_dict())
     assert np.allclose(back.speed, c.speed, equal_nan=True)
     with pytest.raises(ValueError):
@@ -372,9 +399,70 @@ def test_blend_after_one_slice_keeps_the_measurement_and_order():
     got = blend(cond, c, np.zeros(5), {3: 0.6})
     assert got[1] == 0.6 and not np.allclose(got, cond)
     assert np.all(np.diff(got) <= 1e-12)  # never faster on a smaller slice
-    assert np.array_equal(blend(cond, c, np.zeros(5), {1: 0.5}), cond)  # 1g: Gaussian only
+    from miso.predict.oneslice import BLEND_RATIO
+
+    after_1g = blend(cond, c, np.zeros(5), {1: 0.5})
+    assert after_1g[3] == 0.5 and not np.allclose(after_1g, cond)  # 1g now moves the rest
+    assert np.all(np.diff(after_1g) <= 1e-12)
+    assert np.array_equal(blend(cond, c, np.zeros(5), {1: 0.5}, "ratio", BLEND_RATIO), cond)
     assert np.array_equal(blend(cond, None, np.zeros(5), {3: 0.6}), cond)
     assert np.array_equal(blend(cond, c, np.full(5, np.nan), {3: 0.6}), cond)  # no profile
+
+
+def test_curves_carry_the_overhead_ratio_so_a_near_full_speed_job_stays_fast():
+    """A job at 0.95 on 4g has half the overhead (1/s - 1) of a neighbour at 0.9; it keeps half
+    its neighbour's overhead on 1g (0.68), where the speed ratio said 0.53 (the previous
+    pass: mobilenet at 4g 0.98, 1g 0.81, was predicted 0.56)."""
+    from miso.predict.oneslice import OVERHEAD_FLOOR, SliceCurves, overhead
+
+    c = SliceCurves(np.array([[0.9, 0.8, 0.6, 0.5]]), np.zeros((1, 5)))
+    got = c.predict(np.zeros(5), {4: 0.95})
+    x4 = 1 / 0.95 - 1
+    assert got[3] == pytest.approx(1 / (1 + x4 * (1 / 0.5 - 1) / (1 / 0.9 - 1)))
+    assert got[3] == pytest.approx(0.678, abs=1e-3)
+    assert c.predict(np.zeros(5), {4: 0.95}, "ratio")[3] == pytest.approx(0.95 * 0.5 / 0.9)
+    # the geometric mean over neighbours, and a measured ~1 (noise) stays finite
+    c2 = SliceCurves(np.array([[0.9, 0.8, 0.6, 0.5], [0.8, 0.7, 0.5, 0.25]]), np.zeros((2, 5)))
+    r = np.sqrt((1.0 / (1 / 0.9 - 1)) * (3.0 / (1 / 0.8 - 1)))
+    assert c2.predict(np.zeros(5), {4: 0.85})[3] == pytest.approx(1 / (1 + (1 / 0.85 - 1) * r))
+    top = c2.predict(np.zeros(5), {4: 1.0})
+    assert np.isfinite(top).all() and top[3] == pytest.approx(1 / (1 + OVERHEAD_FLOOR * r))
+    assert overhead(1.2) == OVERHEAD_FLOOR
+
+
+def test_memory_regression_recovers_an_exact_overhead_law_and_joins_the_blend():
+    """Known workloads whose 1g overhead is exactly 0.2 + 1.5 log x(4g) + 0.8 mem / 5 GB (in
+    logs): the fitted pair reproduces it for a new job; with the job's memory the blend is the
+    mean of the Gaussian, the curves and the regression; without it, the half-and-half."""
+    from miso.predict.oneslice import SLICE_MEMORY_GB, SliceCurves, blend, overhead
+
+    rng = np.random.default_rng(3)
+    s4 = rng.uniform(0.55, 0.95, 12)
+    mem = rng.uniform(2.0, 7.0, 12)  # fill of 1g up to 1.4, under MAX_FILL
+    law = {h: (0.1 * i, 1.0 + 0.25 * i, 0.3 * i) for i, h in enumerate((3, 2, 1), start=1)}
+
+    def speed(h, x4, m):
+        a, b, c = law[h]
+        return 1 / (1 + np.exp(a + b * np.log(overhead(x4)) + c * m / SLICE_MEMORY_GB[h]))
+
+    sp = np.stack([s4] + [speed(h, s4, mem) for h in (3, 2, 1)], axis=1)
+    c = SliceCurves(sp, np.zeros((12, 5)), mem)
+    assert np.allclose(c.pairs[(4, 1)], law[1])
+    got = c.regress({4: 0.8}, 6.0)
+    assert got[0] == 0.8 and got[3] == pytest.approx(speed(1, 0.8, 6.0))
+    assert got[3] < c.regress({4: 0.8}, 2.0)[3]  # more memory on a 5 GB slice: slower
+    back = SliceCurves.from_dict(c.as_dict())
+    assert np.allclose(back.memory_gb, np.round(mem, 4))
+    with pytest.raises(ValueError):
+        SliceCurves.from_dict({**c.as_dict(), "memory_gb": [1.0]})
+    plain = SliceCurves(sp, np.zeros((12, 5)))  # no memory needs: no regression
+    assert plain.pairs == {} and np.isnan(plain.regress({4: 0.8}, 6.0)[1:]).all()
+    cond = np.array([0.8, 0.7, 0.5, 0.3])
+    three = blend(cond, c, np.zeros(5), {4: 0.8}, memory_gb=6.0)
+    want = (cond + c.predict(np.zeros(5), {4: 0.8}) + got) / 3
+    assert np.allclose(three[1:], np.minimum.accumulate(want)[1:]) and three[0] == 0.8
+    assert np.array_equal(blend(cond, c, np.zeros(5), {4: 0.8}, memory_gb=None),
+                          blend(cond, plain, np.zeros(5), {4: 0.8}, memory_gb=6.0))
 
 
 def test_shipped_curves_move_other_slices_after_one_measured_slice(pred):
@@ -384,6 +472,7 @@ def test_shipped_curves_move_other_slices_after_one_measured_slice(pred):
     from miso.predict.heldout import slice_curves
 
     assert pred.curves is not None and len(pred.curves.speed) >= 20
+    assert pred.curves.memory_gb is not None and len(pred.curves.pairs) == 12
     ev = [JobEvidence(mps={100: 10.0, 50: 7.0, 14: 3.0}, slices={3: 0.6}, memory_gb=4.0)]
     with_curves = pred.predict_jobs(ev)
     plain = copy.copy(pred)

@@ -46,6 +46,11 @@ def main() -> None:
         med, p90 = timeit(lambda: pred.predict_jobs(ev), args.n)
         print(f"Predictor.predict_jobs, 2 jobs (100+14 %, one measured slice): median {med:.3f}"
               f" ms, p90 {p90:.3f} ms")
+        ev = [JobEvidence(mps={100: 10.0, 14: 3.0}, slices={4: 0.8}, memory_gb=6.0),
+              JobEvidence(mps={100: 5.0, 14: 4.0}, memory_gb=3.0)]
+        med, p90 = timeit(lambda: pred.predict_jobs(ev), args.n)
+        print(f"Predictor.predict_jobs, same with memory needs (memory regression too): median "
+              f"{med:.3f} ms, p90 {p90:.3f} ms")
     for n_jobs in (1, 4, 7):
         s = rng.uniform(0.2, 1.0, size=(3, n_jobs))
         for _ in range(50):

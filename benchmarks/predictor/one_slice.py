@@ -4,10 +4,16 @@ usage: PYTHONPATH=src python benchmarks/predictor/one_slice.py [--data NPZ] [--s
 
 Per-job model (shipped configuration) trained without each of the 8 model families; for every
 real column of the held-out family, one slice (4g, 3g, 2g or 1g) is measured (its catalogue
-speed) and the other slices are predicted three ways: Gaussian conditioning on the covariance
-of the other families' residuals (as shipped before), the slice curves of the nearest known
-workloads of the other families only (:mod:`miso.predict.oneslice`), and their blend (what
-:func:`miso.predict.evidence.predict_from_evidence` now does). speed_mae of the other slices
+speed) and the other slices are predicted seven ways: Gaussian conditioning on the covariance
+of the other families' residuals (as shipped first), the slice curves of the nearest known
+workloads of the other families only (:mod:`miso.predict.oneslice`) carried over as speed
+ratios ("curves-ratio") and their blend ("blend-ratio", shipped by the second pass), the same
+curves carried over as overhead ratios (1/s - 1, "curves") and their half-and-half blend with
+the Gaussian after every measured slice ("blend-overhead": what ships for a job whose memory
+need is unknown), the per-pair regression on the measured overhead and the job's memory need
+over the target slice's ("memory-regression"), and the mean of the Gaussian, the curves and
+the regression ("blend": what :func:`miso.predict.evidence.predict_from_evidence` does for a
+job whose memory need is known; here its catalogue peak memory). speed_mae of the other slices
 where the catalogue measured them, mean over families; coverage of the conditioned 95 % interval
 around the blend. Data: MISO (SoCC'22, Baolin Li et al.) MPS/MIG pairs, MIT licence.
 """
@@ -28,10 +34,13 @@ from miso.predict.heldout import (
     slice_curves,
 )
 from miso.predict.lowslice import fit_lowslice
-from miso.predict.oneslice import blend, own_features
+from miso.predict.oneslice import BLEND_RATIO, blend, own_features
 from miso.predict.perjob import PerJobConfig, fit_perjob, job_features
 from miso.predict.uncertainty import VAR_SLICES, calibrate, condition
 from miso.workloads import catalogue
+
+METHODS = ("gaussian", "curves-ratio", "blend-ratio", "curves", "blend-overhead",
+           "memory-regression", "blend")
 
 
 def main() -> None:
@@ -71,13 +80,15 @@ def main() -> None:
     rows = np.argwhere(sel)
     P, T, fo = pred[sel], truth[sel], fold_of[sel]
     W = lab[sel]
+    mem = np.array([cat[wnames[w]].memory_gb if w >= 0 and wnames[w] in cat else np.nan
+                    for w in W])  # the job's memory need (peak memory on the full GPU)
     nf = len(fold_ids)
     print("\n| measured slice | method | 4g | 3g | 2g | 1g | other slices | coverage_95 |")
     print("|---|---|---|---|---|---|---|---|")
     for og in VAR_SLICES:
         io = VAR_SLICES.index(og)
         acc: dict[str, dict] = {k: {"g": {h: [] for h in VAR_SLICES}, "oth": [], "cov": []}
-                                for k in ("gaussian", "curves", "blend")}
+                                for k in METHODS}
         for f in range(nf):
             o = fo != f
             cal = calibrate(P[o] - T[o, :2], ls.coef, ls.resid_std, 0.95,
@@ -93,9 +104,15 @@ def main() -> None:
                 obs = {og: float(T[i, io])}
                 g_mean, half = condition(mean, cal, obs)
                 r, c = rows[i]
-                c_mean = curves.predict(own[r, c], obs)
-                b_mean = blend(g_mean, curves, own[r, c], obs)
-                for k, m in (("gaussian", g_mean), ("curves", c_mean), ("blend", b_mean)):
+                b_mean = blend(g_mean, curves, own[r, c], obs, memory_gb=mem[i])
+                got = {"gaussian": g_mean,
+                       "curves-ratio": curves.predict(own[r, c], obs, "ratio"),
+                       "blend-ratio": blend(g_mean, curves, own[r, c], obs, "ratio",
+                                            BLEND_RATIO),
+                       "curves": curves.predict(own[r, c], obs),
+                       "blend-overhead": blend(g_mean, curves, own[r, c], obs),
+                       "memory-regression": curves.regress(obs, mem[i]), "blend": b_mean}
+                for k, m in got.items():
                     for ih, h in enumerate(VAR_SLICES):
                         if h != og and np.isfinite(T[i, ih]):
                             v = m[ih] if np.isfinite(m[ih]) else g_mean[ih]

@@ -98,7 +98,8 @@ def predict_from_evidence(
         cal = cals[i]
         if obs and cal is not None:
             m, h = condition(speed[i, 1:], cal, obs)
-            m = blend(m, getattr(pred, "curves", None), own[i], obs)  # + similar workloads
+            m = blend(m, getattr(pred, "curves", None), own[i], obs,  # + similar workloads
+                      memory_gb=job.memory_gb)
             speed[i, 1:], half[i, 1:] = m, h
         elif obs:
             for g, v in obs.items():

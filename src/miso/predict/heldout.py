@@ -107,9 +107,9 @@ def lowslice_residuals(pred43: np.ndarray, workload: np.ndarray) -> np.ndarray:
 
 
 def slice_curves(d: PairData, exclude: np.ndarray | None = None) -> SliceCurves:
-    """Known workloads' real slice speeds (catalogue) and mean own MPS features over their
-    columns in ``d`` (:mod:`miso.predict.oneslice`); columns where ``exclude`` (N, 7) is true
-    are left out (a held-out family)."""
+    """Known workloads' real slice speeds and memory needs (catalogue) and mean own MPS
+    features over their columns in ``d`` (:mod:`miso.predict.oneslice`); columns where
+    ``exclude`` (N, 7) is true are left out (a held-out family)."""
     from miso.workloads import catalogue
 
     u = np.asarray(d.mps, dtype=np.float64)
@@ -123,7 +123,8 @@ def slice_curves(d: PairData, exclude: np.ndarray | None = None) -> SliceCurves:
     for w in np.unique(lab[keep]):
         if names[w] in cat:
             by[names[w]] = feats[keep & (lab == w)]
-    return fit_curves({w: dict(cat[w].speed_by_slices) for w in by}, by)
+    return fit_curves({w: dict(cat[w].speed_by_slices) for w in by}, by,
+                      {w: cat[w].memory_gb for w in by})
 
 
 def train_calibrated(d: PairData, cfg: PerJobConfig | None = None, level: float = 0.95,
