@@ -1,0 +1,265 @@
+"""Where miso+'s 6 % against true speeds goes in the paper setting, and whether measuring
+newcomers on the cluster itself can buy it back (issue 19, item 5; benchmarks/README.md
+"Predictor, fourth pass").
+
+usage: PYTHONPATH=src python benchmarks/predictor/sim_gap.py [--seeds 5] [--families]
+                                                              [--loss-only]
+
+Same runs as ``sim_heldout.py`` / ``sim_measure_first.py`` (1,000 Poisson jobs, 60 s mean
+inter-arrival, miso+ with the held-out-family predictor, every family new; ratio of the mean
+average JCT over the seeds to miso+ with true speeds on the same trace, worst seed too), paper
+setting (40 GPUs, restart 30 s) and saturated (16 GPUs, restart 60 s):
+
+* **loss by workload** (seed 1, 40 GPUs): each workload's share of the difference in average
+  JCT, and where its jobs ran (time share per slice) with true speeds and held out;
+* **decisions with the prior made pessimistic** (the information stays the same): the
+  catalogue prior's slice speeds times ``k`` everywhere, or only in the rebalance decision (an
+  unmeasured job on a slice is the preferred donor to an idle GPU);
+* **measure in place**: a newcomer runs alone on its target GPU's full 7g for ``MEAS`` seconds
+  before the layout that admits it is applied, so miso+ learns its full-GPU rate and, through its
+  own observed-rate path, the true speed of every slice it then runs on. Costs charged by the
+  simulator: the GPU's other jobs that the layout (re)starts wait ``MEAS`` + one MIG
+  reconfiguration longer per measured newcomer; the newcomer keeps the ``MEAS`` seconds of work
+  and restarts onto its slice (one restart); with ``all``, residents the layout would have left
+  running are stopped for the stint too (one restart each). ``restart``: only newcomers whose
+  layout restarts residents anyway are measured; ``all``: every newcomer placed on a shared
+  GPU. Each also "free" (the rate revealed, nothing charged): the upper bound of the mechanism.
+
+The in-place rows are simulator instrumentation, not a miso+ switch: they measured no gain
+that would justify building the decision in the live driver (see the README section).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from sim_heldout import avg_jct, family_trace  # noqa: E402
+
+from miso.sched.decisions import ApplyLayout  # noqa: E402
+from miso.sched.policies import misoplus  # noqa: E402
+from miso.sched.policies.misoplus import MisoPlus  # noqa: E402
+from miso.sched.policies.priors import prior_speeds  # noqa: E402
+from miso.sim.engine import Simulator  # noqa: E402
+from miso.sim.heldout import families  # noqa: E402
+from miso.sim.metrics import summarize  # noqa: E402
+from miso.sim.run import build_policy  # noqa: E402
+from miso.sim.traces import poisson_jobs  # noqa: E402
+from miso.sim.world import WorldConfig  # noqa: E402
+
+SETTINGS = ((40, 30.0), (16, 60.0))
+
+
+def simulator(gpus: int, restart: float, seed: int, predictor: str = "heldout",
+              family: str | None = None) -> Simulator:
+    cfg = WorldConfig(n_gpus=gpus, predictor=predictor, restart_s=restart)
+    jobs = poisson_jobs(1000, seed=seed, mean_interarrival_s=60.0)
+    if family is not None:
+        jobs = family_trace(jobs, family, seed)
+    return Simulator(build_policy("miso+", jobs, cfg, seed), jobs, cfg, seed=seed)
+
+
+def slice_time(sim: Simulator) -> dict[tuple[str, str], float]:
+    """Records (job, profile) -> seconds run there (MIG profile, or the mode) as ``sim`` runs."""
+    occ: dict[tuple[str, str], float] = collections.defaultdict(float)
+    orig = sim.set_rate
+
+    def set_rate(j, now, rate):  # noqa: ANN001, ANN202
+        if j.rate > 0:
+            key = j.placement.profile if j.mode == "mig" and j.placement else str(j.mode)
+            occ[(j.id, key)] += now - j.t_last
+        orig(j, now, rate)
+    sim.set_rate = set_rate  # type: ignore[method-assign]
+    return occ
+
+
+def loss_by_workload(seed: int = 1) -> None:
+    runs = {}
+    for pred in ("true", "heldout"):
+        sim = simulator(40, 30.0, seed, pred)
+        occ = slice_time(sim)
+        sim.run()
+        runs[pred] = (sim, occ)
+    (t, ot), (h, oh) = runs["true"], runs["heldout"]
+    n = len(t.jobs)
+    jct = {p: {j: s.jobs[j].finish - s.jobs[j].submit for j in s.jobs}
+           for p, (s, _) in runs.items()}
+    print(f"\nseed {seed}, 40 GPUs, restart 30 s: average JCT true "
+          f"{np.mean(list(jct['true'].values())):.0f} s, held out "
+          f"{np.mean(list(jct['heldout'].values())):.0f} s\n")
+    print("| workload | jobs | JCT true s | JCT held out s | share of the gap (s of avg JCT) | "
+          "true speeds 3g / 4g | time on 3g / 4g / 7g, true | same, held out |")
+    print("|---|---|---|---|---|---|---|---|")
+    by: dict[str, list[str]] = collections.defaultdict(list)
+    for j, sj in t.jobs.items():
+        by[sj.workload].append(j)
+
+    def share(occ: dict, jobs: list[str]) -> str:
+        c: collections.Counter[str] = collections.Counter()
+        for (j, p), s in occ.items():
+            if j in jobs:
+                c[p] += s
+        tot = sum(c.values()) or 1.0
+        return " / ".join(f"{c[p] / tot:.2f}" for p in ("3g.20gb", "4g.20gb", "7g.40gb"))
+
+    for wl, js in sorted(by.items(), key=lambda kv: -sum(jct["heldout"][j] - jct["true"][j]
+                                                          for j in kv[1])):
+        gap = sum(jct["heldout"][j] - jct["true"][j] for j in js) / n
+        tr = t.jobs[js[0]].truth
+        print(f"| {wl} | {len(js)} | {np.mean([jct['true'][j] for j in js]):.0f} | "
+              f"{np.mean([jct['heldout'][j] for j in js]):.0f} | {gap:.1f} | "
+              f"{tr.get('3g.20gb', float('nan')):.2f} / {tr.get('4g.20gb', float('nan')):.2f} | "
+              f"{share(ot, js)} | {share(oh, js)} |")
+    del h, oh
+
+
+def scaled_prior(k: float):  # noqa: ANN201
+    """The catalogue prior with every slice below the full GPU times ``k``."""
+    def prior(geom, memory_gb, harmonic=False):  # noqa: ANN001, ANN202
+        p = prior_speeds(geom, memory_gb, harmonic)
+        full = geom.model.full_profile().name
+        return {q: v if q == full else v * k for q, v in p.items()}
+    return prior
+
+
+def pessimistic_donor(k: float):  # noqa: ANN201
+    """``Rebalancing.best_donor`` with an unmeasured job's slice speed times ``k``."""
+    def best_donor(self, sc, g):  # noqa: ANN001, ANN202
+        gs = sc.state.gpus[g]
+        jobs = sc.jobs_on(g)
+        if len(jobs) < 2 or gs.busy:
+            return None
+        pinned = self.pinned(sc, jobs)
+        full = gs.geom.model.full_profile().name
+        best = None
+        for j in jobs:
+            pl = gs.assignment.get(j)
+            if pl is None or j in pinned:
+                continue
+            s = self.speeds(gs.geom, sc, [j])[j].get(pl.profile, 1.0)
+            if j not in self.est and pl.profile != full and \
+                    pl.profile not in self.learned.get(j, {}):
+                s *= k
+            w = self.remaining(j)
+            saved = w / max(s, 0.05) - (w + self.restart_s)
+            if saved > self.restart_s and (best is None or (-saved, j) < best):
+                best = (-saved, j)
+        return best
+    return best_donor
+
+
+def measure_in_place(sim: Simulator, mode: str, meas_s: float, charge: bool) -> None:
+    """Instrument ``sim``: newcomers measured alone on their target GPU's 7g (module doc)."""
+    pol, cfg = sim.policy, sim.cfg
+    seen: set[str] = set()
+    orig = sim._exec
+
+    def execute(now, d, gid=None):  # noqa: ANN001, ANN202
+        if not isinstance(d, ApplyLayout):
+            return orig(now, d, gid)
+        restarts = (d.why or {}).get("restarts", [])
+        new = [j for j in d.assignment if j not in seen and j not in pol.ref_rate
+               and j not in pol.est and len(d.assignment) > 1]
+        seen.update(d.assignment)
+        meas = [j for j in new if mode == "all" or restarts]
+        tokens = {j: sim.jobs[j].token for j in d.assignment}
+        out = orig(now, d, gid)
+        for j in meas:
+            pol.ref_rate.setdefault(j, sim.jobs[j].base_rate)  # what the stint measures
+        if not meas or not charge:
+            return out
+        extra = len(meas) * (meas_s + cfg.reconfig_s)
+        for jid, pl in d.assignment.items():
+            j = sim.jobs[jid]
+            if jid in meas:  # ran meas_s alone at full speed, then restarts onto its slice
+                j.work_left = max(1.0, j.work_left - meas_s)
+                j.started = True
+                if j.first_start is None:
+                    j.first_start = now + cfg.reconfig_s
+                wait = sim.restart(j, sim._share(pl))
+                sim._schedule_resume(j, now + cfg.reconfig_s + extra + wait)
+            elif j.token != tokens[jid]:  # (re)started by the layout anyway: waits longer
+                sim._schedule_resume(j, now + cfg.reconfig_s + extra
+                                     + (j.restart_cost if j.started else 0.0))
+            elif mode == "all":  # left running by the layout: stopped for the stint
+                sim.stop_job(j, now)
+                wait = sim.restart(j, sim._share(pl))
+                sim._schedule_resume(j, now + cfg.reconfig_s + extra + wait)
+        return out
+    sim._exec = execute  # type: ignore[method-assign]
+
+
+def in_place(gpus: int, restart: float, seed: int, mode: str, meas_s: float, charge: bool,
+             family: str | None = None) -> float:
+    sim = simulator(gpus, restart, seed, family=family)
+    measure_in_place(sim, mode, meas_s, charge)
+    return float(summarize(sim.run())["avg_jct_s"])
+
+
+def ratio(values: list[float], true: list[float]) -> str:
+    worst = max(a / b for a, b in zip(values, true, strict=True))
+    return f"{np.mean(values) / np.mean(true):.3f} | {worst:.3f}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--families", action="store_true",
+                    help="per family trace (40 GPUs): as shipped and measured in place")
+    ap.add_argument("--loss-only", action="store_true", help="only the loss by workload")
+    args = ap.parse_args()
+    seeds = range(1, args.seeds + 1)
+    if args.families:
+        print("| family F (40 GPUs, restart 30 s) | true s | miso+ as shipped | worst seed | "
+              "in place, restart, 10 s | worst seed | in place, all, 10 s | worst seed |")
+        print("|---|---|---|---|---|---|---|---|")
+        for f in families():
+            true = [avg_jct(40, 30.0, s, "true", family=f) for s in seeds]
+            base = [avg_jct(40, 30.0, s, "heldout", family=f) for s in seeds]
+            cells = [ratio(base, true)]
+            for mode in ("restart", "all"):
+                v = [in_place(40, 30.0, s, mode, 10.0, True, family=f) for s in seeds]
+                cells.append(ratio(v, true))
+            print(f"| {f} | {np.mean(true):.0f} | {' | '.join(cells)} |", flush=True)
+        return
+    loss_by_workload()
+    if args.loss_only:
+        return
+    rows: list[tuple[str, dict]] = [("miso+ as shipped", {})]
+    rows += [(f"prior x{k} (every decision)", {"prior": k}) for k in (0.9, 0.8, 0.7)]
+    rows += [(f"rebalance: unmeasured slice speed x{k}", {"donor": k}) for k in (0.7, 0.5)]
+    for mode in ("restart", "all"):
+        rows.append((f"in place, {mode}, free (upper bound)", {"mode": mode, "charge": False}))
+        for meas in (10.0, 3.0):
+            rows.append((f"in place, {mode}, {meas:.0f} s, charged",
+                         {"mode": mode, "charge": True, "meas": meas}))
+    for gpus, restart in SETTINGS:
+        true = [avg_jct(gpus, restart, s, "true") for s in seeds]
+        print(f"\n{gpus} GPUs, restart {restart:.0f} s: miso+ with true speeds "
+              f"{np.mean(true):.0f} s\n")
+        print("| variant | avg JCT s | ratio | worst seed |")
+        print("|---|---|---|---|")
+        for label, kw in rows:
+            if "mode" in kw:
+                v = [in_place(gpus, restart, s, kw["mode"], kw.get("meas", 10.0), kw["charge"])
+                     for s in seeds]
+            else:
+                saved = misoplus.prior_speeds, MisoPlus.best_donor
+                if "prior" in kw:
+                    misoplus.prior_speeds = scaled_prior(kw["prior"])
+                if "donor" in kw:
+                    MisoPlus.best_donor = pessimistic_donor(kw["donor"])  # type: ignore
+                try:
+                    v = [avg_jct(gpus, restart, s, "heldout") for s in seeds]
+                finally:
+                    misoplus.prior_speeds, MisoPlus.best_donor = saved  # type: ignore
+            print(f"| {label} | {np.mean(v):.0f} | {ratio(v, true)} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
