@@ -153,45 +153,102 @@ def pessimistic_donor(k: float):  # noqa: ANN201
     return best_donor
 
 
-def measure_in_place(sim: Simulator, mode: str, meas_s: float, charge: bool) -> None:
-    """Instrument ``sim``: newcomers measured alone on their target GPU's 7g (module doc)."""
+def reveal(sim: Simulator, job: str) -> None:
+    """What a stint alone on a full GPU tells miso+: the job's full-GPU rate, which turns the
+    rates already seen on its slices into speeds (as :mod:`~miso.sched.policies.observed` does
+    for rates seen after the full-GPU one)."""
+    pol = sim.policy
+    if job in pol.ref_rate:
+        return
+    ref = pol.ref_rate[job] = sim.jobs[job].base_rate
+    full = sim.geom.model.full_profile().name
+    for prof, rate in sim.state.jobs[job].observed.items():
+        if prof != full and job not in pol.est:
+            pol.learned.setdefault(job, {})[prof] = max(0.01, min(1.5, rate / ref))
+
+
+def measure_in_place(sim: Simulator, mode: str, meas_s: float, charge: bool,
+                     skip: frozenset[str] = frozenset()) -> None:
+    """Instrument ``sim``: jobs measured alone on a full GPU (module doc) as a layout is
+    applied; ``skip``: jobs never measured (the oracle value-of-information gate)."""
     pol, cfg = sim.policy, sim.cfg
     seen: set[str] = set()
     orig = sim._exec
+
+    def unmeasured(j: str) -> bool:
+        return j not in pol.ref_rate and j not in pol.est and j not in skip
 
     def execute(now, d, gid=None):  # noqa: ANN001, ANN202
         if not isinstance(d, ApplyLayout):
             return orig(now, d, gid)
         restarts = (d.why or {}).get("restarts", [])
-        new = [j for j in d.assignment if j not in seen and j not in pol.ref_rate
-               and j not in pol.est and len(d.assignment) > 1]
+        shared = len(d.assignment) > 1
+        new = [j for j in d.assignment if j not in seen and unmeasured(j) and shared]
         seen.update(d.assignment)
-        meas = [j for j in new if mode == "all" or restarts]
+        if mode == "natural":  # only where the layout restarts someone anyway
+            meas = [j for j in d.assignment if restarts and shared and unmeasured(j)
+                    and (j in new or j in restarts)]
+        else:
+            meas = [j for j in new if mode in ("all", "cheapest") or restarts]
         tokens = {j: sim.jobs[j].token for j in d.assignment}
         out = orig(now, d, gid)
         for j in meas:
-            pol.ref_rate.setdefault(j, sim.jobs[j].base_rate)  # what the stint measures
+            reveal(sim, j)
         if not meas or not charge:
             return out
         extra = len(meas) * (meas_s + cfg.reconfig_s)
+        stint = cheapest_gpu(sim, d.gpu, len(d.assignment) - len(meas)) \
+            if mode == "cheapest" and not restarts else None
+        if stint is not None:
+            # The stint on a GPU with fewer jobs than this one: its jobs stop and restart
+            # in place after it (two MIG reconfigurations); this GPU's jobs keep running.
+            for jid in list(sim.state.gpus[stint].jobs):
+                j = sim.jobs[jid]
+                if j.finish is None and j.mode == "mig":
+                    started = j.started
+                    sim.stop_job(j, now)
+                    wait = sim.restart(j, sim._share(j.placement)) if started else 0.0
+                    sim._schedule_resume(j, now + 2 * cfg.reconfig_s + extra + wait)
         for jid, pl in d.assignment.items():
             j = sim.jobs[jid]
-            if jid in meas:  # ran meas_s alone at full speed, then restarts onto its slice
+            restarted = j.token != tokens[jid]
+            if jid in meas:
+                # ran meas_s alone at full speed; restarts onto its slice unless the layout
+                # restarted it anyway (then its restart is the one it had)
                 j.work_left = max(1.0, j.work_left - meas_s)
-                j.started = True
-                if j.first_start is None:
+                if not j.started:
+                    j.started = True
                     j.first_start = now + cfg.reconfig_s
-                wait = sim.restart(j, sim._share(pl))
-                sim._schedule_resume(j, now + cfg.reconfig_s + extra + wait)
-            elif j.token != tokens[jid]:  # (re)started by the layout anyway: waits longer
+                    wait = sim.restart(j, sim._share(pl))
+                elif restarted:
+                    wait = j.restart_cost
+                else:
+                    sim.stop_job(j, now)
+                    wait = sim.restart(j, sim._share(pl))
+                sim._schedule_resume(j, now + 2 * cfg.reconfig_s + extra + wait)
+            elif stint is not None:
+                continue
+            elif restarted:  # (re)started by the layout anyway: waits longer
                 sim._schedule_resume(j, now + cfg.reconfig_s + extra
                                      + (j.restart_cost if j.started else 0.0))
-            elif mode == "all":  # left running by the layout: stopped for the stint
+            elif mode in ("all", "cheapest"):  # left running: stopped for the stint
                 sim.stop_job(j, now)
                 wait = sim.restart(j, sim._share(pl))
                 sim._schedule_resume(j, now + cfg.reconfig_s + extra + wait)
         return out
     sim._exec = execute  # type: ignore[method-assign]
+
+
+def cheapest_gpu(sim: Simulator, target: str, target_cost: int) -> str | None:
+    """The GPU other than ``target`` with the fewest jobs and no plan in flight, when it has
+    fewer than ``target_cost`` (then the stint stops fewer jobs there); else None."""
+    best: tuple[int, str] | None = None
+    for g, gs in sim.state.gpus.items():
+        if g == target or gs.busy or sim.gpus[g].mode != "mig":
+            continue
+        if best is None or (len(gs.jobs), g) < best:
+            best = (len(gs.jobs), g)
+    return best[1] if best is not None and best[0] < target_cost else None
 
 
 def in_place(gpus: int, restart: float, seed: int, mode: str, meas_s: float, charge: bool,

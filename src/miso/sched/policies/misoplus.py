@@ -83,6 +83,9 @@ class MisoPlus(Burst, ObservedSpeeds, GpuChoice, Admission, RestartEconomy, Reba
       (:mod:`miso.sched.robust`). ``cluster_prior`` / ``anchor_slices`` (off, same reason):
       plan unprofiled jobs with this cluster's estimates (:mod:`miso.sched.clusterprior`);
       anchor a full-GPU rate on a job's first slice (:func:`~miso.sched.robust.anchored_full_rate`).
+    * ``learn_earlier_slices``: once a job planned with the prior shows its full-GPU rate,
+      the rates it showed on its earlier slices become their speeds too
+      (:func:`~miso.sched.policies.observed.earlier_slice_speeds`).
     * ``batch_arrivals``: jobs submitted in one instant before any arrival rate is known (a
       fixed mix) are planned together at the instant's end, so none starts only to be
       restarted by the next; with ``batch_admit`` (off: measured worse on fixed mixes with
@@ -119,7 +122,7 @@ class MisoPlus(Burst, ObservedSpeeds, GpuChoice, Admission, RestartEconomy, Reba
                  burst_load: float = 1.5,
                  learn_restart_cost: bool = True, robust_risk: float = 0.0,
                  propagate_observed: bool = False, cluster_prior: bool = False,
-                 anchor_slices: bool = False,
+                 anchor_slices: bool = False, learn_earlier_slices: bool = True,
                  **miso_options: Any) -> None:
         super().__init__(**miso_options)
         if profile_when not in PROFILE_WHEN:
@@ -146,6 +149,7 @@ class MisoPlus(Burst, ObservedSpeeds, GpuChoice, Admission, RestartEconomy, Reba
         self.predicted: dict[str, dict[str, float]] = {}  # estimates before any measurement
         self.cluster_prior = ClusterPrior() if cluster_prior else None  # clusterprior.py
         self.anchor_slices = anchor_slices
+        self.learn_earlier_slices = learn_earlier_slices  # observed.py
         self.restarting: dict[str, dict[str, float]] = {}
         self.relaunching: dict[str, tuple[float, float]] = {}
         self.restart_seen: dict[str, float] = {}
