@@ -12,21 +12,26 @@ setting (40 GPUs, restart 30 s) and saturated (16 GPUs, restart 60 s):
 
 * **loss by workload** (seed 1, 40 GPUs): each workload's share of the difference in average
   JCT, and where its jobs ran (time share per slice) with true speeds and held out;
-* **decisions with the prior made pessimistic** (the information stays the same): the
-  catalogue prior's slice speeds times ``k`` everywhere, or only in the rebalance decision (an
-  unmeasured job on a slice is the preferred donor to an idle GPU);
-* **measure in place**: a newcomer runs alone on its target GPU's full 7g for ``MEAS`` seconds
-  before the layout that admits it is applied, so miso+ learns its full-GPU rate and, through its
-  own observed-rate path, the true speed of every slice it then runs on. Costs charged by the
-  simulator: the GPU's other jobs that the layout (re)starts wait ``MEAS`` + one MIG
-  reconfiguration longer per measured newcomer; the newcomer keeps the ``MEAS`` seconds of work
-  and restarts onto its slice (one restart); with ``all``, residents the layout would have left
-  running are stopped for the stint too (one restart each). ``restart``: only newcomers whose
-  layout restarts residents anyway are measured; ``all``: every newcomer placed on a shared
-  GPU. Each also "free" (the rate revealed, nothing charged): the upper bound of the mechanism.
+* ``learn_earlier_slices`` (miso+ switch, off by default): once a job planned with the prior
+  shows its full-GPU rate, the rates it showed on its earlier slices become their speeds;
+* **decisions with the prior skewed** (the information stays the same): the catalogue prior's
+  slice speeds times ``k`` everywhere, or only in the rebalance decision (an unmeasured job
+  on a slice is the preferred donor to an idle GPU);
+* **measure in place**: a job runs alone on a full GPU for ``MEAS`` seconds as a layout is
+  applied, so miso+ learns its full-GPU rate and, through its observed-rate path, the speed of
+  every slice it ran or runs on. Costs charged by the simulator: the GPU's jobs that the layout
+  (re)starts wait ``MEAS`` + one MIG reconfiguration longer per measured job (and one more
+  reconfiguration); a measured newcomer keeps the ``MEAS`` seconds of work and restarts onto
+  its slice (one restart). Which jobs: ``restart``, newcomers whose layout restarts residents
+  anyway; ``natural``, every unmeasured job a layout (re)starts where it restarts someone
+  anyway; ``all``, every newcomer placed on a shared GPU, the residents the layout would have
+  left running stopped for the stint (one restart each); ``cheapest``, the same on the GPU
+  with the fewest jobs (its jobs stopped instead). Each also "free" (the rate revealed,
+  nothing charged): the mechanism's upper bound; and ``all`` gated by an oracle on the value
+  of information (only jobs whose true curve is at least ``gap`` off the prior are measured).
 
-The in-place rows are simulator instrumentation, not a miso+ switch: they measured no gain
-that would justify building the decision in the live driver (see the README section).
+The in-place rows are simulator instrumentation, not a miso+ switch: none comes within 3 %
+once charged (benchmarks/README.md "Predictor, fourth pass"), so no live decision was built.
 """
 
 from __future__ import annotations
@@ -56,12 +61,12 @@ SETTINGS = ((40, 30.0), (16, 60.0))
 
 
 def simulator(gpus: int, restart: float, seed: int, predictor: str = "heldout",
-              family: str | None = None) -> Simulator:
+              family: str | None = None, **policy: object) -> Simulator:
     cfg = WorldConfig(n_gpus=gpus, predictor=predictor, restart_s=restart)
     jobs = poisson_jobs(1000, seed=seed, mean_interarrival_s=60.0)
     if family is not None:
         jobs = family_trace(jobs, family, seed)
-    return Simulator(build_policy("miso+", jobs, cfg, seed), jobs, cfg, seed=seed)
+    return Simulator(build_policy("miso+", jobs, cfg, seed, **policy), jobs, cfg, seed=seed)
 
 
 def slice_time(sim: Simulator) -> dict[tuple[str, str], float]:
@@ -252,9 +257,15 @@ def cheapest_gpu(sim: Simulator, target: str, target_cost: int) -> str | None:
 
 
 def in_place(gpus: int, restart: float, seed: int, mode: str, meas_s: float, charge: bool,
-             family: str | None = None) -> float:
-    sim = simulator(gpus, restart, seed, family=family)
-    measure_in_place(sim, mode, meas_s, charge)
+             family: str | None = None, skip_near: float | None = None,
+             **policy: object) -> float:
+    sim = simulator(gpus, restart, seed, family=family, **policy)
+    skip: frozenset[str] = frozenset()
+    if skip_near is not None:  # oracle gate: jobs whose true curve is near the prior
+        skip = frozenset(j for j, sj in sim.jobs.items() if max(
+            abs(sj.truth.get(p, v) - v)
+            for p, v in prior_speeds(sim.geom, sj.spec.memory_gb).items()) < skip_near)
+    measure_in_place(sim, mode, meas_s, charge, skip)
     return float(summarize(sim.run())["avg_jct_s"])
 
 
@@ -263,58 +274,78 @@ def ratio(values: list[float], true: list[float]) -> str:
     return f"{np.mean(values) / np.mean(true):.3f} | {worst:.3f}"
 
 
+def variant(gpus: int, restart: float, seed: int, kw: dict, family: str | None = None
+            ) -> float:
+    """miso+'s average JCT, held out, under one row's variant (see ``rows``)."""
+    kw = dict(kw)
+    if "mode" in kw:
+        return in_place(gpus, restart, seed, kw.pop("mode"), kw.pop("meas", 10.0),
+                        kw.pop("charge", True), family=family, **kw)
+    saved = misoplus.prior_speeds, MisoPlus.best_donor
+    if "prior" in kw:
+        misoplus.prior_speeds = scaled_prior(kw.pop("prior"))
+    if "donor" in kw:
+        MisoPlus.best_donor = pessimistic_donor(kw.pop("donor"))  # type: ignore[method-assign]
+    try:
+        return avg_jct(gpus, restart, seed, "heldout", family=family, **kw)
+    finally:
+        misoplus.prior_speeds, MisoPlus.best_donor = saved  # type: ignore[method-assign]
+
+
+LEARN = {"learn_earlier_slices": True}
+
+
+def rows() -> list[tuple[str, dict]]:
+    out: list[tuple[str, dict]] = [("miso+ as shipped", {}),
+                                   ("+ learn_earlier_slices (new switch, off)", LEARN)]
+    out += [(f"prior x{k} (every decision)", {"prior": k}) for k in (1.1, 0.9, 0.8, 0.7)]
+    out += [(f"rebalance: unmeasured slice speed x{k}", {"donor": k}) for k in (0.85, 0.7, 0.5)]
+    out += [(f"learn_earlier_slices + rebalance: unmeasured x{k}", {"donor": k, **LEARN})
+            for k in (0.85, 0.7)]
+    for mode in ("restart", "natural", "all", "cheapest"):
+        if mode != "cheapest":
+            out.append((f"in place, {mode}, free (upper bound)",
+                        {"mode": mode, "charge": False, **LEARN}))
+        for meas in (10.0, 3.0):
+            out.append((f"in place, {mode}, {meas:.0f} s, charged",
+                        {"mode": mode, "meas": meas, **LEARN}))
+    for gap in (0.15, 0.25):
+        out.append((f"in place, all, 10 s, charged, only jobs >= {gap} off the prior (oracle "
+                    "gate)", {"mode": "all", "skip_near": gap, **LEARN}))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--families", action="store_true",
-                    help="per family trace (40 GPUs): as shipped and measured in place")
+                    help="per family trace (40 GPUs): before / after")
     ap.add_argument("--loss-only", action="store_true", help="only the loss by workload")
     args = ap.parse_args()
     seeds = range(1, args.seeds + 1)
     if args.families:
-        print("| family F (40 GPUs, restart 30 s) | true s | miso+ as shipped | worst seed | "
-              "in place, restart, 10 s | worst seed | in place, all, 10 s | worst seed |")
-        print("|---|---|---|---|---|---|---|---|")
+        cols = [("miso+ as shipped", {}), ("learn_earlier_slices", LEARN),
+                ("in place, restart, 10 s, charged", {"mode": "restart", **LEARN})]
+        print("| family F (40 GPUs, restart 30 s, every family new) | true s | "
+              + " | ".join(f"{c} | worst seed" for c, _ in cols) + " |")
+        print("|---|---|" + "---|---|" * len(cols))
         for f in families():
             true = [avg_jct(40, 30.0, s, "true", family=f) for s in seeds]
-            base = [avg_jct(40, 30.0, s, "heldout", family=f) for s in seeds]
-            cells = [ratio(base, true)]
-            for mode in ("restart", "all"):
-                v = [in_place(40, 30.0, s, mode, 10.0, True, family=f) for s in seeds]
-                cells.append(ratio(v, true))
+            cells = [ratio([variant(40, 30.0, s, kw, family=f) for s in seeds], true)
+                     for _, kw in cols]
             print(f"| {f} | {np.mean(true):.0f} | {' | '.join(cells)} |", flush=True)
         return
     loss_by_workload()
     if args.loss_only:
         return
-    rows: list[tuple[str, dict]] = [("miso+ as shipped", {})]
-    rows += [(f"prior x{k} (every decision)", {"prior": k}) for k in (0.9, 0.8, 0.7)]
-    rows += [(f"rebalance: unmeasured slice speed x{k}", {"donor": k}) for k in (0.7, 0.5)]
-    for mode in ("restart", "all"):
-        rows.append((f"in place, {mode}, free (upper bound)", {"mode": mode, "charge": False}))
-        for meas in (10.0, 3.0):
-            rows.append((f"in place, {mode}, {meas:.0f} s, charged",
-                         {"mode": mode, "charge": True, "meas": meas}))
     for gpus, restart in SETTINGS:
         true = [avg_jct(gpus, restart, s, "true") for s in seeds]
         print(f"\n{gpus} GPUs, restart {restart:.0f} s: miso+ with true speeds "
               f"{np.mean(true):.0f} s\n")
         print("| variant | avg JCT s | ratio | worst seed |")
         print("|---|---|---|---|")
-        for label, kw in rows:
-            if "mode" in kw:
-                v = [in_place(gpus, restart, s, kw["mode"], kw.get("meas", 10.0), kw["charge"])
-                     for s in seeds]
-            else:
-                saved = misoplus.prior_speeds, MisoPlus.best_donor
-                if "prior" in kw:
-                    misoplus.prior_speeds = scaled_prior(kw["prior"])
-                if "donor" in kw:
-                    MisoPlus.best_donor = pessimistic_donor(kw["donor"])  # type: ignore
-                try:
-                    v = [avg_jct(gpus, restart, s, "heldout") for s in seeds]
-                finally:
-                    misoplus.prior_speeds, MisoPlus.best_donor = saved  # type: ignore
+        for label, kw in rows():
+            v = [variant(gpus, restart, s, kw) for s in seeds]
             print(f"| {label} | {np.mean(v):.0f} | {ratio(v, true)} |", flush=True)
 
 
