@@ -14,6 +14,9 @@ setting (40 GPUs, restart 30 s) and saturated (16 GPUs, restart 60 s):
   JCT, and where its jobs ran (time share per slice) with true speeds and held out;
 * ``learn_earlier_slices`` (miso+ switch, off by default): once a job planned with the prior
   shows its full-GPU rate, the rates it showed on its earlier slices become their speeds;
+  ``memory_prior`` (miso+ switch, off by default): a job planned with the prior gets the slice
+  speeds of the catalogue workloads of similar memory, its own family left out
+  (:mod:`miso.sched.memoryprior`);
 * **decisions with the prior skewed** (the information stays the same): the catalogue prior's
   slice speeds times ``k`` everywhere, or only in the rebalance decision (an unmeasured job
   on a slice is the preferred donor to an idle GPU);
@@ -293,11 +296,14 @@ def variant(gpus: int, restart: float, seed: int, kw: dict, family: str | None =
 
 
 LEARN = {"learn_earlier_slices": True}
+MEM = {"memory_prior": True}
 
 
 def rows() -> list[tuple[str, dict]]:
     out: list[tuple[str, dict]] = [("miso+ as shipped", {}),
-                                   ("+ learn_earlier_slices (new switch, off)", LEARN)]
+                                   ("+ learn_earlier_slices (new switch, off)", LEARN),
+                                   ("+ memory_prior (new switch, off)", MEM),
+                                   ("+ memory_prior + learn_earlier_slices", {**MEM, **LEARN})]
     out += [(f"prior x{k} (every decision)", {"prior": k}) for k in (1.1, 0.9, 0.8, 0.7)]
     out += [(f"rebalance: unmeasured slice speed x{k}", {"donor": k}) for k in (0.85, 0.7, 0.5)]
     out += [(f"learn_earlier_slices + rebalance: unmeasured x{k}", {"donor": k, **LEARN})
@@ -325,7 +331,7 @@ def main() -> None:
     seeds = range(1, args.seeds + 1)
     if args.families:
         cols = [("miso+ as shipped", {}), ("learn_earlier_slices", LEARN),
-                ("in place, restart, 10 s, charged", {"mode": "restart", **LEARN})]
+                ("memory_prior", MEM), ("both", {**MEM, **LEARN})]
         print("| family F (40 GPUs, restart 30 s, every family new) | true s | "
               + " | ".join(f"{c} | worst seed" for c, _ in cols) + " |")
         print("|---|---|" + "---|---|" * len(cols))
