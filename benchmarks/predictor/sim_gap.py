@@ -3,7 +3,7 @@ newcomers on the cluster itself can buy it back (issue 19, item 5; benchmarks/RE
 "Predictor, fourth pass").
 
 usage: PYTHONPATH=src python benchmarks/predictor/sim_gap.py [--seeds 5] [--families]
-                                                              [--loss-only]
+                                                              [--loss-only] [--only TEXT]
 
 Same runs as ``sim_heldout.py`` / ``sim_measure_first.py`` (1,000 Poisson jobs, 60 s mean
 inter-arrival, miso+ with the held-out-family predictor, every family new; ratio of the mean
@@ -327,6 +327,8 @@ def main() -> None:
     ap.add_argument("--families", action="store_true",
                     help="per family trace (40 GPUs): before / after")
     ap.add_argument("--loss-only", action="store_true", help="only the loss by workload")
+    ap.add_argument("--only", default="", help="only the rows whose label contains this "
+                    "(and the shipped row); no loss table")
     args = ap.parse_args()
     seeds = range(1, args.seeds + 1)
     if args.families:
@@ -341,7 +343,8 @@ def main() -> None:
                      for _, kw in cols]
             print(f"| {f} | {np.mean(true):.0f} | {' | '.join(cells)} |", flush=True)
         return
-    loss_by_workload()
+    if not args.only:
+        loss_by_workload()
     if args.loss_only:
         return
     for gpus, restart in SETTINGS:
@@ -351,6 +354,8 @@ def main() -> None:
         print("| variant | avg JCT s | ratio | worst seed |")
         print("|---|---|---|---|")
         for label, kw in rows():
+            if args.only and args.only not in label and kw:
+                continue
             v = [variant(gpus, restart, s, kw) for s in seeds]
             print(f"| {label} | {np.mean(v):.0f} | {ratio(v, true)} |", flush=True)
 
