@@ -6,6 +6,7 @@ stopping the residents).
 A mixin of :class:`~miso.sched.policies.misoplus.MisoPlus` (it reads and updates the policy's
 ``est``, ``base_est``, ``ref_rate``, ``learned``, ``ran``, ``last_profile``, its knobs
 ``observed_correction``, ``propagate_observed`` (with ``predicted``), ``anchor_slices``,
+``learn_earlier_slices``,
 ``threshold``, ``cooldown``, its ``estimator`` and ``replan``).
 """
 
@@ -31,6 +32,7 @@ class ObservedSpeeds:
     observed_correction: bool
     propagate_observed: bool
     anchor_slices: bool
+    learn_earlier_slices: bool
     predicted: dict[str, dict[str, float]]
     threshold: float
     cooldown: float
@@ -60,6 +62,10 @@ class ObservedSpeeds:
         full = gs.geom.model.full_profile().name
         if ev.placement.profile == full:
             self.ref_rate[ev.job] = ev.rate
+            if self.learn_earlier_slices and ev.job not in self.est:
+                self.learned[ev.job] = {**earlier_slice_speeds(
+                    sc.state.jobs[ev.job].observed, ev.rate, full),
+                    **self.learned.get(ev.job, {})}
         if self.anchor_slices and ev.job not in self.ref_rate and \
                 ev.placement.profile in self.est.get(ev.job, {}):
             self.ref_rate[ev.job] = anchored_full_rate(
@@ -101,3 +107,16 @@ class ObservedSpeeds:
         self.dirty.add(ev.gpu)
         if not self.burst():  # a burst's landing layout stays: the next event re-plans
             self.replan(now, ev.gpu, sc)
+
+
+def earlier_slice_speeds(observed: dict[str, float], full_rate: float, full: str
+                         ) -> dict[str, float]:
+    """Speeds of the slices a job ran on before its full-GPU rate was known: each slice's
+    first raw rate (``observed``, profile -> rate) over the full-GPU rate, clipped as every
+    observed speed is. A job planned with the prior that reaches a whole GPU (rebalanced onto
+    an idle one, or alone after its neighbours left) is then planned with the speed it really
+    had on its slice, not the catalogue's, when it next shares (issue 19, item 4)."""
+    if full_rate <= 0:
+        return {}
+    return {p: max(0.01, min(1.5, r / full_rate)) for p, r in observed.items()
+            if p != full and r > 0}
