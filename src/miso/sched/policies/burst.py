@@ -87,9 +87,11 @@ class Burst:
         plans its GPU, and a job alone on a whole GPU is not re-planned): live, the first
         jobs of a burst report within a second, so the burst is seen by the third arrival
         rather than when the fifth finds every GPU taken and the first four must be
-        restarted to land the rest. None when nobody reported yet. Reads, never records."""
-        seen = [js.progress[1] for js in self.state.jobs.values()
-                if js.progress is not None and js.finished_at is None]
+        restarted to land the rest. None when nobody reported yet. Reads, never records;
+        only the GPUs' residents (not every job the cluster has seen)."""
+        st = self.state
+        seen = [p[1] for gs in st.gpus.values() for j in gs.jobs
+                if (p := st.jobs[j].progress) is not None and st.jobs[j].finished_at is None]
         return sum(seen) / len(seen) if seen else None
 
     def landed(self, sc: Scratch, g: str) -> set[str]:
