@@ -5,12 +5,13 @@ and OptSta's fixed layout, which lands every job on a slice that stays, wins. In
 GPU's plan keeps slots for the next arrivals (a "landing" layout of ``burst_jobs`` instances,
 OptSta's family), so they join it without restarting anyone, and the jobs are planned as a
 fixed mix (``in_batch``: harmonic prior, at most ``burst_jobs`` per GPU while restarts are
-dear).
+dear). Landed jobs keep their slices, and a newcomer takes a free slot before it restarts a
+job that started alone on a whole GPU before the burst showed.
 
 A mixin of :class:`~miso.sched.policies.misoplus.MisoPlus` (it reads ``burst_jobs``,
 ``burst_samples``, ``burst_load``, the arrival clock ``clock``, ``now``, ``state``,
-``profile_levels``, ``profile_s`` and the policy's ``typical_work``, ``restart_cost`` and
-``arrival_within``).
+``profile_levels``, ``profile_s``, the GPU ``held`` for a starving job and the policy's
+``typical_work``, ``restart_cost``, ``arrival_within`` and ``candidate_gpus``).
 """
 
 from __future__ import annotations
@@ -92,9 +93,11 @@ class Burst:
         plans its GPU, and a job alone on a whole GPU is not re-planned): live, the first
         jobs of a burst report within a second, so the burst is seen by the third arrival
         rather than when the fifth finds every GPU taken and the first four must be
-        restarted to land the rest. None when nobody reported yet. Reads, never records."""
-        seen = [js.progress[1] for js in self.state.jobs.values()
-                if js.progress is not None and js.finished_at is None]
+        restarted to land the rest. None when nobody reported yet. Reads, never records;
+        only the GPUs' residents (not every job the cluster has seen)."""
+        st = self.state
+        seen = [p[1] for gs in st.gpus.values() for j in gs.jobs
+                if (p := st.jobs[j].progress) is not None and st.jobs[j].finished_at is None]
         return sum(seen) / len(seen) if seen else None
 
     def landed(self, sc: Scratch, g: str) -> set[str]:
