@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from miso.mig import Geometry
 from miso.optimize import OptimizerError, optimizer_for
 from miso.sched.clusterprior import ClusterPrior
 from miso.sched.decisions import ApplyLayout, Decision, StartProfiling, WakeUp
@@ -14,7 +13,6 @@ from miso.sched.events import (
     JobSubmitted,
     Tick,
 )
-from miso.sched.memoryprior import memory_prior
 from miso.sched.policies.admission import PROFILE_WHEN, Admission
 from miso.sched.policies.arrivals import ArrivalClock
 from miso.sched.policies.base import (
@@ -27,13 +25,13 @@ from miso.sched.policies.explain import TRIGGERS, explain_plan
 from miso.sched.policies.miso import Miso
 from miso.sched.policies.observed import ObservedSpeeds
 from miso.sched.policies.placing import GpuChoice
-from miso.sched.policies.priors import prior_speeds
+from miso.sched.policies.planspeeds import PlanSpeeds
 from miso.sched.policies.rebalance import RebalanceIndex, Rebalancing
-from miso.sched.robust import pessimistic
 from miso.sched.state import ClusterState
 
 
-class MisoPlus(Burst, ObservedSpeeds, GpuChoice, Admission, RestartEconomy, Rebalancing, Miso):
+class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartEconomy,
+               Rebalancing, Miso):
     """Ours: MISO redesigned around restart economy. Every change is a switch, so the ablation
     table (benchmarks/README.md) can measure it:
 
@@ -78,20 +76,12 @@ class MisoPlus(Burst, ObservedSpeeds, GpuChoice, Admission, RestartEconomy, Reba
     * ``learn_restart_cost``: each job's restart cost is measured (from the plan that
       restarts it to its first progress report after the relaunch) and prices its next
       restarts; jobs not measured yet are priced at the mean measured cost.
-    * ``robust_risk`` / ``propagate_observed`` (off: measured no better, issue 19 item 5):
-      plan toward the low end of each estimate's 95 % interval; after a measured slice, move
-      the job's other slices through the predictor's cross-slice error correlation
-      (:mod:`miso.sched.robust`). ``cluster_prior`` / ``anchor_slices`` (off, same reason):
-      plan unprofiled jobs with this cluster's estimates (:mod:`miso.sched.clusterprior`);
-      anchor a full-GPU rate on a job's first slice (:func:`~miso.sched.robust.anchored_full_rate`).
-    * ``learn_earlier_slices`` (off: held-out families, paper setting 1.060 -> 1.052 x true
-      speeds, but the restart-economy 120 s cells +0.1 %): once a job planned with the prior
-      shows its full-GPU rate, the rates it showed on its earlier slices become their speeds
-      too (:func:`~miso.sched.policies.observed.earlier_slice_speeds`).
-    * ``memory_prior`` (off: held-out families, paper setting 1.060 -> 1.049 x true speeds,
-      but the restart-economy 120 s cell at 16 GPUs +0.15 %): a job planned with the prior
-      gets the slice speeds of the catalogue workloads of similar memory, its own model
-      family left out (:mod:`miso.sched.memoryprior`).
+    * issue 19's switches, off (measured no better on held-out model families or worse on
+      the restart-economy cells, benchmarks/README.md "Predictor"): ``robust_risk``,
+      ``memory_prior``, ``cluster_prior`` (which speeds unprofiled jobs are planned with,
+      :mod:`~miso.sched.policies.planspeeds`); ``propagate_observed``, ``anchor_slices``,
+      ``learn_earlier_slices`` (what a measured slice teaches about the others,
+      :mod:`~miso.sched.policies.observed`).
     * ``batch_arrivals``: jobs submitted in one instant before any arrival rate is known (a
       fixed mix) are planned together at the instant's end, so none starts only to be
       restarted by the next; with ``batch_admit`` (off: measured worse on fixed mixes with
@@ -259,33 +249,6 @@ class MisoPlus(Burst, ObservedSpeeds, GpuChoice, Admission, RestartEconomy, Reba
             return set()
         st = sc.state
         return {j for j in jobs if j in self.ran and not st.jobs[j].spec.checkpointable}
-
-    def speeds(self, geom: Geometry, sc: Scratch, jobs: list[str]) -> dict[str, dict[str, float]]:
-        out = {}
-        for j in jobs:
-            if j not in self.est and not self.estimator.needs_profile:
-                # Estimates that need no profile (true speeds, a profile taken at submission)
-                # are known from the start: no prior.
-                self.est[j] = self.estimator.estimate(geom, [sc.state.jobs[j]])[j]
-            if j in self.est and self.cluster_prior is not None:
-                self.cluster_prior.add(j, self.est[j])
-            if j in self.est:
-                out[j] = self.est[j] if not self.robust_risk else pessimistic(
-                    self.est[j], getattr(self.estimator, "interval", {}).get(j, {}),
-                    sc.state.jobs[j].observed, self.robust_risk)
-            else:
-                spec = sc.state.jobs[j].spec
-                batch = self.batch_prior and self.in_batch()
-                out[j] = prior_speeds(geom, spec.memory_gb, harmonic=batch)
-                if self.memory_prior and not batch:  # memoryprior.py
-                    out[j] = memory_prior(geom, out[j], spec.memory_gb, spec.workload)
-                if self.cluster_prior is not None:
-                    out[j] = self.cluster_prior.speeds(out[j], geom.model.full_profile().name)
-                seen = self.learned.get(j)
-                if seen:
-                    out[j] = {p: seen.get(p, v) for p, v in out[j].items()}
-                self.prior.add(j)
-        return out
 
     def in_batch(self) -> bool:
         """A fixed mix: several jobs came, all at one instant (no arrival rate known)."""
