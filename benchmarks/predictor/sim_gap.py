@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from sim_heldout import avg_jct, family_trace  # noqa: E402
 
 from miso.sched.decisions import ApplyLayout  # noqa: E402
-from miso.sched.policies import misoplus  # noqa: E402
+from miso.sched.policies import planspeeds  # noqa: E402
 from miso.sched.policies.misoplus import MisoPlus  # noqa: E402
 from miso.sched.policies.priors import prior_speeds  # noqa: E402
 from miso.sim.engine import Simulator  # noqa: E402
@@ -284,15 +284,15 @@ def variant(gpus: int, restart: float, seed: int, kw: dict, family: str | None =
     if "mode" in kw:
         return in_place(gpus, restart, seed, kw.pop("mode"), kw.pop("meas", 10.0),
                         kw.pop("charge", True), family=family, **kw)
-    saved = misoplus.prior_speeds, MisoPlus.best_donor
+    saved = planspeeds.prior_speeds, MisoPlus.best_donor
     if "prior" in kw:
-        misoplus.prior_speeds = scaled_prior(kw.pop("prior"))
+        planspeeds.prior_speeds = scaled_prior(kw.pop("prior"))
     if "donor" in kw:
         MisoPlus.best_donor = pessimistic_donor(kw.pop("donor"))  # type: ignore[method-assign]
     try:
         return avg_jct(gpus, restart, seed, "heldout", family=family, **kw)
     finally:
-        misoplus.prior_speeds, MisoPlus.best_donor = saved  # type: ignore[method-assign]
+        planspeeds.prior_speeds, MisoPlus.best_donor = saved  # type: ignore[method-assign]
 
 
 LEARN = {"learn_earlier_slices": True}
