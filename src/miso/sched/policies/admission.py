@@ -50,6 +50,8 @@ class Admission:
     typical_work: Any
     in_batch: Any
     wait_bias: float
+    load_samples: int
+    landing_samples: int
     arrival_within: Any
     burst: Any
 
@@ -61,7 +63,7 @@ class Admission:
         (:meth:`Burst.burst`)."""
         if self.burst():
             return True
-        load = self.clock.offered_load(self.typical_work(), getattr(self, "load_samples", 16))
+        load = self.clock.offered_load(self.typical_work(), self.load_samples)
         if load is None or self.clock.quiet(self.now):
             return False
         # The rate is estimated from m arrivals (relative error ~ 1/sqrt(m)): take its lower
@@ -193,7 +195,7 @@ class Admission:
         the prior) takes the speeds of a catalogue workload that fits its memory. A
         completion time is work / speed, so the mean speed underrates the slow jobs' time
         (1/E[s] < E[1/s]): averaging over draws does not."""
-        n = getattr(self, "landing_samples", 0)
+        n = self.landing_samples
         unknown = [j for j in jobs if j not in self.est]
         if n <= 0 or not unknown:
             return [sp]

@@ -349,13 +349,13 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
                       if pl.profile in speeds[j])
         restarted = [j for j in current if assignment.get(j) != current[j]]
         gain = thr - cur_thr
+        intervals = getattr(self.estimator, "interval", {})  # none without a predictor
         why = {
             "trigger": self.trigger,
             "speeds": {j: dict(speeds[j]) for j in jobs},
             "std": {j: dict(self.estimator.uncertainty.get(j, {})) for j in jobs
                     if j in self.estimator.uncertainty},
-            "interval": {j: dict(getattr(self.estimator, "interval", {}).get(j, {}))
-                         for j in jobs if j in getattr(self.estimator, "interval", {})},
+            "interval": {j: dict(intervals[j]) for j in jobs if j in intervals},
             "prior": sorted(j for j in jobs if j in self.prior and j not in self.est),
             "objective": sol.objective, "throughput": thr,
             "current_objective": cur_thr if current else None,
