@@ -9,7 +9,8 @@ from miso.sched import Decision, GpuAdded, JobSpec, JobSubmitted, PlaceJob, Requ
 from miso.sched.decisions import WakeUp
 from miso.sched.policies.base import Scratch
 from miso.sched.state import ClusterState
-from miso.sched.tenancy import TenancyConfig, water_fill
+from miso.sched.tenancy import water_fill
+from miso.sched.tenancyconfig import TenancyConfig
 from miso.sim.metrics import summarize
 from miso.sim.run import run_policy
 from miso.sim.traces import TraceJob

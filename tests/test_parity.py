@@ -32,7 +32,7 @@ from miso.sched import (
 )
 from miso.sched.clock import VirtualClock
 from miso.sched.decisions import RequeueJob
-from miso.sched.tenancy import TenancyConfig
+from miso.sched.tenancyconfig import TenancyConfig
 from miso.sim.engine import Simulator
 from miso.sim.run import build_policy
 from miso.sim.traces import TraceJob, assign_tenants, mark_priority, poisson_jobs

@@ -31,7 +31,7 @@ from miso.sched import (
 )
 from miso.sched.speeds import workload_memory_gb
 from miso.sched.state import JobStatus
-from miso.sched.tenancy import TenancyConfig
+from miso.sched.tenancyconfig import TenancyConfig
 from miso.workloads import catalogue
 
 

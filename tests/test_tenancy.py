@@ -20,7 +20,7 @@ from miso.sched import (
     make_policy,
 )
 from miso.sched.state import ClusterState
-from miso.sched.tenancy import TenancyConfig, parse_priority
+from miso.sched.tenancyconfig import TenancyConfig, parse_priority
 from miso.sim.metrics import jain, summarize
 from miso.sim.run import run_policy
 from miso.sim.traces import TraceJob, assign_tenants, load_trace, mark_priority, poisson_jobs

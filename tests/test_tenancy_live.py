@@ -21,7 +21,7 @@ from miso.controller import Controller, ControllerConfig, QuotaExceeded, SubmitE
 from miso.controller.owners import OTHERS, owner_table, owner_view
 from miso.controller.quotas import Quota, QuotaStore, tenancy_config
 from miso.controller.storefile import open_store
-from miso.sched.tenancy import TenancyConfig
+from miso.sched.tenancyconfig import TenancyConfig
 
 
 def H(token: str) -> dict[str, str]:  # noqa: N802

@@ -22,7 +22,8 @@ from miso.controller import Controller, ControllerConfig
 from miso.controller.owners import fair_wait_reason
 from miso.controller.store import JobStore
 from miso.controller.usagestore import UsageStore
-from miso.sched.tenancy import TenancyConfig, UsageRecord
+from miso.sched.tenancy import UsageRecord
+from miso.sched.tenancyconfig import TenancyConfig
 
 LN2 = math.log(2.0)
 #: As root, users' jobs need a Unix account to run as (and a state dir it can reach: /tmp).

@@ -28,7 +28,7 @@ import statistics
 import time
 from pathlib import Path
 
-from miso.sched.tenancy import TenancyConfig
+from miso.sched.tenancyconfig import TenancyConfig
 from miso.sim.metrics import jain, summarize
 from miso.sim.run import run_policy
 from miso.sim.traces import assign_tenants, load_trace, mark_priority, poisson_jobs

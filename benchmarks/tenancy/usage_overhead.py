@@ -32,7 +32,7 @@ from miso.controller.store import JobStore
 from miso.mig import geometry
 from miso.sched import GpuAdded, JobFinished, make_policy
 from miso.sched.clock import VirtualClock
-from miso.sched.tenancy import TenancyConfig
+from miso.sched.tenancyconfig import TenancyConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))  # shared helpers
 from helpers import AcceptingPlans  # noqa: E402

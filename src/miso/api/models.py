@@ -8,7 +8,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from miso.controller.quotas import MAX_IN_USE, MAX_QUEUED, MAX_WEIGHT, check_priority
-from miso.sched.tenancy import parse_priority
+from miso.sched.tenancyconfig import parse_priority
 
 ENV_KEY = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 JOB_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:@+-]{0,127}$"

@@ -188,7 +188,7 @@ def submit(
         typer.echo(jid)
 
 
-#: Named priority classes (the server's :data:`miso.sched.tenancy.PRIORITY_CLASSES`; the
+#: Named priority classes (the server's :data:`miso.sched.tenancyconfig.PRIORITY_CLASSES`; the
 #: name is sent, the server decides).
 PRIORITIES = ("high", "normal", "low")
 

@@ -285,7 +285,7 @@ def _tenancy(tjobs: list, tenants: int | None, skew: float | None, fair_share: b
              ) -> tuple[list, object]:
     """The jobs with owners and priorities, and the tenancy config (None when the run has
     neither owners nor priorities nor fair share: the plain FIFO queue)."""
-    from miso.sched.tenancy import TenancyConfig
+    from miso.sched.tenancyconfig import TenancyConfig
     from miso.sim.traces import assign_tenants, mark_priority
 
     if tenants is not None:

@@ -52,7 +52,7 @@ from miso.sched import JobSpec, JobSubmitted, Policy
 from miso.sched.clock import Clock
 from miso.sched.estimators import make_estimator
 from miso.sched.policies import build_policy, policy_options
-from miso.sched.tenancy import queued_quota_reason
+from miso.sched.tenancyconfig import queued_quota_reason
 from miso.transport.base import NodeUnavailable, Transport
 from miso.workloads import catalogue
 

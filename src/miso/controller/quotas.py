@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from miso.controller.schema import TENANCY_SCHEMA
-from miso.sched.tenancy import TenancyConfig
+from miso.sched.tenancyconfig import TenancyConfig
 
 #: Bounds of what an admin may store (one-line ValueError beyond them).
 MAX_WEIGHT = 1e6

@@ -21,7 +21,7 @@ from miso.controller.storefile import BACKUP
 from miso.mig import Geometry, Placement
 from miso.sched import Event
 from miso.sched.clock import Clock, WallClock
-from miso.sched.tenancy import TenancyConfig
+from miso.sched.tenancyconfig import TenancyConfig
 from miso.transport.base import NodeUnavailable, Transport
 
 log = logging.getLogger(__name__)

@@ -36,7 +36,7 @@ class JobSpec:
     ``miso.job`` helper): a restart throws all its progress away, so restart-economy policies
     pin it once it has made progress.
     ``owner`` is the tenant the job is charged to (the API user; "" when tenancy is not used)
-    and ``priority`` its class (:data:`miso.sched.tenancy.PRIORITY_CLASSES`: high 100,
+    and ``priority`` its class (:data:`miso.sched.tenancyconfig.PRIORITY_CLASSES`: high 100,
     normal 0, low -100, or any integer); both are read only when tenancy is on
     (:mod:`miso.sched.tenancy`).
     """

@@ -39,7 +39,8 @@ from miso.sched.events import (
     ProfilingFinished,
     SpeedObserved,
 )
-from miso.sched.tenancy import Tenancy, TenancyConfig
+from miso.sched.tenancy import Tenancy
+from miso.sched.tenancyconfig import TenancyConfig
 
 
 class ContractError(RuntimeError):

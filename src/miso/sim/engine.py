@@ -57,7 +57,7 @@ from miso.sched import (
 from miso.sched.clock import VirtualClock
 from miso.sched.driver import DriverStep
 from miso.sched.speeds import workload_memory_gb, workload_speeds
-from miso.sched.tenancy import TenancyConfig
+from miso.sched.tenancyconfig import TenancyConfig
 from miso.sim.bodies import (
     ARRIVE,
     COMPLETE,

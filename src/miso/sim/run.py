@@ -11,7 +11,7 @@ from miso.mig import enumerate_layouts, geometry, multiset
 from miso.sched import Policy, make_policy
 from miso.sched.estimators import make_estimator as estimator_named
 from miso.sched.speeds import workload_speeds
-from miso.sched.tenancy import TenancyConfig
+from miso.sched.tenancyconfig import TenancyConfig
 from miso.sim.engine import SimResult, Simulator
 from miso.sim.metrics import summarize
 from miso.sim.traces import TraceJob

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from miso.sched.tenancy import HIGH, parse_priority
+from miso.sched.tenancyconfig import HIGH, parse_priority
 from miso.workloads import catalogue
 
 #: Duration distributions of :func:`poisson_jobs` (``miso simulate --duration-dist``).
