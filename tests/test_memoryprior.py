@@ -8,12 +8,12 @@ import pytest
 from miso.mig import geometry
 from miso.sched import GpuAdded, JobSpec, JobSubmitted, make_policy
 from miso.sched.estimators import NoisyOracle
-from miso.sched.memoryprior import family_of, memory_prior
+from miso.sched.memoryprior import memory_prior
 from miso.sched.policies.base import Scratch
 from miso.sched.policies.priors import prior_speeds
 from miso.sched.speeds import workload_speeds
 from miso.sched.state import ClusterState
-from miso.workloads import catalogue
+from miso.workloads import catalogue, family_of
 
 GEOM = geometry("A100-40GB")
 

@@ -31,7 +31,7 @@ from miso.sim.metrics import summarize
 from miso.sim.run import build_policy
 from miso.sim.traces import TraceJob, poisson_jobs
 from miso.sim.world import WorldConfig
-from miso.workloads import catalogue
+from miso.workloads import catalogue, family_of
 
 SETTINGS = {"40 GPUs, restart 30 s (paper)": (40, 30.0), "16 GPUs, restart 60 s (saturated)":
             (16, 60.0)}
@@ -39,7 +39,7 @@ SETTINGS = {"40 GPUs, restart 30 s (paper)": (40, 30.0), "16 GPUs, restart 60 s 
 
 def family_trace(jobs: list[TraceJob], family: str, seed: int) -> list[TraceJob]:
     """``jobs`` with half their workloads (each job with probability 1/2) from ``family``."""
-    wls = sorted(w for w in catalogue() if w.split("_")[0] == family)
+    wls = sorted(w for w in catalogue() if family_of(w) == family)
     rng = np.random.default_rng([seed, zlib.crc32(family.encode())])
     return [replace(j, workload=wls[int(rng.integers(len(wls)))]) if rng.random() < 0.5 else j
             for j in jobs]

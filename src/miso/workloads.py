@@ -96,3 +96,9 @@ def workload(name: str) -> Workload:
     if name not in cat:
         raise KeyError(f"unknown workload {name!r}; known: {', '.join(sorted(cat))}")
     return cat[name]
+
+
+def family_of(workload: str) -> str:
+    """A workload's model family: its name up to the first ``_`` (``bert_train8`` -> bert);
+    the unit of "a model miso never saw" in the held-out predictors and priors."""
+    return workload.split("_", 1)[0]

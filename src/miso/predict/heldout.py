@@ -11,6 +11,7 @@ from miso.predict.lowslice import fit_lowslice
 from miso.predict.oneslice import SliceCurves, fit_curves, own_features
 from miso.predict.perjob import PerJobConfig, PerJobModel, fit_perjob
 from miso.predict.uncertainty import calibrate
+from miso.workloads import family_of
 
 #: at most this many held-out folds (families are dealt into folds beyond it)
 MAX_FOLDS = 8
@@ -31,7 +32,7 @@ def column_groups(mig: np.ndarray) -> tuple[np.ndarray, list[str]]:
     cols = np.round(np.asarray(mig, dtype=np.float64).transpose(0, 2, 1), 3)
     for idx in zip(*np.nonzero(real), strict=True):
         w = lab[idx]
-        keys[idx] = names[w].split("_")[0] if w >= 0 else "wl:" + ",".join(map(str, cols[idx]))
+        keys[idx] = family_of(names[w]) if w >= 0 else "wl:" + ",".join(map(str, cols[idx]))
     uniq = sorted({k for k in keys[real]})
     code = {k: i for i, k in enumerate(uniq)}
     out = np.full(lab.shape, -1, dtype=np.int64)

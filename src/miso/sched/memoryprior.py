@@ -22,16 +22,11 @@ from functools import cache
 
 from miso.mig import Geometry
 from miso.sched.speeds import workload_memory_gb, workload_speeds
-from miso.workloads import catalogue
+from miso.workloads import catalogue, family_of
 
 #: Kernel width in log-memory (0.25: about x1.3 memory per standard deviation); chosen on the
 #: simulator (benchmarks/README.md, "Predictor, fourth pass").
 SIGMA = 0.25
-
-
-def family_of(workload: str) -> str:
-    """A workload's model family: its name up to the first ``_`` (``bert_train8`` -> bert)."""
-    return workload.split("_", 1)[0]
 
 
 @cache

@@ -30,6 +30,7 @@ import numpy as np
 from miso.mig import Geometry
 from miso.sched import JobState, NoisyOracle
 from miso.sched.estimators import true_speeds
+from miso.workloads import family_of
 
 FILE = "heldout_predictions.npz"
 
@@ -61,7 +62,7 @@ def parse_heldout(name: str) -> tuple[str, ...] | None:
 @cache
 def families() -> tuple[str, ...]:
     """Model families with held-out predictions (``bert`` of ``bert_train8``)."""
-    return tuple(sorted({w.split("_")[0] for w in heldout_table()}))
+    return tuple(sorted({family_of(w) for w in heldout_table()}))
 
 
 @cache
@@ -94,7 +95,7 @@ class HeldOutPredictions:
         self._cache: dict[tuple[str, str], dict[str, float]] = {}
 
     def _held_out(self, workload: str) -> bool:
-        return not self.families or workload.split("_")[0] in self.families
+        return not self.families or family_of(workload) in self.families
 
     def _by_slices(self, job: str, rows: np.ndarray, truth: dict[str, float] | None = None
                    ) -> tuple[list[float], list[float]]:

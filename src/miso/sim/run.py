@@ -49,11 +49,11 @@ def make_estimator(cfg: Any, seed: int) -> Any:
 
     fams = parse_heldout(cfg.predictor)
     if fams is not None:
-        est: Any = HeldOutPredictions(seed, fams, getattr(cfg, "error_scale", 1.0))
+        est: Any = HeldOutPredictions(seed, fams, cfg.error_scale)
     else:
         est = estimator_named(cfg.predictor, seed=seed, error_mean=cfg.error_mean,
                               error_std=cfg.error_std)
-    if getattr(cfg, "profiled_at_submit", False) and est.needs_profile:
+    if cfg.profiled_at_submit and est.needs_profile:
         if cfg.predictor in ("unet", "auto", "predictor", "heuristic"):
             raise ValueError(f"profiled_at_submit needs an estimator that does not read the "
                              f"profile (true, noisy, heldout), not {cfg.predictor!r}")
