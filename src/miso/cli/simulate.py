@@ -126,6 +126,11 @@ def simulate(
     demand_per_job: Annotated[float, typer.Option(
         help="With --fair-share: GPUs one job counts towards its owner's entitlement, the "
         "most of a GPU a fair slice can be.")] = 0.5,
+    fairness_report: Annotated[bool, typer.Option(
+        "--fairness-report", help="Also run each policy with fair share off and each owner "
+        "alone on its entitled share, and report the price of fairness, each owner's "
+        "sharing incentive and the jobs' finish-time fairness (JSON: policies.P.fairness).")
+    ] = False,
 ) -> None:
     """Simulate MIG scheduling policies and report JCT, makespan, STP and restarts."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -244,6 +249,9 @@ def simulate(
     tjobs, tenancy = _tenancy(tjobs, tenants, tenant_skew, fair_share, half_life,
                               priority_frac, preempt, min_run_s, seed,
                               reclaim=reclaim, demand_per_job=demand_per_job)
+    if fairness_report and not any(j.owner for j in tjobs):
+        fail("--fairness-report needs owners: give --tenants (or a trace with a user or vc "
+             "column)")
     if tenancy is not None:
         out["config"]["tenancy"] = {  # type: ignore[index]
             "fair_share": fair_share, "half_life_s": half_life, "preempt": preempt,
@@ -264,8 +272,12 @@ def simulate(
                 lg.close()
         except ValueError as e:
             fail(str(e))
+    if fairness_report:
+        _add_fairness(summary, raw, pols, tjobs, cfg, seed, tenancy)
     out["policies"] = summary
     _print_table(summary)
+    if fairness_report:
+        _print_fairness(summary)
     if plot is not None:
         from miso.sim.plots import bars, rel_jct_cdf
 
@@ -298,6 +310,39 @@ def _tenancy(tjobs: list, tenants: int | None, skew: float | None, fair_share: b
     return tjobs, TenancyConfig(fair_share=fair_share, half_life_s=half_life, preempt=preempt,
                                 min_run_s=min_run_s, reclaim=reclaim,
                                 demand_per_job=demand_per_job)
+
+
+def _add_fairness(summary: dict, raw: dict, pols: list[str], tjobs: list, cfg: object,
+                  seed: int, tenancy: object) -> None:
+    """``summary[p]["fairness"]`` for every policy (the reference runs: fair share off, each
+    owner alone on its share; see :mod:`miso.sim.fairness`)."""
+    from miso.sched.tenancyconfig import TenancyConfig
+    from miso.sim.fairness import fairness_of
+    from miso.sim.run import run_policy
+
+    ten = tenancy if isinstance(tenancy, TenancyConfig) else TenancyConfig(fair_share=False)
+    for p in pols:
+        summary[p]["fairness"] = fairness_of(p, raw[p], tjobs, cfg, seed, ten, run_policy)
+
+
+def _print_fairness(summary: dict) -> None:
+    from rich.table import Table
+
+    t = Table("policy", "owner", "sharing incentive", "entitled GPUs", "avg JCT s",
+              "alone avg JCT s")
+    for p, s in summary.items():
+        f = s["fairness"]
+        for o, si in f["sharing_incentive"].items():
+            t.add_row(p, o, f"{si:.2f}", str(f["entitled_gpus"][o]),
+                      f"{f['owners_avg_jct_s'][o]:.0f}", f"{f['owners_alone_avg_jct_s'][o]:.0f}")
+    c = make_console()
+    c.print(t)
+    for p, s in summary.items():
+        f = s["fairness"]
+        c.print(f"{p}: price of fairness {f['price']:+.1%} (avg JCT {f['avg_jct_s']:.0f} s vs "
+                f"{f['off_avg_jct_s']:.0f} s with fair share off); finish-time fairness rho "
+                f"max {f['rho_max']:.2f}, p95 {f['rho_p95']:.2f}; reclaims {f['reclaims']}, "
+                f"restarts {f['restarts']} (off: {f['off_restarts']})")
 
 
 def _event_log(path: Path | None, logs: list):  # noqa: ANN202 - None or a factory

@@ -1,0 +1,103 @@
+"""Fairness figures that rank sharing modes the right way round (issue 31).
+
+Jain's index over per-owner mean slowdown rewards a FIFO queue that makes every owner equally
+slow, however slow that is. The figures here compare each owner, and each job, with what it
+would have had **alone on its entitled share** of the cluster:
+
+* **sharing incentive** of an owner: its average JCT in the shared run / its average JCT when
+  its jobs run alone on its entitled share of the GPUs (weight-proportional). At most 1: the
+  owner lost nothing by sharing (DRF's sharing-incentive property, Ghodsi et al., NSDI'11).
+* **finish-time fairness** of a job (Themis, Mahajan et al., NSDI'20): rho = its JCT in the
+  shared run / its JCT in its owner's alone run; reported as max, p95 and Jain's index over
+  the jobs' rho.
+* the **price**: total average JCT with fair share / total average JCT with fair share off,
+  minus one (what the whole cluster pays for fairness), and the reclaims and extra restarts
+  fair share caused.
+
+Jain's index over mean slowdown stays, labelled ``jain_slowdown_secondary``.
+
+:func:`fairness_report` reads finished runs; :func:`fairness_of` runs the two references
+(fair share off, each owner alone on its share) for a shared run and reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from miso.sched.tenancyconfig import TenancyConfig
+from miso.sim.metrics import jain
+from miso.sim.result import SimResult
+from miso.sim.traces import TraceJob
+
+
+def entitled_gpus(owners: Mapping[str, float], n_gpus: int) -> dict[str, int]:
+    """Each owner's entitled whole GPUs: ``n_gpus`` split in proportion to the weights, rounded
+    to the nearest GPU, at least one (an owner with jobs is entitled to some room)."""
+    total = sum(owners.values())
+    if total <= 0:
+        raise ValueError("owners' weights must add up to more than 0")
+    return {o: max(1, int(round(n_gpus * w / total))) for o, w in owners.items()}
+
+
+def _avg_jct_by_owner(r: SimResult) -> dict[str, float]:
+    owners = np.array(r.owners)
+    jct = r.jct
+    return {o: float(jct[owners == o].mean()) for o in sorted(set(r.owners))}
+
+
+def fairness_report(shared: SimResult, off: SimResult, alone: Mapping[str, SimResult],
+                    entitled: Mapping[str, int]) -> dict[str, object]:
+    """The figures of one shared run against fair share off (``off``, same jobs) and each
+    owner alone on its share (``alone[owner]``, that owner's jobs only)."""
+    if not shared.owners or not any(shared.owners):
+        raise ValueError("a fairness report needs jobs with owners (--tenants or a trace's "
+                         "user/vc column)")
+    mine = _avg_jct_by_owner(shared)
+    incentive = {o: mine[o] / float(alone[o].jct.mean()) for o in mine}
+    alone_jct: dict[str, float] = {}
+    for r in alone.values():
+        alone_jct.update(zip(r.job_ids, (float(x) for x in r.jct), strict=True))
+    rho = np.array([float(j) / alone_jct[i]
+                    for i, j in zip(shared.job_ids, shared.jct, strict=True)])
+    slow = shared.jct / shared.duration
+    owners = np.array(shared.owners)
+    return {
+        "price": float(shared.jct.mean() / off.jct.mean() - 1.0),
+        "sharing_incentive": incentive,
+        "sharing_incentive_max": max(incentive.values()),
+        "rho_max": float(rho.max()),
+        "rho_p95": float(np.percentile(rho, 95)),
+        "rho_jain": jain([float(x) for x in rho]),
+        "entitled_gpus": dict(entitled),
+        "owners_avg_jct_s": mine,
+        "owners_alone_avg_jct_s": {o: float(alone[o].jct.mean()) for o in mine},
+        "avg_jct_s": float(shared.jct.mean()),
+        "off_avg_jct_s": float(off.jct.mean()),
+        "reclaims": shared.reclaims,
+        "restarts": int(shared.restarts.sum()),
+        "off_restarts": int(off.restarts.sum()),
+        "jain_slowdown_secondary": jain([float(slow[owners == o].mean()) for o in mine]),
+    }
+
+
+def fairness_of(policy: str, shared: SimResult, jobs: Sequence[TraceJob], cfg: Any, seed: int,
+                tenancy: TenancyConfig,
+                run: Callable[..., SimResult]) -> dict[str, object]:
+    """Run ``policy`` on ``jobs`` with fair share off and each owner's jobs alone on its
+    entitled share of ``cfg.n_gpus``, then report ``shared`` against them. ``run`` is
+    :func:`miso.sim.run.run_policy` (passed in so this module stays below the runner)."""
+    owners = sorted({j.owner for j in jobs})
+    if not owners or owners == [""]:
+        raise ValueError("a fairness report needs jobs with owners (--tenants or a trace's "
+                         "user/vc column)")
+    weights = {o: tenancy.weights.get(o, tenancy.default_weight) for o in owners}
+    entitled = entitled_gpus(weights, cfg.n_gpus)
+    off = run(policy, jobs, cfg, seed, tenancy=replace(tenancy, fair_share=False))
+    alone = {o: run(policy, [j for j in jobs if j.owner == o],
+                    replace(cfg, n_gpus=entitled[o]), seed)
+             for o in owners}
+    return fairness_report(shared, off, alone, entitled)
