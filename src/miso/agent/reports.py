@@ -75,6 +75,9 @@ def check_progress(data: Any) -> dict[str, Any]:
         if not isinstance(ck, dict):
             raise BadReport("'checkpoint' is not an object")
         it = _number(ck, "iteration", integral=True)
+        if it is not None and out.get("total") is not None and it > out["total"]:
+            raise BadReport(f"checkpoint iteration {it} is beyond the job's total "
+                            f"{out['total']}")
         out["checkpoint"] = {"iteration": it, "path": _path(ck.get("path"), "checkpoint.path")}
     return out
 
