@@ -83,7 +83,8 @@ def check_progress(data: Any) -> dict[str, Any]:
 
 
 def check_exit_record(data: Any) -> dict[str, Any] | None:
-    """``{"returncode", "fenced"}`` of a guard's exit record, or None when it is not one."""
+    """``{"returncode", "fenced", "limit"}`` of a guard's exit record, or None when it is not
+    one (``limit``: why the guard ended the job for a bound, else "")."""
     if not isinstance(data, dict):
         return None
     rc, fenced = data.get("returncode"), data.get("fenced")
@@ -92,4 +93,6 @@ def check_exit_record(data: Any) -> dict[str, Any] | None:
         return None
     if not isinstance(fenced, bool):
         return None
-    return {"returncode": rc, "fenced": fenced}
+    limit = data.get("limit")
+    return {"returncode": rc, "fenced": fenced,
+            "limit": " ".join(limit.split())[:300] if isinstance(limit, str) else ""}
