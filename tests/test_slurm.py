@@ -90,7 +90,7 @@ def end_allocation(lab: SlurmLab, job: str, out: Path, *scancel: str) -> float:
         time.sleep(0.2)
     assert lab.job_state(job) == "", out.read_text()
     assert processes_of_job(job) == [], out.read_text()
-    assert not Path(f"/tmp/miso-slurm-{job}").exists()  # noqa: S108 - the node's Ray temp dir
+    assert not list(Path("/tmp").glob(f"miso-slurm-{job}-*"))  # noqa: S108 - the node's Ray temp dir
     return time.time() - t0
 
 

@@ -93,7 +93,7 @@ def one_run(lab: SlurmLab, work: Path, i: int, how: str) -> dict[str, Any]:
     t1 = time.time()
     lab.run(["scancel", *(["--batch", "--signal=TERM"] if how == "orderly" else []), job])
     t_clean = until(lambda: not lab.job_state(job) and not processes_of_job(job)
-                    and not Path(f"/tmp/miso-slurm-{job}").exists(),  # noqa: S108
+                    and not list(Path("/tmp").glob(f"miso-slurm-{job}-*")),  # noqa: S108
                     120, "a clean node")
     saved = sorted((sd / "agents").glob("*/jobs/*/attempt-*/output.log"))
     return {"run": i, "end": how, "job": job,

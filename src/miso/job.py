@@ -71,7 +71,10 @@ def last_checkpoint(checkpoint_dir: str | Path) -> dict[str, Any] | None:
     ``checkpoint_dir``, or None. The controller reads it, and the job wrote it: anything but
     a small regular file with a path (no NUL, at most 4096 characters) and a whole
     ``iteration`` (or none) is no record."""
-    data = read_json(Path(checkpoint_dir) / ".miso" / LAST_CHECKPOINT, limit=1 << 16)
+    from miso import jobpaths  # noqa: PLC0415 - root's side only; jobs import this module
+
+    # through directory fds: ``.miso`` may be the job's link to a root-only dir
+    data = jobpaths.read_json_in(checkpoint_dir, [".miso"], LAST_CHECKPOINT, 1 << 16)
     if not isinstance(data, dict):
         return None
     path, it = data.get("path"), data.get("iteration")

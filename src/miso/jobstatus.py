@@ -24,10 +24,14 @@ class JobStatus(StrEnum):
     FINISHED = "finished"
     FAILED = "failed"
     CANCELLED = "cancelled"          # store: cancelled by its user (core: failed)
+    OVER_LIMIT = "over_limit"        # store: ended for one of its bounds on the node (core:
+    #                                  failed); the reason says which (issue 26, item 3)
 
 
 #: States a job never leaves.
-TERMINAL = (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELLED)
+TERMINAL = (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.OVER_LIMIT)
+#: How the reason of a job ended for a bound begins (its store state is ``over_limit``).
+LIMIT_REASON = "killed for a limit: "
 #: The states the core uses; the job store uses every state but ``placed``.
 CORE = (JobStatus.QUEUED, JobStatus.PLACED, JobStatus.RUNNING, JobStatus.FINISHED,
         JobStatus.FAILED)

@@ -27,18 +27,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from miso import runtimedir
 from miso.transport.ray import (
     AGENT_PREFIX,
     AGENT_RESOURCE,
@@ -63,7 +63,7 @@ __all__ = [
     # the head (this module)
     "HEAD_MARK", "cluster_file", "connect", "head_lock", "init_local", "is_our_head",
     "local_agent_pids", "main", "private_temp_dir", "process_start", "read_cluster_file",
-    "running", "spawn_local_head", "stop_local_head",
+    "remove_local_temp", "running", "spawn_local_head", "stop_local_head",
     # the actors and their supervision, re-exported (see the module docstring)
     "AGENT_PREFIX", "AGENT_RESOURCE", "CONTROLLER", "NAMESPACE", "AgentActor",
     "ControllerActor", "agent_handles", "agent_name", "agent_nodes", "checkpoint_jobs",
@@ -97,24 +97,39 @@ def _local_only() -> None:
         ray_constants.ENABLE_RAY_CLUSTER = False
 
 
-def private_temp_dir(key: str) -> str:
-    """A short Ray temp dir of our own for ``key`` (a state dir): never Ray's default
-    ``/tmp/ray``, where another user's ``ray start`` cluster may live."""
-    h = hashlib.sha1(key.encode()).hexdigest()[:10]
-    return str(Path(tempfile.gettempdir()) / f"miso-ray-{h}")
+def private_temp_dir() -> str:
+    """A Ray temp dir of our own, fresh for each start: ``<mkdtemp 0700>/r`` (never Ray's
+    default ``/tmp/ray``, nor a name reused or predictable, which another account could have
+    prepared; Ray makes the dir it gets 0777, so it gets one inside a private dir)."""
+    return runtimedir.ray_temp_dir(runtimedir.fresh_private("miso-ray-"))
+
+
+_started_temp: list[str] = []
 
 
 def init_local(num_cpus: int | None = None, *, resources: dict[str, float] | None = None,
                key: str = "") -> str:
     """Start a new private local Ray on 127.0.0.1 (no dashboard, no usage stats), even when
-    another Ray runs on this machine; returns its address."""
+    another Ray runs on this machine, in a fresh private temp dir (removed by
+    :func:`remove_local_temp` after ``ray.shutdown()``); returns its address. ``key`` is
+    kept for callers; the temp dir no longer depends on it."""
+    del key
     _local_only()
     ray = _ray()
+    temp = private_temp_dir()
+    _started_temp.append(str(Path(temp).parent))
     ray.init(address="local", num_cpus=num_cpus or max(2, os.cpu_count() or 2),
              include_dashboard=False, _node_ip_address="127.0.0.1", namespace=NAMESPACE,
              log_to_driver=False, resources={AGENT_RESOURCE: 1, **(resources or {})},
-             configure_logging=False, _temp_dir=private_temp_dir(key or str(os.getpid())))
+             configure_logging=False, _temp_dir=temp)
     return str(ray.get_runtime_context().gcs_address)
+
+
+def remove_local_temp() -> None:
+    """Remove the private temp dirs :func:`init_local` made in this process (after
+    ``ray.shutdown()``)."""
+    while _started_temp:
+        shutil.rmtree(_started_temp.pop(), ignore_errors=True)
 
 
 def connect(address: str) -> None:
@@ -337,6 +352,7 @@ def _head_main(a: argparse.Namespace) -> int:
         print(f"error: {e}", flush=True)
         stop_actors(stop_jobs=True)
         _ray().shutdown()
+        remove_local_temp()
         return 3
     info = {"address": address, "pid": os.getpid(), "pid_start": process_start(os.getpid()),
             "state_dir": a.state_dir, "host": socket.gethostname(), "gpus": a.gpus,
@@ -346,6 +362,7 @@ def _head_main(a: argparse.Namespace) -> int:
         time.sleep(0.3)
     stop_actors(stop_jobs=True)
     _ray().shutdown()
+    remove_local_temp()
     cluster_file(a.state_dir).unlink(missing_ok=True)
     lock.release()
     return 0

@@ -58,6 +58,7 @@ from miso.agent.attempt import (
     exit_record_path,
     refresh,
 )
+from miso.agent.bounds import JobBounds
 from miso.agent.launch import job_base_env, log_cap_bytes, start_guarded
 from miso.backend.base import BackendError, GpuBackend, MpsHandle, ReconfigurationError
 from miso.job import CHECKPOINT_SIGNAL
@@ -90,8 +91,10 @@ class Agent:
     def __init__(self, node: str, backend: GpuBackend, workdir: str | Path, *,
                  rate_window: float = 1.0, change_threshold: float = 0.25,
                  python: str | None = None, no_helper_after: float = 3.0,
-                 log_cap_mb: float | None = None) -> None:
+                 log_cap_mb: float | None = None, bounds: JobBounds | None = None) -> None:
         self.node = node
+        #: what bounds each job on this node (processes, host memory, I/O, disk)
+        self.bounds = bounds if bounds is not None else JobBounds.node_defaults()
         self.no_helper_after = no_helper_after
         self.backend = backend
         self.workdir = Path(workdir)
@@ -259,7 +262,10 @@ class Agent:
                 record.unlink(missing_ok=True)
                 proc = start_guarded(self.python, cmd, env, acct, attempt_dir=d, cwd=cwd,
                                      record=record, log_file=log_file, log_cap=self.log_cap,
-                                     lease_fd=self._lease_reader())
+                                     lease_fd=self._lease_reader(),
+                                     bounds=self.bounds.guard_args(
+                                         [p for p in (ckpt, jd) if p],
+                                         spec.get("host_memory_gb")))
             except (OSError, BackendError, ValueError) as e:
                 msg = f"cannot start {spec.get('command')!r} on GPU {gpu} {pl}: {e}"
                 log_file.write_text(msg + "\n")

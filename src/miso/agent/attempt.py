@@ -121,6 +121,8 @@ class Attempt:
     progress: dict[str, Any] = field(default_factory=dict)
     exit_record: Path | None = None
     fenced: bool = False
+    #: why the guard ended the job for one of its bounds ("" when it did not)
+    limit: str = ""
     token: str = ""
     #: Why this attempt's reports are invalid (its progress file is bad), "" when they are not.
     report_error: str = ""
@@ -174,6 +176,7 @@ def refresh(a: Attempt, node: str, no_helper_after: float) -> None:
             rec = reports.check_exit_record(
                 runas.read_json(a.exit_record) if a.exit_record else None)
             a.fenced = rec is not None and rec["fenced"]
+            a.limit = rec["limit"] if rec is not None else ""
 
 
 def attempt_report(a: Attempt) -> dict[str, Any]:
@@ -183,7 +186,8 @@ def attempt_report(a: Attempt) -> dict[str, Any]:
     status = "running" if a.returncode is None else (
         "finished" if a.returncode == 0 else
         "checkpointed" if a.returncode == EXIT_CHECKPOINTED else
-        "killed" if a.killed else "fenced" if a.fenced else "failed")
+        "killed" if a.killed else "fenced" if a.fenced else
+        "limit" if a.limit else "failed")
     tail = ""
     if status == "failed":
         try:
@@ -204,5 +208,5 @@ def attempt_report(a: Attempt) -> dict[str, Any]:
         "checkpoint_requested": a.checkpoint_requested,
         "checkpointable": a.checkpointable,
         "started": a.started, "ended": a.ended, "log": str(a.log_file), "log_tail": tail,
-        "report_error": a.report_error,
+        "report_error": a.report_error, "limit": a.limit,
     }

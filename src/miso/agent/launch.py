@@ -42,8 +42,9 @@ def job_base_env(env: dict[str, str] | None = None) -> dict[str, str]:
 def start_guarded(python: str, cmd: list[str], env: dict[str, str],
                   acct: runas.Account | None, *, attempt_dir: Path, cwd: str | None,
                   record: Path, log_file: Path, log_cap: int,
-                  lease_fd: int) -> subprocess.Popen[bytes]:
-    """Start ``cmd`` under its guard, output appended to ``log_file``; returns the guard."""
+                  lease_fd: int, bounds: list[str] | None = None) -> subprocess.Popen[bytes]:
+    """Start ``cmd`` under its guard, output appended to ``log_file``; returns the guard.
+    ``bounds``: the guard's options bounding the job (:mod:`miso.agent.bounds`)."""
     kw = runas.popen_kwargs(acct)
     ids = [] if "user" not in kw else [
         "--uid", str(kw["user"]), "--gid", str(kw["group"]),
@@ -60,7 +61,7 @@ def start_guarded(python: str, cmd: list[str], env: dict[str, str],
                "--env-file", str(env_file), "--log", str(log_file),
                "--log-cap", str(log_cap),
                "--umask", str(kw.get("umask", 0o077)), *ids,
-               *(["--cwd", str(cwd)] if cwd else []), "--", *cmd]
+               *(["--cwd", str(cwd)] if cwd else []), *(bounds or []), "--", *cmd]
     with open(runas.open_log(log_file), "ab") as out:
         return subprocess.Popen(
             guarded, env=dict(GUARD_ENV), cwd=attempt_dir, stdout=out,

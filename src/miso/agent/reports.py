@@ -75,12 +75,16 @@ def check_progress(data: Any) -> dict[str, Any]:
         if not isinstance(ck, dict):
             raise BadReport("'checkpoint' is not an object")
         it = _number(ck, "iteration", integral=True)
+        if it is not None and out.get("total") is not None and it > out["total"]:
+            raise BadReport(f"checkpoint iteration {it} is beyond the job's total "
+                            f"{out['total']}")
         out["checkpoint"] = {"iteration": it, "path": _path(ck.get("path"), "checkpoint.path")}
     return out
 
 
 def check_exit_record(data: Any) -> dict[str, Any] | None:
-    """``{"returncode", "fenced"}`` of a guard's exit record, or None when it is not one."""
+    """``{"returncode", "fenced", "limit"}`` of a guard's exit record, or None when it is not
+    one (``limit``: why the guard ended the job for a bound, else "")."""
     if not isinstance(data, dict):
         return None
     rc, fenced = data.get("returncode"), data.get("fenced")
@@ -89,4 +93,6 @@ def check_exit_record(data: Any) -> dict[str, Any] | None:
         return None
     if not isinstance(fenced, bool):
         return None
-    return {"returncode": rc, "fenced": fenced}
+    limit = data.get("limit")
+    return {"returncode": rc, "fenced": fenced,
+            "limit": " ".join(limit.split())[:300] if isinstance(limit, str) else ""}

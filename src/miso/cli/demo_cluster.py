@@ -89,7 +89,8 @@ def summarize(jobs: list[dict[str, Any]]) -> dict[str, Any]:
     start = min((j["submitted_at"] for j in jobs), default=0.0)
     return {
         "completed": len(done),
-        "failed": sum(j["state"] in (JobStatus.FAILED, JobStatus.CANCELLED) for j in jobs),
+        "failed": sum(j["state"] in (JobStatus.FAILED, JobStatus.CANCELLED,
+                                                JobStatus.OVER_LIMIT) for j in jobs),
         "avg_jct_s": round(sum(jct) / len(jct), 2) if jct else None,
         "makespan_s": round(max(ends) - start, 2) if ends else None,
         "restarts": sum(int(j.get("restarts") or 0) for j in jobs),

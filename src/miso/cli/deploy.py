@@ -116,7 +116,9 @@ def node(
     gpus: Annotated[int, typer.Option("--gpus", help="Emulated GPUs (--start-agent "
                                       "emulated).")] = 4,
     temp_dir: Annotated[str | None, typer.Option(
-        "--temp-dir", help="Ray's temp dir (short; removed on exit when given).")] = None,
+        "--temp-dir", help="This node's private runtime dir (created 0700, refused if it "
+        "exists and is not ours; Ray's temp dir is <it>/r; short; removed on exit). Default: "
+        "a fresh one under /tmp.")] = None,
     node_ip: Annotated[str | None, typer.Option(
         "--node-ip", help="This node's IP for Ray (default: Ray's choice).")] = None,
     num_cpus: Annotated[int | None, typer.Option(
@@ -179,6 +181,7 @@ def node(
     if num_cpus is None and os.environ.get("SLURM_CPUS_ON_NODE", "").isdigit():
         num_cpus = int(os.environ["SLURM_CPUS_ON_NODE"])
     resources = {"miso_agent": 1.0} if agent else None
+    private, temp_dir = _private_temp(temp_dir)
     if plan is not None:
         args = slurm.ray_start_args(plan, head=head, address=address, node_ip=node_ip,
                                     temp_dir=temp_dir, resources=resources,
@@ -245,6 +248,19 @@ def node(
         say(f"error: {e}")
         code = 1
     finally:
-        if temp_dir:
-            shutil.rmtree(temp_dir, ignore_errors=True)
+        shutil.rmtree(private, ignore_errors=True)
     raise typer.Exit(code)
+
+
+def _private_temp(temp_dir: str | None) -> tuple[str, str]:
+    """(the node's private runtime dir, Ray's temp dir inside it): ``--temp-dir`` created
+    0700 and refused when it exists and is not ours, else a fresh one under /tmp (never
+    Ray's shared default /tmp/ray). See docs/security.md."""
+    from miso import runtimedir
+
+    try:
+        private = runtimedir.make_private(temp_dir) if temp_dir else \
+            runtimedir.fresh_private("miso-node-")
+        return str(private), runtimedir.ray_temp_dir(private)
+    except (OSError, ValueError, runtimedir.UnsafeRuntimeDir) as e:
+        fail(f"--temp-dir: {e}")

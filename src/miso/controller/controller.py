@@ -28,6 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from miso import runtimedir
 from miso.agent import runas
 from miso.controller.executor import PlanExecutor
 from miso.controller.loop import EventLoop
@@ -92,8 +93,9 @@ class Controller:
         self._retune_lock = threading.Lock()
         #: owner id -> user name, for the per-owner view (from submissions and quotas)
         self.owner_names: dict[str, str] = {q.owner: q.name for q in self.quotas.list()}
-        root = checkpoint_root or (Path(store.path).parent / "checkpoints"
-                                   if store.path != ":memory:" else Path("/tmp/miso-ckpt"))
+        root = checkpoint_root or (
+            Path(store.path).parent / "checkpoints" if store.path != ":memory:"
+            else runtimedir.process_private("miso-ckpt-"))
         self.checkpoint_root = Path(root)
         self.rt = Runtime(store, transport, self.cfg, self.checkpoint_root, clock)
         #: ``policy`` (tests) replaces the one ``config`` names

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from miso import jobpaths
 from miso.controller.runtime import Run, Runtime
 from miso.job import last_checkpoint
 from miso.jobstatus import JobStatus
@@ -34,17 +35,26 @@ class Relaunch:
 
 
 def resume_point(rec_iteration: int | None, rec_path: str | None,
-                 checkpoint_dir: Path) -> tuple[int | None, str | None]:
+                 checkpoint_dir: Path, total: int | None = None
+                 ) -> tuple[int | None, str | None]:
     """The newest checkpoint of a job: the store's, or the helper's own record of its last
     save in ``checkpoint_dir`` when that is newer or the store has none (the store may have
-    missed the last save, or have been lost)."""
+    missed the last save, or have been lost). The job wrote that record: it counts only when
+    its path lies inside ``checkpoint_dir`` and is reached there without following a link
+    (no existence oracle on root's paths), and its iteration is at most the job's ``total``."""
     disk = last_checkpoint(checkpoint_dir)
-    if disk is not None and Path(disk["path"]).exists():
+    if disk is not None and (total is not None and isinstance(disk.get("iteration"), int)
+                             and disk["iteration"] > total):
+        disk = None
+    if disk is not None and jobpaths.exists_inside(checkpoint_dir, disk["path"]):
         it = disk.get("iteration")
         if rec_path is None or (isinstance(it, int) and it > (rec_iteration or -1)):
             return (it if isinstance(it, int) else None), str(disk["path"])
-    if rec_path is None and (checkpoint_dir / "checkpoint.json").exists():
+    if rec_path is None and jobpaths.exists_inside(checkpoint_dir,
+                                                   checkpoint_dir / "checkpoint.json"):
         return None, str(checkpoint_dir / "checkpoint.json")
+    if rec_path is not None and not jobpaths.inside(checkpoint_dir, rec_path):
+        return None, None  # a report named a path outside the job's dir: never handed on
     return rec_iteration, rec_path
 
 
@@ -110,7 +120,8 @@ class Launcher:
             return None
         now = rt.now()
         ck_dir = rt.checkpoint_root / job
-        resume, path = resume_point(rec.checkpoint_iteration, rec.checkpoint_path, ck_dir)
+        resume, path = resume_point(rec.checkpoint_iteration, rec.checkpoint_path, ck_dir,
+                                    rec.total)
         if path is not None and path != rec.checkpoint_path:
             rt.store.progress(job, checkpoint_iteration=resume, checkpoint_path=path)
         attempt = rt.store.new_attempt(job, node=ref.node, gpu=gpu, placement=str(pl),

@@ -27,6 +27,7 @@ from miso.agent.attempt import exit_record_path
 from miso.controller.executor import PlanExecutor
 from miso.controller.runtime import Runtime
 from miso.job import read_json
+from miso.jobstatus import LIMIT_REASON
 from miso.sched import (
     ApplyLayout,
     ClusterState,
@@ -202,7 +203,8 @@ class EventLoop:
             if isinstance(ev, JobFinished):
                 self.rt.store.finish(ev.job, JobStatus.FINISHED, at=now)
             else:
-                self.rt.store.finish(ev.job, JobStatus.FAILED, reason=ev.reason, at=now)
+                self.rt.store.finish(ev.job, JobStatus.OVER_LIMIT if ev.reason.startswith(
+                    LIMIT_REASON) else JobStatus.FAILED, reason=ev.reason, at=now)
         self.step.observer = self.rt.observer
         self.step(now, ev)
 

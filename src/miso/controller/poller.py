@@ -25,7 +25,7 @@ from typing import Any
 from miso.controller.executor import PlanExecutor
 from miso.controller.launcher import Relaunch
 from miso.controller.runtime import GpuRef, Runtime
-from miso.jobstatus import JobStatus
+from miso.jobstatus import LIMIT_REASON, JobStatus
 from miso.mig import geometry
 from miso.sched import (
     GpuAdded,
@@ -253,6 +253,8 @@ class AgentPoller:
                             job, attempt, node)
                 self.executor.submit(run.gpu, Relaunch(job, run.gpu, run.placement,
                                                        run.mps_pct))
+            elif a["status"] == "limit":
+                rt.post_event(JobFailed(job, f"{LIMIT_REASON}{a.get('limit') or ''}"))
             elif not run.stopping:
                 why = f"exit code {a['returncode']}" if a["status"] != "checkpointed" else \
                     "exited with the checkpoint code although no checkpoint was asked"

@@ -120,7 +120,7 @@ V2_COLUMNS = (("request_id", "TEXT"), ("memory_gib", "REAL"), ("checkpointable",
                ("note", "TEXT NOT NULL DEFAULT ''"))
 
 #: A job that ended in one of these states gives its name back (a re-run after a fix).
-NAME_FREED = (JobStatus.FAILED.value, JobStatus.CANCELLED.value)
+NAME_FREED = (JobStatus.FAILED.value, JobStatus.CANCELLED.value, JobStatus.OVER_LIMIT.value)
 
 
 class StoreError(ValueError):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -139,9 +140,11 @@ def ray_start_args(ports: RayPorts, *, head: bool, address: str | None = None,
 
 
 def temp_dir_for(job_id: int, root: str = "/tmp") -> str:  # noqa: S108 - a private subdir
-    """Ray's temp dir for an allocation: short (Ray's socket paths must stay under 107
-    bytes) and the allocation's own, so two allocations on a node never share it."""
-    return f"{root.rstrip('/')}/miso-slurm-{job_id}"
+    """The private runtime dir of an allocation on each node (``miso node --temp-dir``
+    creates it 0700 and gives Ray ``<it>/r``): short (Ray's socket paths must stay under 107
+    bytes), the allocation's own, and unpredictable (job ids are sequential: another account
+    must not be able to prepare it; one that exists and is not ours is refused)."""
+    return f"{root.rstrip('/')}/miso-slurm-{job_id}-{secrets.token_hex(4)}"
 
 
 _JOB_ID = re.compile(r"^[0-9]{1,12}$")
