@@ -15,22 +15,22 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from miso.sched.policies.baselines import MpsOnly, NoPart, OptSta
+from miso.sched.policies.framework import Profile, profile_of
 from miso.sched.policies.miso import Miso, Oracle, oracle
 from miso.sched.policies.misoplus import MisoPlus
 from miso.sched.policy import Policy
 
 PolicyFactory = Callable[..., Policy]
 
-#: The policy table. A new policy is a class with ``name`` and ``decide`` (the
-#: :class:`~miso.sched.policy.Policy` protocol) and one line here.
-POLICIES: dict[str, PolicyFactory] = {
-    "nopart": NoPart,
-    "optsta": OptSta,
-    "mps": MpsOnly,
-    "oracle": Oracle,
-    "miso": Miso,
-    "miso+": MisoPlus,
-}
+#: The shipped profiles (:mod:`~miso.sched.policies.framework`): each policy class with its
+#: plugins. A variant is ``PROFILES[name].plus(filters=(MyFilter(...),))``.
+PROFILES: dict[str, Profile] = {p.name: p for p in (
+    profile_of(NoPart), profile_of(OptSta), profile_of(MpsOnly), profile_of(Oracle),
+    profile_of(Miso), profile_of(MisoPlus))}
+
+#: The policy table: name -> profile (or any factory with the
+#: :class:`~miso.sched.policy.Policy` protocol: a class with ``name`` and ``decide``).
+POLICIES: dict[str, PolicyFactory] = dict(PROFILES)
 
 
 def register(name: str) -> Callable[[PolicyFactory], PolicyFactory]:
@@ -60,6 +60,8 @@ def policy_options(name: str) -> dict[str, inspect.Parameter]:
     """The options policy ``name`` takes (a subclass's ``**options`` forwarded to its base
     class adds the base's)."""
     f = _factory(name)
+    if isinstance(f, Profile):
+        f = f.policy
     out: dict[str, inspect.Parameter] = {}
     targets = [c.__init__ for c in f.__mro__ if "__init__" in vars(c)] \
         if isinstance(f, type) else [f]
@@ -103,6 +105,6 @@ def build_policy(name: str, defaults: Mapping[str, Any] | None = None,
     return make_policy(name, **merged)
 
 
-__all__ = ["POLICIES", "Miso", "MisoPlus", "MpsOnly", "NoPart", "OptSta", "Oracle",
-           "build_policy", "make_policy", "oracle", "policy_names", "policy_options",
+__all__ = ["POLICIES", "PROFILES", "Miso", "MisoPlus", "MpsOnly", "NoPart", "OptSta", "Oracle",
+           "Profile", "build_policy", "make_policy", "oracle", "policy_names", "policy_options",
            "register"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from functools import cache
 from itertools import islice
 
@@ -24,9 +24,8 @@ from miso.sched.events import (
     Tick,
 )
 from miso.sched.policies.entitled import Entitled
+from miso.sched.policies.framework import ENTITLEMENT, PREEMPT, Cycle, Filter, PostFilter, Profile
 from miso.sched.policies.ordernote import order_note
-from miso.sched.policies.preempt import preempt
-from miso.sched.policies.reclaim import reclaim
 from miso.sched.state import ClusterState
 
 
@@ -103,6 +102,20 @@ class Scratch:
         self._fair: Entitled | None = None
         #: GPUs reclaimed during this call -> the owner they were returned to
         self.reserved: dict[str, str] = {}
+        self._cycle: Cycle | None = None
+
+    @property
+    def cycle(self) -> Cycle:
+        """This call's facts (set by :meth:`BasePolicy.decide` before any hook runs; a
+        scratch made outside ``decide``, in a test, gets a cycle with fair share's filter)."""
+        if self._cycle is None:
+            self._cycle = Cycle(self.state.now, Tick(), self.state, self,
+                                (ENTITLEMENT,))
+        return self._cycle
+
+    @cycle.setter
+    def cycle(self, cy: Cycle) -> None:
+        self._cycle = cy
 
     @property
     def fair(self) -> Entitled:
@@ -207,19 +220,33 @@ class Scratch:
 
 
 class BasePolicy:
-    """Dispatches events to ``on_*`` hooks; subclasses fill ``Scratch.out``."""
+    """A policy's plan stage and the framework's cycle (:mod:`~miso.sched.policies.framework`):
+    ``decide`` builds the :class:`~miso.sched.policies.framework.Cycle`, runs the ``before``
+    post-filters, dispatches the event to ``on_*`` hooks (subclasses fill ``Scratch.out``),
+    then the ``after`` post-filters."""
 
     name = "base"
-    #: The policy asks :meth:`Scratch.may_join` before placing a job beside others (MIG
-    #: policies that share GPUs): then fair share's entitlements also reclaim GPUs for it.
-    owner_aware = False
+    #: The profile's plugins (set by :class:`~miso.sched.policies.framework.Profile` when it
+    #: builds the policy; these class defaults when the class is built directly).
+    filters: tuple[Filter, ...] = ()
+    post_filters: tuple[PostFilter, ...] = (PREEMPT,)
+    profile: Profile | None = None
 
     def decide(self, now: float, event: Event, state: ClusterState) -> list[Decision]:
         sc = Scratch(state)
-        ten = state.tenancy
-        if ten is not None and ten.config.entitled and self.owner_aware and \
-                reclaim(self, now, sc):
-            self.on_capacity(now, sc)
+        cy = sc.cycle = Cycle(now, event, state, sc, self.filters)
+        for pf in self.post_filters:
+            if pf.when == "before" and pf.active(self, cy) and pf.run(self, cy):
+                self.on_capacity(now, sc)
+        self.dispatch(now, event, sc)
+        for pf in self.post_filters:
+            if pf.when == "after" and pf.active(self, cy):
+                pf.run(self, cy)
+        return sc.out
+
+    def dispatch(self, now: float, event: Event, sc: Scratch) -> None:
+        """The event to its ``on_*`` hook."""
+        state = sc.state
         match event:
             case JobSubmitted():
                 self.on_submit(now, event, sc)
@@ -249,17 +276,20 @@ class BasePolicy:
                 self.on_speed_observed(now, event, sc)
             case Tick():
                 self.on_tick(now, event, sc)
-        if ten is not None and ten.config.preempt:
-            preempt(self, now, sc)
-        return sc.out
 
     def has_room(self, sc: Scratch, job: str) -> bool:
-        """Whether the policy could place ``job`` now (policies with ``owner_aware``)."""
+        """Whether the policy could place ``job`` now (reclaim asks first)."""
         return True
 
-    def room_after(self, gpu: str, remaining: list[str], job: str, sc: Scratch) -> bool:
-        """True when this policy could place ``job`` on ``gpu`` if only ``remaining`` of its
-        jobs stayed (preemption's test; MIG policies: a valid layout holds the mix)."""
+    def fits(self, cy: Cycle, job: str, gpu: str, residents: Sequence[str]) -> bool:
+        """**The fit test**: ``job`` on ``gpu`` if only ``residents`` stayed there: the
+        policy's :meth:`capacity_fit`, then every filter active in the cycle. Preemption and
+        reclaim call it on the residents that would stay."""
+        return self.capacity_fit(gpu, residents, job, cy.sc) and cy.allowed(job, gpu, residents)
+
+    def capacity_fit(self, gpu: str, remaining: Sequence[str], job: str, sc: Scratch) -> bool:
+        """The fit test's capacity part: True when this policy's partitioning of ``gpu`` holds
+        ``job`` beside ``remaining`` (MIG policies: a valid layout holds the mix)."""
         st = sc.state
         gs = st.gpus[gpu]
         if len(remaining) + 1 > gs.geom.model.max_instances:

@@ -25,25 +25,34 @@ class NoPart(BasePolicy):
 
     def on_capacity(self, now: float, sc: Scratch) -> None:
         st = sc.state
+        cy = sc.cycle
         queue = sc.queue(BACKFILL_WINDOW)
         if not queue:
             return
-        # Each job takes at most one GPU, so the first len(queue) free GPUs are enough.
-        free = self.occ.view(sc).members("free", len(queue))
+        # Each job takes at most one GPU, so the first len(queue) free GPUs are enough
+        # (all of them when filters may turn some down).
+        free = self.occ.view(sc).members("free", len(st.gpus) if cy.filters else len(queue))
         fi = 0
         for j in queue:
             if fi >= len(free):
                 break
             gs = st.gpus[free[fi]]
-            full = gs.geom.model.full_profile()
-            if full.memory_gib + 1e-9 < st.jobs[j].spec.memory_gb:
+            if not self.capacity_fit(gs.id, (), j, sc):
                 continue
-            pl = Placement(0, full.name)
+            if cy.filters:  # the first free GPU the profile's filters allow
+                k = next((k for k in range(fi, len(free)) if cy.allowed(j, free[k], ())),
+                         None)
+                if k is None:
+                    continue
+                free[fi], free[k] = free[k], free[fi]
+                gs = st.gpus[free[fi]]
+            pl = Placement(0, gs.geom.model.full_profile().name)
             sc.place(j, gs.id)
             sc.out.append(ApplyLayout(gs.id, st.new_plan_id(), (pl,), {j: pl}))
             fi += 1
 
-    def room_after(self, gpu: str, remaining: list[str], job: str, sc: Scratch) -> bool:
+    def capacity_fit(self, gpu: str, remaining: Sequence[str], job: str, sc: Scratch
+                     ) -> bool:
         full = sc.state.gpus[gpu].geom.model.full_profile()
         return not remaining and full.memory_gib + 1e-9 >= sc.state.jobs[job].spec.memory_gb
 
@@ -90,7 +99,8 @@ class OptSta(BasePolicy):
         free = tuple(self._free(sc, g, asg))
         return (free, len(asg), sc.state.gpus[g].geom) if free else None
 
-    def room_after(self, gpu: str, remaining: list[str], job: str, sc: Scratch) -> bool:
+    def capacity_fit(self, gpu: str, remaining: Sequence[str], job: str, sc: Scratch
+                     ) -> bool:
         geom = sc.state.gpus[gpu].geom
         asg = {j: pl for j, pl in self._asg(sc, gpu).items() if j in remaining}
         if len(asg) < len(remaining):
@@ -225,7 +235,8 @@ class MpsOnly(BasePolicy):
         for g in touched:
             sc.out.append(RunMps(g, st.new_plan_id(), dict.fromkeys(sc.jobs_on(g), share)))
 
-    def room_after(self, gpu: str, remaining: list[str], job: str, sc: Scratch) -> bool:
+    def capacity_fit(self, gpu: str, remaining: Sequence[str], job: str, sc: Scratch
+                     ) -> bool:
         st = sc.state
         mem = sum(st.jobs[j].spec.memory_gb for j in (*remaining, job))
         return len(remaining) < self.slots and \

@@ -35,6 +35,7 @@ from miso.sched.policies.base import (
     signature,
     signature_feasible,
 )
+from miso.sched.policies.framework import ENTITLEMENT, PREEMPT, RECLAIM, Filter, PostFilter
 from miso.sched.policy import SpeedEstimator
 
 
@@ -42,7 +43,9 @@ class Miso(BasePolicy):
     """The MISO policy; see the module docstring. All knobs are constructor arguments."""
 
     name = "miso"
-    owner_aware = True
+    #: fair share's filter and reclaim: an owner-aware policy (it shares GPUs)
+    filters: tuple[Filter, ...] = (ENTITLEMENT,)
+    post_filters: tuple[PostFilter, ...] = (RECLAIM, PREEMPT)
 
     def __init__(
         self,
@@ -95,15 +98,16 @@ class Miso(BasePolicy):
         ``max_jobs_per_gpu``, a valid layout for the mix): least crowded first, then GPU order.
         Lazy; consume it before the next placement or requeue."""
         occ = self.occ.view(sc)
-        bound = sc.owner_bound()
+        cy = sc.cycle
+        filtered = bool(cy.filters)
         for n, tags in self._tags_by_count(sc, job):
             for g in occ.ordered(tags):
-                if not bound or sc.may_join(job, g):
+                if not filtered or cy.allowed(job, g, sc.jobs_on(g)):
                     yield n, g
 
     def first_candidate(self, sc: Scratch, job: str) -> tuple[int, str] | None:
         """The first of :meth:`candidate_gpus`, without iterating."""
-        if sc.owner_bound():
+        if sc.cycle.filters:
             return next(self.candidate_gpus(sc, job), None)
         occ = self.occ.view(sc)
         for n, tags in self._tags_by_count(sc, job):

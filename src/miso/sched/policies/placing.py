@@ -164,10 +164,10 @@ class GpuChoice:
         pass it. (The GPU with the fewest jobs, held before, could be two 17 GB jobs that
         leave a third no room while they run: the 16-GPU p95, issue 17.)"""
         st = sc.state
-        bound = sc.owner_bound()
+        cy = sc.cycle
         best: tuple[float, int, int, str] | None = None
         for g in st.gpus:
-            if bound and not sc.may_join(job, g):
+            if cy.filters and not cy.allowed(job, g, sc.jobs_on(g)):
                 continue
             wait = self.room_in(sc, g, job)
             if wait is None:

@@ -9,8 +9,9 @@ time thrown away (``restart_s`` x the GPU share each holds; a job that cannot ch
 loses its run so far). Never a job that cannot checkpoint (unless
 ``preempt_uncheckpointable``), never one that started less than ``min_run_s`` ago (preemption
 loops are fair-share preemption's known risk), never one of equal or higher priority, never on
-a GPU with a plan in flight. Whether the job would fit is the policy's own test
-(:meth:`~miso.sched.policies.base.BasePolicy.room_after`).
+a GPU with a plan in flight. Whether the job would fit is the policy's fit test on the
+residents that would stay (:meth:`~miso.sched.policies.base.BasePolicy.fits`: its capacity,
+then its profile's filters).
 """
 
 from __future__ import annotations
@@ -70,9 +71,7 @@ def choose_victims(policy: BasePolicy, now: float, sc: Scratch, job: str
             found: tuple[float, tuple[str, ...]] | None = None
             for vic in combinations(eligible, k):
                 rest = [j for j in resident if j not in vic]
-                if not policy.room_after(g, rest, job, sc) or (
-                        sc.owner_bound() and policy.owner_aware
-                        and not sc.entitled_mix(g, [*rest, job])):
+                if not policy.fits(sc.cycle, job, g, rest):
                     continue    # (with fair share: every protected job keeps its fair slice)
                 cost = sum(victim_cost(sc, v, now, restart_s) for v in vic)
                 if found is None or cost < found[0] - 1e-9:

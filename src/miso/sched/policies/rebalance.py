@@ -115,6 +115,7 @@ class Rebalancing:
         """When nothing queues, move the best donor job (:meth:`best_donor`) of a crowded GPU
         onto each idle GPU, one per donor GPU, best first."""
         st = sc.state
+        cy = sc.cycle
         if sc.queue(1):
             return
         for target in self.donors.idle(sc):
@@ -122,6 +123,8 @@ class Rebalancing:
             if got is None:
                 return
             saved, j, src = got
+            if cy.filters and not cy.allowed(j, target, ()):
+                continue  # the profile's filters keep this job off that GPU
             sc.requeue(j, f"rebalance to idle {target}")
             sc.place(j, target)
             full = Placement(0, st.gpus[target].geom.model.full_profile().name)

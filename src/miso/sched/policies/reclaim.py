@@ -134,7 +134,7 @@ def _best_gpu(policy: BasePolicy, now: float, sc: Scratch, job: str,
             victims.append(v)
             lost[vo] = lost.get(vo, 0.0) + c
             rest.remove(v)
-            if policy.room_after(g, rest, job, sc) and sc.entitled_mix(g, [*rest, job]):
+            if policy.fits(sc.cycle, job, g, rest):  # the entitlement filter included
                 fits = True
                 break
         if not fits:
