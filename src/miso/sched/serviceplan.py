@@ -209,7 +209,7 @@ class ServicePlanner:
         return None
 
     def _start(self, now: float, s: ServiceState, profile: str, why: dict) -> StartReplica | None:
-        own = {r.gpu for r in s.replicas.values() if not r.draining}
+        own = {r.gpu for r in s.live()}
         avoid = own if len(own) < 2 else set()  # spread over two GPUs, then pack
         spot = self.place(s, profile, avoid)
         if spot is None:
@@ -360,6 +360,9 @@ class ServicePlanner:
             if r.slot.profile in rest:
                 rest.remove(r.slot.profile)
                 keep.append(r)
+        if len(want) >= 2 and not rest and len({r.gpu for r in keep}) < 2:
+            moved = keep.pop()  # keep the spread: its twin starts on another GPU
+            rest.append(moved.slot.profile)
         out: list[StartReplica | DrainReplica] = []
         for r in live:
             if r not in keep:
