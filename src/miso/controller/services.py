@@ -1,7 +1,7 @@
 """Inference services live: replicas as jobs, the router, replacement and resizing.
 
 A service (``miso serve``) is a set of replicas. Each replica is a job of the service's owner
-(``python -m miso.serving.replica --port P -- COMMAND``), so the agents launch it through the
+(``python -m miso.serving.runreplica --port P -- COMMAND``), so the agents launch it through the
 guard as the owner's Unix account on one MIG slice with its log capped, like any job; the
 replica tells miso it cannot checkpoint, so it is never moved once it runs.
 
@@ -320,7 +320,7 @@ class ServiceManager:
     def _start_replica(self, rec: ServiceRecord, why: str) -> None:
         port = free_port(self.replica_host)
         self._seq += 1
-        cmd = [self.python, "-m", "miso.serving.replica", "--port", str(port), "--",
+        cmd = [self.python, "-m", "miso.serving.runreplica", "--port", str(port), "--",
                *rec.command]
         jid = self.ctl.submit(cmd, name=f"svc-{rec.name}-{self._seq}", memory_gb=rec.memory_gb,
                               env=dict(rec.env), owner=rec.owner, unix_user=rec.unix_user,
@@ -342,7 +342,7 @@ class ServiceManager:
         prefix = f"svc-{name}-"
         for job in self.ctl.store.jobs(active_only=True):
             cmd = list(job.command)
-            if job.name.startswith(prefix) and "miso.serving.replica" in cmd and "--port" in cmd:
+            if job.name.startswith(prefix) and "miso.serving.runreplica" in cmd and "--port" in cmd:
                 port = int(cmd[cmd.index("--port") + 1])
                 self.replicas[name][job.id] = ReplicaState(job.id, port, since=time.monotonic())
 

@@ -1,4 +1,4 @@
-"""``python -m miso.serving.replica --port P -- COMMAND...``: one replica of a service, run as a
+"""``python -m miso.serving.runreplica --port P -- COMMAND...``: one replica of a service, run as a
 job by the agent (under the guard, as the owner's account, on its slice).
 
 It runs COMMAND with ``MISO_PORT=P`` (the port the router reaches the replica on; the agent
@@ -20,7 +20,7 @@ from miso import job
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m miso.serving.replica")
+    p = argparse.ArgumentParser(prog="python -m miso.serving.runreplica")
     p.add_argument("--port", type=int, required=True)
     p.add_argument("command", nargs=argparse.REMAINDER)
     a = p.parse_args(argv)
