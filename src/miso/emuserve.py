@@ -9,7 +9,7 @@ resizes) runs on a CPU machine:
 * any other request is an inference: it waits in a FIFO queue; a batcher takes up to the
   model's maximum batch of the waiting requests at once (dynamic batching without a delay
   window) and answers them after the model's service time for that batch on this slice
-  (:mod:`miso.serving.latency`: the catalogue's model, or its marked placeholder).
+  (the catalogue's latency model, :mod:`miso.serving.catalog`).
 
 The slice comes from ``MISO_EMULATED_PROFILE`` / ``MISO_EMULATED_GPU_MODEL`` (set by the emulated
 backend), else ``--profile`` / ``--gpu-model``. Fault switches for tests: ``--slow X`` multiplies
@@ -27,14 +27,14 @@ import sys
 import time
 from typing import Any
 
-from miso.serving.latency import latency_model
+from miso.serving import catalog
 from miso.serving.router import BadRequest, json_response, read_http_request
 
 
 class EmulatedServer:
     def __init__(self, model: str, gpu_model: str, profile: str, *, slow: float = 1.0,
                  load_s: float | None = None, never_ready: bool = False) -> None:
-        self.lm: Any = latency_model()
+        self.lm: Any = catalog
         self.model, self.gpu_model, self.profile = model, gpu_model, profile
         self.max_batch = max(1, int(self.lm.max_batch(model, gpu_model, profile)))
         self.service_time_s(1)  # an unknown model fails here, before serving

@@ -26,6 +26,7 @@ that service and is kept in the store.
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import logging
 import math
@@ -42,7 +43,7 @@ import httpx
 
 from miso.controller.servicestore import ServiceRecord, ServiceStore
 from miso.jobstatus import JobStatus
-from miso.serving.latency import latency_model
+from miso.serving import catalog
 from miso.serving.router import Router, RouterServer
 
 log = logging.getLogger(__name__)
@@ -69,6 +70,7 @@ class ReplicaState:
     running_since: float | None = None
     profile: str = ""
     gpu: str = ""
+    gpu_model: str = "A100-40GB"
     misses: int = 0
 
 
@@ -115,7 +117,7 @@ class ServiceManager:
         self.misses = misses
         self.probe_timeout_s = probe_timeout_s
         self.scaler = scaler or LiveScaler()
-        self.lm: Any = latency_model()
+        self.lm: Any = catalog
         self.services: dict[str, ServiceRecord] = {}
         self.replicas: dict[str, dict[str, ReplicaState]] = {}
         self.events: dict[str, collections.deque[dict[str, Any]]] = {}
@@ -124,6 +126,7 @@ class ServiceManager:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._http = httpx.Client(timeout=probe_timeout_s)
+        self._models: dict[str, str] = {}
         for rec in self.store.all():
             if rec.state == "running":
                 self._open(rec)
@@ -192,6 +195,8 @@ class ServiceManager:
 
     def tick(self) -> None:
         now = time.monotonic()
+        with contextlib.suppress(Exception):  # else the last known GPU models
+            self._models = {str(g["id"]): str(g["model"]) for g in self.ctl.cluster()["gpus"]}
         with self.lock:
             names = list(self.services)
         for name in names:
@@ -225,6 +230,7 @@ class ServiceManager:
         if r.running_since is None:
             r.running_since = now
         r.gpu = job.gpu or ""
+        r.gpu_model = self._models.get(r.gpu, r.gpu_model)
         r.profile = (job.placement or "").split("@")[0]
         ok = self._probe(r)
         if r.state == "starting":
@@ -271,20 +277,14 @@ class ServiceManager:
             self._note(name, f"replica {r.job} drained and stopped")
 
     # ---- how many ---------------------------------------------------------------------------
-    def capacity(self, rec: ServiceRecord, profile: str) -> float:
+    def capacity(self, rec: ServiceRecord, profile: str,
+                 gpu_model: str = "A100-40GB") -> float:
         """Requests/s one replica on ``profile`` serves within the SLO: measured live when the
         store has it for that profile, else the catalogue's."""
         if rec.capacity_rps and rec.capacity_profile == profile:
             return rec.capacity_rps
-        try:
-            return float(self.lm.capacity_rps(rec.model, self._gpu_model(), profile or "7g.40gb",
-                                              rec.slo_p99_ms, rec.percentile))
-        except TypeError:  # a catalogue without the percentile argument
-            return float(self.lm.capacity_rps(rec.model, self._gpu_model(),
-                                              profile or "7g.40gb", rec.slo_p99_ms))
-
-    def _gpu_model(self) -> str:
-        return "A100-40GB"
+        return float(self.lm.capacity_rps(rec.model, gpu_model, profile or "7g.40gb",
+                                          rec.slo_p99_ms, rec.percentile))
 
     def _scale(self, rec: ServiceRecord, now: float) -> None:
         reps = list(self.replicas.get(rec.name, {}).values())
@@ -293,7 +293,7 @@ class ServiceManager:
         stats = self.router.stats(rec.name, 10.0)
         rate = float(stats.get("rate") or 0.0)
         profile = ready[0].profile if ready else ""
-        cap = self.capacity(rec, profile)
+        cap = self.capacity(rec, profile, ready[0].gpu_model if ready else "A100-40GB")
         p99 = stats.get("p99_ms")
         if ready and p99 is not None and p99 > rec.slo_p99_ms and rate > 0 \
                 and stats.get("requests", 0) >= 200:
@@ -358,6 +358,7 @@ class ServiceManager:
         s10 = self.router.stats(name, 10.0)
         s300 = self.router.stats(name, 300.0)
         profile = ready[0].profile if ready else ""
+        gpu_model = ready[0].gpu_model if ready else "A100-40GB"
         evs = list(self.events.get(name, ()))
         return {
             "name": name, "owner": rec.owner_name or rec.owner, "model": rec.model,
@@ -369,7 +370,7 @@ class ServiceManager:
                           "outstanding": self.router.outstanding(name, r.job)} for r in reps],
             "slices": sorted(r.profile for r in ready),
             "profile": profile or None,
-            "capacity_rps": round(self.capacity(rec, profile), 2),
+            "capacity_rps": round(self.capacity(rec, profile, gpu_model), 2),
             "capacity_measured": bool(rec.capacity_rps and rec.capacity_profile == profile),
             "rate": round(float(s10.get("rate") or 0.0), 2),
             "p50_ms": s10.get("p50_ms"), "p99_ms": s10.get("p99_ms"),
