@@ -93,10 +93,10 @@ class Route:
     replicas: dict[str, Replica] = field(default_factory=dict)
     window: LatencyWindow = field(default_factory=LatencyWindow)
 
-    def pick(self) -> Replica | None:
+    def pick(self, exclude: frozenset[str] | set[str] = frozenset()) -> Replica | None:
         best: Replica | None = None
         for r in self.replicas.values():
-            if r.draining:
+            if r.draining or r.id in exclude:
                 continue
             if best is None or (r.outstanding, r.served) < (best.outstanding, best.served):
                 best = r
@@ -333,14 +333,18 @@ class Router:
         route = self.routes.get(req.service)
         if route is None:
             return _json_response(404, {"error": f"no service {req.service!r}"}, req.keep_alive)
-        replica, tried = None, 0
+        replica, tried = None, set()
         deadline = t0 + WAIT_READY_S
         while True:
             if route.stopped:
                 return _json_response(503, {"error": f"service {req.service!r} is stopped",
                                             "service": req.service, "stopped": True},
                                       req.keep_alive)
-            replica = route.pick()
+            replica = route.pick(tried)
+            if replica is None and tried:
+                return self._done(route, t0, 502, _json_response(
+                    502, {"error": f"no replica of {req.service!r} could be reached"},
+                    req.keep_alive))
             if replica is None:
                 if time.monotonic() > deadline:
                     return self._done(route, t0, 503, _json_response(
@@ -355,8 +359,8 @@ class Router:
                 break
             except UpstreamFailed as e:
                 replica.failed += 1
-                tried += 1
-                if e.sent or tried >= 3:
+                tried.add(replica.id)
+                if e.sent:
                     return self._done(route, t0, 502, _json_response(
                         502, {"error": f"replica {replica.id} of {req.service!r} failed: {e}"},
                         req.keep_alive))
