@@ -241,6 +241,9 @@ def _mount() -> None:
     app.command("demo")(cli_demo.demo)
     app.command("doctor")(doctor)
     app.command("events")(cli_events.events)
+    from miso.cli import serve as cli_serve  # inference services (docs/serving.md)
+    for name in ("serve", "services", "load"):
+        app.command(name)(getattr(cli_serve, name))
     from miso.cli import deploy as cli_deploy  # the deploy paths (docs/deploy.md)
     app.add_typer(cli_deploy.slurm_app, name="slurm")
     app.command("node", context_settings=cli_deploy.NODE_CONTEXT)(cli_deploy.node)

@@ -192,16 +192,23 @@ class ControllerActor:
             self.error = str(e)
             return
         self.api = None
+        # inference services: the router on the head and the replicas' manager (issue 29)
+        from miso.controller.services import attach_services  # noqa: PLC0415
+
+        self.services = attach_services(self.ctl, d, self.obs,
+                                        (api or {}).get("host", "127.0.0.1"))
         if api is not None:  # the HTTP API (miso.api), in this process beside the controller
             from miso.api.head import serve  # noqa: PLC0415
             from miso.api.server import ListenError  # noqa: PLC0415
+            from miso.api.services import services_router  # noqa: PLC0415
             from miso.observe.routes import api_routers, instrument  # noqa: PLC0415
 
             listen = {k: v for k, v in api.items() if k != "metrics_public"}
             try:
                 self.api = serve(self.ctl, d, listen, extra_routers=api_routers(
                     self.ctl, self.obs, listen.get("host", "127.0.0.1"),
-                    metrics_public=bool(api.get("metrics_public"))),
+                    metrics_public=bool(api.get("metrics_public")))
+                    + [services_router(self.services)],
                     setup=lambda app: instrument(app, self.obs))
             except ListenError as e:  # e.g. the --listen port is taken: ping reports it
                 self.error = f"the API cannot start: {e}"

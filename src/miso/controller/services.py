@@ -1,0 +1,414 @@
+"""Inference services live: replicas as jobs, the router, replacement and resizing.
+
+A service (``miso serve``) is a set of replicas. Each replica is a job of the service's owner
+(``python -m miso.serving.runreplica --port P -- COMMAND``), so the agents launch it through the
+guard as the owner's Unix account on one MIG slice with its log capped, like any job; the
+replica tells miso it cannot checkpoint, so it is never moved once it runs.
+
+Every ``poll_s`` :meth:`ServiceManager.tick`:
+
+* a replica whose job runs and whose ``GET /ready`` answers 200 joins the router;
+* a replica that never gets ready (``ready_timeout_s`` after its job started), whose job ended
+  (crashed, killed), or that stops answering ``/ready`` (``misses`` probes in a row) is taken
+  out of the router and cancelled, and another is started; the reason is kept
+  (``miso services`` shows the last);
+* resizing is make-before-break: a new replica is started, and only when it is ready does an
+  extra replica drain (no new requests; in-flight ones finish) and stop.
+
+How many replicas: :class:`LiveScaler`, a small scaler over the catalogue capacity (the rate
+seen by the router over 10 s x (1 + headroom) / capacity of one replica on its slice; scale in
+only after the need stayed lower for ``scale_in_hold_s``). It is a stand-in, named as such, for
+the scaling decisions of the scheduling core (``miso.sched.services``, issue 28). A capacity
+measured live (the per-replica rate at which the SLO was missed) replaces the catalogue's for
+that service and is kept in the store.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import logging
+import math
+import re
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from miso.controller.servicestore import ServiceRecord, ServiceStore
+from miso.jobstatus import JobStatus
+from miso.serving import catalog
+from miso.serving.router import Router, RouterServer
+
+log = logging.getLogger(__name__)
+
+NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+ROUTER_FILE = "router.json"
+ENDED = {JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELLED}
+
+
+class ServiceError(Exception):
+    """A request about services that cannot be done (one line, for the API's 4xx)."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class ReplicaState:
+    job: str
+    port: int
+    state: str = "starting"  # starting | ready | draining
+    since: float = 0.0  # monotonic: when it entered this state
+    running_since: float | None = None
+    profile: str = ""
+    gpu: str = ""
+    gpu_model: str = "A100-40GB"
+    misses: int = 0
+
+
+@dataclass
+class LiveScaler:
+    """Replicas for a rate: ceil(rate x (1 + headroom) / capacity), within [min, max]; scale in
+    only after the lower need held for ``scale_in_hold_s``. A stand-in for the core's service
+    decisions (issue 28)."""
+
+    scale_in_hold_s: float = 30.0
+    lower_since: dict[str, float] = field(default_factory=dict)
+
+    def want(self, name: str, now: float, rate: float, capacity: float, headroom: float,
+             lo: int, hi: int, current: int) -> int:
+        need = math.ceil(rate * (1.0 + headroom) / capacity) if capacity > 0 else hi
+        need = max(lo, min(hi, need))
+        if need >= current:
+            self.lower_since.pop(name, None)
+            return need
+        since = self.lower_since.setdefault(name, now)
+        return need if now - since >= self.scale_in_hold_s else current
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class ServiceManager:
+    """The services of one controller (see the module docstring)."""
+
+    def __init__(self, controller: Any, store_path: str | Path, router: RouterServer, *,
+                 replica_host: str = "127.0.0.1", python: str = sys.executable,
+                 ready_timeout_s: float = 120.0, misses: int = 3,
+                 probe_timeout_s: float = 1.0, scaler: LiveScaler | None = None) -> None:
+        self.ctl = controller
+        self.store = ServiceStore(store_path)
+        self.server = router
+        self.router: Router = router.router
+        self.replica_host = replica_host
+        self.python = python
+        self.ready_timeout_s = ready_timeout_s
+        self.misses = misses
+        self.probe_timeout_s = probe_timeout_s
+        self.scaler = scaler or LiveScaler()
+        self.lm: Any = catalog
+        self.services: dict[str, ServiceRecord] = {}
+        self.replicas: dict[str, dict[str, ReplicaState]] = {}
+        self.events: dict[str, collections.deque[dict[str, Any]]] = {}
+        self.lock = threading.RLock()
+        self._seq = int(time.time()) % 100000
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._http = httpx.Client(timeout=probe_timeout_s)
+        self._models: dict[str, str] = {}
+        for rec in self.store.all():
+            if rec.state == "running":
+                self._open(rec)
+                self._adopt(rec.name)
+
+    # ---- requests (API side) --------------------------------------------------------------
+    def serve(self, rec: ServiceRecord) -> dict[str, Any]:
+        if not NAME.match(rec.name):
+            raise ServiceError(f"bad service name {rec.name!r}: lower-case letters, digits and "
+                               f"'-', at most 63")
+        if not rec.command:
+            raise ServiceError("no replica command given (miso serve NAME ... -- COMMAND)")
+        try:
+            self.lm.service_time_s(rec.model, "A100-40GB", "7g.40gb", 1)
+        except KeyError as e:
+            raise ServiceError(str(e.args[0]) if e.args else f"unknown model {rec.model!r}") \
+                from None
+        if not (0 < rec.slo_p99_ms <= 600_000):
+            raise ServiceError("--slo-p99-ms must be a positive number of ms")
+        if not (1 <= rec.min_replicas <= rec.max_replicas <= 64):
+            raise ServiceError("need 1 <= --min-replicas <= --max-replicas <= 64")
+        with self.lock:
+            old = self.services.get(rec.name)
+            if old is not None and old.state == "running":
+                raise ServiceError(f"service {rec.name!r} exists; stop it first", 409)
+            self.store.add(rec)
+            rec.state = "running"
+            self._open(rec)
+            self._note(rec.name, f"started: {rec.min_replicas} replica(s) of {rec.model}")
+        return self.view(rec.name)
+
+    def stop(self, name: str) -> dict[str, Any]:
+        with self.lock:
+            rec = self.services.get(name)
+            if rec is None or rec.state != "running":
+                raise ServiceError(f"no running service {name!r}", 404)
+            rec.state = "stopped"
+            self.store.stop(name)
+            self.router.stop_service(name)
+            for r in self.replicas.get(name, {}).values():
+                r.state, r.since = "draining", time.monotonic()
+            self._note(name, "stopped: draining every replica")
+        return self.view(name)
+
+    def get(self, name: str) -> ServiceRecord | None:
+        return self.services.get(name)
+
+    # ---- the loop ---------------------------------------------------------------------------
+    def start(self, poll_s: float = 1.0) -> None:
+        def run() -> None:
+            while not self._stop.wait(poll_s):
+                try:
+                    self.tick()
+                except Exception:  # noqa: BLE001 - the manager must outlive one bad tick
+                    log.exception("service manager tick failed")
+
+        self._thread = threading.Thread(target=run, name="miso-services", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._http.close()
+        self.store.close()
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        with contextlib.suppress(Exception):  # else the last known GPU models
+            self._models = {str(g["id"]): str(g["model"]) for g in self.ctl.cluster()["gpus"]}
+        with self.lock:
+            names = list(self.services)
+        for name in names:
+            with self.lock:
+                rec = self.services[name]
+                reps = dict(self.replicas.get(name, {}))
+            for r in reps.values():
+                self._check(rec, r, now)
+            if rec.state == "running":
+                self._scale(rec, now)
+
+    # ---- one replica ------------------------------------------------------------------------
+    def _check(self, rec: ServiceRecord, r: ReplicaState, now: float) -> None:
+        job = self._job(r.job)
+        state = job.state if job is not None else JobStatus.CANCELLED
+        if r.state == "draining":
+            idle = self.router.outstanding(rec.name, r.job) == 0
+            if idle or now - r.since > 120 or state in ENDED:
+                self._retire(rec.name, r, None)
+            return
+        if state in ENDED:
+            self._retire(rec.name, r, f"replica {r.job} ended ({state}"
+                         f"{': ' + job.reason if job is not None and job.reason else ''}); "
+                         f"replacing it")
+            return
+        if state != JobStatus.RUNNING:
+            if r.state == "ready":  # moved or checkpointed under us: out of the router
+                self.router.remove_replica(rec.name, r.job)
+                r.state, r.since, r.running_since = "starting", now, None
+            return
+        if r.running_since is None:
+            r.running_since = now
+        r.gpu = job.gpu or ""
+        r.gpu_model = self._models.get(r.gpu, r.gpu_model)
+        r.profile = (job.placement or "").split("@")[0]
+        ok = self._probe(r)
+        if r.state == "starting":
+            if ok:
+                r.state, r.since, r.misses = "ready", now, 0
+                self.router.add_replica(rec.name, r.job, self.replica_host, r.port, r.profile)
+                self._note(rec.name, f"replica {r.job} ready on {r.profile or '?'} "
+                                     f"({r.gpu or '?'})")
+            elif now - r.running_since > self.ready_timeout_s:
+                self._retire(rec.name, r, f"replica {r.job} never got ready in "
+                                          f"{self.ready_timeout_s:g} s; replacing it")
+            return
+        r.misses = 0 if ok else r.misses + 1
+        if r.misses >= self.misses:
+            self._retire(rec.name, r, f"replica {r.job} stopped answering ({r.misses} "
+                                      f"probes); replacing it")
+
+    def _job(self, job: str) -> Any:
+        try:
+            return self.ctl.store.get(job)
+        except Exception:  # noqa: BLE001 - a job the store does not have: gone
+            return None
+
+    def _probe(self, r: ReplicaState) -> bool:
+        try:
+            return self._http.get(f"http://{self.replica_host}:{r.port}/ready").status_code \
+                == 200
+        except httpx.HTTPError:
+            return False
+
+    def _retire(self, name: str, r: ReplicaState, why: str | None) -> None:
+        self.router.remove_replica(name, r.job)
+        with self.lock:
+            self.replicas.get(name, {}).pop(r.job, None)
+        job = self._job(r.job)
+        if job is not None and job.state not in ENDED:
+            try:
+                self.ctl.cancel(r.job)
+            except Exception as e:  # noqa: BLE001 - reported, the replica is out anyway
+                log.warning("cancel of replica %s failed: %s", r.job, e)
+        if why:
+            self._note(name, why)
+        elif r.state == "draining":
+            self._note(name, f"replica {r.job} drained and stopped")
+
+    # ---- how many ---------------------------------------------------------------------------
+    def capacity(self, rec: ServiceRecord, profile: str,
+                 gpu_model: str = "A100-40GB") -> float:
+        """Requests/s one replica on ``profile`` serves within the SLO: measured live when the
+        store has it for that profile, else the catalogue's."""
+        if rec.capacity_rps and rec.capacity_profile == profile:
+            return rec.capacity_rps
+        return float(self.lm.capacity_rps(rec.model, gpu_model, profile or "7g.40gb",
+                                          rec.slo_p99_ms, rec.percentile))
+
+    def _scale(self, rec: ServiceRecord, now: float) -> None:
+        reps = list(self.replicas.get(rec.name, {}).values())
+        live = [r for r in reps if r.state != "draining"]
+        ready = [r for r in live if r.state == "ready"]
+        stats = self.router.stats(rec.name, 10.0)
+        rate = float(stats.get("rate") or 0.0)
+        profile = ready[0].profile if ready else ""
+        cap = self.capacity(rec, profile, ready[0].gpu_model if ready else "A100-40GB")
+        p99 = stats.get("p99_ms")
+        if ready and p99 is not None and p99 > rec.slo_p99_ms and rate > 0 \
+                and stats.get("requests", 0) >= 200:
+            measured = 0.9 * rate / len(ready)
+            if measured < cap * 0.95:  # the SLO missed below the catalogue's capacity
+                rec.capacity_rps, rec.capacity_profile = measured, profile
+                self.store.set_capacity(rec.name, measured, profile)
+                cap = measured
+                self._note(rec.name, f"capacity measured: {measured:.0f}/s per replica on "
+                                     f"{profile or '?'} (p99 {p99:.0f} ms > SLO at "
+                                     f"{rate:.0f}/s)")
+        want = self.scaler.want(rec.name, now, rate, cap, rec.headroom, rec.min_replicas,
+                                rec.max_replicas, len(live))
+        if want > len(live):
+            for _ in range(want - len(live)):
+                self._start_replica(rec, f"scale out: {rate:.0f}/s x {1 + rec.headroom:g} "
+                                         f"needs {want} x {cap:.0f}/s")
+        elif want < len(live) and len(ready) == len(live):  # make-before-break: all ready
+            victim = min(ready, key=lambda r: self.router.outstanding(rec.name, r.job))
+            victim.state, victim.since = "draining", now
+            self.router.drain(rec.name, victim.job)
+            self._note(rec.name, f"scale in: {rate:.0f}/s needs {want}; draining {victim.job}")
+
+    def _start_replica(self, rec: ServiceRecord, why: str) -> None:
+        port = free_port(self.replica_host)
+        self._seq += 1
+        cmd = [self.python, "-m", "miso.serving.runreplica", "--port", str(port), "--",
+               *rec.command]
+        jid = self.ctl.submit(cmd, name=f"svc-{rec.name}-{self._seq}", memory_gb=rec.memory_gb,
+                              env=dict(rec.env), owner=rec.owner, unix_user=rec.unix_user,
+                              owner_name=rec.owner_name)
+        with self.lock:
+            self.replicas.setdefault(rec.name, {})[jid] = ReplicaState(jid, port,
+                                                                       since=time.monotonic())
+        self._note(rec.name, f"{why}: started replica {jid}")
+
+    # ---- bookkeeping --------------------------------------------------------------------------
+    def _open(self, rec: ServiceRecord) -> None:
+        self.services[rec.name] = rec
+        self.replicas.setdefault(rec.name, {})
+        self.events.setdefault(rec.name, collections.deque(maxlen=50))
+        self.router.add_service(rec.name, rec.slo_p99_ms)
+
+    def _adopt(self, name: str) -> None:
+        """Replicas of a service still running from before a controller restart."""
+        prefix = f"svc-{name}-"
+        for job in self.ctl.store.jobs(active_only=True):
+            cmd = list(job.command)
+            if job.name.startswith(prefix) and "miso.serving.runreplica" in cmd and "--port" in cmd:
+                port = int(cmd[cmd.index("--port") + 1])
+                self.replicas[name][job.id] = ReplicaState(job.id, port, since=time.monotonic())
+
+    def _note(self, name: str, text: str) -> None:
+        log.info("service %s: %s", name, text)
+        self.events.setdefault(name, collections.deque(maxlen=50)).append(
+            {"time": time.time(), "text": text})
+
+    def view(self, name: str) -> dict[str, Any]:
+        rec = self.services[name]
+        reps = list(self.replicas.get(name, {}).values())
+        ready = [r for r in reps if r.state == "ready"]
+        s10 = self.router.stats(name, 10.0)
+        s300 = self.router.stats(name, 300.0)
+        profile = ready[0].profile if ready else ""
+        gpu_model = ready[0].gpu_model if ready else "A100-40GB"
+        evs = list(self.events.get(name, ()))
+        return {
+            "name": name, "owner": rec.owner_name or rec.owner, "model": rec.model,
+            "state": rec.state, "url": self.server.service_url(name),
+            "slo_p99_ms": rec.slo_p99_ms, "min_replicas": rec.min_replicas,
+            "max_replicas": rec.max_replicas, "ready_replicas": len(ready),
+            "replicas": [{"job": r.job, "state": r.state, "profile": r.profile, "gpu": r.gpu,
+                          "port": r.port,
+                          "outstanding": self.router.outstanding(name, r.job)} for r in reps],
+            "slices": sorted(r.profile for r in ready),
+            "profile": profile or None,
+            "capacity_rps": round(self.capacity(rec, profile, gpu_model), 2),
+            "capacity_measured": bool(rec.capacity_rps and rec.capacity_profile == profile),
+            "rate": round(float(s10.get("rate") or 0.0), 2),
+            "p50_ms": s10.get("p50_ms"), "p99_ms": s10.get("p99_ms"),
+            "attainment": s300.get("attainment"), "errors_5m": s300.get("errors", 0),
+            "why": evs[-1]["text"] if evs else "", "events": evs[-10:],
+        }
+
+    def views(self) -> list[dict[str, Any]]:
+        with self.lock:
+            return [self.view(n) for n in self.services]
+
+
+def start_router(state_dir: str | Path, host: str = "127.0.0.1",
+                 registry: Any = None) -> RouterServer:
+    """The head's router on the port it had before a restart when it is free (stable URLs);
+    records ``router.json``."""
+    path = Path(state_dir) / ROUTER_FILE
+    port = 0
+    try:
+        port = int(json.loads(path.read_text()).get("port", 0))
+    except (OSError, ValueError, AttributeError):
+        port = 0
+    router = Router(registry)
+    try:
+        srv = RouterServer(router, host, port).start()
+    except OSError:
+        srv = RouterServer(router, host, 0).start()
+    path.write_text(json.dumps({"url": srv.url, "port": srv.port}) + "\n")
+    return srv
+
+
+def attach_services(controller: Any, state_dir: str | Path, observer: Any = None,
+                    host: str = "127.0.0.1") -> ServiceManager:
+    """The router (its metrics in the controller's registry) and the service manager of a
+    controller, started."""
+    metrics = getattr(observer, "metrics", None)
+    registry = getattr(metrics, "registry", None)
+    srv = start_router(state_dir, host, registry)
+    mgr = ServiceManager(controller, controller.store.path, srv)
+    mgr.start()
+    return mgr
