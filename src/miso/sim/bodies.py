@@ -9,6 +9,8 @@ from miso.sim.traces import TraceJob
 
 (ARRIVE, COMPLETE, RESUME, PLAN_DONE, PROF_START, PROF_DONE, TICK, PHASE, PROF_RUN,
  EXTERNAL) = range(10)
+#: a whole-GPU run (gang) has started on every GPU (:class:`miso.sched.GangStarted`)
+GANG_UP = 10
 
 
 class SimJob:
@@ -30,7 +32,7 @@ class SimJob:
         self.workload = tj.workload
         self.base_rate = base_rate
         self.started = False
-        self.mode: str | None = None      # mig | mps | prof | None
+        self.mode: str | None = None      # mig | mps | prof | whole (gang) | None
         self.placement: Placement | None = None
         self.waiting = False
         self.submit = tj.submit_s
