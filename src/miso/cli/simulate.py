@@ -239,6 +239,7 @@ def simulate(
                                  duration_sigma=duration_sigma)
     except TraceError as e:
         fail(str(e))
+    out["gang_jobs"] = sum(1 for j in tjobs if j.num_gpus > 1)  # jobs on several GPUs
     if not 0 < demand_per_job <= 1:
         fail(f"--demand-per-job must be in (0, 1], not {demand_per_job}")
     tjobs, tenancy = _tenancy(tjobs, tenants, tenant_skew, fair_share, half_life,

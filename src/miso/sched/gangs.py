@@ -121,7 +121,7 @@ class GangLayer:
         self.node_of = node_of
         self.backfills: set[str] = set()   # whole-GPU runs started as backfill
         self._rank: dict[str, int] = {}
-        #: (time, reserved gang, its expected start) each time a reservation is (re)computed
+        #: (the gang holding the reservation, its expected start) once it holds all its GPUs
         self.reservation: tuple[str, float] | None = None
 
     @property
@@ -194,6 +194,7 @@ class GangLayer:
                    "note": f"{j} on {len(gpus)} whole GPU(s)"
                            + (" until the reservation starts" if backfill else "")}
             out.append(StartGang(j, tuple(gpus), st.new_plan_id(), why=why))
+            placed.add(j)
             if backfill:
                 self.backfills.add(j)
 
@@ -260,7 +261,7 @@ class GangLayer:
                         out.append(WakeUp(now, f"{GANG_TAG}{g}"))
             res = res[:n]
         t_start = max((ends[g] for g in res), default=now)
-        self.reservation = (head, t_start)
+        self.reservation = (head, t_start) if len(res) >= n else None
         if len(res) < n:
             return  # the cluster cannot hold it now (GPUs busy with plans): next event
         backfilled = {g: book.run_on(g) for g in res if book.run_on(g) in self.backfills}
@@ -284,7 +285,7 @@ class GangLayer:
         horizon = t_start - now
         cands: list[tuple[float, str]] = []
         for j in book.queue:
-            if j != head:
+            if j != head and j not in placed:
                 cands.append((st.jobs[j].submitted_at, j))
         for j in st.queue[:BACKFILL_WINDOW]:
             if j not in placed:
