@@ -17,7 +17,7 @@ class SimJob:
     __slots__ = ("id", "spec", "duration", "work_left", "rate", "t_last", "version", "token",
                  "truth", "workload", "base_rate", "started", "mode", "placement", "waiting",
                  "submit", "first_start", "finish", "milestone", "alt", "ckpt", "restarts",
-                 "lost", "restart_cost")
+                 "lost", "restart_cost", "truths", "factors")
 
     def __init__(self, tj: TraceJob, spec: JobSpec, truth: dict[str, float], base_rate: float):
         self.id = tj.id
@@ -44,16 +44,21 @@ class SimJob:
         self.restarts = 0
         self.lost = 0.0
         self.restart_cost = 0.0   # this job's wait per restart (s), set by the simulator
+        #: several GPU models: model -> profile -> speed relative to a whole GPU of the first
+        #: model, and model -> speed of a whole GPU (None: one model, ``truth`` holds)
+        self.truths: dict[str, dict[str, float]] | None = None
+        self.factors: dict[str, float] | None = None
 
 
 class SimGpu:
-    __slots__ = ("id", "geom", "full", "layout", "mig_asg", "mode", "plan", "mps",
+    __slots__ = ("id", "geom", "model", "full", "layout", "mig_asg", "mode", "plan", "mps",
                  "prof_jobs", "prof_speeds", "busy", "busy_t", "busy_total", "prof_t0",
                  "prof_levels", "prof_s")
 
     def __init__(self, gid: str, geom) -> None:  # noqa: ANN001
         self.id = gid
         self.geom = geom
+        self.model = geom.model.name
         self.full = Placement(0, geom.model.full_profile().name)
         self.layout: tuple[Placement, ...] = (self.full,)  # GPUs start with MIG on, one 7g
         self.mig_asg: dict[str, Placement] = {}

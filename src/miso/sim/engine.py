@@ -59,6 +59,7 @@ from miso.sched.decisions import StartGang, StopGang
 from miso.sched.driver import DriverStep
 from miso.sched.events import GangStarted
 from miso.sched.gangs import GangLayer, with_gangs
+from miso.sched.modelspeed import model_factor
 from miso.sched.speeds import workload_memory_gb, workload_speeds
 from miso.sched.tenancyconfig import TenancyConfig
 from miso.sim.bodies import (
@@ -109,13 +110,17 @@ class Simulator(ProfilingRuns, Disturbances):
         self.preempt_lost_gpu_s = 0.0
         self.reclaims = 0
         self.reclaim_lost_gpu_s = 0.0
-        self.geom = geometry(config.gpu_model)
-        self.gpus = {f"gpu{i}": SimGpu(f"gpu{i}", self.geom) for i in range(config.n_gpus)}
+        mix = config.gpu_mix or ((config.gpu_model, config.n_gpus),)
+        self.geom = geometry(mix[0][0])   # the first model: durations are on a whole one
+        self.geoms = {m: geometry(m) for m, _ in mix}
+        models = [m for m, k in mix for _ in range(k)]
+        self.gpus = {f"gpu{i}": SimGpu(f"gpu{i}", self.geoms[m]) for i, m in enumerate(models)}
+        self.multi_model = len({g.model.name for g in self.geoms.values()}) > 1
         self.clock = VirtualClock()
         self.step = DriverStep(self.state, policy, execute=self._execute, before=self._before,
                                record=self._record if record else None, observer=observer)
         cat = catalogue()
-        full_mem = self.geom.model.full_profile().memory_gib
+        full_mem = max(g.model.full_profile().memory_gib for g in self.geoms.values())
         self.jobs: dict[str, SimJob] = {}
         rng = np.random.default_rng([seed, 99])
         ck_rng = np.random.default_rng([seed, 7])
@@ -128,9 +133,9 @@ class Simulator(ProfilingRuns, Disturbances):
             if tj.id in self.jobs:
                 raise ValueError(f"duplicate job id {tj.id} in trace")
             mem = workload_memory_gb(tj.workload)
-            if tj.num_gpus > config.n_gpus:
+            if tj.num_gpus > len(self.gpus):
                 raise ValueError(f"job {tj.id} asks for {tj.num_gpus} GPUs; the cluster has "
-                                 f"{config.n_gpus}")
+                                 f"{len(self.gpus)}")
             if mem > full_mem:
                 raise ValueError(f"job {tj.id}: workload {tj.workload} needs {mem:.1f} GB, more "
                                  f"than a whole {self.geom.model.name}")
@@ -147,6 +152,13 @@ class Simulator(ProfilingRuns, Disturbances):
             base = float(jrng.lognormal(2.0, 0.8))
             j = SimJob(tj, spec, workload_speeds(self.geom, cat[tj.workload]), base)
             j.restart_cost = config.restart_s
+            if self.multi_model:
+                ref = self.geom.model.name
+                j.factors = {m: model_factor(tj.workload, g.model.name, ref)
+                             for m, g in self.geoms.items()}
+                j.truths = {m: {p: s * j.factors[m]
+                                for p, s in workload_speeds(g, cat[tj.workload]).items()}
+                            for m, g in self.geoms.items()}
             if config.restart_spread > 0:
                 sg = config.restart_spread
                 rrng = np.random.default_rng([seed, 23, zlib.crc32(tj.id.encode())])
@@ -176,7 +188,7 @@ class Simulator(ProfilingRuns, Disturbances):
 
         t_wall = time.perf_counter()
         for g in self.gpus:
-            self.deliver(0.0, GpuAdded(g, self.cfg.gpu_model))
+            self.deliver(0.0, GpuAdded(g, self.gpus[g].geom.model.name))
         # Arrivals enter the clock one at a time, in (time, sequence) order, each with the
         # sequence number it would have had if all were scheduled now: the same event order,
         # but the clock holds the events in flight, not the whole trace.
@@ -389,11 +401,12 @@ class Simulator(ProfilingRuns, Disturbances):
             j.work_left = j.duration
         return cost
 
-    def _share(self, pl: Placement | None) -> float:
+    def _share(self, pl: Placement | None, geom: Any = None) -> float:
+        geom = geom or self.geom
         if pl is None:
             return 1.0
-        return self.geom.model.profile(pl.profile).compute_slices / \
-            self.geom.model.full_profile().compute_slices
+        return geom.model.profile(pl.profile).compute_slices / \
+            geom.model.full_profile().compute_slices
 
     def _schedule_resume(self, j: SimJob, at: float) -> None:
         j.token += 1
@@ -401,11 +414,17 @@ class Simulator(ProfilingRuns, Disturbances):
         self.push(at, RESUME, j.id, j.token)
 
     def target_rate(self, j: SimJob, g: SimGpu) -> float:
+        if j.factors is not None:  # several GPU models: speeds relative to the first model
+            return self._rate_on(j, g) * (1.0 if j.mode == "mig" else j.factors[g.model])
+        return self._rate_on(j, g)
+
+    def _rate_on(self, j: SimJob, g: SimGpu) -> float:
         if j.mode == "mig":
             assert j.placement is not None
-            s = j.truth.get(j.placement.profile)
+            truth = j.truth if j.truths is None else j.truths[g.model]
+            s = truth.get(j.placement.profile)
             if s is None:  # cannot happen with validated decisions; be conservative
-                s = min(j.truth.values())
+                s = min(truth.values())
             return s
         if j.mode == "mps":
             return mps_speed(j.workload, g.mps[j.id], len(g.mps), self.cfg.mps_penalty)
@@ -473,7 +492,7 @@ class Simulator(ProfilingRuns, Disturbances):
             cur = {j: pl for j, pl in g.mig_asg.items() if j in resident} \
                 if g.mode == "mig" else {}
             cur_layout = g.layout if g.mode == "mig" else (g.full,)
-            plan = plan_transition(self.geom, cur_layout, cur, d.layout, d.assignment)
+            plan = plan_transition(g.geom, cur_layout, cur, d.layout, d.assignment)
             reconf = cfg.reconfig_s if (plan.destroy or plan.create) else 0.0
             keep_mps = None
             if g.mode == "prof" and len(d.assignment) == 1:
@@ -491,7 +510,7 @@ class Simulator(ProfilingRuns, Disturbances):
                 self.stop_job(j, now)
                 j.mode = "mig"
                 j.placement = pl
-                wait = self.restart(j, self._share(pl)) if j.started else 0.0
+                wait = self.restart(j, self._share(pl, g.geom)) if j.started else 0.0
                 self._schedule_resume(j, now + reconf + wait)
             g.layout = canonical(d.layout)
             g.mig_asg = dict(d.assignment)
@@ -521,7 +540,8 @@ class Simulator(ProfilingRuns, Disturbances):
             self.push(now, PLAN_DONE, g.id, d.plan_id)
         elif isinstance(d, RequeueJob):
             j = self.jobs[d.job]
-            share = self._share(j.placement) if j.mode == "mig" else 1.0
+            share = self._share(j.placement, self.gpus[gid].geom if gid is not None else None) \
+                if j.mode == "mig" else 1.0
             self.stop_job(j, now)
             if d.reason.startswith(("preempted", "fair share:")) and j.started:
                 # what the restart this preemption (priority) or reclaim (fair share) causes
