@@ -19,6 +19,39 @@ SWEEP_K = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
 
 
 
+def _gpu_mix(gpus: str) -> tuple[int, tuple[tuple[str, int], ...]]:
+    """``--gpus``: a count (one model) or ``MODEL:COUNT,...`` -> (total, mix; () for one)."""
+    from miso.mig import gpu_model as find_gpu_model
+
+    text = gpus.strip()
+    if ":" not in text:
+        try:
+            n = int(text)
+        except ValueError:
+            fail(f"--gpus {gpus!r}: expected a number or MODEL:COUNT,... "
+                 "(e.g. A100-40GB:8,H100-80GB:8)")
+        if n < 1:
+            fail(f"--gpus must be >= 1, not {n}")
+        return n, ()
+    mix: list[tuple[str, int]] = []
+    for part in text.split(","):
+        name, _, cnt = part.strip().rpartition(":")
+        try:
+            m = find_gpu_model(name.strip()).name
+        except KeyError as e:
+            fail(f"--gpus: {e.args[0]}")
+        try:
+            k = int(cnt)
+        except ValueError:
+            fail(f"--gpus {part.strip()!r}: the count after ':' is not a number")
+        if k < 1:
+            fail(f"--gpus {part.strip()!r}: the count must be >= 1")
+        if any(x == m for x, _ in mix):
+            fail(f"--gpus: {m} given twice")
+        mix.append((m, k))
+    return sum(k for _, k in mix), tuple(mix)
+
+
 def _window(window: str | None) -> tuple[float, float] | None:
     """``START:END`` seconds of submit time, 0 <= START < END."""
     if not window:
@@ -47,7 +80,9 @@ def _given(value: str, old_value: str | None, default: str, flag: str, old_flag:
 def simulate(
     gpu_model: Annotated[str, typer.Option(
         "--gpu-model", help="GPU model (see `miso gpus`).")] = DEFAULT_MODEL,
-    gpus: Annotated[int, typer.Option(min=1, help="Number of GPUs.")] = 40,
+    gpus: Annotated[str, typer.Option(
+        help="Number of GPUs (of --gpu-model), or GPU models with their counts: "
+        "A100-40GB:8,H100-80GB:8 (job durations are on a whole GPU of the first).")] = "40",
     jobs: Annotated[int, typer.Option(
         min=1, help="Jobs to simulate (with --trace: the first N).")] = 1000,
     arrival: Annotated[str, typer.Option(
@@ -195,7 +230,10 @@ def simulate(
         checks.output_dir(plot, "--plot")
     if events is not None:
         checks.output_file(events, "--events")
-    cfg = WorldConfig(gpu_model=model, n_gpus=gpus, restart_s=restart_s, reconfig_s=reconfig_s,
+    n_gpus, mix = _gpu_mix(gpus)
+    if mix:
+        model = mix[0][0]
+    cfg = WorldConfig(gpu_model=model, n_gpus=n_gpus, gpu_mix=mix, restart_s=restart_s, reconfig_s=reconfig_s,
                       predictor=predictor, no_checkpoint_frac=no_checkpoint_frac,
                       restart_spread=restart_spread, profiled_at_submit=profiled_at_submit,
                       error_scale=error_scale)
@@ -244,6 +282,7 @@ def simulate(
                                  duration_sigma=duration_sigma)
     except TraceError as e:
         fail(str(e))
+    out["gang_jobs"] = sum(1 for j in tjobs if j.num_gpus > 1)  # jobs on several GPUs
     if not 0 < demand_per_job <= 1:
         fail(f"--demand-per-job must be in (0, 1], not {demand_per_job}")
     tjobs, tenancy = _tenancy(tjobs, tenants, tenant_skew, fair_share, half_life,

@@ -95,3 +95,42 @@ class WakeUp(Decision):
 
     at: float
     tag: str = ""
+
+
+@dataclass(frozen=True)
+class HoldGpu(Decision):
+    """Take ``gpu`` out of the policies' view for the gang layer (:mod:`miso.sched.gangs`):
+    no new job is placed on it; its resident jobs run to their end (draining) and it is kept
+    for ``job``'s whole-GPU run (a reservation)."""
+
+    gpu: str
+    job: str = ""
+
+
+@dataclass(frozen=True)
+class ReleaseGpu(Decision):
+    """Give a held GPU (:class:`HoldGpu`) back to the policies' view."""
+
+    gpu: str
+
+
+@dataclass(frozen=True)
+class StartGang(Decision):
+    """Start ``job`` on the whole held GPUs ``gpus`` together, all or none (one process per
+    GPU, rank ``i`` on ``gpus[i]``; a MIG-enabled GPU gives its one full-size instance). The
+    driver answers :class:`~miso.sched.events.GangStarted` or
+    :class:`~miso.sched.events.GangFailed`."""
+
+    job: str
+    gpus: tuple[str, ...]
+    plan_id: int
+    why: Mapping[str, Any] | None = field(default=None, compare=False, hash=False)
+
+
+@dataclass(frozen=True)
+class StopGang(Decision):
+    """Checkpoint every process of ``job``'s whole-GPU run together and put the job back in
+    the queue; its GPUs stay held."""
+
+    job: str
+    reason: str = ""

@@ -39,6 +39,10 @@ class JobSpec:
     and ``priority`` its class (:data:`miso.sched.tenancyconfig.PRIORITY_CLASSES`: high 100,
     normal 0, low -100, or any integer); both are read only when tenancy is on
     (:mod:`miso.sched.tenancy`).
+    ``num_gpus`` > 1 makes the job a gang: it runs on that many whole GPUs at once, all its
+    processes started, checkpointed and restarted together (:mod:`miso.sched.gangs`);
+    ``nodes`` optionally spreads it over that many nodes (None: as few as fit).
+    ``gpu_model`` optionally pins the job to one GPU model (None: any).
     """
 
     id: str
@@ -49,6 +53,14 @@ class JobSpec:
     checkpointable: bool = True
     owner: str = ""
     priority: int = 0
+    num_gpus: int = 1
+    nodes: int | None = None
+    gpu_model: str | None = None
+
+    @property
+    def gang(self) -> bool:
+        """The job asks for more than one GPU."""
+        return self.num_gpus > 1
 
 
 @dataclass(frozen=True)
@@ -191,6 +203,25 @@ class GpuRemoved(Event):
     """The GPU left; its resident jobs are back in the queue (checkpointed)."""
 
     gpu: str
+
+
+@dataclass(frozen=True)
+class GangStarted(Event):
+    """Every process of a whole-GPU run (decision :class:`~miso.sched.decisions.StartGang`
+    of plan ``plan_id``) started: the job runs on all its GPUs."""
+
+    job: str
+    plan_id: int
+
+
+@dataclass(frozen=True)
+class GangFailed(Event):
+    """A whole-GPU run could not start on every GPU; none of its processes runs (the ones
+    that started were stopped) and the job is back in the queue."""
+
+    job: str
+    plan_id: int
+    reason: str
 
 
 @dataclass(frozen=True)

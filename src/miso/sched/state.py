@@ -18,14 +18,20 @@ from miso.mig import Geometry, Placement, geometry, violations
 from miso.sched.decisions import (
     ApplyLayout,
     Decision,
+    HoldGpu,
     PlaceJob,
+    ReleaseGpu,
     RequeueJob,
     RunMps,
+    StartGang,
     StartProfiling,
+    StopGang,
     WakeUp,
 )
 from miso.sched.events import (
     Event,
+    GangFailed,
+    GangStarted,
     GpuAdded,
     GpuRemoved,
     JobCheckpointable,
@@ -39,6 +45,7 @@ from miso.sched.events import (
     ProfilingFinished,
     SpeedObserved,
 )
+from miso.sched.gangstate import GangBook
 from miso.sched.tenancy import Tenancy
 from miso.sched.tenancyconfig import TenancyConfig
 
@@ -139,6 +146,8 @@ class ClusterState:
         self._plan = 0
         self.now = 0.0
         self._watchers: list[Callable[[str], None]] = []
+        #: whole-GPU runs (gangs), held GPUs and the gang queue (:mod:`miso.sched.gangstate`)
+        self.gangs = GangBook(self)
         #: owners' usage, fair-share order and quotas (:mod:`miso.sched.tenancy`); None: FIFO
         self.tenancy: Tenancy | None = Tenancy(tenancy, self) if tenancy is not None else None
 
@@ -146,6 +155,18 @@ class ClusterState:
         """Call ``fn(gpu)`` after every change to a GPU's resident jobs, plans, layout or
         assignment, and when it is added or removed (policies keep indexes with it)."""
         self._watchers.append(fn)
+
+    def notify(self, g: str | None) -> None:
+        """Tell the watchers that ``g`` changed (the gang book's changes)."""
+        self._changed(g)
+
+    def check_plan(self, gs: GpuState, pid: int) -> None:
+        """ContractError unless ``pid`` is a new plan id for ``gs``."""
+        self._check_plan(gs, pid)
+
+    def requeue_resident(self, j: str) -> None:
+        """Put a job whose GPU left back in the queue (submission order)."""
+        self._to_queue(j)
 
     def _changed(self, g: str | None) -> None:
         if g is not None:
@@ -184,7 +205,10 @@ class ClusterState:
                 js = self.jobs[spec.id] = JobState(spec, now)
                 if spec.duration_hint_s is not None:
                     js.progress = (now, spec.duration_hint_s, 0.0)
-                self.queue.append(spec.id)
+                if spec.gang:
+                    self.gangs.submitted(js)
+                else:
+                    self.queue.append(spec.id)
                 if self.tenancy is not None:
                     self.tenancy.note_owner(spec.owner)
             case GpuAdded(gpu=g, model=m, profiles=p, driver=d):
@@ -192,6 +216,8 @@ class ClusterState:
                     raise ContractError(f"GPU {g} added twice")
                 self.gpus[g] = GpuState(g, geometry(m, p, d))
                 self._changed(g)
+            case GpuRemoved(gpu=g) if g in self.gangs.gpus:
+                self.gangs.lost(g)
             case GpuRemoved(gpu=g):
                 gs = self.gpus.pop(g)
                 for j in gs.jobs:
@@ -202,8 +228,12 @@ class ClusterState:
                 js.status = JobStatus.FINISHED if isinstance(event, JobFinished) \
                     else JobStatus.FAILED
                 js.finished_at = now
-                if js.gpu is not None and js.gpu in self.gpus:
-                    gs = self.gpus[js.gpu]
+                held = self.gangs.gpus.get(js.gpu) if js.gpu is not None else None
+                if self.gangs.ended(js):
+                    pass
+                elif js.gpu is not None and (js.gpu in self.gpus or held is not None):
+                    gs = self.gpus.get(js.gpu) or held
+                    assert gs is not None
                     gs.jobs.remove(j)
                     gs.assignment.pop(j, None)
                     gs.mps_shares.pop(j, None)
@@ -244,6 +274,8 @@ class ClusterState:
                     self.jobs[j].status = JobStatus.PLACED
                     self.jobs[j].placement = None
                 self._changed(g)
+            case GangStarted() | GangFailed():
+                self.gangs.observe(now, event)
             case JobCheckpointable(job=j, checkpointable=c):
                 if j in self.jobs and self.jobs[j].spec.checkpointable is not c:
                     self.jobs[j].spec = replace(self.jobs[j].spec, checkpointable=c)
@@ -379,6 +411,8 @@ class ClusterState:
                 self._changed(gs.id)
             case WakeUp():
                 pass
+            case HoldGpu() | ReleaseGpu() | StartGang() | StopGang():
+                self.gangs.apply(d)
             case _:
                 raise ContractError(f"unknown decision {d!r}")
 

@@ -190,7 +190,7 @@ class Tenancy:
             self.held[o] -= part
             if abs(self.held[o]) < 1e-12:
                 self.held[o] = 0.0
-        gs = st.gpus.get(g)
+        gs = st.gpus.get(g) or st.gangs.gpus.get(g)  # held GPUs: whole-GPU runs, draining
         if gs is None:
             return
         if gs.geom not in self._geoms:

@@ -9,13 +9,15 @@ from miso.sim.traces import TraceJob
 
 (ARRIVE, COMPLETE, RESUME, PLAN_DONE, PROF_START, PROF_DONE, TICK, PHASE, PROF_RUN,
  EXTERNAL) = range(10)
+#: a whole-GPU run (gang) has started on every GPU (:class:`miso.sched.GangStarted`)
+GANG_UP = 10
 
 
 class SimJob:
     __slots__ = ("id", "spec", "duration", "work_left", "rate", "t_last", "version", "token",
                  "truth", "workload", "base_rate", "started", "mode", "placement", "waiting",
                  "submit", "first_start", "finish", "milestone", "alt", "ckpt", "restarts",
-                 "lost", "restart_cost")
+                 "lost", "restart_cost", "truths", "factors")
 
     def __init__(self, tj: TraceJob, spec: JobSpec, truth: dict[str, float], base_rate: float):
         self.id = tj.id
@@ -30,7 +32,7 @@ class SimJob:
         self.workload = tj.workload
         self.base_rate = base_rate
         self.started = False
-        self.mode: str | None = None      # mig | mps | prof | None
+        self.mode: str | None = None      # mig | mps | prof | whole (gang) | None
         self.placement: Placement | None = None
         self.waiting = False
         self.submit = tj.submit_s
@@ -42,16 +44,21 @@ class SimJob:
         self.restarts = 0
         self.lost = 0.0
         self.restart_cost = 0.0   # this job's wait per restart (s), set by the simulator
+        #: several GPU models: model -> profile -> speed relative to a whole GPU of the first
+        #: model, and model -> speed of a whole GPU (None: one model, ``truth`` holds)
+        self.truths: dict[str, dict[str, float]] | None = None
+        self.factors: dict[str, float] | None = None
 
 
 class SimGpu:
-    __slots__ = ("id", "geom", "full", "layout", "mig_asg", "mode", "plan", "mps",
+    __slots__ = ("id", "geom", "model", "full", "layout", "mig_asg", "mode", "plan", "mps",
                  "prof_jobs", "prof_speeds", "busy", "busy_t", "busy_total", "prof_t0",
                  "prof_levels", "prof_s")
 
     def __init__(self, gid: str, geom) -> None:  # noqa: ANN001
         self.id = gid
         self.geom = geom
+        self.model = geom.model.name
         self.full = Placement(0, geom.model.full_profile().name)
         self.layout: tuple[Placement, ...] = (self.full,)  # GPUs start with MIG on, one 7g
         self.mig_asg: dict[str, Placement] = {}

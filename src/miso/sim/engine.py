@@ -55,13 +55,18 @@ from miso.sched import (
     WakeUp,
 )
 from miso.sched.clock import VirtualClock
+from miso.sched.decisions import StartGang, StopGang
 from miso.sched.driver import DriverStep
+from miso.sched.events import GangStarted
+from miso.sched.gangs import GangLayer, with_gangs
+from miso.sched.modelspeed import model_factor
 from miso.sched.speeds import workload_memory_gb, workload_speeds
 from miso.sched.tenancyconfig import TenancyConfig
 from miso.sim.bodies import (
     ARRIVE,
     COMPLETE,
     EXTERNAL,
+    GANG_UP,
     PHASE,
     PLAN_DONE,
     PROF_DONE,
@@ -79,6 +84,9 @@ from miso.sim.traces import TraceJob
 from miso.sim.world import WorldConfig
 from miso.workloads import catalogue
 
+#: GPUs per simulated node (gangs take GPUs from as few nodes as they can)
+GPUS_PER_NODE = 8
+
 
 class Simulator(ProfilingRuns, Disturbances):
     """One run of one policy over one trace."""
@@ -86,6 +94,9 @@ class Simulator(ProfilingRuns, Disturbances):
     def __init__(self, policy: Policy, jobs: Sequence[TraceJob], config: WorldConfig,
                  *, seed: int = 1, record: bool = False, observer: Any = None,
                  tenancy: TenancyConfig | None = None) -> None:
+        if any(tj.num_gpus > 1 for tj in jobs) and not isinstance(policy, GangLayer):
+            # gangs beside the policy: whole-GPU FIFO with a reservation and backfill
+            policy = with_gangs(policy, node_of=lambda g: str(int(g[3:]) // GPUS_PER_NODE))
         self.policy = policy
         self.observer = observer  # miso.observe.Observer-like: on_event / on_decision
         self.cfg = config
@@ -99,22 +110,32 @@ class Simulator(ProfilingRuns, Disturbances):
         self.preempt_lost_gpu_s = 0.0
         self.reclaims = 0
         self.reclaim_lost_gpu_s = 0.0
-        self.geom = geometry(config.gpu_model)
-        self.gpus = {f"gpu{i}": SimGpu(f"gpu{i}", self.geom) for i in range(config.n_gpus)}
+        mix = config.gpu_mix or ((config.gpu_model, config.n_gpus),)
+        self.geom = geometry(mix[0][0])   # the first model: durations are on a whole one
+        self.geoms = {m: geometry(m) for m, _ in mix}
+        models = [m for m, k in mix for _ in range(k)]
+        self.gpus = {f"gpu{i}": SimGpu(f"gpu{i}", self.geoms[m]) for i, m in enumerate(models)}
+        self.multi_model = len({g.model.name for g in self.geoms.values()}) > 1
         self.clock = VirtualClock()
         self.step = DriverStep(self.state, policy, execute=self._execute, before=self._before,
                                record=self._record if record else None, observer=observer)
         cat = catalogue()
-        full_mem = self.geom.model.full_profile().memory_gib
+        full_mem = max(g.model.full_profile().memory_gib for g in self.geoms.values())
         self.jobs: dict[str, SimJob] = {}
         rng = np.random.default_rng([seed, 99])
         ck_rng = np.random.default_rng([seed, 7])
         self.profiling_gpu_s = 0.0
+        #: GPU-seconds of GPUs holding no job while some gang waits (fragmentation)
+        self.gang_idle_gpu_s = 0.0
+        self._gang_idle = (0.0, 0)   # (since, idle GPUs) while a gang waits
         alts = self.alternatives() if config.phase_change_prob > 0 else {}
         for tj in jobs:
             if tj.id in self.jobs:
                 raise ValueError(f"duplicate job id {tj.id} in trace")
             mem = workload_memory_gb(tj.workload)
+            if tj.num_gpus > len(self.gpus):
+                raise ValueError(f"job {tj.id} asks for {tj.num_gpus} GPUs; the cluster has "
+                                 f"{len(self.gpus)}")
             if mem > full_mem:
                 raise ValueError(f"job {tj.id}: workload {tj.workload} needs {mem:.1f} GB, more "
                                  f"than a whole {self.geom.model.name}")
@@ -126,11 +147,18 @@ class Simulator(ProfilingRuns, Disturbances):
             spec = JobSpec(tj.id, f"job-{tj.id}", mem, tj.workload,
                            duration_hint_s=tj.duration_s if ckpt and config.declare_work else None,
                            checkpointable=ckpt,
-                           owner=tj.owner, priority=tj.priority)
+                           owner=tj.owner, priority=tj.priority, num_gpus=tj.num_gpus)
             jrng = np.random.default_rng([seed, zlib.crc32(tj.id.encode())])
             base = float(jrng.lognormal(2.0, 0.8))
             j = SimJob(tj, spec, workload_speeds(self.geom, cat[tj.workload]), base)
             j.restart_cost = config.restart_s
+            if self.multi_model:
+                ref = self.geom.model.name
+                j.factors = {m: model_factor(tj.workload, g.model.name, ref)
+                             for m, g in self.geoms.items()}
+                j.truths = {m: {p: s * j.factors[m]
+                                for p, s in workload_speeds(g, cat[tj.workload]).items()}
+                            for m, g in self.geoms.items()}
             if config.restart_spread > 0:
                 sg = config.restart_spread
                 rrng = np.random.default_rng([seed, 23, zlib.crc32(tj.id.encode())])
@@ -160,7 +188,7 @@ class Simulator(ProfilingRuns, Disturbances):
 
         t_wall = time.perf_counter()
         for g in self.gpus:
-            self.deliver(0.0, GpuAdded(g, self.cfg.gpu_model))
+            self.deliver(0.0, GpuAdded(g, self.gpus[g].geom.model.name))
         # Arrivals enter the clock one at a time, in (time, sequence) order, each with the
         # sequence number it would have had if all were scheduled now: the same event order,
         # but the clock holds the events in flight, not the whole trace.
@@ -208,8 +236,11 @@ class Simulator(ProfilingRuns, Disturbances):
                 self.phase_change(t, a, b)  # type: ignore[arg-type]
             elif kind == EXTERNAL:
                 self.outside_event(t, a)  # type: ignore[arg-type]
+            elif kind == GANG_UP:
+                self.deliver(t, GangStarted(a, b))  # type: ignore[arg-type]
         if progress is not None:
             progress(done)
+        self.note_gang_idle(self.clock_now_end())
         if self.step.errors:
             raise ContractError(f"{len(self.step.errors)} decisions broke the contract "
                                 f"(first: {self.step.errors[0]})")
@@ -240,28 +271,89 @@ class Simulator(ProfilingRuns, Disturbances):
             owner_gpu_s=dict(ten.total) if ten is not None else {},
             owner_usage=self.owner_usage, preemptions=self.preemptions,
             preempt_lost_gpu_s=self.preempt_lost_gpu_s, reclaims=self.reclaims,
-            reclaim_lost_gpu_s=self.reclaim_lost_gpu_s)
+            reclaim_lost_gpu_s=self.reclaim_lost_gpu_s,
+            num_gpus=np.array([j.spec.num_gpus for j in js]),
+            gang_idle_gpu_s=self.gang_idle_gpu_s)
 
     def deliver(self, now: float, ev: Event) -> None:
         """One driver step (:class:`~miso.sched.driver.DriverStep`) for ``ev``."""
         self.step(now, ev)
+        if self.state.gangs.queue or self._gang_idle[1]:
+            self.note_gang_idle(now)
         ten = self.state.tenancy
         if ten is not None and isinstance(ev, JobSubmitted | JobFinished):
             self.owner_usage.append((now, {o: c for o, c in ten.in_use.items() if c > 0}))
 
+    def clock_now_end(self) -> float:
+        return max((j.finish for j in self.jobs.values() if j.finish is not None), default=0.0)
+
+    def note_gang_idle(self, now: float) -> None:
+        """Integrate the GPUs holding no job while a gang waits, up to ``now``."""
+        t0, idle = self._gang_idle
+        if idle and now > t0:
+            self.gang_idle_gpu_s += idle * (now - t0)
+        st = self.state
+        n = 0
+        if st.gangs.queue:
+            n = sum(1 for gs in st.gpus.values() if not gs.jobs) + \
+                sum(1 for gs in st.gangs.gpus.values() if not gs.jobs)
+        self._gang_idle = (now, n)
+
+    def state_gpu(self, gid: str) -> Any:
+        """The core's record of GPU ``gid``, in the policies' view or held for a gang."""
+        st = self.state
+        return st.gpus.get(gid) or st.gangs.gpus[gid]
+
     def _record(self, now: float, item: object) -> None:
         self.log.append((now, item))
 
-    def _before(self, now: float, d: Decision) -> str | None:
+    def _before(self, now: float, d: Decision) -> Any:
+        if isinstance(d, StartGang | StopGang):
+            gids = d.gpus if isinstance(d, StartGang) else self.state.gangs.runs.get(d.job, ())
+            for g in gids:
+                self.touch(self.gpus[g], now)
+            return tuple(gids)
         gid = self._gpu_of(d)
         if gid is not None:
             self.touch(self.gpus[gid], now)
         return gid
 
-    def _execute(self, now: float, d: Decision, gid: str | None) -> None:
+    def _execute(self, now: float, d: Decision, gid: Any) -> None:
+        if isinstance(gid, tuple):
+            self.exec_gang(now, d, gid)
+            for g in gid:
+                self.gpus[g].busy = bool(self.state_gpu(g).jobs)
+            return
         self._exec(now, d, gid)
         if gid is not None:
-            self.gpus[gid].busy = bool(self.state.gpus[gid].jobs)
+            self.gpus[gid].busy = bool(self.state_gpu(gid).jobs)
+
+    def exec_gang(self, now: float, d: Decision, gids: tuple[str, ...]) -> None:
+        """Carry out a whole-GPU run's start or stop on all its GPUs together."""
+        if isinstance(d, StartGang):
+            j = self.jobs[d.job]
+            reconf = 0.0
+            for g in (self.gpus[x] for x in gids):
+                if g.layout != (g.full,) or g.mode != "mig":
+                    reconf = self.cfg.reconfig_s
+                g.layout = (g.full,)
+                g.mode = "mig"
+                g.mps = {}
+                g.mig_asg = {d.job: g.full}
+                g.plan = d.plan_id
+            self.stop_job(j, now)
+            j.mode = "whole"
+            j.placement = self.gpus[gids[0]].full
+            wait = self.restart(j, float(len(gids))) if j.started else 0.0
+            self._schedule_resume(j, now + reconf + wait)
+            self.push(now + reconf, GANG_UP, d.job, d.plan_id)
+        elif isinstance(d, StopGang):
+            j = self.jobs[d.job]
+            self.stop_job(j, now)
+            j.mode = None
+            j.placement = None
+            for g in gids:
+                self.gpus[g].mig_asg.pop(d.job, None)
 
     def _gpu_of(self, d: Decision) -> str | None:
         if isinstance(d, PlaceJob):
@@ -309,11 +401,12 @@ class Simulator(ProfilingRuns, Disturbances):
             j.work_left = j.duration
         return cost
 
-    def _share(self, pl: Placement | None) -> float:
+    def _share(self, pl: Placement | None, geom: Any = None) -> float:
+        geom = geom or self.geom
         if pl is None:
             return 1.0
-        return self.geom.model.profile(pl.profile).compute_slices / \
-            self.geom.model.full_profile().compute_slices
+        return geom.model.profile(pl.profile).compute_slices / \
+            geom.model.full_profile().compute_slices
 
     def _schedule_resume(self, j: SimJob, at: float) -> None:
         j.token += 1
@@ -321,14 +414,22 @@ class Simulator(ProfilingRuns, Disturbances):
         self.push(at, RESUME, j.id, j.token)
 
     def target_rate(self, j: SimJob, g: SimGpu) -> float:
+        if j.factors is not None:  # several GPU models: speeds relative to the first model
+            return self._rate_on(j, g) * (1.0 if j.mode == "mig" else j.factors[g.model])
+        return self._rate_on(j, g)
+
+    def _rate_on(self, j: SimJob, g: SimGpu) -> float:
         if j.mode == "mig":
             assert j.placement is not None
-            s = j.truth.get(j.placement.profile)
+            truth = j.truth if j.truths is None else j.truths[g.model]
+            s = truth.get(j.placement.profile)
             if s is None:  # cannot happen with validated decisions; be conservative
-                s = min(j.truth.values())
+                s = min(truth.values())
             return s
         if j.mode == "mps":
             return mps_speed(j.workload, g.mps[j.id], len(g.mps), self.cfg.mps_penalty)
+        if j.mode == "whole":
+            return 1.0
         if j.mode == "prof":
             sp = g.prof_speeds.get(j.id)
             if not sp:
@@ -358,13 +459,19 @@ class Simulator(ProfilingRuns, Disturbances):
         j.finish = now
         gid = self.state.jobs[j.id].gpu
         g = self.gpus[gid] if gid is not None else None
+        ranks = self.state.gangs.runs.get(j.id, ())
+        for x in ranks[1:]:
+            self.touch(self.gpus[x], now)
+            self.gpus[x].mig_asg.pop(j.id, None)
         if g is not None:
             self.touch(g, now)
             g.mig_asg.pop(j.id, None)
             in_mps = g.mps.pop(j.id, None) is not None
         self.deliver(now, JobFinished(j.id))
+        for x in ranks[1:]:
+            self.gpus[x].busy = bool(self.state_gpu(x).jobs)
         if g is not None:
-            g.busy = bool(self.state.gpus[g.id].jobs)
+            g.busy = bool(self.state_gpu(g.id).jobs)
             if in_mps:
                 self.refresh_mps(g, now)
 
@@ -385,7 +492,7 @@ class Simulator(ProfilingRuns, Disturbances):
             cur = {j: pl for j, pl in g.mig_asg.items() if j in resident} \
                 if g.mode == "mig" else {}
             cur_layout = g.layout if g.mode == "mig" else (g.full,)
-            plan = plan_transition(self.geom, cur_layout, cur, d.layout, d.assignment)
+            plan = plan_transition(g.geom, cur_layout, cur, d.layout, d.assignment)
             reconf = cfg.reconfig_s if (plan.destroy or plan.create) else 0.0
             keep_mps = None
             if g.mode == "prof" and len(d.assignment) == 1:
@@ -403,7 +510,7 @@ class Simulator(ProfilingRuns, Disturbances):
                 self.stop_job(j, now)
                 j.mode = "mig"
                 j.placement = pl
-                wait = self.restart(j, self._share(pl)) if j.started else 0.0
+                wait = self.restart(j, self._share(pl, g.geom)) if j.started else 0.0
                 self._schedule_resume(j, now + reconf + wait)
             g.layout = canonical(d.layout)
             g.mig_asg = dict(d.assignment)
@@ -433,7 +540,8 @@ class Simulator(ProfilingRuns, Disturbances):
             self.push(now, PLAN_DONE, g.id, d.plan_id)
         elif isinstance(d, RequeueJob):
             j = self.jobs[d.job]
-            share = self._share(j.placement) if j.mode == "mig" else 1.0
+            share = self._share(j.placement, self.gpus[gid].geom if gid is not None else None) \
+                if j.mode == "mig" else 1.0
             self.stop_job(j, now)
             if d.reason.startswith(("preempted", "fair share:")) and j.started:
                 # what the restart this preemption (priority) or reclaim (fair share) causes

@@ -31,7 +31,7 @@ def summarize(r: SimResult) -> dict[str, float]:
         "median_jct_s": float(np.median(jct)),
         "p95_jct_s": float(np.percentile(jct, 95)),
         "makespan_s": makespan,
-        "stp": float(r.duration.sum() / r.busy_gpu_s) if r.busy_gpu_s > 0 else 0.0,
+        "stp": float(_gpu_work(r) / r.busy_gpu_s) if r.busy_gpu_s > 0 else 0.0,
         "avg_relative_jct": float(rel.mean()),
         "median_relative_jct": float(np.median(rel)),
         "restarts": int(r.restarts.sum()),
@@ -42,7 +42,31 @@ def summarize(r: SimResult) -> dict[str, float]:
         "events": r.events,
         "decisions": r.decisions,
         "wall_s": r.wall_s,
-    } | tenant_figures(r)
+    } | tenant_figures(r) | gang_figures(r)
+
+
+def gang_figures(r: SimResult) -> dict[str, float]:
+    """With jobs on several GPUs (gangs): their count, their queueing delay (submit to first
+    start: average, p95), their average JCT, and ``gang_wait_idle_gpu_h``, the GPU-hours of
+    GPUs holding no job while some gang waited (fragmentation)."""
+    if r.num_gpus is None or not (r.num_gpus > 1).any() or r.first_start is None:
+        return {}
+    m = r.num_gpus > 1
+    delay = (r.first_start - r.submit)[m]
+    return {"gang_jobs": int(m.sum()),
+            "gang_avg_queue_s": float(delay.mean()),
+            "gang_p95_queue_s": float(np.percentile(delay, 95)),
+            "gang_avg_jct_s": float(r.jct[m].mean()),
+            "small_avg_jct_s": float(r.jct[~m].mean()) if (~m).any() else 0.0,
+            "gang_wait_idle_gpu_h": r.gang_idle_gpu_s / 3600.0,
+            "gpu_hours": float((r.duration * r.num_gpus).sum() / 3600.0)}
+
+
+def _gpu_work(r: SimResult) -> float:
+    """Full-GPU seconds of work: each job's run time times the GPUs it runs on."""
+    if r.num_gpus is None:
+        return float(r.duration.sum())
+    return float((r.duration * r.num_gpus).sum())
 
 
 def jain(xs: list[float]) -> float:

@@ -38,6 +38,10 @@ class SimResult:
     #: jobs requeued by fair share's reclaim (:mod:`miso.sched.policies.reclaim`), GPU time lost
     reclaims: int = 0
     reclaim_lost_gpu_s: float = 0.0
+    #: GPUs each job asked for (gangs > 1) and the GPU-seconds of GPUs holding no job while
+    #: a gang waited (fragmentation: :mod:`miso.sched.gangs`)
+    num_gpus: np.ndarray | None = None
+    gang_idle_gpu_s: float = 0.0
 
     @property
     def jct(self) -> np.ndarray:

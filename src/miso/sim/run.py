@@ -82,6 +82,7 @@ def optsta_search(jobs: Sequence[TraceJob], cfg: Any, seed: int,
     sub = list(jobs[:sample])
     n_gpus = max(1, round(cfg.n_gpus * len(sub) / max(1, len(jobs)))) if len(jobs) > sample \
         else cfg.n_gpus
+    n_gpus = max([n_gpus, *(j.num_gpus for j in sub)])  # the sample's largest gang fits
     scfg = replace(cfg, n_gpus=n_gpus)
     best = None
     geom = geometry(cfg.gpu_model)

@@ -5,8 +5,11 @@ owner, priority). CSV columns: ``job_id,submit_time_s,duration_s`` (extra column
 owner (tenant) comes from a ``user`` column, else from ``vc`` (the Philly trace's virtual
 cluster); an optional ``priority`` column holds high/normal/low or an integer. A ``workload`` column
 (or the MISO trace's ``model`` column) names a catalogue workload; a job without one gets a
-workload drawn uniformly from the catalogue with the seed. If *every* ``submit_time_s`` is empty
-(the MISO trace has none), arrivals are drawn as a Poisson process with the given mean
+workload drawn uniformly from the catalogue with the seed. A ``num_gpus`` column keeps each
+job's GPU count (a job on several whole GPUs, a gang: :mod:`miso.sched.gangs`;
+``single_gpu_only`` drops those rows, an explicit filter only); a ``gpu_model`` (or
+``gpu_type``) column pins a job to a GPU model where present. If *every* ``submit_time_s`` is
+empty (the MISO trace has none), arrivals are drawn as a Poisson process with the given mean
 inter-arrival time, as MISO does.
 
 Poisson durations (``poisson_jobs``): drawn with replacement from the MISO 100-job trace. The
@@ -52,6 +55,8 @@ class TraceJob:
     workload: str
     owner: str = ""
     priority: int = 0
+    num_gpus: int = 1
+    gpu_model: str | None = None
 
 
 #: Largest trace read (after decompression): the Philly trace is ~4 MiB; a bigger input is
@@ -131,11 +136,14 @@ def load_trace(
     wl_col = "workload" if "workload" in cols else ("model" if "model" in cols else None)
     own_col = "user" if "user" in cols else ("vc" if "vc" in cols else None)
     pri_col = "priority" if "priority" in cols else None
+    n_col = "num_gpus" if "num_gpus" in cols else None
+    m_col = "gpu_model" if "gpu_model" in cols else ("gpu_type" if "gpu_type" in cols else None)
     cat = catalogue()
     names = sorted(cat)
     rng = np.random.default_rng(seed)
     rows: list[tuple[str, float | None, float, str | None]] = []
     extra: dict[str, tuple[str, int]] = {}
+    shape: dict[str, tuple[int, str | None]] = {}
     empty_submit = 0
     for i, row in enumerate(records, start=2):
         where = f"{name}:{i}"
@@ -156,10 +164,19 @@ def load_trace(
         wl = (row.get(wl_col) or "").strip() if wl_col else ""
         if wl and wl not in cat:
             raise TraceError(f"{where}: unknown workload {wl!r}")
-        if single_gpu_only and "num_gpus" in cols and (row.get("num_gpus") or "1").strip() \
-                not in ("", "1"):
+        n_raw = (row.get(n_col) or "").strip() if n_col else ""
+        n = 1
+        if n_raw:
+            x = _num(n_raw, "num_gpus", where)
+            if x < 1 or x != int(x) or x > 100_000:
+                raise TraceError(f"{where}: num_gpus {n_raw!r} is not a whole number >= 1")
+            n = int(x)
+        if single_gpu_only and n != 1:
             continue
         rows.append((jid, sub, dur, wl or None))
+        model = (row.get(m_col) or "").strip() if m_col else ""
+        if n != 1 or model:
+            shape[jid] = (n, model or None)
         if own_col or pri_col:
             owner = (row.get(own_col) or "").strip() if own_col else ""
             pri_raw = (row.get(pri_col) or "").strip() if pri_col else ""
@@ -189,8 +206,9 @@ def load_trace(
     for jid, sub, dur, wl in rows[: max_jobs or None]:
         w = wl if wl is not None else names[int(rng.integers(len(names)))]
         owner, pri = extra.get(jid, ("", 0))
+        n, model = shape.get(jid, (1, None))
         out.append(TraceJob(jid, (sub - t0) * time_scale, dur * duration_scale, w,  # type: ignore[operator]
-                            owner, pri))
+                            owner, pri, n, model))
     return out
 
 
@@ -252,4 +270,4 @@ def poisson_jobs(
         drng = np.random.default_rng([seed, 11])
         durs = [max(1.0, float(x)) for x in drng.lognormal(mu, duration_sigma, n)]
     return [TraceJob(str(i), float(subs[i]), durs[i] * duration_scale,
-                     base[k].workload) for i, k in enumerate(pick)]
+                     base[k].workload, num_gpus=base[k].num_gpus) for i, k in enumerate(pick)]

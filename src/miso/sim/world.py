@@ -28,6 +28,10 @@ class WorldConfig:
 
     gpu_model: str = "A100-40GB"
     n_gpus: int = 40
+    #: several GPU models: ((model, count), ...) in GPU order (overrides gpu_model; n_gpus is
+    #: their sum); durations are on a whole GPU of the first model, other models run a job
+    #: :func:`miso.sched.modelspeed.model_factor` times as fast
+    gpu_mix: tuple[tuple[str, int], ...] = ()
     restart_s: float = 60.0            # wait of every restart (checkpoint, start, warm-up, restore)
     restart_spread: float = 0.0        # per-job restart costs: lognormal, this log-space sigma,
                                        # mean restart_s (policies are told only the mean)

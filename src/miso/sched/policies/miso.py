@@ -26,6 +26,7 @@ from miso.sched.events import (
     ProfilingFinished,
     Tick,
 )
+from miso.sched.modelpref import model_order
 from miso.sched.occupancy import Occupancy
 from miso.sched.policies.base import (
     BasePolicy,
@@ -57,6 +58,7 @@ class Miso(BasePolicy):
         profile_seconds_per_level: float = 10.0,
         objective: str = "throughput",
         restart_penalty: float = 0.0,
+        model_aware: bool = True,
     ) -> None:
         if estimator is None:
             raise TypeError(f"policy {self.name!r} needs an estimator (estimator=...: "
@@ -68,6 +70,9 @@ class Miso(BasePolicy):
         self.profile_s = profile_seconds_per_level
         self.objective = objective
         self.restart_penalty = restart_penalty
+        #: several GPU models: a job tries the models where it gains most first
+        #: (:func:`miso.sched.modelpref.model_order`); False: GPU order alone (blind)
+        self.model_aware = model_aware
         self.est: dict[str, dict[str, float]] = {}     # job -> profile -> speed
         self.stale: set[str] = set()                   # jobs that need a (re-)profile
         self.dirty: set[str] = set()                   # GPUs to re-plan once not busy
@@ -117,8 +122,16 @@ class Miso(BasePolicy):
         return None
 
     def _tags_by_count(self, sc: Scratch, job: str) -> Iterator[tuple[int, list[Hashable]]]:
-        mem = sc.state.jobs[job].spec.memory_gb
+        spec = sc.state.jobs[job].spec
+        mem = spec.memory_gb
         fits = [(geom, fitting_profiles(geom, mem)) for geom in self._geoms]
+        if self.model_aware and len(fits) > 1:
+            rank = {g: i for i, g in enumerate(model_order(spec.workload, list(self._geoms)))}
+            fits.sort(key=lambda x: rank[x[0]])
+            for n in range(max((g.model.max_instances for g in self._geoms), default=0)):
+                for geom, f in fits:  # at each crowding, the job's best model first
+                    yield n, [(n, geom, f)]
+            return
         for n in range(max((g.model.max_instances for g in self._geoms), default=0)):
             yield n, [(n, geom, f) for geom, f in fits]
 

@@ -1,0 +1,135 @@
+"""Gangs and several GPU models (issue 30).
+
+    python benchmarks/sim/gangs_models.py [--seeds 3] [--jobs 300] [--load 0.9] [--json FILE]
+        [--skip philly]
+
+1. **Two models**: 8 A100-40GB + 8 H100-80GB, a Poisson training mix (MISO trace durations,
+   on a whole A100-40GB) at ``--load`` of the cluster's whole-GPU capacity (each H100 counts
+   the mix's mean :func:`miso.sched.modelspeed.model_factor`), miso+ placing by model
+   (``model_aware``, the default) against the same policy placing blind (GPU order).
+2. **Philly with gangs**: the first 3,000 jobs of the Philly trace (multi-GPU rows kept) on 64
+   GPUs and on the busiest 3-day window, every policy: average JCT, the gangs' p95 queueing
+   delay against NoPart (a whole-GPU FIFO with backfill) and the GPU-hours idle while a gang
+   waits.
+
+Prints Markdown tables; the figures in benchmarks/README.md ("Gangs and GPU models") come from
+this script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from miso.sched.modelspeed import model_factor
+from miso.sim.metrics import summarize
+from miso.sim.run import run_policy
+from miso.sim.traces import load_trace, poisson_jobs
+from miso.sim.world import WorldConfig
+
+MIX = (("A100-40GB", 8), ("H100-80GB", 8))
+
+
+def two_models(seeds: int, n_jobs: int, load: float) -> dict:
+    base = poisson_jobs(n_jobs, seed=1)
+    mean_dur = float(np.mean([j.duration_s for j in base]))
+    cap = sum(k * float(np.mean([model_factor(j.workload, m, MIX[0][0]) for j in base]))
+              for m, k in MIX)
+    iat = mean_dur / (load * cap)
+    cfg = WorldConfig(gpu_model=MIX[0][0], n_gpus=sum(k for _, k in MIX), gpu_mix=MIX)
+    rows = []
+    for s in range(1, seeds + 1):
+        jobs = poisson_jobs(n_jobs, seed=s, mean_interarrival_s=iat)
+        aware = summarize(run_policy("miso+", jobs, cfg, s))
+        blind = summarize(run_policy("miso+", jobs, cfg, s, model_aware=False))
+        rows.append({"seed": s, "aware_avg_jct_s": aware["avg_jct_s"],
+                     "blind_avg_jct_s": blind["avg_jct_s"],
+                     "ratio": aware["avg_jct_s"] / blind["avg_jct_s"]})
+    return {"mean_interarrival_s": iat, "capacity_a100_equiv": cap, "rows": rows,
+            "mean_ratio": statistics.mean(r["ratio"] for r in rows)}
+
+
+def busiest_window(days: float = 3.0) -> tuple[float, float]:
+    jobs = load_trace("philly", seed=1)
+    subs = np.array([j.submit_s for j in jobs])
+    work = np.array([j.duration_s * j.num_gpus for j in jobs])
+    w = days * 86400.0
+    best = (0.0, 0.0)
+    lo = 0
+    tot = 0.0
+    for hi in range(len(subs)):
+        tot += work[hi]
+        while subs[hi] - subs[lo] >= w:
+            tot -= work[lo]
+            lo += 1
+        if tot > best[0]:
+            best = (tot, float(subs[lo]))
+    return best[1], best[1] + w
+
+
+def philly(policies: list[str], window: tuple[float, float] | None, n_jobs: int | None,
+           gpus: int) -> dict:
+    jobs = load_trace("philly", seed=1, max_jobs=n_jobs, window_s=window)
+    cfg = WorldConfig(n_gpus=gpus)
+    out: dict = {"jobs": len(jobs), "gang_jobs": sum(j.num_gpus > 1 for j in jobs),
+                 "gpus": gpus, "policies": {}}
+    for p in policies:
+        t = time.perf_counter()
+        s = summarize(run_policy(p, jobs, cfg, 1))
+        out["policies"][p] = {k: s.get(k) for k in (
+            "avg_jct_s", "gang_p95_queue_s", "gang_avg_queue_s", "gang_wait_idle_gpu_h",
+            "small_avg_jct_s", "gang_avg_jct_s", "gpu_utilisation")} | {
+            "wall_s": time.perf_counter() - t}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--jobs", type=int, default=300)
+    ap.add_argument("--load", type=float, default=0.9)
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--skip", default="")
+    a = ap.parse_args()
+    skip = set(a.skip.split(","))
+    out: dict = {}
+    if "models" not in skip:
+        m = out["two_models"] = two_models(a.seeds, a.jobs, a.load)
+        print(f"\n8 A100-40GB + 8 H100-80GB, {a.jobs} jobs, load {a.load:.0%} "
+              f"(mean inter-arrival {m['mean_interarrival_s']:.0f} s)\n")
+        print("| seed | miso+ aware avg JCT (s) | miso+ blind avg JCT (s) | aware / blind |")
+        print("|---|---|---|---|")
+        for r in m["rows"]:
+            print(f"| {r['seed']} | {r['aware_avg_jct_s']:.0f} | {r['blind_avg_jct_s']:.0f} "
+                  f"| {r['ratio']:.3f} |")
+        print(f"| mean | | | {m['mean_ratio']:.3f} |")
+    if "philly" not in skip:
+        pols = ["nopart", "optsta", "miso", "miso+"]
+        lo, hi = busiest_window()
+        for key, win, n, gpus in (("first_3000_64gpus", None, 3000, 64),
+                                  ("busiest_3_days", (lo, hi), None, 0)):
+            if gpus == 0:  # sized to ~90 % of the window's offered GPU work
+                js = load_trace("philly", seed=1, window_s=win)
+                span = max(j.submit_s for j in js) or 1.0
+                gpus = max(max(j.num_gpus for j in js),
+                           round(sum(j.duration_s * j.num_gpus for j in js) / span / 0.9))
+            r = out[key] = philly(pols, win, n, gpus)
+            nop = r["policies"]["nopart"]["gang_p95_queue_s"] or 1.0
+            print(f"\nPhilly {key}: {r['jobs']} jobs, {r['gang_jobs']} gangs, {gpus} GPUs\n")
+            print("| policy | avg JCT (s) | gangs' p95 queueing (s) | vs NoPart | "
+                  "GPU-h idle while a gang waits |")
+            print("|---|---|---|---|---|")
+            for p, v in r["policies"].items():
+                print(f"| {p} | {v['avg_jct_s']:.0f} | {v['gang_p95_queue_s']:.0f} | "
+                      f"{v['gang_p95_queue_s'] / nop:.2f} | {v['gang_wait_idle_gpu_h']:.0f} |")
+    if a.json:
+        a.json.write_text(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+"""Gangs (jobs on several whole GPUs): all or nothing, reservation, backfill (miso.sched.gangs)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from miso.mig import Placement
+from miso.sched import ClusterState, ContractError, GpuAdded, JobSpec, JobSubmitted, make_policy
+from miso.sched.decisions import HoldGpu, StartGang
+from miso.sched.events import GangStarted
+from miso.sched.gangs import GangLayer, pick_gpus
+from miso.sched.speeds import workload_memory_gb
+from miso.sim.engine import Simulator
+from miso.sim.run import build_policy, optsta_candidates
+from miso.sim.traces import TraceJob
+from miso.sim.world import WorldConfig
+
+
+def _stream(n: int, seed: int, gpus: int) -> list[TraceJob]:
+    rng = random.Random(seed)
+    wls = ["resnet_train64", "bert_train4", "transformer_train32", "embedding_train128"]
+    t = 0.0
+    out = []
+    for i in range(n):
+        t += rng.expovariate(1 / 120.0)
+        k = rng.choice([1, 1, 1, 1, 2, 4, gpus // 2])
+        out.append(TraceJob(str(i), t, rng.uniform(200, 3000), rng.choice(wls), num_gpus=k))
+    return out
+
+
+class Checker:
+    """An observer that checks the gang invariants after every applied decision."""
+
+    def __init__(self, layer: GangLayer) -> None:
+        self.layer = layer
+        self.started: dict[str, float] = {}
+        self.promised: dict[str, float] = {}
+
+    def on_event(self, now, ev, st) -> None:  # noqa: ANN001
+        pass
+
+    def on_decision(self, now, d, st: ClusterState) -> None:  # noqa: ANN001
+        book = st.gangs
+        seen: set[str] = set()
+        for j, gpus in book.runs.items():
+            assert len(gpus) == st.jobs[j].spec.num_gpus            # all its GPUs ...
+            assert not seen & set(gpus)                             # ... no GPU twice
+            seen |= set(gpus)
+            for g in gpus:
+                assert g in book.gpus and j in book.gpus[g].jobs and len(book.gpus[g].jobs) == 1
+        for gs in st.gpus.values():                                 # the policies' view
+            assert not any(j in book.runs for j in gs.jobs)
+        for j in book.queue:
+            assert st.jobs[j].gpu is None
+        if isinstance(d, StartGang) and d.job not in self.started:
+            self.started[d.job] = now
+        res = self.layer.reservation
+        if res is not None:
+            head, t = res
+            self.promised[head] = min(self.promised.get(head, float("inf")), t)
+
+
+@pytest.mark.parametrize("policy", ["nopart", "optsta", "miso", "miso+"])
+def test_gangs__all_or_nothing_and_reservations_kept_on_random_streams(policy):
+    cfg = WorldConfig(n_gpus=8, reconfig_s=4.0)
+    for seed in (1, 2):
+        jobs = _stream(60, seed, 8)
+        pol = make_policy("optsta", layout=optsta_candidates("A100-40GB")[3]) \
+            if policy == "optsta" else build_policy(policy, jobs, cfg, seed)
+        layer = GangLayer(pol,
+                          node_of=lambda g: str(int(g[3:]) // 4))
+        chk = Checker(layer)
+        res = Simulator(layer, jobs, cfg, seed=seed, observer=chk, record=True).run()
+        assert len(res.finish) == 60
+        gangs = [j.id for j in jobs if j.num_gpus > 1]
+        assert gangs and all(j in chk.started for j in gangs)
+        assert chk.promised
+        assert any(isinstance(d, StartGang) and d.why["trigger"] == "backfill"
+                   for _, d in res.log) or seed == 1
+        # backfill never delays a reservation: a gang starts by its promised time
+        # (+ one reconfiguration)
+        for j, t in chk.promised.items():
+            assert chk.started[j] <= t + cfg.reconfig_s + 1e-6, (policy, seed, j)
+
+
+def test_backfill__short_job_fills_the_reservation_long_one_waits():
+    wl = "resnet_train64"
+    jobs = [TraceJob("long", 0.0, 1000.0, wl), TraceJob("gang", 1.0, 500.0, wl, num_gpus=4),
+            TraceJob("short", 2.0, 400.0, wl), TraceJob("big", 3.0, 5000.0, wl)]
+    cfg = WorldConfig(n_gpus=4, reconfig_s=0.0, restart_s=0.0)
+    r = Simulator(make_policy("nopart"), jobs, cfg, record=True).run()
+    start = dict(zip(r.job_ids, r.first_start, strict=True))
+    fin = dict(zip(r.job_ids, r.finish, strict=True))
+    assert start["gang"] == pytest.approx(1000.0)       # as soon as "long" ends
+    assert start["short"] == pytest.approx(2.0)         # backfilled (ends at 402 < 1000)
+    assert fin["short"] < start["gang"]
+    assert start["big"] >= fin["gang"] - 1e-6           # would have delayed the gang
+    held = [d for _, d in r.log if isinstance(d, HoldGpu)]
+    assert {d.gpu for d in held} == {"gpu0", "gpu1", "gpu2", "gpu3"}
+
+
+def test_state__start_gang_is_all_or_nothing():
+    st = ClusterState()
+    for i in range(3):
+        st.observe(0.0, GpuAdded(f"g{i}", "A100-40GB"))
+    spec = JobSpec("a", "a", workload_memory_gb("resnet_train64"), num_gpus=2)
+    st.observe(0.0, JobSubmitted(spec))
+    assert st.queue == [] and st.gangs.queue == ["a"]
+    st.apply(0.0, HoldGpu("g0", "a"))
+    with pytest.raises(ContractError, match="not held"):      # g1 still in the policies' view
+        st.apply(0.0, StartGang("a", ("g0", "g1"), st.new_plan_id()))
+    with pytest.raises(ContractError, match="distinct GPUs"):
+        st.apply(0.0, StartGang("a", ("g0",), st.new_plan_id()))
+    assert st.jobs["a"].gpu is None and not st.gangs.runs    # nothing happened
+    st.apply(0.0, HoldGpu("g1", "a"))
+    pid = st.new_plan_id()
+    st.apply(0.0, StartGang("a", ("g0", "g1"), pid))
+    st.observe(1.0, GangStarted("a", pid))
+    assert st.jobs["a"].status.value == "running"
+    assert st.gangs.gpus["g1"].assignment == {"a": Placement(0, "7g.40gb")}
+    # a lost GPU requeues the whole gang; the other GPU stays held and idle
+    from miso.sched import GpuRemoved
+
+    st.observe(2.0, GpuRemoved("g1"))
+    assert st.gangs.queue == ["a"] and not st.gangs.runs and st.gangs.idle("g0")
+    assert st.jobs["a"].restarts == 1
+
+
+def test_pick_gpus__fewest_nodes_or_the_nodes_asked():
+    pool = ["a/0", "b/0", "b/1", "c/0", "c/1", "c/2"]
+    node = lambda g: g.split("/")[0]  # noqa: E731
+    assert pick_gpus(pool, 3, None, node) == ["c/0", "c/1", "c/2"]
+    assert sorted(pick_gpus(pool, 4, 2, node)) == ["b/0", "b/1", "c/0", "c/1"]
+    assert pick_gpus(pool, 4, 4, node) is None
+    assert pick_gpus(pool, 7, None, node) is None
