@@ -78,7 +78,9 @@ class _MpsRegistry:
         self.me.unlink(missing_ok=True)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def arg_parser() -> argparse.ArgumentParser:
+    """The workload's flags (also read by :mod:`miso.agent.fakeagent`, which runs the same
+    jobs as timers)."""
     ap = argparse.ArgumentParser(prog="python -m miso.emuworkload", description=__doc__.split(
         "\n")[0])
     ap.add_argument("--workload", required=True, help="catalogue workload, e.g. bert_train2")
@@ -95,7 +97,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--no-checkpoint", action="store_true",
                     help="ignore checkpoint requests and restart from 0 (a job without "
                     "checkpointing)")
-    a = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    a = arg_parser().parse_args(argv)
     if not (a.restart_s >= 0 and a.restart_s < 1e6):
         print("emuworkload: --restart-s must be a number of seconds >= 0", file=sys.stderr)
         return 2

@@ -20,6 +20,8 @@ Endpoints::
     GET    /api/v1/jobs/{job}/logs      its output        ?tail=N -> {"job", "text"}
     POST   /api/v1/jobs/{job}/cancel    cancel            -> {"job": record}
     GET    /api/v1/status               cluster view, own jobs, counts, "api_url"
+                                        ?limit=N&offset=K&state=S (admin: &owner=NAME);
+                                        ?summary=true: counts and totals only (no lists)
     GET    /api/v1/users/me             who am I
     GET    /api/v1/users                (admin) list users
     POST   /api/v1/users                (admin) add a user -> 201 {..., "token"} (shown once)
@@ -142,6 +144,26 @@ class _Snapshot:
                 snap["counts"] = self.ctl.store.counts()
                 self._snap, self._at = snap, time.monotonic()
             return self._snap
+
+
+def status_summary(snap: dict[str, Any], user: Any, mine: dict[str, int],
+                   api_url: str | None) -> dict[str, Any]:
+    """What ``miso status`` shows first, at any size: job counts by state (the user's, and
+    everyone's from the snapshot, counted in SQL), GPUs by phase, nodes, queue length; no job
+    or GPU list."""
+    phases: dict[str, int] = {}
+    for g in snap.get("gpus", []):
+        phases[str(g.get("phase"))] = phases.get(str(g.get("phase")), 0) + 1
+    out: dict[str, Any] = {
+        "api_url": api_url, "user": user.name, "admin": user.admin, "summary": True,
+        "time": snap.get("time"), "policy": snap.get("policy"),
+        "nodes": len(snap.get("nodes", [])), "lost_nodes": snap.get("lost_nodes", []),
+        "gpus": len(snap.get("gpus", [])), "gpu_phases": phases,
+        "queue": len(snap.get("queue", [])),
+        "counts": {"mine": mine, "all": snap.get("counts", {})}}
+    if user.admin:
+        out["errors"] = snap.get("errors", [])
+    return out
 
 
 def gpu_view(gpu: dict[str, Any], mine: set[str] | None) -> dict[str, Any]:
@@ -304,13 +326,28 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
         return {"job": out}
 
     @r.get("/status")
-    async def status(user: UserDep, limit: Annotated[int, Query(ge=1, le=100_000)] = 200
-                     ) -> Json:
+    async def status(user: UserDep, limit: Annotated[int, Query(ge=1, le=100_000)] = 200,
+                     offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
+                     state: str | None = None, owner: str | None = None,
+                     summary: bool = False) -> Json:
+        from miso.controller.schema import STATES  # noqa: PLC0415
         from miso.controller.statustext import why  # noqa: PLC0415
 
         snap = snapshot.get()
+        if summary:
+            return Json(status_summary(snap, user, store.counts(owner=user.id),
+                                       app.state.api_url))
+        if state is not None and state not in STATES:
+            raise ApiError(400, f"unknown state {state!r} (one of {', '.join(STATES)})")
         own = None if user.admin else user.id
-        recs = store.jobs(owner=own, limit=limit)
+        if owner is not None:
+            if not user.admin and owner != user.name:
+                raise ApiError(403, "only admins list other users' jobs")
+            try:
+                own = users.get(owner).id
+            except UserError:
+                raise ApiError(404, f"no user {owner!r}") from None
+        recs = store.jobs(owner=own, limit=limit, state=state, offset=offset)
         mine: set[str] | None = None
         if not user.admin:
             placed = {j for g in snap.get("gpus", []) for j in g.get("jobs", [])}

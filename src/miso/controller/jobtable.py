@@ -165,18 +165,23 @@ class JobTable:
         return got[0]
 
     def jobs(self, *, active_only: bool = False, owner: str | None = None,
-             limit: int | None = None) -> list[JobRecord]:
-        """Jobs in submission order; ``owner`` keeps one owner's, ``limit`` the latest."""
+             limit: int | None = None, state: str | None = None,
+             offset: int = 0) -> list[JobRecord]:
+        """Jobs in submission order; ``owner`` keeps one owner's, ``state`` one state's,
+        ``limit`` the latest (after skipping the ``offset`` latest: one page, read in SQL)."""
         where, args = [], []
         if active_only:
             where.append(f"state NOT IN {TERMINAL}")
         if owner is not None:
             where.append("owner=?")
             args.append(owner)
+        if state is not None:
+            where.append("state=?")
+            args.append(state)
         q = "SELECT * FROM jobs" + (" WHERE " + " AND ".join(where) if where else "")
-        if limit is not None:
-            q = f"SELECT * FROM ({q} ORDER BY seq DESC LIMIT ?)"
-            args.append(int(limit))
+        if limit is not None or offset:
+            q = f"SELECT * FROM ({q} ORDER BY seq DESC LIMIT ? OFFSET ?)"
+            args.extend([-1 if limit is None else int(limit), max(0, int(offset))])
         with self.s.lock:
             return self._rows(list(self.s.conn.execute(q + " ORDER BY seq", args)))
 

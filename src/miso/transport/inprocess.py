@@ -1,7 +1,8 @@
 """The in-process transport: agents living in this process (no Ray), and the emulated cluster
 in one process built on it (agents over emulated GPUs + a controller).
 
-Used by tests and by ``miso demo --no-ray``. Job processes are still real processes.
+Used by tests and by ``miso demo --no-ray``. Job processes are still real processes, unless
+the cluster is made of fake agents (``fake=True``: :mod:`miso.agent.fakeagent`, jobs as timers).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from miso.agent import Agent
+from miso.agent.fakeagent import FakeAgent
 from miso.backend import EmulatedBackend
 from miso.controller.controller import Controller, ControllerConfig
 from miso.controller.storefile import open_store
@@ -63,7 +65,7 @@ class LocalCluster:
     def __init__(self, state_dir: str | Path, *, nodes: int = 1, gpus_per_node: int = 4,
                  model: str = "A100-40GB", config: ControllerConfig | None = None,
                  rate_window: float = 1.0, change_threshold: float = 0.25,
-                 start: bool = True) -> None:
+                 start: bool = True, fake: bool = False) -> None:
         self.dir = Path(state_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.config = config or ControllerConfig()
@@ -71,6 +73,7 @@ class LocalCluster:
         self.rate_window = rate_window
         self.change_threshold = change_threshold
         self.transport = LocalTransport()
+        self.fake = fake
         self.backends: dict[str, EmulatedBackend] = {}
         for i in range(nodes):
             self.add_node(f"node{i}", gpus_per_node)
@@ -79,6 +82,12 @@ class LocalCluster:
             self.start_controller()
 
     def add_node(self, node: str, gpus: int) -> Agent:
+        if self.fake:
+            fake = FakeAgent(node, gpus, self.model, rate_window=self.rate_window,
+                             change_threshold=self.change_threshold)
+            self.backends[node] = fake.backend
+            self.transport.add(fake)  # type: ignore[arg-type] - the same calls
+            return fake  # type: ignore[return-value]
         be = EmulatedBackend(gpus, self.model, node=node)
         self.backends[node] = be
         agent = Agent(node, be, self.dir / "agents" / node, rate_window=self.rate_window,
