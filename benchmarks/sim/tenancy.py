@@ -5,12 +5,14 @@ simulator (miso+ unless --policy says otherwise).
 
 1. Two owners on ``--gpus`` A100-40GB, one submitting 80 % of ``--jobs`` Poisson jobs (60 s),
    equal weights: fair share off, on with ordering only (``reclaim=False``), and on (fair
-   slices and reclaim, the default): Jain's index over per-owner mean slowdown, each owner's
-   average JCT, total average JCT, restarts and reclaims, and the light owner's jobs alone on
-   half the cluster. Then (``sizes``) the trade-off of the fair slice's cap
+   slices and reclaim, the default): the price (total average JCT / off - 1), each owner's
+   sharing incentive (its average JCT / alone on its entitled half), the jobs' finish-time
+   fairness (rho max and p95), restarts and reclaims; Jain's index over per-owner mean
+   slowdown only as a secondary figure (it ranks FIFO fairest; issue 31). Then (``sizes``) the trade-off of the fair slice's cap
    ``demand_per_job`` (1/3: 2g, 1/2: 3g, 1: up to a whole GPU).
 2. The Philly trace (first ``--philly-jobs`` jobs) with owners from its ``vc`` column on 40
-   GPUs: Jain's index and total average JCT, fair share off, order only, on (and on with
+   GPUs: the same figures (each vc alone on its entitled 4 GPUs), fair share off, order only,
+   on (and on with
    ``demand_per_job`` 1/3).
    Then the heavy owner capped by a static in-use quota (half, 5/8, 3/4 of the GPUs).
 3. ``--priority-frac`` (10 %) high-priority jobs in the saturated cluster of 1.: their average
@@ -29,7 +31,8 @@ import time
 from pathlib import Path
 
 from miso.sched.tenancyconfig import TenancyConfig
-from miso.sim.metrics import jain, summarize
+from miso.sim.fairness import fairness_report, reference_runs
+from miso.sim.metrics import summarize
 from miso.sim.run import run_policy
 from miso.sim.traces import assign_tenants, load_trace, mark_priority, poisson_jobs
 from miso.sim.world import WorldConfig
@@ -77,64 +80,54 @@ def main() -> None:
 
     def targets(rows: list[dict], mode: str) -> dict[str, float]:
         mine = [r for r in rows if r["fair_share"] == mode]
-        base = {r["seed"]: r for r in rows if r["fair_share"] == "off"}
-        return {"jain": statistics.mean(r["jain"] for r in mine),
-                "jain_ftf": statistics.mean(r["jain_ftf"] for r in mine),
-                "light_over_alone": statistics.mean(r["light_jct_s"] / r["light_alone_jct_s"]
-                                                    for r in mine),
-                "total_over_off": statistics.mean(r["avg_jct_s"] / base[r["seed"]]["avg_jct_s"]
-                                                  for r in mine)}
+        return {k: statistics.mean(r[k] for r in mine)
+                for k in ("price", "light_incentive", "heavy_incentive", "rho_max", "rho_p95",
+                          "jain_slowdown")}
 
     def verdict(t: dict[str, float]) -> str:
-        return (f"Jain {t['jain']:.3f} (>= 0.95: {'met' if t['jain'] >= 0.95 else 'MISSED'}); "
-                f"light / alone on half {t['light_over_alone']:.2f} (<= 1.25: "
-                f"{'met' if t['light_over_alone'] <= 1.25 else 'MISSED'}); total avg JCT / off "
-                f"{t['total_over_off']:.3f} (within 5 %: "
-                f"{'met' if abs(t['total_over_off'] - 1) <= 0.05 else 'MISSED'}); Jain over "
-                f"finish-time fairness {t['jain_ftf']:.3f}")
+        return (f"price {t['price']:+.1%}, sharing incentive light {t['light_incentive']:.2f} / "
+                f"heavy {t['heavy_incentive']:.2f}, finish-time fairness rho max "
+                f"{t['rho_max']:.2f} p95 {t['rho_p95']:.2f} (Jain over slowdown, secondary: "
+                f"{t['jain_slowdown']:.3f})")
 
     if "skew" not in skip:
         print(f"## Two owners, 80 / 20 % of {a.jobs} Poisson jobs (60 s, durations "
               f"{a.duration_column}), {a.gpus} A100-40GB, equal weights, {pol}")
-        print("| seed | fair share | total avg JCT s | heavy avg JCT s | light avg JCT s "
-              "| heavy / light mean slowdown | Jain (slowdown) | light alone on half: avg JCT s "
-              "| light / alone | heavy / alone | Jain (finish-time fairness) | restarts/job "
-              "| reclaims | GPU h lost to reclaim |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        print("Sharing incentive: an owner's average JCT / its average JCT alone on its "
+              "entitled half; rho: a job's JCT / its JCT in its owner's alone run (Themis); "
+              "price: total average JCT / fair share off - 1 (src/miso/sim/fairness.py).\n")
+        print("| seed | fair share | total avg JCT s | price | sharing incentive heavy / light "
+              "| rho max | rho p95 | Jain (slowdown, secondary) | restarts/job | reclaims "
+              "| GPU h lost to reclaim |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         rows = []
+        cfg = WorldConfig(n_gpus=a.gpus)
         for seed in range(1, a.seeds + 1):
-            jobs, alone, heavy_alone = two_owners(seed, heavy=True)
-            assert heavy_alone is not None
+            jobs = assign_tenants(poisson_jobs(a.jobs, seed=seed,
+                                               duration_column=a.duration_column),
+                                  2, 0.8, seed=seed)
+            ref_off, alone, ents = reference_runs(pol, jobs, cfg, seed, on, run_policy)
             for name, ten in modes:
-                s = run(pol, jobs, WorldConfig(n_gpus=a.gpus), seed, ten)
-                o = s["owners"]
+                r = run_policy(pol, jobs, cfg, seed, tenancy=ten)
+                s = summarize(r)
+                f = fairness_report(r, ref_off, alone, ents)
+                si = f["sharing_incentive"]
                 row = {"seed": seed, "fair_share": name, "avg_jct_s": s["avg_jct_s"],
-                       "heavy_jct_s": o["u0"]["avg_jct_s"], "light_jct_s": o["u1"]["avg_jct_s"],
-                       "heavy_slowdown": o["u0"]["mean_slowdown"],
-                       "light_slowdown": o["u1"]["mean_slowdown"],
-                       "jain": s["jain_slowdown"], "light_alone_jct_s": alone,
-                       "gpu_share": {k: v["gpu_share"] for k, v in o.items()},
+                       "price": f["price"], "heavy_incentive": si["u0"],
+                       "light_incentive": si["u1"], "rho_max": f["rho_max"],
+                       "rho_p95": f["rho_p95"], "jain_slowdown": s["jain_slowdown"],
                        "restarts_per_job": s["restarts_per_job"], "reclaims": s["reclaims"],
-                       "reclaim_lost_gpu_s": s["reclaim_lost_gpu_s"], "stp": s["stp"],
-                       "heavy_alone_jct_s": heavy_alone}
-                # Themis's finish-time fairness: each owner's JCT over its JCT alone on its
-                # 1/N of the cluster (<= 1: sharing did not hurt it)
-                rho = [row["heavy_jct_s"] / heavy_alone, row["light_jct_s"] / alone]
-                row["rho"] = rho
-                row["jain_ftf"] = jain(rho)
+                       "reclaim_lost_gpu_s": s["reclaim_lost_gpu_s"], "fairness": f}
                 rows.append(row)
-                print(f"| {seed} | {name} | {row['avg_jct_s']:.0f} | {row['heavy_jct_s']:.0f} | "
-                      f"{row['light_jct_s']:.0f} | {row['heavy_slowdown']:.2f} / "
-                      f"{row['light_slowdown']:.2f} | {row['jain']:.3f} | "
-                      f"{alone:.0f} | {rho[1]:.2f} | {rho[0]:.2f} | {row['jain_ftf']:.3f} | "
+                print(f"| {seed} | {name} | {row['avg_jct_s']:.0f} | {f['price']:+.1%} | "
+                      f"{si['u0']:.2f} / {si['u1']:.2f} | {f['rho_max']:.2f} | "
+                      f"{f['rho_p95']:.2f} | {row['jain_slowdown']:.3f} | "
                       f"{row['restarts_per_job']:.2f} | {row['reclaims']} | "
                       f"{row['reclaim_lost_gpu_s'] / 3600:.2f} |", flush=True)
         got = {m: targets(rows, m) for m in ("order", "on")}
-        print(f"\nTargets, mean over seeds: order only: {verdict(got['order'])}\n"
+        print(f"\nMean over seeds: order only: {verdict(got['order'])}\n"
               f"fair slices + reclaim (on): {verdict(got['on'])}", flush=True)
-        out["skew"] = {"rows": rows, "targets": got, "jain_on": got["on"]["jain"],
-                       "light_over_alone": got["on"]["light_over_alone"],
-                       "total_on_over_off": got["on"]["total_over_off"]}
+        out["skew"] = {"rows": rows, "means": got}
 
     if "sizes" not in skip:
         print(f"\n## The fair slice's cap (demand_per_job), same jobs, {pol}, mean of "
@@ -183,18 +176,22 @@ def main() -> None:
 
     if "philly" not in skip:
         print(f"\n## Philly, first {a.philly_jobs} jobs, owners = vc, {a.philly_gpus} GPUs, {pol}")
-        print("| fair share | owners | total avg JCT s | Jain (slowdown) | min / max owner mean "
-              "slowdown |")
-        print("|---|---|---|---|---|")
+        print("| fair share | owners | total avg JCT s | price | max sharing incentive "
+              "| rho max | rho p95 | Jain (slowdown, secondary) | reclaims |")
+        print("|---|---|---|---|---|---|---|---|---|")
         jobs = load_trace("philly", seed=1, max_jobs=a.philly_jobs)
+        pcfg = WorldConfig(n_gpus=a.philly_gpus)
+        ref_off, alone, ents = reference_runs(pol, jobs, pcfg, 1, on, run_policy)
         philly = {}
         for name, ten in (*modes, ("on, demand_per_job 1/3", TenancyConfig(demand_per_job=1 / 3))):
-            s = run(pol, jobs, WorldConfig(n_gpus=a.philly_gpus), 1, ten)
-            sl = [v["mean_slowdown"] for v in s["owners"].values()]
+            r = run_policy(pol, jobs, pcfg, 1, tenancy=ten)
+            s = summarize(r)
+            f = fairness_report(r, ref_off, alone, ents)
             philly[name] = {"avg_jct_s": s["avg_jct_s"], "jain": s["jain_slowdown"],
-                            "owners": s["owners"], "reclaims": s["reclaims"]}
-            print(f"| {name} | {len(sl)} | {s['avg_jct_s']:.0f} | {s['jain_slowdown']:.3f} | "
-                  f"{min(sl):.2f} / {max(sl):.2f} |", flush=True)
+                            "owners": s["owners"], "reclaims": s["reclaims"], "fairness": f}
+            print(f"| {name} | {len(s['owners'])} | {s['avg_jct_s']:.0f} | {f['price']:+.1%} | "
+                  f"{f['sharing_incentive_max']:.2f} | {f['rho_max']:.2f} | {f['rho_p95']:.2f} "
+                  f"| {s['jain_slowdown']:.3f} | {s['reclaims']} |", flush=True)
         out["philly"] = philly
 
     if "priority" not in skip:

@@ -84,12 +84,13 @@ def fairness_report(shared: SimResult, off: SimResult, alone: Mapping[str, SimRe
     }
 
 
-def fairness_of(policy: str, shared: SimResult, jobs: Sequence[TraceJob], cfg: Any, seed: int,
-                tenancy: TenancyConfig,
-                run: Callable[..., SimResult]) -> dict[str, object]:
-    """Run ``policy`` on ``jobs`` with fair share off and each owner's jobs alone on its
-    entitled share of ``cfg.n_gpus``, then report ``shared`` against them. ``run`` is
-    :func:`miso.sim.run.run_policy` (passed in so this module stays below the runner)."""
+def reference_runs(policy: str, jobs: Sequence[TraceJob], cfg: Any, seed: int,
+                   tenancy: TenancyConfig, run: Callable[..., SimResult],
+                   ) -> tuple[SimResult, dict[str, SimResult], dict[str, int]]:
+    """The runs a shared run is judged against: ``policy`` on ``jobs`` with fair share off,
+    and each owner's jobs alone on its entitled share of ``cfg.n_gpus``; and those shares.
+    ``run`` is :func:`miso.sim.run.run_policy` (passed in so this module stays below the
+    runner)."""
     owners = sorted({j.owner for j in jobs})
     if not owners or owners == [""]:
         raise ValueError("a fairness report needs jobs with owners (--tenants or a trace's "
@@ -100,4 +101,11 @@ def fairness_of(policy: str, shared: SimResult, jobs: Sequence[TraceJob], cfg: A
     alone = {o: run(policy, [j for j in jobs if j.owner == o],
                     replace(cfg, n_gpus=entitled[o]), seed)
              for o in owners}
-    return fairness_report(shared, off, alone, entitled)
+    return off, alone, entitled
+
+
+def fairness_of(policy: str, shared: SimResult, jobs: Sequence[TraceJob], cfg: Any, seed: int,
+                tenancy: TenancyConfig,
+                run: Callable[..., SimResult]) -> dict[str, object]:
+    """:func:`fairness_report` of ``shared`` against its :func:`reference_runs`."""
+    return fairness_report(shared, *reference_runs(policy, jobs, cfg, seed, tenancy, run))
