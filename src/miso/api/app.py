@@ -77,7 +77,7 @@ class ControllerLike(Protocol):
                env: dict[str, str] | None = None, cwd: str | None = None,
                owner: str | None = None, unix_user: str | None = None,
                request_id: str | None = None, owner_name: str | None = None,
-               priority: int = 0) -> str: ...
+               priority: int = 0, host_memory_gb: float | None = None) -> str: ...
 
     def cancel(self, job: str) -> dict[str, Any]: ...
 
@@ -258,6 +258,8 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
         if body.priority:
             check_priority_allowed(body.priority, user)
             retry["priority"] = body.priority
+        if body.host_memory_gb is not None:
+            retry["host_memory_gb"] = body.host_memory_gb
         try:
             jid = controller.submit(list(body.command), name=body.name,
                                     memory_gb=body.memory_gb, workload=body.workload,

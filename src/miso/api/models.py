@@ -26,6 +26,8 @@ class SubmitRequest(_Body):
     command: list[Arg] = Field(min_length=1, max_length=1024)
     name: str | None = Field(default=None, pattern=JOB_NAME)
     memory_gb: float | None = Field(default=None, gt=0, le=4096)
+    #: host (CPU) memory the job may hold, GB (default: its node's; issue 26)
+    host_memory_gb: float | None = Field(default=None, gt=0, le=65536, strict=True)
     workload: str | None = Field(default=None, max_length=128)
     env: dict[str, Annotated[str, Field(max_length=32768)]] = Field(default_factory=dict,
                                                                    max_length=512)
