@@ -93,7 +93,16 @@ def client(url: str | None, token: str | None, state_dir: str | None,
              "URL` for a remote one (or set MISO_URL)")
     if not c.token:
         fail(f"no token for {c.url}: run `miso login --url {c.url}` (or set MISO_TOKEN)")
+    check_token_text(c.token)
     return Client(c.url, c.token, ca=c.ca)
+
+
+def check_token_text(token: str) -> None:
+    """A token is printable ASCII (an HTTP header); anything else is a one-line error, not
+    an encoding traceback."""
+    if not (token.isascii() and token.isprintable()):
+        fail("the token holds characters other than printable ASCII (miso tokens are "
+             "letters, digits, '-' and '_'): check --token, --token-file or $MISO_TOKEN")
 
 
 def call(fn: Any, *args: Any, **kw: Any) -> Any:
@@ -402,6 +411,7 @@ def login(
     if ca is not None and not Path(ca).is_file():
         fail(f"--ca {ca}: no such file")
     ca_path = str(Path(ca).resolve()) if ca else None
+    check_token_text(token)
     with Client(url, token, ca=ca_path) as c:
         me = call(c.me)
     path = save_login(url.rstrip("/"), token, ca_path)
