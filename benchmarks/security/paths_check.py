@@ -37,12 +37,14 @@ JOB = ("echo nproc=$(ulimit -u) data=$(ulimit -d) vmem=$(ulimit -v) pid_max="
 
 def miso(sd: Path, *args: str, token: str | None = None, timeout: float = 300
          ) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "MISO_STATE_DIR": str(sd), "MISO_CONFIG": str(sd / "no-login.json")}
+    env = {**os.environ, "MISO_STATE_DIR": str(sd), "MISO_CONFIG": str(sd / "no-login.json"),
+           "PYTHONPATH": str(ROOT / "src")}
     env.pop("MISO_TOKEN", None)
     if token:
         env["MISO_TOKEN"] = token
+    # from /tmp: a job runs in the submitter's directory, which its account must reach
     return subprocess.run([sys.executable, "-m", "miso.cli", *args], capture_output=True,
-                          text=True, timeout=timeout, env=env, check=False)
+                          text=True, timeout=timeout, env=env, check=False, cwd="/tmp")
 
 
 def as_account_writable(name: str, dirs: list[str]) -> list[str]:
