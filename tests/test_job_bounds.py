@@ -125,3 +125,47 @@ def test_a_disk_filler_is_stopped_and_reported(state: Path) -> None:
         assert rep["status"] == "limit", (rep, log)
         assert "disk" in rep["limit"], rep
         assert (state / "ck" / "j" / "fill").stat().st_size < 200 << 20
+
+
+@root_only
+def test_over_limit_is_a_distinct_end_state_in_the_store(
+        state: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through the controller: the job's own --host-memory-gb reaches its guard, and a job
+    ended for a bound is ``over_limit`` with the bound in its reason."""
+    from miso.controller import ControllerConfig
+    from miso.jobstatus import LIMIT_REASON, JobStatus
+    from miso.transport.inprocess import LocalCluster
+
+    monkeypatch.setenv("MISO_JOB_HOST_MEMORY_GB", "64")  # the node's default: not the bound
+    with unix_account() as acct:
+        c = LocalCluster(state / "state", config=ControllerConfig(poll_interval=0.1),
+                         gpus_per_node=1)
+        try:
+            jid = c.submit([USER_PYTHON, "-c", HOG], memory_gb=1.0, owner=acct.pw_name,
+                           unix_user=acct.pw_name, cwd="/tmp", host_memory_gb=0.25)
+            ctl = c.controller
+            assert ctl is not None
+            rec = wait_for(lambda: (r := ctl.store.get(jid)).terminal and r, timeout=30)
+        finally:
+            c.close()
+    assert rec.state == JobStatus.OVER_LIMIT, rec
+    assert rec.reason.startswith(LIMIT_REASON + "host memory"), rec.reason
+    assert rec.host_memory_gb == 0.25
+
+
+def test_a_jobs_host_memory_request_replaces_the_node_default() -> None:
+    args = JobBounds(max_procs=100, host_memory_gb=8, disk_gb=1).guard_args(["/x"], 0.5)
+    assert args[args.index("--max-memory") + 1] == str(1 << 29)
+    assert args[args.index("--max-procs") + 1] == "100"
+    assert JobBounds.node_defaults().max_procs < pid_max()
+
+
+def test_the_api_takes_a_strict_host_memory_request() -> None:
+    from pydantic import ValidationError
+
+    from miso.api.models import SubmitRequest
+
+    assert SubmitRequest(command=["x"], host_memory_gb=2).host_memory_gb == 2
+    for bad in ("2", True, 0, -1.0, 1e9):
+        with pytest.raises(ValidationError):
+            SubmitRequest(command=["x"], host_memory_gb=bad)

@@ -50,6 +50,7 @@ with the :func:`require_user` / :func:`require_admin` dependencies.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -67,6 +68,7 @@ from miso.api.users import User, UserError, UserStore
 from miso.api.wire import API, MAX_BODY_BYTES
 from miso.controller.owners import owner_view
 from miso.controller.quotas import FIELDS as QUOTA_FIELDS
+from miso.jobstatus import JobStatus
 
 
 class ControllerLike(Protocol):
@@ -79,7 +81,7 @@ class ControllerLike(Protocol):
                env: dict[str, str] | None = None, cwd: str | None = None,
                owner: str | None = None, unix_user: str | None = None,
                request_id: str | None = None, owner_name: str | None = None,
-               priority: int = 0) -> str: ...
+               priority: int = 0, host_memory_gb: float | None = None) -> str: ...
 
     def cancel(self, job: str) -> dict[str, Any]: ...
 
@@ -280,6 +282,8 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
         if body.priority:
             check_priority_allowed(body.priority, user)
             retry["priority"] = body.priority
+        if body.host_memory_gb is not None:
+            retry["host_memory_gb"] = body.host_memory_gb
         try:
             jid = controller.submit(list(body.command), name=body.name,
                                     memory_gb=body.memory_gb, workload=body.workload,
@@ -399,13 +403,35 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
         return {**users.get(body.name).to_json(), "token": token}
 
     @r.delete("/users/{name}")
-    async def remove_user(name: str, admin: AdminDep) -> dict[str, Any]:
+    def remove_user(name: str, admin: AdminDep) -> dict[str, Any]:
+        """Refused while the user has running jobs (as Slurm refuses); its queued jobs are
+        cancelled (none runs later under its account)."""
+        try:
+            uid = users.get(name).id
+        except UserError as e:
+            raise ApiError(404, str(e)) from None
+        running = [r.id for r in controller.store.jobs(active_only=True, owner=uid)
+                   if r.state != JobStatus.QUEUED]
+        if running:
+            raise ApiError(409, f"{name!r} has running jobs ({', '.join(running[:10])}): "
+                                "cancel them first")
         try:
             users.remove(name)
         except UserError as e:
             raise ApiError(404 if "no user" in str(e) else 409, str(e)) from None
-        users.record(admin.name, "user-remove", None, {"name": name})
-        return {"removed": name}
+        cancelled = _cancel_all(uid)  # after the removal: none can be submitted since
+        users.record(admin.name, "user-remove", None, {"name": name, "cancelled": cancelled})
+        return {"removed": name, "cancelled": cancelled}
+
+    def _cancel_all(owner: str) -> list[str]:
+        from miso.controller import SubmitError  # noqa: PLC0415
+
+        out = []
+        for rec in controller.store.jobs(active_only=True, owner=owner):
+            with contextlib.suppress(SubmitError):
+                controller.cancel(rec.id)
+                out.append(rec.id)
+        return out
 
     @r.post("/users/{name}/rotate")
     async def rotate(name: str, user: UserDep) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated
 
@@ -26,6 +27,8 @@ class SubmitRequest(_Body):
     command: list[Arg] = Field(min_length=1, max_length=1024)
     name: str | None = Field(default=None, pattern=JOB_NAME)
     memory_gb: float | None = Field(default=None, gt=0, le=4096)
+    #: host (CPU) memory the job may hold, GB (default: its node's; issue 26)
+    host_memory_gb: float | None = Field(default=None, gt=0, le=65536, strict=True)
     workload: str | None = Field(default=None, max_length=128)
     env: dict[str, Annotated[str, Field(max_length=32768)]] = Field(default_factory=dict,
                                                                    max_length=512)
@@ -90,6 +93,9 @@ class QuotaRequest(_Body):
     """``PUT /api/v1/quotas/{name}``: the fields given are set (null clears one: the default,
     no limit); the others are kept."""
 
+    #: numbers as JSON numbers only: ``"2"`` and ``true`` are refused (issue 26)
+    model_config = ConfigDict(extra="forbid", strict=True)
+
     weight: float | None = Field(default=None, gt=0, le=MAX_WEIGHT)
     max_in_use: float | None = Field(default=None, ge=0, le=MAX_IN_USE)
     max_queued: int | None = Field(default=None, ge=0, le=MAX_QUEUED)
@@ -99,3 +105,10 @@ class QuotaRequest(_Body):
     @classmethod
     def _limit(cls, v: int | str | None) -> int | None:
         return _priority_value(v)
+
+    @field_validator("weight", "max_in_use")
+    @classmethod
+    def _no_negative_zero(cls, v: float | None) -> float | None:
+        if v is not None and math.copysign(1.0, v) < 0:
+            raise ValueError("must not be negative (-0.0)")
+        return v

@@ -93,7 +93,16 @@ def client(url: str | None, token: str | None, state_dir: str | None,
              "URL` for a remote one (or set MISO_URL)")
     if not c.token:
         fail(f"no token for {c.url}: run `miso login --url {c.url}` (or set MISO_TOKEN)")
+    check_token_text(c.token)
     return Client(c.url, c.token, ca=c.ca)
+
+
+def check_token_text(token: str) -> None:
+    """A token is printable ASCII (an HTTP header); anything else is a one-line error, not
+    an encoding traceback."""
+    if not (token.isascii() and token.isprintable()):
+        fail("the token holds characters other than printable ASCII (miso tokens are "
+             "letters, digits, '-' and '_'): check --token, --token-file or $MISO_TOKEN")
 
 
 def call(fn: Any, *args: Any, **kw: Any) -> Any:
@@ -140,6 +149,9 @@ def submit(
         "--memory-gb", help="Peak GPU memory of the job in GB (10^9 bytes); it gets a slice "
         "at least this large.  [default: 1 GiB = 1.07 GB, or an emulated workload's own]")]
     = None,
+    host_memory_gb: Annotated[float | None, typer.Option(
+        "--host-memory-gb", help="Host (CPU) memory the job may hold, in GB (2^30 bytes); "
+        "past it the job is ended (state over_limit).  [default: the node's]")] = None,
     env: Annotated[list[str] | None, typer.Option(
         "--env", help="Set a variable in the job's environment (NAME=VALUE; repeatable).")]
     = None,
@@ -168,6 +180,8 @@ def submit(
 
     if memory_gb is not None:
         checks.positive(memory_gb, "--memory-gb")
+    if host_memory_gb is not None:
+        checks.positive(host_memory_gb, "--host-memory-gb")
     prio = _priority(priority)
     variables = parse_env(list(env or []), env_all)
     from miso.api.client import ApiError
@@ -179,7 +193,9 @@ def submit(
         while True:
             try:
                 jid = c.submit(list(command), name=name, memory_gb=memory_gb, env=variables,
-                               cwd=os.getcwd(), request_id=request, priority=prio)
+                               cwd=os.getcwd(), request_id=request, priority=prio,
+                               **({"host_memory_gb": host_memory_gb}
+                                  if host_memory_gb is not None else {}))
                 break
             except ApiError as e:  # retried only when the answer may have been lost
                 if e.status not in (0, 502, 503, 504) or time.time() > deadline:
@@ -395,6 +411,7 @@ def login(
     if ca is not None and not Path(ca).is_file():
         fail(f"--ca {ca}: no such file")
     ca_path = str(Path(ca).resolve()) if ca else None
+    check_token_text(token)
     with Client(url, token, ca=ca_path) as c:
         me = call(c.me)
     path = save_login(url.rstrip("/"), token, ca_path)

@@ -13,6 +13,8 @@ import json
 import math
 import os
 import socket
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -109,15 +111,49 @@ def tenancy_options(fair_share: bool, half_life: float | None, preempt: bool,
     return out
 
 
+#: How long ``cluster up`` waits for what a killed head left holding the state dir.
+LEFTOVER_WAIT_S = 45.0
+
+
+def wait_for_leftovers(sd: str, timeout: float, say: Callable[[str], object]) -> bool:
+    """After a head was killed (its ``cluster.json`` names a head that is gone), its Ray
+    processes (the controller holding ``controller.lock``) outlive it for seconds: say what
+    is awaited and wait up to ``timeout`` for the locks to be free. True when they are (or
+    no head was killed), False when something still holds them."""
+    from miso import raycluster as rc
+    from miso.controller.statelock import StateDirLock
+
+    info = rc.read_cluster_file(sd)
+    if info is None or rc.is_our_head(info, sd):
+        return True
+    locks = [(rc.head_lock(sd), "head"), (StateDirLock(sd), "controller")]
+    held = [(what, lock.holder()) for lock, what in locks if lock.holder() is not None]
+    if not held:
+        return True
+    names = ", ".join(f"its {what} (PID {pid})" for what, pid in held)
+    say(f"the previous head of {sd} (PID {info.get('pid')}) is gone but {names} still "
+        f"hold the state directory: waiting up to {timeout:.0f}s for them to exit")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(lock.holder() is None for lock, _ in locks):
+            return True
+        time.sleep(0.3)
+    return False
+
+
 def _check_state_dir(sd: str) -> None:
     """Refuse a state dir another live miso owns, or whose job store is damaged."""
     from miso import raycluster as rc
     from miso.controller.statelock import StateDirLock
     from miso.controller.storefile import store_problem
 
+    freed = wait_for_leftovers(sd, LEFTOVER_WAIT_S, console.print)
     for lock, what in ((rc.head_lock(sd), "a miso cluster head"),
                        (StateDirLock(sd), "a miso controller")):
         pid = lock.holder()
+        if pid is not None and not freed:
+            fail(f"state directory {sd} is still held by PID {pid}, left by a head that was "
+                 f"killed, {LEFTOVER_WAIT_S:.0f}s after it; end it (kill {pid}) and retry")
         if pid is not None:
             who = f"PID {pid}" if pid > 0 else "another process"
             fail(f"state directory {sd} is in use by {what} ({who}); stop it first "

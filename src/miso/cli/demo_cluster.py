@@ -153,5 +153,6 @@ class DemoRay:
             self.rc.stop_actors(stop_jobs=True)
         finally:
             ray.shutdown()
+            self.rc.remove_local_temp()
 
 

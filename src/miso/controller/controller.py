@@ -174,7 +174,7 @@ class Controller:
                env: dict[str, str] | None = None, cwd: str | None = None,
                owner: str | None = None, unix_user: str | None = None,
                request_id: str | None = None, owner_name: str | None = None,
-               priority: int = 0) -> str:
+               priority: int = 0, host_memory_gb: float | None = None) -> str:
         """Queue a job; returns its id. Raises :class:`SubmitError` on bad input.
 
         ``memory_gb`` is the job's peak GPU memory in GB (10^9 bytes). ``env`` is added to the
@@ -211,6 +211,11 @@ class Controller:
                 raise SubmitError(f"--memory-gb must be a positive number of GB, got "
                                   f"{memory_gb}")
             gib = float(memory_gb) * GIB_PER_GB
+        if host_memory_gb is not None and not (
+                isinstance(host_memory_gb, int | float) and not isinstance(host_memory_gb, bool)
+                and math.isfinite(host_memory_gb) and 0 < host_memory_gb <= 65536):
+            raise SubmitError(f"--host-memory-gb must be a number of GB in (0, 65536], got "
+                              f"{host_memory_gb!r}")
         try:
             priority = check_priority(priority)
         except ValueError as e:
@@ -236,7 +241,8 @@ class Controller:
             rec = self.store.submit(command=command, name=name, memory_gb=memory_gb,
                                     memory_gib=gib, workload=workload, env=env, cwd=cwd,
                                     at=self.now(), owner=owner, unix_user=unix_user,
-                                    request_id=request_id, owner_name=owner_name)
+                                    request_id=request_id, owner_name=owner_name,
+                                    host_memory_gb=host_memory_gb)
         except StoreConflict as e:
             raise SubmitConflict(str(e)) from None
         except StoreError as e:

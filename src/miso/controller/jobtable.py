@@ -59,7 +59,8 @@ class JobTable:
                env: dict[str, str] | None = None, cwd: str | None = None,
                at: float | None = None, owner: str | None = None,
                unix_user: str | None = None, request_id: str | None = None,
-               owner_name: str | None = None) -> JobRecord:
+               owner_name: str | None = None,
+               host_memory_gb: float | None = None) -> JobRecord:
         """Add a queued job. Names are unique among an owner's active and finished jobs; a
         failed or cancelled job's name is free again (its records stay, by id; the name then
         means the newest job).
@@ -105,11 +106,11 @@ class JobTable:
                     self.s.conn.execute(
                         "INSERT INTO jobs(id, name, command, memory_gb, memory_gib, workload, "
                         "env, cwd, state, submitted_at, owner, unix_user, request_id, "
-                        "owner_name) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                        "owner_name, host_memory_gb) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                         (jid, name, json.dumps(list(command)), float(memory_gb), gib,
                          workload, json.dumps(env or {}), cwd, JobStatus.QUEUED.value,
                          time.time() - self.s.epoch if at is None else at, owner, unix_user,
-                         request_id, owner_name))
+                         request_id, owner_name, host_memory_gb))
                     self.s.set_meta("next_job", str(n + 1))
                     self.s.conn.execute("COMMIT")
                 except BaseException:

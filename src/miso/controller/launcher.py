@@ -131,7 +131,8 @@ class Launcher:
         spec = {"job": job, "attempt": attempt, "command": rec.command, "gpu": ref.index,
                 "placement": [pl.start, pl.profile], "mps_pct": mps_pct,
                 "checkpoint_dir": str(ck_dir), "resume_from": path,
-                "env": rec.env, "cwd": rec.cwd, "owner": rec.owner, "unix_user": rec.unix_user}
+                "env": rec.env, "cwd": rec.cwd, "owner": rec.owner, "unix_user": rec.unix_user,
+                "host_memory_gb": rec.host_memory_gb}
         # wall time: compared with the agent's report timestamps (another process)
         run = Run(job, attempt, ref.node, gpu, ref.index, pl, mps_pct, time.time())
         with rt.lock:

@@ -78,6 +78,7 @@ CREATE TABLE IF NOT EXISTS jobs (
   owner_name TEXT,
   request_id TEXT UNIQUE,
   memory_gib REAL,
+  host_memory_gb REAL,
   checkpointable INTEGER,
   note TEXT NOT NULL DEFAULT ''
 );
@@ -117,7 +118,7 @@ CREATE TABLE IF NOT EXISTS events (
 
 #: Columns added by schema version 2 (added in place to a version-1 store).
 V2_COLUMNS = (("request_id", "TEXT"), ("memory_gib", "REAL"), ("checkpointable", "INTEGER"),
-               ("note", "TEXT NOT NULL DEFAULT ''"))
+               ("note", "TEXT NOT NULL DEFAULT ''"), ("host_memory_gb", "REAL"))
 
 #: A job that ended in one of these states gives its name back (a re-run after a fix).
 NAME_FREED = (JobStatus.FAILED.value, JobStatus.CANCELLED.value, JobStatus.OVER_LIMIT.value)
@@ -165,6 +166,8 @@ class JobRecord:
     memory_gib: float | None = None
     checkpointable: bool | None = None
     note: str = ""
+    #: the job's own host-memory bound, GB (None: its node's default; issue 26)
+    host_memory_gb: float | None = None
 
     @property
     def terminal(self) -> bool:

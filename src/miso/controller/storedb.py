@@ -44,6 +44,8 @@ class StoreDb:
                 for col in ("owner", "unix_user", "owner_name"):
                     if col not in cols:
                         self.conn.execute(f"ALTER TABLE jobs ADD COLUMN {col} TEXT")
+                if "host_memory_gb" not in cols:  # issue 26: a job's host-memory bound
+                    self.conn.execute("ALTER TABLE jobs ADD COLUMN host_memory_gb REAL")
                 self.conn.execute("CREATE INDEX IF NOT EXISTS jobs_owner ON jobs(owner, seq)")
                 # the unique-name check of every submit (a table scan without it)
                 self.conn.execute("CREATE INDEX IF NOT EXISTS jobs_name ON jobs(name, owner)")

@@ -6,6 +6,7 @@ quota. How the running cluster applies them (usage ledger, queue order, entitlem
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -25,11 +26,10 @@ def parse_priority(value: str | int | float) -> int:
     v = str(value).strip().lower()
     if v in PRIORITY_CLASSES:
         return PRIORITY_CLASSES[v]
-    try:
-        return int(v)
-    except ValueError:
-        raise ValueError(f"priority {value!r}: expected high, normal, low or an integer") \
-            from None
+    # ASCII digits only: int() would also take "１" (a full-width digit) and "1_0"
+    if not re.fullmatch(r"[+-]?[0-9]{1,15}", v):
+        raise ValueError(f"priority {value!r}: expected high, normal, low or an integer")
+    return int(v)
 
 
 @dataclass(frozen=True)
