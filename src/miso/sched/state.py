@@ -139,6 +139,7 @@ class ClusterState:
         self._plan = 0
         self.now = 0.0
         self._watchers: list[Callable[[str], None]] = []
+        self._progress_watchers: list[Callable[[str], None]] = []
         #: owners' usage, fair-share order and quotas (:mod:`miso.sched.tenancy`); None: FIFO
         self.tenancy: Tenancy | None = Tenancy(tenancy, self) if tenancy is not None else None
 
@@ -146,6 +147,11 @@ class ClusterState:
         """Call ``fn(gpu)`` after every change to a GPU's resident jobs, plans, layout or
         assignment, and when it is added or removed (policies keep indexes with it)."""
         self._watchers.append(fn)
+
+    def watch_progress(self, fn: Callable[[str], None]) -> None:
+        """Call ``fn(job)`` after a progress report is folded into a job's state (a policy
+        that learns from reports looks at those jobs only)."""
+        self._progress_watchers.append(fn)
 
     def _changed(self, g: str | None) -> None:
         if g is not None:
@@ -178,6 +184,8 @@ class ClusterState:
                 js = self.jobs.get(j)
                 if js is not None:
                     js.progress = (now, w, r)
+                    for fn in self._progress_watchers:
+                        fn(j)
             case JobSubmitted(job=spec):
                 if spec.id in self.jobs:
                     raise ContractError(f"job {spec.id} submitted twice")

@@ -20,7 +20,7 @@ from miso.sched.policies.base import (
 )
 from miso.sched.policies.baselines import BACKFILL_WINDOW
 from miso.sched.policies.burst import Burst
-from miso.sched.policies.economy import RestartEconomy
+from miso.sched.policies.economy import Relaunches, RestartEconomy
 from miso.sched.policies.explain import TRIGGERS, explain_plan
 from miso.sched.policies.miso import Miso
 from miso.sched.policies.observed import ObservedSpeeds
@@ -150,7 +150,7 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
         self.learn_earlier_slices = learn_earlier_slices  # observed.py
         self.memory_prior = memory_prior
         self.restarting: dict[str, dict[str, float]] = {}
-        self.relaunching: dict[str, tuple[float, float]] = {}
+        self.relaunching = Relaunches()
         self.restart_seen: dict[str, float] = {}
         self.restart_stats = [0.0, 0.0]
         self.work_seen: dict[str, float] = {}
