@@ -348,6 +348,7 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
         cur_thr = sum(speeds[j][pl.profile] for j, pl in current.items()
                       if pl.profile in speeds[j])
         restarted = [j for j in current if assignment.get(j) != current[j]]
+        costs = {j: self.restart_cost(j) for j in restarted}  # what the plan priced them at
         gain = thr - cur_thr
         intervals = getattr(self.estimator, "interval", {})  # none without a predictor
         why = {
@@ -362,8 +363,9 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
             "restarts": restarted, "pinned": sorted(pinned),
             "expected_gain": gain, "horizon_s": horizon,
             "reserved": str(reserved) if reserved is not None else None,
+            "restart_costs": costs,
             "note": explain_plan(g, thr, cur_thr if current else None, restarted,
-                             horizon, self.restart_s)
+                                 horizon, costs)
             + (f"; {reserved} kept free for the next arrival (expected within the horizon)"
                if reserved is not None else ""),
         }
