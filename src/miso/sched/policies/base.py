@@ -9,7 +9,7 @@ from typing import Any
 
 from miso.mig import Geometry
 from miso.optimize import OptimizerError, optimizer_for
-from miso.sched.decisions import Decision, PlaceJob, RequeueJob
+from miso.sched.decisions import Decision, PlaceJob, RequeueCause, RequeueJob
 from miso.sched.events import (
     Event,
     GpuAdded,
@@ -165,8 +165,9 @@ class Scratch:
         self.placed.add(job)
         self.touched.append(gpu)
 
-    def requeue(self, job: str, reason: str, why: dict | None = None) -> None:
-        self.out.append(RequeueJob(job, reason, why=why))
+    def requeue(self, job: str, reason: str, why: dict | None = None, *,
+                cause: RequeueCause = RequeueCause.OTHER) -> None:
+        self.out.append(RequeueJob(job, reason, cause, why=why))
         self.requeued.add(job)
         gpu = self.state.jobs[job].gpu
         if gpu is not None:
@@ -320,7 +321,7 @@ def _failed(p: BasePolicy, now: float, ev: LayoutFailed, sc: Scratch) -> None:
     gs = sc.state.gpus.get(ev.gpu)
     if gs is not None and gs.pending is None:
         for j in list(gs.jobs):
-            sc.requeue(j, f"layout failed: {ev.reason}")
+            sc.requeue(j, f"layout failed: {ev.reason}", cause=RequeueCause.LAYOUT_FAILED)
         p.on_capacity(now, sc)
 
 

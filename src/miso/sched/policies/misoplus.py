@@ -7,7 +7,7 @@ from typing import Any
 
 from miso.optimize import OptimizerError, optimizer_for
 from miso.sched.clusterprior import ClusterPrior
-from miso.sched.decisions import ApplyLayout, Decision, StartProfiling, WakeUp
+from miso.sched.decisions import ApplyLayout, Decision, RequeueCause, StartProfiling, WakeUp
 from miso.sched.events import (
     Event,
     JobSubmitted,
@@ -214,7 +214,8 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
                     layout, asg, wait = self.batch_plan(g, sc)
                     for j in wait:
                         sc.requeue(j, f"the batch on {g} ends sooner on average with it "
-                                      "waiting for a freed instance")
+                                      "waiting for a freed instance",
+                                   cause=RequeueCause.BATCH_WAIT)
                     if layout is not None:
                         sc.out.append(ApplyLayout(g, sc.state.new_plan_id(), layout, asg, why={
                             "trigger": "timer", "restarts": [], "waiting": wait[::-1],
@@ -321,7 +322,7 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
             movable = [j for j in jobs if j not in pinned and j not in current]
             victim = (movable or [j for j in jobs if j not in pinned])[-1:]
             for j in victim:
-                sc.requeue(j, "no layout holds the mix")
+                sc.requeue(j, "no layout holds the mix", cause=RequeueCause.NO_LAYOUT)
             return
         layout, assignment, reserved = sol.layout, dict(sol.assignment), None
         ghosts = self.landing_slots(sc, g, jobs)  # a burst: slots that stay for the next
