@@ -90,7 +90,6 @@ class RequeueCause(StrEnum):
     RECLAIMED = "reclaimed"           # fair share returned its room to another owner
     NO_LAYOUT = "no_layout"           # no layout of its GPU holds the mix
     REBALANCE = "rebalance"           # it moves onto an idle GPU
-    BATCH_WAIT = "batch_wait"         # a fixed batch ends sooner with it waiting
     OTHER = "other"
 
 
