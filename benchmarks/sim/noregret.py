@@ -41,8 +41,6 @@ ABLATION: dict[str, dict[str, Any]] = {
     "- wait for a whole GPU": {"wait_for_gpu": False},
     "wait bias 1 (wait whenever it looks better)": {"wait_bias": 1.0},
     "- plan an instant's arrivals together": {"batch_arrivals": False},
-    "+ batch landing (off by default)": {"batch_admit": True},
-    "+ batch landing, 16 speed draws (off)": {"batch_admit": True, "landing_samples": 16},
     "- batch cap (4 at a time when restarts are dear)": {"batch_jobs": 0},
     "- harmonic prior in a batch": {"batch_prior": False},
     "- batch horizon 0.75": {"batch_horizon_quantile": 0.5},

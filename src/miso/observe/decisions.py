@@ -31,6 +31,7 @@ from miso.sched import (
     LayoutFailed,
     PlaceJob,
     ProfilingFinished,
+    RequeueCause,
     RequeueJob,
     RunMps,
     SpeedObserved,
@@ -151,7 +152,7 @@ def explain(now: float, d: Decision, state: ClusterState, ctx: Context) -> dict[
         case RequeueJob():
             rec.update(job=d.job, gpu=ctx.gpu_before, reason=d.reason,
                        restarts=list(ctx.restarted))
-            if "rebalance" in d.reason:
+            if d.cause is RequeueCause.REBALANCE:
                 rec["trigger"] = "rebalance"
             rec["note"] = f"job {d.job} back to the queue: {d.reason or 'no reason given'}"
         case WakeUp():

@@ -41,6 +41,7 @@ from miso.sched.decisions import (
     ApplyLayout,
     Decision,
     PlaceJob,
+    RequeueCause,
     RequeueJob,
     RunMps,
     StartProfiling,
@@ -85,7 +86,8 @@ __all__ = [
     "JobSpec",
     "JobSpeedChanged", "JobState", "JobStatus", "JobSubmitted", "LayoutApplied", "LayoutFailed",
     "NoisyOracle", "Phase", "PlaceJob", "Policy", "PredictorEstimator", "ProfilingFinished",
-    "RequeueJob", "RunMps", "SpeedEstimator", "SpeedObserved", "SpeedTable", "StartProfiling",
+    "RequeueCause", "RequeueJob", "RunMps", "SpeedEstimator", "SpeedObserved", "SpeedTable",
+    "StartProfiling",
     "Tick", "TrueSpeeds", "WakeUp", "make_policy", "policy_names", "register", "true_speeds",
     "workload_speeds",
 ]

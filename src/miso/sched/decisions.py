@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from miso.mig import Placement
@@ -80,12 +81,25 @@ class RunMps(Decision):
     shares: Mapping[str, int]
 
 
+class RequeueCause(StrEnum):
+    """Why a job goes back to the queue, as data (``RequeueJob.reason`` says it in words):
+    drivers and observers read this, never the words."""
+
+    LAYOUT_FAILED = "layout_failed"   # its GPU's plan failed
+    PREEMPTED = "preempted"           # for a higher-priority job (tenancy's preemption)
+    RECLAIMED = "reclaimed"           # fair share returned its room to another owner
+    NO_LAYOUT = "no_layout"           # no layout of its GPU holds the mix
+    REBALANCE = "rebalance"           # it moves onto an idle GPU
+    OTHER = "other"
+
+
 @dataclass(frozen=True)
 class RequeueJob(Decision):
     """Checkpoint the job, take it off its GPU and put it back in the queue."""
 
     job: str
     reason: str = ""
+    cause: RequeueCause = RequeueCause.OTHER
     why: Mapping[str, Any] | None = field(default=None, compare=False, hash=False)
 
 

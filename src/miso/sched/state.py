@@ -148,6 +148,7 @@ class ClusterState:
         self._watchers: list[Callable[[str], None]] = []
         #: whole-GPU runs (gangs), held GPUs and the gang queue (:mod:`miso.sched.gangstate`)
         self.gangs = GangBook(self)
+        self._progress_watchers: list[Callable[[str], None]] = []
         #: owners' usage, fair-share order and quotas (:mod:`miso.sched.tenancy`); None: FIFO
         self.tenancy: Tenancy | None = Tenancy(tenancy, self) if tenancy is not None else None
 
@@ -167,6 +168,11 @@ class ClusterState:
     def requeue_resident(self, j: str) -> None:
         """Put a job whose GPU left back in the queue (submission order)."""
         self._to_queue(j)
+
+    def watch_progress(self, fn: Callable[[str], None]) -> None:
+        """Call ``fn(job)`` after a progress report is folded into a job's state (a policy
+        that learns from reports looks at those jobs only)."""
+        self._progress_watchers.append(fn)
 
     def _changed(self, g: str | None) -> None:
         if g is not None:
@@ -199,6 +205,8 @@ class ClusterState:
                 js = self.jobs.get(j)
                 if js is not None:
                     js.progress = (now, w, r)
+                    for fn in self._progress_watchers:
+                        fn(j)
             case JobSubmitted(job=spec):
                 if spec.id in self.jobs:
                     raise ContractError(f"job {spec.id} submitted twice")

@@ -47,6 +47,7 @@ from miso.sched import (
     LayoutApplied,
     PlaceJob,
     Policy,
+    RequeueCause,
     RequeueJob,
     RunMps,
     SpeedObserved,
@@ -543,11 +544,11 @@ class Simulator(ProfilingRuns, Disturbances):
             share = self._share(j.placement, self.gpus[gid].geom if gid is not None else None) \
                 if j.mode == "mig" else 1.0
             self.stop_job(j, now)
-            if d.reason.startswith(("preempted", "fair share:")) and j.started:
+            if d.cause in (RequeueCause.PREEMPTED, RequeueCause.RECLAIMED) and j.started:
                 # what the restart this preemption (priority) or reclaim (fair share) causes
                 # throws away (see ``restart``)
                 lost = self.cfg.restart_s * share + (0.0 if j.ckpt else j.duration - j.work_left)
-                if d.reason.startswith("preempted"):
+                if d.cause is RequeueCause.PREEMPTED:
                     self.preemptions += 1
                     self.preempt_lost_gpu_s += lost
                 else:

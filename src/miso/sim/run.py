@@ -10,6 +10,8 @@ from typing import Any
 from miso.mig import enumerate_layouts, geometry, multiset
 from miso.sched import Policy, make_policy
 from miso.sched.estimators import make_estimator as estimator_named
+from miso.sched.policies import build_policy as build_sched_policy
+from miso.sched.policies import policy_options
 from miso.sched.speeds import workload_speeds
 from miso.sched.tenancyconfig import TenancyConfig
 from miso.sim.engine import SimResult, Simulator
@@ -106,15 +108,18 @@ def optsta_search(jobs: Sequence[TraceJob], cfg: Any, seed: int,
 
 def build_policy(name: str, jobs: Sequence[TraceJob], cfg: Any, seed: int,
                  **kw: Any) -> Policy:
-    """A ready policy for a run (estimator injected, OptSta layout searched)."""
-    if name in ("miso", "miso+"):
-        kw.setdefault("estimator", make_estimator(cfg, seed))
-        kw.setdefault("profile_seconds_per_level", cfg.profile_s_per_level)
-    if name == "miso+":
-        kw.setdefault("restart_s", cfg.restart_s)
-    if name == "optsta" and "layout" not in kw:
+    """A ready policy for a run: the policy table's one factory
+    (:func:`miso.sched.policies.build_policy`, which the live controller uses too) with the
+    world's knobs as defaults for a policy that takes them (its estimator, profiling time per
+    MPS level, restart prior); OptSta's layout searched offline."""
+    known = policy_options(name)
+    defaults: dict[str, Any] = {"profile_seconds_per_level": cfg.profile_s_per_level,
+                                "restart_s": cfg.restart_s}
+    if "estimator" in known and "estimator" not in kw:
+        defaults["estimator"] = make_estimator(cfg, seed)
+    if "layout" in known and "layout" not in kw:  # OptSta (and a profile built on it)
         kw["layout"] = optsta_search(jobs, cfg, seed)
-    return make_policy(name, **kw)
+    return build_sched_policy(name, defaults, **kw)
 
 
 def run_policy(name: str, jobs: Sequence[TraceJob], cfg: Any, seed: int = 1,

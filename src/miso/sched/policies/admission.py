@@ -10,16 +10,10 @@ A mixin of :class:`~miso.sched.policies.misoplus.MisoPlus` (it reads the policy'
 
 from __future__ import annotations
 
-import heapq
-import random
-from functools import cache
 from typing import Any
 
-from miso.mig import Geometry, Placement, enumerate_layouts, multiset
 from miso.optimize import OptimizerError, optimizer_for
-from miso.sched.policies.base import Scratch, fitting_profiles
-from miso.sched.speeds import workload_speeds
-from miso.workloads import catalogue
+from miso.sched.policies.base import Scratch
 
 #: When miso+ profiles a newcomer alone on an idle GPU (:meth:`Admission.profile_pays`).
 PROFILE_WHEN = ("auto", "always", "never")
@@ -51,7 +45,6 @@ class Admission:
     in_batch: Any
     wait_bias: float
     load_samples: int
-    landing_samples: int
     arrival_within: Any
     burst: Any
 
@@ -139,114 +132,6 @@ class Admission:
         bias = 1.0 if self.in_batch() else self.wait_bias
         return share >= bias * wait
 
-    def batch_plan(self, g: str, sc: Scratch
-                   ) -> tuple[tuple[Placement, ...] | None, dict[str, Placement], list[str]]:
-        """How a batch (jobs of ``g`` of which none has run) lands: (a static layout and its
-        assignment, or None to let the re-plan choose; the jobs that wait for a freed
-        instance, latest submitted first). Candidates: the best layout for every FIFO prefix
-        of the batch, and every maximal layout (OptSta's family) filled FIFO, each job on
-        the largest free instance that holds it; the one with the smallest sum of completion
-        times (:meth:`landing_cost`) wins."""
-        st = sc.state
-        geom = st.gpus[g].geom
-        jobs = sorted(sc.jobs_on(g), key=lambda j: (st.jobs[j].submitted_at, j))
-        if len(jobs) < 2:
-            return None, {}, []
-        queued = sc.queue(8)  # they wait for this GPU's instances too
-        sp = self.speeds(geom, sc, [*jobs, *queued])
-        opt = optimizer_for(geom)
-        comp = {p.name: p.compute_slices for p in geom.profiles}
-        scen = self.speed_scenarios(geom, sc, [*jobs, *queued], sp)
-        best: tuple[float, tuple[Placement, ...] | None, dict[str, Placement], list[str]] | None
-        best = None
-        for n in range(1, len(jobs) + 1):
-            try:
-                sol = opt.solve({j: sp[j] for j in jobs[:n]})
-            except OptimizerError:
-                continue
-            cost = self.scenario_cost(scen, comp, dict(sol.assignment), [],
-                                      [*jobs[n:], *queued])
-            if best is None or cost < best[0] - 1e-6:
-                best = (cost, None, {}, jobs[n:])
-        for lay in _landing_layouts(geom):
-            free = sorted(lay, key=lambda pl: (-comp[pl.profile], pl.start))
-            asg: dict[str, Placement] = {}
-            wait = []
-            for j in jobs:
-                pl = next((x for x in free if x.profile in sp[j]), None)
-                if pl is None:
-                    wait.append(j)
-                    continue
-                free.remove(pl)
-                asg[j] = pl
-            if not asg:
-                continue
-            cost = self.scenario_cost(scen, comp, asg, free, [*wait, *queued])
-            if best is None or cost < best[0] - 1e-6:
-                best = (cost, tuple(sorted(lay)), asg, wait)
-        if best is None:
-            return None, {}, []
-        return best[1], best[2], best[3][::-1]
-
-    def speed_scenarios(self, geom: Geometry, sc: Scratch, jobs: list[str],
-                        sp: dict[str, dict[str, float]]) -> list[dict[str, dict[str, float]]]:
-        """Speeds to judge a landing by: the estimates ``sp`` alone, or with
-        ``landing_samples`` > 0 that many draws where each job not measured yet (planned with
-        the prior) takes the speeds of a catalogue workload that fits its memory. A
-        completion time is work / speed, so the mean speed underrates the slow jobs' time
-        (1/E[s] < E[1/s]): averaging over draws does not."""
-        n = self.landing_samples
-        unknown = [j for j in jobs if j not in self.est]
-        if n <= 0 or not unknown:
-            return [sp]
-        rng = random.Random(len(jobs))  # deterministic: same batch, same choice
-        out = []
-        for _ in range(n):
-            d = dict(sp)
-            for j in unknown:
-                pool = _catalogue_speeds(geom, fitting_profiles(
-                    geom, sc.state.jobs[j].spec.memory_gb))
-                if pool:
-                    d[j] = dict(pool[rng.randrange(len(pool))])
-            out.append(d)
-        return out
-
-    def scenario_cost(self, scen: list[dict[str, dict[str, float]]], comp: dict[str, int],
-                      running: dict[str, Placement], free: list[Placement],
-                      waiting: list[str]) -> float:
-        """Mean :meth:`landing_cost` over the speed scenarios."""
-        return sum(self.landing_cost(sp, comp, running, free, waiting)
-                   for sp in scen) / len(scen)
-
-    def landing_cost(self, sp: dict[str, dict[str, float]], comp: dict[str, int],
-                     running: dict[str, Placement], free: list[Placement],
-                     waiting: list[str]) -> float:
-        """Sum of the completion times (from now) of the ``running`` jobs on their instances
-        and of the ``waiting`` ones, each taking in order the largest instance that is or
-        becomes free and holds it (nobody moves: a static "landing" layout)."""
-        ends = [(self.remaining(j) / max(sp[j][pl.profile], 0.05), j, pl)
-                for j, pl in running.items()]
-        heapq.heapify(ends)
-        pool = sorted(free, key=lambda pl: -comp[pl.profile])
-        queue = list(waiting)
-        total = 0.0
-        t = 0.0
-        while True:
-            for w in list(queue):
-                pl = next((x for x in pool if x.profile in sp[w]), None)
-                if pl is not None:
-                    pool.remove(pl)
-                    queue.remove(w)
-                    heapq.heappush(ends, (t + self.remaining(w) / max(sp[w][pl.profile], 0.05),
-                                          w, pl))
-            if not ends:
-                break
-            t, _, pl = heapq.heappop(ends)
-            total += t
-            pool.append(pl)
-            pool.sort(key=lambda x: -comp[x.profile])
-        return total + 1e12 * len(queue)  # a job no instance holds: never
-
     def gpu_free_in(self, sc: Scratch, k: int) -> float | None:
         """Seconds until the ``k+1``-th soonest GPU has finished all its jobs (each job's
         remaining work at its current slice's speed); None when fewer GPUs. One scan of the
@@ -274,27 +159,3 @@ class Admission:
         # Deeper in the queue: every GPU frees again after about its median job's time.
         return times[k % len(times)] + (k // len(times)) * max(times[len(times) // 2], 1.0)
 
-
-@cache
-def _catalogue_speeds(geom: Geometry, fits: tuple[str, ...]
-                      ) -> tuple[tuple[tuple[str, float], ...], ...]:
-    """Each catalogue workload's speeds on the profiles in ``fits`` (one draw each)."""
-    fit = set(fits)
-    out = []
-    for w in catalogue().values():
-        v = workload_speeds(geom, w)
-        if fit <= set(v):  # a workload that runs on every profile the job fits
-            out.append(tuple((p, s) for p, s in v.items() if p in fit))
-    return tuple(out)
-
-
-@cache
-def _landing_layouts(geom: Geometry) -> tuple[tuple[Placement, ...], ...]:
-    """One maximal layout per multiset of profiles (OptSta's candidates), the whole GPU
-    excluded (a batch of several jobs)."""
-    seen: dict[tuple[str, ...], tuple[Placement, ...]] = {}
-    for lay in enumerate_layouts(geom, maximal=True):
-        ms = multiset(geom, lay)
-        if len(lay) > 1 and ms not in seen:
-            seen[ms] = tuple(lay)
-    return tuple(seen.values())

@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from functools import cache
 from itertools import islice
+from typing import Any
 
 from miso.mig import Geometry
 from miso.optimize import OptimizerError, optimizer_for
-from miso.sched.decisions import Decision, PlaceJob, RequeueJob
+from miso.sched.decisions import Decision, PlaceJob, RequeueCause, RequeueJob
 from miso.sched.events import (
     Event,
     GpuAdded,
@@ -164,8 +165,9 @@ class Scratch:
         self.placed.add(job)
         self.touched.append(gpu)
 
-    def requeue(self, job: str, reason: str, why: dict | None = None) -> None:
-        self.out.append(RequeueJob(job, reason, why=why))
+    def requeue(self, job: str, reason: str, why: dict | None = None, *,
+                cause: RequeueCause = RequeueCause.OTHER) -> None:
+        self.out.append(RequeueJob(job, reason, cause, why=why))
         self.requeued.add(job)
         gpu = self.state.jobs[job].gpu
         if gpu is not None:
@@ -245,37 +247,10 @@ class BasePolicy:
         return sc.out
 
     def dispatch(self, now: float, event: Event, sc: Scratch) -> None:
-        """The event to its ``on_*`` hook."""
-        state = sc.state
-        match event:
-            case JobSubmitted():
-                self.on_submit(now, event, sc)
-            case JobFinished(job=j) | JobFailed(job=j):
-                self.on_finish(now, j, state.jobs[j].gpu, sc)
-            case ProfilingFinished():
-                if state.gpus.get(event.gpu) is not None and \
-                        state.gpus[event.gpu].applied_plan_id == event.plan_id:
-                    self.on_profiled(now, event, sc)
-            case LayoutApplied():
-                gs = state.gpus.get(event.gpu)
-                if gs is not None and gs.applied_plan_id == event.plan_id:
-                    self.on_applied(now, event.gpu, sc)
-            case LayoutFailed():
-                gs = state.gpus.get(event.gpu)
-                if gs is not None and gs.pending is None:
-                    for j in list(gs.jobs):
-                        sc.requeue(j, f"layout failed: {event.reason}")
-                    self.on_capacity(now, sc)
-            case GpuAdded():
-                self.on_gpu_added(now, event.gpu, sc)
-            case GpuRemoved():
-                self.on_capacity(now, sc)
-            case JobSpeedChanged():
-                self.on_speed_changed(now, event, sc)
-            case SpeedObserved():
-                self.on_speed_observed(now, event, sc)
-            case Tick():
-                self.on_tick(now, event, sc)
+        """The event to its ``on_*`` hook (:data:`_HOOKS`; an event with none: nothing)."""
+        hook = _HOOKS.get(type(event))
+        if hook is not None:
+            hook(self, now, event, sc)
 
     def has_room(self, sc: Scratch, job: str) -> bool:
         """Whether the policy could place ``job`` now (reclaim asks first)."""
@@ -323,3 +298,44 @@ class BasePolicy:
 
     def on_tick(self, now: float, ev: Tick, sc: Scratch) -> None:
         pass
+
+
+# -- event -> hook ----------------------------------------------------------------------------
+def _finished(p: BasePolicy, now: float, ev: JobFinished | JobFailed, sc: Scratch) -> None:
+    p.on_finish(now, ev.job, sc.state.jobs[ev.job].gpu, sc)
+
+
+def _profiled(p: BasePolicy, now: float, ev: ProfilingFinished, sc: Scratch) -> None:
+    gs = sc.state.gpus.get(ev.gpu)
+    if gs is not None and gs.applied_plan_id == ev.plan_id:
+        p.on_profiled(now, ev, sc)
+
+
+def _applied(p: BasePolicy, now: float, ev: LayoutApplied, sc: Scratch) -> None:
+    gs = sc.state.gpus.get(ev.gpu)
+    if gs is not None and gs.applied_plan_id == ev.plan_id:
+        p.on_applied(now, ev.gpu, sc)
+
+
+def _failed(p: BasePolicy, now: float, ev: LayoutFailed, sc: Scratch) -> None:
+    gs = sc.state.gpus.get(ev.gpu)
+    if gs is not None and gs.pending is None:
+        for j in list(gs.jobs):
+            sc.requeue(j, f"layout failed: {ev.reason}", cause=RequeueCause.LAYOUT_FAILED)
+        p.on_capacity(now, sc)
+
+
+#: Each event type's hook: a plan acknowledgement only when it is the GPU's current plan.
+_HOOKS: dict[type, Any] = {
+    JobSubmitted: lambda p, now, ev, sc: p.on_submit(now, ev, sc),
+    JobFinished: _finished,
+    JobFailed: _finished,
+    ProfilingFinished: _profiled,
+    LayoutApplied: _applied,
+    LayoutFailed: _failed,
+    GpuAdded: lambda p, now, ev, sc: p.on_gpu_added(now, ev.gpu, sc),
+    GpuRemoved: lambda p, now, ev, sc: p.on_capacity(now, sc),
+    JobSpeedChanged: lambda p, now, ev, sc: p.on_speed_changed(now, ev, sc),
+    SpeedObserved: lambda p, now, ev, sc: p.on_speed_observed(now, ev, sc),
+    Tick: lambda p, now, ev, sc: p.on_tick(now, ev, sc),
+}

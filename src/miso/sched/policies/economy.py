@@ -8,15 +8,90 @@ A mixin of :class:`~miso.sched.policies.misoplus.MisoPlus` (it reads the policy'
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Iterator
 from typing import Any
 
 from miso.mig import Placement
 from miso.sched.decisions import ApplyLayout, Decision
 from miso.sched.policies.base import Scratch
 from miso.sched.policies.priors import prior_speeds
+from miso.sched.state import ClusterState
 
 #: A restart not seen to end within this many ``restart_s`` (1 min at least) is not measured.
 STALE = 20.0
+
+
+class Relaunches:
+    """Relaunched jobs not seen resuming yet: job -> (the plan that restarted it, its
+    acknowledgement), in insertion order (a dict's), with what makes learning from them cost
+    what changed, not every relaunch in flight at every call: the jobs that reported progress
+    since (``ClusterState.watch_progress``) and a heap of when each goes stale."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, tuple[float, float]] = {}
+        self._seq: dict[str, int] = {}       # job -> insertion number (the dict's order)
+        self._n = 0
+        self._expiry: list[tuple[float, str]] = []
+        self._reported: set[str] = set()
+        self._state: ClusterState | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.entries)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __contains__(self, job: object) -> bool:
+        return job in self.entries
+
+    def __setitem__(self, job: str, value: tuple[float, float]) -> None:
+        if job not in self.entries:
+            self._seq[job] = self._n
+            self._n += 1
+        self.entries[job] = value
+        self._reported.add(job)  # a report may have come before this call saw the ack
+        heapq.heappush(self._expiry, (value[0], job))
+
+    def __delitem__(self, job: str) -> None:
+        del self.entries[job]
+        self._seq.pop(job, None)
+
+    def pop(self, job: str, default: Any = None) -> Any:
+        if job not in self.entries:
+            return default
+        got = self.entries[job]
+        del self[job]
+        return got
+
+    def items(self) -> Iterator[tuple[str, tuple[float, float]]]:
+        return iter(list(self.entries.items()))
+
+    def _note(self, job: str) -> None:
+        if job in self.entries:
+            self._reported.add(job)
+
+    def changed(self, state: ClusterState, stale_after: float
+                ) -> list[tuple[str, tuple[float, float]]]:
+        """The entries that may resolve now, in insertion order: reported since the last
+        call, or (by the heap) at least ``stale_after`` old (a superset; the caller decides)."""
+        if state is not self._state:
+            self._state = state
+            state.watch_progress(self._note)
+            self._reported.update(self.entries)
+        cand = self._reported
+        self._reported = set()
+        horizon = state.now - stale_after
+        exp = self._expiry
+        due: set[str] = set()
+        while exp and exp[0][0] <= horizon + 1e-6:
+            due.add(heapq.heappop(exp)[1])
+        for j in due:  # kept in the heap until gone (the caller's test is the exact one)
+            if j in self.entries:
+                heapq.heappush(exp, (self.entries[j][0] + 1e-3, j))
+        cand |= due
+        got = sorted((self._seq[j], j) for j in cand if j in self.entries)
+        return [(j, self.entries[j]) for _, j in got]
 
 
 class RestartEconomy:
@@ -39,7 +114,7 @@ class RestartEconomy:
     learn_restart_cost: bool
     ran: set[str]
     restarting: dict[str, dict[str, float]]   # gpu -> job -> when a plan restarted it
-    relaunching: dict[str, tuple[float, float]]  # job -> (that plan, its ack), not resumed
+    relaunching: Relaunches             # job -> (that plan, its ack), not resumed
     restart_seen: dict[str, float]      # job -> its measured restart cost (s)
     restart_stats: list[float]          # [sum, count] of every cost measured
     work_seen: dict[str, float]         # job -> its work when first seen reporting (s)
@@ -83,13 +158,15 @@ class RestartEconomy:
     def learn_restart_costs(self) -> None:
         """Read each relaunched job's first progress report after the plan's
         acknowledgement (folded into its state by the driver, live or simulated; not a last
-        report of the old run) as its restart cost: from the plan to that report."""
+        report of the old run) as its restart cost: from the plan to that report. Only the
+        relaunches that can have changed are looked at (:meth:`Relaunches.changed`)."""
         st = self.state
-        for j, (t0, acked) in list(self.relaunching.items()):
+        limit = STALE * max(self.restart_s, 60.0)
+        for j, (t0, acked) in self.relaunching.changed(st, limit):
             js = st.jobs.get(j)
             p = js.progress if js is not None else None
             if js is None or js.finished_at is not None or \
-                    st.now - t0 > STALE * max(self.restart_s, 60.0):
+                    st.now - t0 > limit:
                 del self.relaunching[j]  # ended, or no relaunch seen: nothing to learn
             elif p is not None and p[0] > acked and p[2] > 0:
                 self.restart_seen[j] = p[0] - t0

@@ -19,7 +19,7 @@ from typing import Any
 
 from miso.mig import Geometry, Placement
 from miso.optimize import OptimizerError, optimizer_for
-from miso.sched.decisions import ApplyLayout, StartProfiling, WakeUp
+from miso.sched.decisions import ApplyLayout, RequeueCause, StartProfiling, WakeUp
 from miso.sched.estimators import TrueSpeeds
 from miso.sched.events import (
     JobSpeedChanged,
@@ -226,7 +226,7 @@ class Miso(BasePolicy):
                 restart_penalty=self.restart_penalty)
         except OptimizerError:
             for j in jobs[-1:]:
-                sc.requeue(j, "no layout holds the mix")
+                sc.requeue(j, "no layout holds the mix", cause=RequeueCause.NO_LAYOUT)
             return
         lay = tuple(sorted(sol.layout))
         if lay == tuple(sorted(gs.layout)) and sol.assignment == gs.assignment:

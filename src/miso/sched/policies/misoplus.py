@@ -3,11 +3,12 @@ The paper's policy, which it extends, is :mod:`miso.sched.policies.miso`."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from miso.optimize import OptimizerError, optimizer_for
 from miso.sched.clusterprior import ClusterPrior
-from miso.sched.decisions import ApplyLayout, Decision, StartProfiling, WakeUp
+from miso.sched.decisions import ApplyLayout, Decision, RequeueCause, StartProfiling, WakeUp
 from miso.sched.events import (
     Event,
     JobSubmitted,
@@ -20,7 +21,7 @@ from miso.sched.policies.base import (
 )
 from miso.sched.policies.baselines import BACKFILL_WINDOW
 from miso.sched.policies.burst import Burst
-from miso.sched.policies.economy import RestartEconomy
+from miso.sched.policies.economy import Relaunches, RestartEconomy
 from miso.sched.policies.explain import TRIGGERS, explain_plan
 from miso.sched.policies.miso import Miso
 from miso.sched.policies.observed import ObservedSpeeds
@@ -49,10 +50,6 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
       :meth:`horizon`); so a GPU is repartitioned only when the gain beats the restarts.
     * ``pin_uncheckpointable``: a job that cannot checkpoint is never restarted once it has run
       (the optimizer takes it as a hard constraint; it is never profiled or rebalanced).
-    * ``marginal_placement`` (off: measured worse on the saturated Philly trace, see
-      benchmarks/README.md): a newcomer goes to the GPU where its net gain (throughput added
-      minus restart costs) is largest, among the least crowded GPUs; otherwise the least
-      crowded GPU, as MISO.
     * ``rebalance``: when nothing queues, a job of a crowded GPU moves onto an idle GPU if the
       time it saves (its remaining work at its slice's speed vs on the full GPU) beats a restart.
     * ``reserve``: while jobs keep arriving, nothing queues and no GPU is less crowded, a
@@ -84,11 +81,7 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
       :mod:`~miso.sched.policies.observed`).
     * ``batch_arrivals``: jobs submitted in one instant before any arrival rate is known (a
       fixed mix) are planned together at the instant's end, so none starts only to be
-      restarted by the next; with ``batch_admit`` (off: measured worse on fixed mixes with
-      prior speeds, benchmarks/README.md "No regret") the batch lands on the layout (the best
-      one for a FIFO prefix of it, or one of OptSta's maximal layouts) with the smallest
-      estimated sum of completion times, the rest waiting for freed instances
-      (:meth:`batch_plan`). In a fixed mix (:meth:`in_batch`) the prior is the harmonic
+      restarted by the next. In a fixed mix (:meth:`in_batch`) the prior is the harmonic
       mean (``batch_prior``), at most ``batch_jobs`` run per GPU when restarts are dear
       (``batch_restart_frac``) and plans stand for the ``batch_horizon_quantile``.
     * ``starve_after``: a queued job that fits nowhere and has waited that many typical
@@ -104,15 +97,13 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
 
     def __init__(self, restart_s: float = 60.0, profile_newcomers_only: bool = True,
                  profile_levels: tuple[int, ...] = (14, 100), economy: bool = True,
-                 pin_uncheckpointable: bool = True, marginal_placement: bool = False,
-                 marginal_candidates: int = 8, rebalance: bool = True,
+                 pin_uncheckpointable: bool = True, rebalance: bool = True,
                  observed_correction: bool = True, default_remaining_s: float = 3000.0,
                  horizon_quantile: float = 0.5, replans: float = 25.0,
                  quiet_gaps: float = 8.0, reserve: bool = True, backfill: bool = True,
-                 min_gain: float = 0.0, profile_when: str = "auto",
+                 profile_when: str = "auto",
                  share_margin: float = 0.0, wait_for_gpu: bool = True,
-                 batch_arrivals: bool = True, batch_admit: bool = False,
-                 landing_samples: int = 0, load_samples: int = 16, batch_jobs: int = 4,
+                 batch_arrivals: bool = True, load_samples: int = 16, batch_jobs: int = 4,
                  batch_restart_frac: float = 0.1, batch_prior: bool = True,
                  batch_horizon_quantile: float = 0.75, starve_after: float = 8.0,
                  wait_bias: float = 1.2, burst_jobs: int = 3, burst_samples: int = 3,
@@ -130,8 +121,6 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
         self.share_margin = share_margin
         self.wait_for_gpu = wait_for_gpu
         self.batch_arrivals = batch_arrivals
-        self.batch_admit = batch_admit
-        self.landing_samples = landing_samples
         self.load_samples = load_samples
         self.batch_jobs = batch_jobs
         self.batch_restart_frac = batch_restart_frac
@@ -150,7 +139,7 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
         self.learn_earlier_slices = learn_earlier_slices  # observed.py
         self.memory_prior = memory_prior
         self.restarting: dict[str, dict[str, float]] = {}
-        self.relaunching: dict[str, tuple[float, float]] = {}
+        self.relaunching = Relaunches()
         self.restart_seen: dict[str, float] = {}
         self.restart_stats = [0.0, 0.0]
         self.work_seen: dict[str, float] = {}
@@ -164,8 +153,6 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
         self.profile_levels = tuple(profile_levels)
         self.economy = economy
         self.pin_uncheckpointable = pin_uncheckpointable
-        self.marginal_placement = marginal_placement
-        self.marginal_candidates = marginal_candidates
         self.rebalance = rebalance
         self.observed_correction = observed_correction
         self.default_remaining_s = default_remaining_s
@@ -174,7 +161,6 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
         self.clock = ArrivalClock(quiet_gaps)
         self.reserve = reserve
         self.backfill = backfill
-        self.min_gain = min_gain
         self.quiet_timer = False
         self.batch_timer = False
         self.ref_rate: dict[str, float] = {}
@@ -210,20 +196,6 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
         if ev.tag == "batch":
             self.batch_timer = False
             for g in sorted(self.dirty, key=lambda x: self._order.get(x, 0)):
-                if self.batch_admit and self.plannable(g, sc):
-                    layout, asg, wait = self.batch_plan(g, sc)
-                    for j in wait:
-                        sc.requeue(j, f"the batch on {g} ends sooner on average with it "
-                                      "waiting for a freed instance")
-                    if layout is not None:
-                        sc.out.append(ApplyLayout(g, sc.state.new_plan_id(), layout, asg, why={
-                            "trigger": "timer", "restarts": [], "waiting": wait[::-1],
-                            "note": f"{g}: a batch of {len(asg) + len(wait)} jobs lands on a "
-                                    f"static layout ({len(layout)} instances), the rest "
-                                    "taking instances as they free: the smallest sum of "
-                                    "completion times among the layouts tried"}))
-                        continue
-                    self.dirty.add(g)
                 self.replan(now, g, sc)
             return
         if ev.tag != "quiet":
@@ -304,70 +276,92 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
 
     def solve_and_apply(self, now: float, g: str, jobs: list[str],
                         speeds: dict[str, dict[str, float]], sc: Scratch) -> None:
-        st = sc.state
-        gs = st.gpus[g]
+        """Plan ``g`` for ``jobs``: the optimizer's layout with restarts priced (economy),
+        room kept for expected arrivals where free (:meth:`keep_room`), explained."""
+        gs = sc.state.gpus[g]
         speeds = sc.entitled_speeds(g, speeds)
         current = {j: pl for j, pl in gs.assignment.items() if j in speeds}
         pinned = self.pinned(sc, jobs) & set(current)
         pinned |= self.landed(sc, g) & set(current)  # a burst's keep their slices
-        objective = self.objective
         horizon, penalty = self.restart_prices(jobs, speeds, current)
-        if horizon is not None:
-            objective = "restart-aware"
+        objective = self.objective if horizon is None else "restart-aware"
+        solve = partial(optimizer_for(gs.geom).solve, current=current, objective=objective,
+                        restart_penalty=penalty, pinned=pinned)
         try:
-            sol = optimizer_for(gs.geom).solve(speeds, current=current, objective=objective,
-                                               restart_penalty=penalty, pinned=pinned)
+            sol = solve(speeds)
         except OptimizerError:
             movable = [j for j in jobs if j not in pinned and j not in current]
             victim = (movable or [j for j in jobs if j not in pinned])[-1:]
             for j in victim:
-                sc.requeue(j, "no layout holds the mix")
+                sc.requeue(j, "no layout holds the mix", cause=RequeueCause.NO_LAYOUT)
             return
-        layout, assignment, reserved = sol.layout, dict(sol.assignment), None
-        ghosts = self.landing_slots(sc, g, jobs)  # a burst: slots that stay for the next
-        ghost = None if self.bursting else self.headroom(sc, g, jobs)
-        if ghost is not None or ghosts:
-            ghosts = ghosts or {_NEXT: ghost}
-            try:
-                alt = optimizer_for(gs.geom).solve(
-                    {**speeds, **ghosts}, current=current, objective=objective,
-                    restart_penalty=penalty, pinned=pinned)
-            except OptimizerError:
-                alt = None
-            # Headroom only for free (never restart a job for an arrival that may not
-            # come), unless in a burst: there the landing layout's restarts are the last.
-            if alt is not None and (ghost is None or set(alt.restarted) <= set(sol.restarted)):
-                reserved = ", ".join(str(alt.assignment[x]) for x in ghosts)
-                layout = alt.layout
-                assignment = {j: pl for j, pl in alt.assignment.items() if j not in ghosts}
-                sol = alt
-        lay = tuple(sorted(layout))
+        sol, assignment, reserved = self.keep_room(sc, g, jobs, speeds, sol, solve)
+        lay = tuple(sorted(sol.layout))
         if lay == tuple(sorted(gs.layout)) and assignment == gs.assignment:
             return
+        why = self.plan_why(g, jobs, speeds, current, assignment, sol.objective, pinned,
+                            horizon, reserved)
+        sc.out.append(ApplyLayout(g, sc.state.new_plan_id(), lay, assignment, why=why))
+
+    def keep_room(self, sc: Scratch, g: str, jobs: list[str],
+                  speeds: dict[str, dict[str, float]], sol: Any, solve: Any
+                  ) -> tuple[Any, dict[str, Any], str | None]:
+        """(solution, assignment of the real jobs, the instances kept free or None): in a
+        burst the landing slots stay free; else the headroom for the next arrival, only
+        where it restarts nobody more (never restart a job for an arrival that may not
+        come)."""
+        ghosts = self.landing_slots(sc, g, jobs)  # a burst: slots that stay for the next
+        ghost = None if self.bursting else self.headroom(sc, g, jobs)
+        if ghost is None and not ghosts:
+            return sol, dict(sol.assignment), None
+        ghosts = ghosts or {_NEXT: ghost}
+        try:
+            alt = solve({**speeds, **ghosts})
+        except OptimizerError:
+            alt = None
+        if alt is None or (ghost is not None and not set(alt.restarted) <= set(sol.restarted)):
+            return sol, dict(sol.assignment), None
+        reserved = ", ".join(str(alt.assignment[x]) for x in ghosts)
+        return alt, {j: pl for j, pl in alt.assignment.items() if j not in ghosts}, reserved
+
+    def estimates_why(self, jobs: list[str], speeds: dict[str, dict[str, float]]
+                      ) -> dict[str, Any]:
+        """What a plan's explanation says of its jobs' speeds: the speeds planned with, their
+        std and interval where the estimator knows them, the jobs planned with the prior."""
+        unc = self.estimator.uncertainty
+        intervals = getattr(self.estimator, "interval", {})  # none without a predictor
+        return {
+            "speeds": {j: dict(speeds[j]) for j in jobs},
+            "std": {j: dict(unc.get(j, {})) for j in jobs if j in unc},
+            "interval": {j: dict(intervals[j]) for j in jobs if j in intervals},
+            "prior": sorted(j for j in jobs if j in self.prior and j not in self.est),
+        }
+
+    def plan_why(self, g: str, jobs: list[str], speeds: dict[str, dict[str, float]],
+                 current: dict[str, Any], assignment: dict[str, Any], objective: float,
+                 pinned: set[str], horizon: float | None, reserved: str | None
+                 ) -> dict[str, Any]:
+        """A plan's explanation: speeds and their uncertainty, throughput before and after,
+        the restarts with the price each was charged (the one the plan was chosen with)."""
         thr = sum(speeds[j][pl.profile] for j, pl in assignment.items())
         cur_thr = sum(speeds[j][pl.profile] for j, pl in current.items()
                       if pl.profile in speeds[j])
         restarted = [j for j in current if assignment.get(j) != current[j]]
-        gain = thr - cur_thr
-        intervals = getattr(self.estimator, "interval", {})  # none without a predictor
-        why = {
+        costs = {j: self.restart_cost(j) for j in restarted}  # what the plan priced them at
+        note = explain_plan(g, thr, cur_thr if current else None, restarted, horizon, costs)
+        if reserved is not None:
+            note += f"; {reserved} kept free for the next arrival (expected within the horizon)"
+        return {
             "trigger": self.trigger,
-            "speeds": {j: dict(speeds[j]) for j in jobs},
-            "std": {j: dict(self.estimator.uncertainty.get(j, {})) for j in jobs
-                    if j in self.estimator.uncertainty},
-            "interval": {j: dict(intervals[j]) for j in jobs if j in intervals},
-            "prior": sorted(j for j in jobs if j in self.prior and j not in self.est),
-            "objective": sol.objective, "throughput": thr,
+            **self.estimates_why(jobs, speeds),
+            "objective": objective, "throughput": thr,
             "current_objective": cur_thr if current else None,
             "restarts": restarted, "pinned": sorted(pinned),
-            "expected_gain": gain, "horizon_s": horizon,
-            "reserved": str(reserved) if reserved is not None else None,
-            "note": explain_plan(g, thr, cur_thr if current else None, restarted,
-                             horizon, self.restart_s)
-            + (f"; {reserved} kept free for the next arrival (expected within the horizon)"
-               if reserved is not None else ""),
+            "expected_gain": thr - cur_thr, "horizon_s": horizon,
+            "reserved": reserved,
+            "restart_costs": costs,
+            "note": note,
         }
-        sc.out.append(ApplyLayout(g, st.new_plan_id(), lay, assignment, why=why))
 
     def on_capacity(self, now: float, sc: Scratch) -> None:
         """Place queued jobs; with ``backfill`` a job that fits nowhere does not hold up the
@@ -399,7 +393,7 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
             self.waited = False
             g = self.choose_gpu(now, j, sc)
             if g is None:
-                if self.min_gain <= 0 and not self.marginal_placement and not self.waited:
+                if not self.waited:
                     no_room[key] = mem
                 self.ahead += 1
                 if hold and not self.waited:

@@ -1,12 +1,11 @@
 """miso+'s choice of a GPU for a queued job: the least crowded GPU that holds it (beside
-the pinned residents), unless at light load waiting for a whole GPU ends the jobs sooner;
-optionally (``marginal_placement``, ``min_gain``) the GPU where the job adds the most
-throughput net of restarts.
+the pinned residents), unless at light load waiting for a whole GPU ends the jobs sooner.
+(Net-gain placement, ``marginal_placement`` / ``min_gain``, measured worse on the saturated
+Philly trace and no better elsewhere, was deleted in issue 27; git keeps it.)
 
-A mixin of :class:`~miso.sched.policies.misoplus.MisoPlus` (it reads the policy's knobs
-``marginal_placement``, ``marginal_candidates``, ``min_gain``, ``wait_for_gpu``, the flag
-``waited`` it sets, and its ``candidate_gpus``/``pinned``/``speeds``/``restart_prices``/
-``heavy_load``/``others_waiting``/``better_to_wait``).
+A mixin of :class:`~miso.sched.policies.misoplus.MisoPlus` (it reads the policy's knob
+``wait_for_gpu``, the flag ``waited`` it sets, and its ``candidate_gpus``/``pinned``/
+``speeds``/``heavy_load``/``others_waiting``/``better_to_wait``).
 """
 
 from __future__ import annotations
@@ -20,9 +19,6 @@ from miso.sched.policies.base import Scratch, mix_feasible
 class GpuChoice:
     """Where a queued job goes (see the module docstring)."""
 
-    marginal_placement: bool
-    marginal_candidates: int
-    min_gain: float
     wait_for_gpu: bool
     waited: bool
     held: str | None
@@ -30,7 +26,6 @@ class GpuChoice:
     candidate_gpus: Any
     pinned: Any
     speeds: Any
-    restart_prices: Any
     heavy_load: Any
     others_waiting: Any
     better_to_wait: Any
@@ -47,56 +42,29 @@ class GpuChoice:
     max_jobs: int
 
     def choose_gpu(self, now: float, job: str, sc: Scratch) -> str | None:
-        """An idle GPU if any; else, among the least crowded GPUs that can hold the job, the
-        one where its net gain (throughput added minus restart costs) is largest. With
-        ``min_gain`` > 0 a job joins a shared GPU only where it adds at least that much
-        throughput: squeezing a job that runs slowly on small slices next to others slows them
-        more than its early start helps (mean JCT), so it waits for a better slot instead."""
-        if not self.marginal_placement:
-            if self.min_gain <= 0:
-                g = None
-                for n, cand in self.candidate_gpus(sc, job):
-                    if cand == self.held:
-                        continue  # kept for a starving job ahead of this one
-                    if n == 0 or self.fits_beside_pinned(cand, job, sc):
-                        g = cand
-                        break
-                if g is not None:
-                    g = self.landing_gpu(sc, g, job)  # a burst: a free slot, no restart
-                if g is not None and self.batch_full(g, sc):
-                    self.waited = True
-                    return None
-                if g is not None and self.wait_for_gpu and sc.jobs_on(g) \
-                        and not self.heavy_load(sc) and not self.others_waiting(sc, job) \
-                        and self.better_to_wait(g, job, sc):
-                    self.waited = True
-                    return None
-                return g
-            for seen, (n, g) in enumerate(self.candidate_gpus(sc, job), start=1):
-                if n == 0:
-                    return g
-                gain = self.net_gain(g, sc.jobs_on(g), job, sc)
-                if gain is not None and gain >= self.min_gain:
-                    return g
-                if seen >= self.marginal_candidates:
-                    break
-            return None
-        best: tuple[float, str] | None = None
-        first_n: int | None = None
-        for seen, (n, g) in enumerate(self.candidate_gpus(sc, job), start=1):
-            if n == 0:
-                return g
-            if first_n is None:
-                first_n = n
-            elif n > first_n and best is not None:
-                break  # only the least crowded GPUs compete
-            gain = self.net_gain(g, sc.jobs_on(g), job, sc,
-                                 floor=None if best is None else best[0] + 1e-9)
-            if gain is not None and (best is None or gain > best[0] + 1e-9):
-                best = (gain, g)
-            if seen >= self.marginal_candidates:
+        """The least crowded GPU that can hold the job beside its pinned residents (an idle
+        one first), skipping a GPU held for a starving job; in a burst its landing GPU. None
+        (``waited`` set) when the job should wait: a fixed batch's GPU is full
+        (:meth:`batch_full`), or at light load waiting for a whole GPU ends the jobs sooner
+        (:meth:`better_to_wait`)."""
+        g = None
+        for n, cand in self.candidate_gpus(sc, job):
+            if cand == self.held:
+                continue  # kept for a starving job ahead of this one
+            if n == 0 or self.fits_beside_pinned(cand, job, sc):
+                g = cand
                 break
-        return best[1] if best is not None else None
+        if g is not None:
+            g = self.landing_gpu(sc, g, job)  # a burst: a free slot, no restart
+        if g is not None and self.batch_full(g, sc):
+            self.waited = True
+            return None
+        if g is not None and self.wait_for_gpu and sc.jobs_on(g) \
+                and not self.heavy_load(sc) and not self.others_waiting(sc, job) \
+                and self.better_to_wait(g, job, sc):
+            self.waited = True
+            return None
+        return g
 
     def batch_full(self, g: str, sc: Scratch) -> bool:
         """Whether ``g``, the least crowded GPU, already runs ``batch_jobs`` jobs in a fixed
@@ -134,27 +102,6 @@ class GpuChoice:
         except OptimizerError:
             return False
         return True
-
-    def net_gain(self, g: str, jobs: list[str], job: str, sc: Scratch,
-                 floor: float | None = None) -> float | None:
-        """Throughput after adding ``job`` to ``g`` (restart costs subtracted) minus before;
-        None when no layout holds the mix, or (given ``floor``) when the gain cannot exceed
-        ``floor`` (the optimizer checks a cheap upper bound first)."""
-        gs = sc.state.gpus[g]
-        opt = optimizer_for(gs.geom)
-        sp = self.speeds(gs.geom, sc, jobs)
-        current = {j: pl for j, pl in gs.assignment.items() if j in sp}
-        before = sum(sp[j][pl.profile] for j, pl in current.items() if pl.profile in sp[j])
-        sp[job] = self.speeds(gs.geom, sc, [job])[job]
-        pinned = self.pinned(sc, jobs) & set(current)
-        _, penalty = self.restart_prices(list(sp), sp, current)
-        try:
-            sol = opt.solve(sp, current=current, objective="restart-aware",
-                            restart_penalty=penalty, pinned=pinned,
-                            above=None if floor is None else floor + before)
-        except OptimizerError:
-            return None
-        return sol.objective - before
 
     def gpu_to_hold(self, sc: Scratch, job: str) -> str | None:
         """The GPU a starving ``job`` (fits nowhere, waited past ``starve_after`` typical

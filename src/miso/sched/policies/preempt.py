@@ -19,6 +19,8 @@ from __future__ import annotations
 from itertools import combinations
 from typing import TYPE_CHECKING
 
+from miso.sched.decisions import RequeueCause
+
 if TYPE_CHECKING:  # pragma: no cover
     from miso.sched.policies.base import BasePolicy, Scratch
 
@@ -110,7 +112,8 @@ def preempt(policy: BasePolicy, now: float, sc: Scratch) -> None:
                             "victims": list(victims), "lost_gpu_s": cost,
                             "note": f"{j} (priority {prio}) could not be placed; "
                                     f"{len(victims)} lower-priority job(s) on {g} checkpointed "
-                                    f"and requeued, {cost:.0f} GPU-s of restarts"})
+                                    f"and requeued, {cost:.0f} GPU-s of restarts"},
+                       cause=RequeueCause.PREEMPTED)
         policy.on_capacity(now, sc)
         if j not in sc.placed:
             return

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from miso.mig import Placement
-from miso.sched.decisions import ApplyLayout
+from miso.sched.decisions import ApplyLayout, RequeueCause
 from miso.sched.events import Event
 from miso.sched.occupancy import Occupancy
 from miso.sched.policies.base import Scratch
@@ -125,7 +125,7 @@ class Rebalancing:
             saved, j, src = got
             if cy.filters and not cy.allowed(j, target, ()):
                 continue  # the profile's filters keep this job off that GPU
-            sc.requeue(j, f"rebalance to idle {target}")
+            sc.requeue(j, f"rebalance to idle {target}", cause=RequeueCause.REBALANCE)
             sc.place(j, target)
             full = Placement(0, st.gpus[target].geom.model.full_profile().name)
             sc.out.append(ApplyLayout(target, st.new_plan_id(), (full,), {j: full}, why={

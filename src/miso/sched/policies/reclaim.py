@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from miso.sched.decisions import WakeUp
+from miso.sched.decisions import RequeueCause, WakeUp
 from miso.sched.policies.preempt import DEFAULT_RESTART_S, victim_cost
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -73,7 +73,8 @@ def reclaim(policy: BasePolicy, now: float, sc: Scratch) -> bool:
                           f"its entitlement (owner {vo or '(none)'} holds "
                           f"{held.get(vo, 0.0):.1f} of its {ents.get(vo, 0.0):.1f})",
                        why={"trigger": "reclaim", "gpu": g, "for_owner": o,
-                            "victims": n, "lost_gpu_s": cost, "note": note})
+                            "victims": n, "lost_gpu_s": cost, "note": note},
+                       cause=RequeueCause.RECLAIMED)
             held[vo] = held.get(vo, 0.0) - ten.charge_of(v)
         sc.reserved[g] = o
         held[o] = held.get(o, 0.0) + gain
