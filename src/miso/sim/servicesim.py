@@ -171,6 +171,7 @@ class _Book:
 
     def start(self, now: float, d: StartReplica, warm: bool, capacity: float) -> None:
         spec = self.specs[d.service]
+        now = max(now, 0.0)
         ready = now if warm else now + self.reconfig_s + catalog.load_time_s(spec.model)
         slices = self.geom.model.profile(d.profile).compute_slices
         self.recs[d.replica] = ReplicaRecord(d.service, d.replica, d.gpu, d.profile, slices,
@@ -178,6 +179,7 @@ class _Book:
         self.push(ready, ReplicaReady(d.service, d.replica))
 
     def drain(self, now: float, d: DrainReplica) -> None:
+        now = max(now, 0.0)
         r = self.recs[d.replica]
         r.drain_s = now
         spec = self.specs[d.service]
@@ -210,11 +212,11 @@ def run_miso(services: Sequence[tuple[ServiceSpec, RequestTrace]], gpus: dict[st
     back = max(1, int(cfg.lookback_s // window_s))
     for s, _ in services:  # warm start: the service ran this hour before (the trace as a
         # cycle): its last lookback of rates is known and its replicas are ready at t = 0
-        handle(0.0, ServiceSubmitted(s), warm=True)
         prior = rates[s.name][-back:]
+        t0 = -window_s * len(prior)
+        handle(t0, ServiceSubmitted(s), warm=True)
         for i, r in enumerate(prior):
-            handle(0.0, ServiceRateObserved(s.name, float(r)), warm=True)
-            del i
+            handle(t0 + window_s * (i + 1), ServiceRateObserved(s.name, float(r)), warm=True)
     for k in range(1, n + 1):
         t = k * window_s
         for s, _ in services:
@@ -383,11 +385,12 @@ def measure(run: ServicesRun, services: Sequence[tuple[ServiceSpec, RequestTrace
 
 def run_strategy(strategy: str, services: Sequence[tuple[ServiceSpec, RequestTrace]],
                  gpus: dict[str, str], window_s: float = 30.0, seed: int = 0,
-                 span_s: float | None = None) -> ServicesRun:
+                 span_s: float | None = None, config: PlannerConfig | None = None
+                 ) -> ServicesRun:
     """One strategy over the services' traces, measured request by request."""
     span = span_s if span_s is not None else max(tr.duration_s for _, tr in services)
     if strategy == "miso+":
-        run = run_miso(services, gpus, span, window_s)
+        run = run_miso(services, gpus, span, window_s, config=config)
     elif strategy == "static-gpu":
         run = run_static(services, gpus, span, window_s, mig=False)
     elif strategy == "static-mig":
