@@ -34,8 +34,11 @@ from miso.sim.world import WorldConfig
 GPU = "A100-40GB"
 
 
-def services(compress: float, scenario: str, seed: int) -> list[tuple[ServiceSpec, RequestTrace]]:
-    """The four services and their request streams."""
+def services(compress: float, scenario: str, seed: int, rate_scale: float = 1.0
+             ) -> list[tuple[ServiceSpec, RequestTrace]]:
+    """The four services and their request streams (each stream's rate multiplier times
+    ``rate_scale``)."""
+    k = rate_scale
     conv = azure_llm_trace("conv").compressed(compress)
     code = azure_llm_trace("code").compressed(compress)
     span = conv.duration_s
@@ -49,13 +52,13 @@ def services(compress: float, scenario: str, seed: int) -> list[tuple[ServiceSpe
         code = diurnal_trace(code.arrivals_s.size / span, span, 4.0, span, seed + 1)
     return [
         (ServiceSpec("chat", "alice", "llama2-7b", 10_000, min_replicas=1, headroom=0.2),
-         conv.scaled(0.4, seed + 1)),
+         conv.scaled(0.4 * k, seed + 1)),
         (ServiceSpec("scan", "bob", "3d-unet", 2_000, min_replicas=2, headroom=0.5),
-         code.scaled(1.0, seed + 2)),
+         code.scaled(1.0 * k, seed + 2)),
         (ServiceSpec("qa", "carol", "bert-large", 50, min_replicas=2, headroom=0.2),
-         conv.scaled(40.0, seed + 3)),
+         conv.scaled(40.0 * k, seed + 3)),
         (ServiceSpec("vision", "dave", "resnet50", 10, min_replicas=2, headroom=0.2),
-         code.scaled(3.0, seed + 4)),
+         code.scaled(3.0 * k, seed + 4)),
     ]
 
 
@@ -77,11 +80,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compress", type=float, default=3.0, help="trace time compression")
     ap.add_argument("--scenario", choices=("azure", "step", "diurnal"), default="azure")
     ap.add_argument("--train-load", type=float, default=0.9)
+    ap.add_argument("--rate-scale", type=float, default=0.35,
+                    help="multiply every service's rate multiplier")
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     gpus = {f"gpu{i}": GPU for i in range(args.gpus)}
-    svcs = services(args.compress, args.scenario, args.seed)
+    svcs = services(args.compress, args.scenario, args.seed, args.rate_scale)
     span = max(tr.duration_s for _, tr in svcs)
     runs = {s: run_strategy(s, svcs, gpus, seed=args.seed, span_s=span) for s in STRATEGIES}
     mean_frac = runs["miso+"].slice_hours * 3600.0 / span

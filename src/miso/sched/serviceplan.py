@@ -99,7 +99,10 @@ class PlannerConfig:
     scale_in_delay_s: float = 180.0
     cooldown_s: float = 120.0
     #: bursts: the plan rate is at least the highest rate observed this long back
-    lookback_s: float = 300.0
+    lookback_s: float = 180.0
+    #: the trend adds at most this fraction of the observed rate (a burst's slope is no
+    #: forecast)
+    max_trend_boost: float = 0.25
 
 
 class ServicePlanner:
@@ -146,7 +149,9 @@ class ServicePlanner:
                 slope = sum((t - tm) * (r - rm) for t, r in pts) / den
         lead = catalog.load_time_s(s.spec.model) + self.cfg.window_s
         recent = max((r for _, r in s.history), default=0.0)
-        return max(s.ewma, s.last, recent) + max(0.0, slope) * lead, slope
+        base = max(s.ewma, s.last, recent)
+        boost = min(max(0.0, slope) * lead, self.cfg.max_trend_boost * max(s.ewma, s.last))
+        return base + boost, slope
 
     def target(self, s: ServiceState) -> float:
         return self.plan_rate(s)[0] * (1.0 + s.spec.headroom)
