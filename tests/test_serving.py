@@ -162,3 +162,16 @@ def test_traces_load_scale_and_compress(tmp_path):
     day = diurnal_trace(10.0, 3600.0, 4.0, period_s=3600.0, seed=1)
     r = day.rate_per_window(300)
     assert 3.0 < r.max() / r.min() < 5.5 and math.isclose(r.mean(), 10.0, rel_tol=0.1)
+
+
+def test_optimizer_keeps_replicas_and_packs_jobs_beside_them():
+    from miso.mig import Placement, geometry
+    from miso.optimize import optimizer_for, solve_beside_replicas
+
+    opt = optimizer_for(geometry("A100-40GB"))
+    speeds = {"a": {"3g.20gb": 0.5, "4g.20gb": 0.6, "2g.10gb": 0.3},
+              "b": {"1g.5gb": 0.2, "2g.10gb": 0.35}}
+    sol = solve_beside_replicas(opt, speeds, {"r": Placement(0, "4g.20gb")})
+    assert Placement(0, "4g.20gb") in sol.layout and set(sol.assignment) == {"a", "b"}
+    assert sol.throughput == pytest.approx(0.5)  # a on 2g (0.3), b on 1g (0.2)
+    assert all(pl.start >= 4 for pl in sol.assignment.values())

@@ -16,10 +16,11 @@ decisions, each with a ``why``. The rules:
 * **Spreading**: a service with >= 2 replicas spans >= 2 GPUs (one GPU's repartition never
   takes the whole service down); replicas go first-fit onto GPUs that already host service
   slices (packing keeps whole GPUs free for training), a fresh GPU last.
-* **Scale in with hysteresis**: only when the current replicas exceed the target by
-  ``hysteresis`` (relative) continuously for ``scale_in_delay_s``, and never within
-  ``cooldown_s`` of a scale-out. Then the cheaper covering is started and the surplus
-  replicas retire.
+* **Scale in with hysteresis**: only when the cheapest covering of target x (1 +
+  ``hysteresis``) takes fewer compute slices than the live replicas, continuously for
+  ``scale_in_delay_s``, and never within ``cooldown_s`` of a scale-out. Then that covering's
+  missing replicas start and the surplus replicas retire (this also right-sizes a service
+  whose replicas grew piecemeal).
 * **Make-before-break**: a retiring replica is drained only once the ready, non-retiring
   replicas cover the target without it.
 """
@@ -98,7 +99,10 @@ class PlannerConfig:
     scale_in_delay_s: float = 180.0
     cooldown_s: float = 120.0
     #: bursts: the plan rate is at least the highest rate observed this long back
-    lookback_s: float = 300.0
+    lookback_s: float = 180.0
+    #: the trend adds at most this fraction of the observed rate (a burst's slope is no
+    #: forecast)
+    max_trend_boost: float = 0.25
 
 
 class ServicePlanner:
@@ -145,7 +149,9 @@ class ServicePlanner:
                 slope = sum((t - tm) * (r - rm) for t, r in pts) / den
         lead = catalog.load_time_s(s.spec.model) + self.cfg.window_s
         recent = max((r for _, r in s.history), default=0.0)
-        return max(s.ewma, s.last, recent) + max(0.0, slope) * lead, slope
+        base = max(s.ewma, s.last, recent)
+        boost = min(max(0.0, slope) * lead, self.cfg.max_trend_boost * max(s.ewma, s.last))
+        return base + boost, slope
 
     def target(self, s: ServiceState) -> float:
         return self.plan_rate(s)[0] * (1.0 + s.spec.headroom)
@@ -325,14 +331,15 @@ class ServicePlanner:
                 d = self._start(now, s, prof, self._why(
                     s, trigger, action="scale_out", covered_rps=round(covered, 2),
                     note=(f"scale out {spec.name}: target {target:.1f}/s > covered "
-                          f"{covered:.1f}/s; add {prof}")))
+                          f"{covered:.1f}/s; add {prof}" if covered + 1e-9 < target else
+                          f"start {spec.name}: {len(s.live())} live < min_replicas "
+                          f"{spec.min_replicas}; add {prof}")))
                 if d is not None:
                     out.append(d)
                     covered += s.replicas[d.replica].capacity
             if out:
                 s.last_out = now
-        elif covered > target * (1.0 + self.cfg.hysteresis) and now - s.last_out >= \
-                self.cfg.cooldown_s:
+        elif now - s.last_out >= self.cfg.cooldown_s and self._oversized(s, target):
             if s.over_since is None:
                 s.over_since = now
             elif now - s.over_since >= self.cfg.scale_in_delay_s:
@@ -342,16 +349,28 @@ class ServicePlanner:
         out += self._drain_retired(now, s, trigger)
         return out
 
+    def _slices(self, spec: ServiceSpec, profiles: Sequence[str]) -> int:
+        g_of = {p: g for p, _, g in self.options(spec)}
+        return sum(g_of.get(p, 99) for p in profiles)
+
+    def _oversized(self, s: ServiceState, target: float) -> bool:
+        """The cheapest covering of target x (1 + hysteresis) takes fewer compute slices than
+        the live replicas: a resize would save slices and still leave the margin."""
+        spec = s.spec
+        want = self.cheapest(spec, target * (1.0 + self.cfg.hysteresis), spec.min_replicas,
+                             spec.max_replicas)
+        if want is None:
+            return False
+        return self._slices(spec, want) < self._slices(spec, [r.slot.profile for r in s.live()])
+
     def _scale_in(self, now: float, s: ServiceState, target: float, covered: float,
                   trigger: str) -> list[StartReplica | DrainReplica]:
         spec = s.spec
         live = s.live()
-        want = self.cheapest(spec, target, spec.min_replicas, spec.max_replicas)
-        if want is None:
-            return []
-        g_of = {p: g for p, _, g in self.options(spec)}
-        have_slices = sum(g_of.get(r.slot.profile, 99) for r in live)
-        if sum(g_of[p] for p in want) >= have_slices:
+        want = self.cheapest(spec, target * (1.0 + self.cfg.hysteresis), spec.min_replicas,
+                             spec.max_replicas)
+        if want is None or self._slices(spec, want) >= self._slices(
+                spec, [r.slot.profile for r in live]):
             return []
         # keep the live replicas the new covering also uses (largest capacity first)
         keep: list[ReplicaState] = []

@@ -254,3 +254,35 @@ def fitting_profiles(model: str, gpu_model: str, slo_p99_ms: float,
         if c > 0.0:
             out[p.name] = c
     return out
+
+
+def capacity_on_arrivals_rps(model: str, gpu_model: str, profile: str, slo_p99_ms: float,
+                             arrivals_s: np.ndarray, percentile: float = 99.0) -> float:
+    """Like :func:`capacity_rps`, but for arrivals shaped like ``arrivals_s`` (a recorded
+    stream, e.g. a service's own trace): the stream is stretched or compressed in time to
+    each candidate rate, so its bursts count. Bisection to 0.5 % of the saturation rate."""
+    mb = max_batch(model, gpu_model, profile)
+    arr = np.asarray(arrivals_s, dtype=float)
+    if mb < 1 or len(arr) < 2 or arr[-1] <= arr[0]:
+        return 0.0
+    slo = slo_p99_ms / 1000.0
+    if service_time_s(model, gpu_model, profile, 1) > slo:
+        return 0.0
+    arr = arr - arr[0]
+    base_rate = len(arr) / arr[-1]
+
+    def bt(b: int) -> float:
+        return service_time_s(model, gpu_model, profile, b)
+
+    hi = max(b / bt(b) for b in range(1, mb + 1) if bt(b) <= slo)
+    lo = 0.0
+    for _ in range(24):
+        mid = (lo + hi) / 2.0
+        run = simulate_replica(arr * (base_rate / mid), bt, mb)
+        if percentile_latency_s(run.latency_s, percentile) <= slo:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 0.005 * hi:
+            break
+    return float(lo)

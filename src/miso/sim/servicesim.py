@@ -24,7 +24,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from miso.mig import Placement, geometry
-from miso.sched.serviceplan import PlannerConfig, ServicePlanner
+from miso.sched.serviceplan import (
+    CapacityFn,
+    PlannerConfig,
+    ServicePlanner,
+    catalogue_capacity,
+)
 from miso.sched.services import (
     DrainReplica,
     ReplicaDrained,
@@ -171,6 +176,7 @@ class _Book:
 
     def start(self, now: float, d: StartReplica, warm: bool, capacity: float) -> None:
         spec = self.specs[d.service]
+        now = max(now, 0.0)
         ready = now if warm else now + self.reconfig_s + catalog.load_time_s(spec.model)
         slices = self.geom.model.profile(d.profile).compute_slices
         self.recs[d.replica] = ReplicaRecord(d.service, d.replica, d.gpu, d.profile, slices,
@@ -178,6 +184,7 @@ class _Book:
         self.push(ready, ReplicaReady(d.service, d.replica))
 
     def drain(self, now: float, d: DrainReplica) -> None:
+        now = max(now, 0.0)
         r = self.recs[d.replica]
         r.drain_s = now
         spec = self.specs[d.service]
@@ -186,13 +193,42 @@ class _Book:
         self.push(r.gone_s, ReplicaDrained(d.service, d.replica))
 
 
+#: Capacities are calibrated on the first this many seconds of each service's trace (its
+#: recorded traffic, as a load test from recorded requests would); None: Poisson arrivals.
+CALIBRATION_S: float | None = 600.0
+
+
+def calibrated_capacity(services: Sequence[tuple[ServiceSpec, RequestTrace]],
+                        calibration_s: float | None = CALIBRATION_S) -> CapacityFn:
+    """A replica's capacity at the SLO for arrivals shaped like the first ``calibration_s``
+    of its service's trace (its bursts), or under Poisson arrivals when None."""
+    if calibration_s is None:
+        return catalogue_capacity
+    shapes = {s.name: tr.arrivals_s[tr.arrivals_s < calibration_s] for s, tr in services}
+    cache: dict[tuple[str, str, str], float] = {}
+
+    def cap(spec: ServiceSpec, gpu_model: str, profile: str) -> float:
+        key = (spec.name, gpu_model, profile)
+        if key not in cache:
+            arr = shapes.get(spec.name)
+            cache[key] = (catalog.capacity_on_arrivals_rps(
+                spec.model, gpu_model, profile, spec.slo_p99_ms, arr, spec.percentile)
+                if arr is not None and len(arr) >= 100 else catalogue_capacity(
+                    spec, gpu_model, profile))
+        return cache[key]
+
+    return cap
+
+
 def run_miso(services: Sequence[tuple[ServiceSpec, RequestTrace]], gpus: dict[str, str],
              span_s: float, window_s: float = 30.0, reconfig_s: float = 4.0,
-             config: PlannerConfig | None = None) -> ServicesRun:
+             config: PlannerConfig | None = None, capacity: CapacityFn | None = None
+             ) -> ServicesRun:
     """The covering planner on MIG slices, driven by per-window observed rates."""
     gm = next(iter(gpus.values()))
     specs = {s.name: s for s, _ in services}
-    planner = ServicePlanner(gpus, config or PlannerConfig(window_s=window_s))
+    planner = ServicePlanner(gpus, config or PlannerConfig(window_s=window_s),
+                             capacity or catalogue_capacity)
     book = _Book(specs, gm, reconfig_s)
     n = math.ceil(span_s / window_s)
     rates = {s.name: _window_rates(tr, window_s, n) for s, tr in services}
@@ -210,11 +246,11 @@ def run_miso(services: Sequence[tuple[ServiceSpec, RequestTrace]], gpus: dict[st
     back = max(1, int(cfg.lookback_s // window_s))
     for s, _ in services:  # warm start: the service ran this hour before (the trace as a
         # cycle): its last lookback of rates is known and its replicas are ready at t = 0
-        handle(0.0, ServiceSubmitted(s), warm=True)
         prior = rates[s.name][-back:]
+        t0 = -window_s * len(prior)
+        handle(t0, ServiceSubmitted(s), warm=True)
         for i, r in enumerate(prior):
-            handle(0.0, ServiceRateObserved(s.name, float(r)), warm=True)
-            del i
+            handle(t0 + window_s * (i + 1), ServiceRateObserved(s.name, float(r)), warm=True)
     for k in range(1, n + 1):
         t = k * window_s
         for s, _ in services:
@@ -225,19 +261,21 @@ def run_miso(services: Sequence[tuple[ServiceSpec, RequestTrace]], gpus: dict[st
     return ServicesRun("miso+", span_s, list(book.recs.values()), log)
 
 
-def _whole_gpu_capacity(spec: ServiceSpec, gm: str) -> tuple[str, float]:
+def _whole_gpu_capacity(spec: ServiceSpec, gm: str, capacity: CapacityFn | None = None
+                        ) -> tuple[str, float]:
     full = geometry(gm).model.full_profile().name
-    return full, catalog.capacity_rps(spec.model, gm, full, spec.slo_p99_ms, spec.percentile)
+    return full, (capacity or catalogue_capacity)(spec, gm, full)
 
 
 def run_static(services: Sequence[tuple[ServiceSpec, RequestTrace]], gpus: dict[str, str],
-               span_s: float, window_s: float = 30.0, mig: bool = False) -> ServicesRun:
+               span_s: float, window_s: float = 30.0, mig: bool = False,
+               capacity: CapacityFn | None = None) -> ServicesRun:
     """Static peak sizing, known in hindsight: whole GPUs (``mig=False``, what operators do)
     or the cheapest MIG covering of the peak, packed by the planner's placement
     (``mig=True``, MIG-serving's method)."""
     gm = next(iter(gpus.values()))
     n = math.ceil(span_s / window_s)
-    planner = ServicePlanner(gpus)
+    planner = ServicePlanner(gpus, capacity=capacity or catalogue_capacity)
     specs = {s.name: s for s, _ in services}
     book = _Book(specs, gm, 0.0)
     log: list[tuple[float, object]] = []
@@ -255,7 +293,7 @@ def run_static(services: Sequence[tuple[ServiceSpec, RequestTrace]], gpus: dict[
                 log.append((0.0, d))
                 book.start(0.0, d, True, planner.services[s.name].replicas[d.replica].capacity)
         else:
-            full, cap = _whole_gpu_capacity(s, gm)
+            full, cap = _whole_gpu_capacity(s, gm, capacity)
             k = max(s.min_replicas, 1, math.ceil(peak / cap)) if cap > 0 else 0
             for i in range(k):
                 if not free:
@@ -270,7 +308,8 @@ def run_static(services: Sequence[tuple[ServiceSpec, RequestTrace]], gpus: dict[
 
 
 def run_hpa(services: Sequence[tuple[ServiceSpec, RequestTrace]], gpus: dict[str, str],
-            span_s: float, window_s: float = 30.0, reconfig_s: float = 4.0) -> ServicesRun:
+            span_s: float, window_s: float = 30.0, reconfig_s: float = 4.0,
+            capacity: CapacityFn | None = None) -> ServicesRun:
     """Kubernetes-HPA-style reactive autoscaling on whole GPUs: every ``window_s`` the
     replica count is ceil(rate x (1 + headroom) / capacity of a whole GPU), scale-down held
     by the default 300 s stabilisation window; no MIG."""
@@ -296,7 +335,7 @@ def run_hpa(services: Sequence[tuple[ServiceSpec, RequestTrace]], gpus: dict[str
         pending_free = still
         for s, tr in services:
             rate = float(_window_rates(tr, window_s, n)[max(0, k - 1) if k else 0])
-            full, cap = _whole_gpu_capacity(s, gm)
+            full, cap = _whole_gpu_capacity(s, gm, capacity)
             want = max(s.min_replicas, 1, math.ceil(rate * (1 + s.headroom) / cap))
             want = min(want, s.max_replicas)
             hist = history[s.name]
@@ -383,17 +422,20 @@ def measure(run: ServicesRun, services: Sequence[tuple[ServiceSpec, RequestTrace
 
 def run_strategy(strategy: str, services: Sequence[tuple[ServiceSpec, RequestTrace]],
                  gpus: dict[str, str], window_s: float = 30.0, seed: int = 0,
-                 span_s: float | None = None) -> ServicesRun:
-    """One strategy over the services' traces, measured request by request."""
+                 span_s: float | None = None, config: PlannerConfig | None = None,
+                 calibration_s: float | None = CALIBRATION_S) -> ServicesRun:
+    """One strategy over the services' traces, measured request by request; every strategy
+    sizes replicas with the same capacities (:func:`calibrated_capacity`)."""
     span = span_s if span_s is not None else max(tr.duration_s for _, tr in services)
+    cap = calibrated_capacity(services, calibration_s)
     if strategy == "miso+":
-        run = run_miso(services, gpus, span, window_s)
+        run = run_miso(services, gpus, span, window_s, config=config, capacity=cap)
     elif strategy == "static-gpu":
-        run = run_static(services, gpus, span, window_s, mig=False)
+        run = run_static(services, gpus, span, window_s, mig=False, capacity=cap)
     elif strategy == "static-mig":
-        run = run_static(services, gpus, span, window_s, mig=True)
+        run = run_static(services, gpus, span, window_s, mig=True, capacity=cap)
     elif strategy == "hpa-gpu":
-        run = run_hpa(services, gpus, span, window_s)
+        run = run_hpa(services, gpus, span, window_s, capacity=cap)
     else:
         raise ValueError(f"unknown service strategy {strategy!r}; known: {', '.join(STRATEGIES)}")
     return measure(run, services, next(iter(gpus.values())), seed)
