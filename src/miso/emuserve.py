@@ -82,7 +82,8 @@ class EmulatedServer:
                                                              "profile": self.profile},
                                         req.keep_alive)
                 elif path == b"/health":
-                    out = json_response(200, {"ok": True, "served": self.served,
+                    out = json_response(200, {"ok": True, "pid": os.getpid(),
+                                              "served": self.served,
                                               "batches": self.batches}, req.keep_alive)
                 elif not self.ready():
                     out = json_response(503, {"error": "loading"}, req.keep_alive)

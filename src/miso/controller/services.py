@@ -106,7 +106,8 @@ class ServiceManager:
     def __init__(self, controller: Any, store_path: str | Path, router: RouterServer, *,
                  replica_host: str = "127.0.0.1", python: str = sys.executable,
                  ready_timeout_s: float = 120.0, misses: int = 3,
-                 probe_timeout_s: float = 1.0, scaler: LiveScaler | None = None) -> None:
+                 probe_timeout_s: float = 1.0, scaler: LiveScaler | None = None,
+                 slow_factor: float = 10.0) -> None:
         self.ctl = controller
         self.store = ServiceStore(store_path)
         self.server = router
@@ -115,6 +116,7 @@ class ServiceManager:
         self.python = python
         self.ready_timeout_s = ready_timeout_s
         self.misses = misses
+        self.slow_factor = slow_factor
         self.probe_timeout_s = probe_timeout_s
         self.scaler = scaler or LiveScaler()
         self.lm: Any = catalog
@@ -247,6 +249,35 @@ class ServiceManager:
         if r.misses >= self.misses:
             self._retire(rec.name, r, f"replica {r.job} stopped answering ({r.misses} "
                                       f"probes); replacing it")
+            return
+        slow = self._slow(rec, r)
+        if slow:
+            self._retire(rec.name, r, slow)
+
+    def _slow(self, rec: ServiceRecord, r: ReplicaState) -> str | None:
+        """Why a ready replica is too slow to keep: its answers (average of the recent ones,
+        after 20) over the SLO and over ``slow_factor`` x its model's batch-1 service time on
+        its slice, and 5x its ready peers' when they have answered (a loaded service slows
+        every replica), with another replica to take its load; else None."""
+        mine = next((x for x in self.router.replicas(rec.name) if x["id"] == r.job), None)
+        others = [x for x in self.replicas.get(rec.name, {}).values()
+                  if x.state != "draining" and x.job != r.job]
+        if mine is None or mine["served"] < 20 or not others:
+            return None
+        ms = float(mine["latency_ewma_ms"])
+        try:
+            base = 1000.0 * float(self.lm.service_time_s(rec.model, r.gpu_model,
+                                                         r.profile or "7g.40gb", 1))
+        except (KeyError, ValueError):
+            return None
+        peers = [float(x["latency_ewma_ms"]) for x in self.router.replicas(rec.name)
+                 if x["id"] != r.job and x["served"] >= 20 and not x["draining"]]
+        if peers and ms <= 5 * min(peers):  # the whole service is loaded, not this replica
+            return None
+        if ms > rec.slo_p99_ms and ms > self.slow_factor * base:
+            return (f"replica {r.job} answers in {ms:.0f} ms, {ms / base:.0f}x its model's "
+                    f"{base:.1f} ms on {r.profile or '?'}; replacing it")
+        return None
 
     def _job(self, job: str) -> Any:
         try:

@@ -80,6 +80,8 @@ class Replica:
     outstanding: int = 0
     served: int = 0
     failed: int = 0
+    latency_ewma_s: float = 0.0  # of its answers (weight 0.1 each)
+    refused_until: float = 0.0  # monotonic: it refused a connection; others first till then
     idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = field(default_factory=list)
 
 
@@ -95,8 +97,9 @@ class Route:
 
     def pick(self, exclude: frozenset[str] | set[str] = frozenset()) -> Replica | None:
         best: Replica | None = None
+        now = time.monotonic()
         for r in self.replicas.values():
-            if r.draining or r.id in exclude:
+            if r.draining or r.id in exclude or r.refused_until > now:
                 continue
             if best is None or (r.outstanding, r.served) < (best.outstanding, best.served):
                 best = r
@@ -298,7 +301,8 @@ class Router:
     def replicas(self, service: str) -> list[dict[str, Any]]:
         route = self.routes.get(service)
         return [{"id": r.id, "port": r.port, "profile": r.profile, "draining": r.draining,
-                 "outstanding": r.outstanding, "served": r.served, "failed": r.failed}
+                 "outstanding": r.outstanding, "served": r.served, "failed": r.failed,
+                 "latency_ewma_ms": round(r.latency_ewma_s * 1000, 3)}
                 for r in (route.replicas.values() if route else ())]
 
     def stats(self, service: str, window_s: float = 60.0) -> dict[str, Any]:
@@ -341,25 +345,28 @@ class Router:
                                             "service": req.service, "stopped": True},
                                       req.keep_alive)
             replica = route.pick(tried)
-            if replica is None and tried:
-                return self._done(route, t0, 502, _json_response(
-                    502, {"error": f"no replica of {req.service!r} could be reached"},
-                    req.keep_alive))
-            if replica is None:
+            if replica is None:  # none ready, or every one refused: wait for one
                 if time.monotonic() > deadline:
                     return self._done(route, t0, 503, _json_response(
                         503, {"error": f"service {req.service!r} has no ready replica"},
                         req.keep_alive))
                 await asyncio.sleep(0.02)
+                tried.clear()
                 continue
             replica.outstanding += 1
             try:
+                t1 = time.monotonic()
                 status, head, body = await self._call(replica, req)
                 replica.served += 1
+                lat = time.monotonic() - t1
+                replica.latency_ewma_s = lat if replica.served == 1 else \
+                    0.9 * replica.latency_ewma_s + 0.1 * lat
                 break
             except UpstreamFailed as e:
                 replica.failed += 1
                 tried.add(replica.id)
+                if not e.sent:
+                    replica.refused_until = time.monotonic() + 1.0
                 if e.sent:
                     return self._done(route, t0, 502, _json_response(
                         502, {"error": f"replica {replica.id} of {req.service!r} failed: {e}"},
@@ -471,6 +478,7 @@ class RouterServer:
 
         def run() -> None:
             loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
             self.loop = loop
             try:
                 self._server = loop.run_until_complete(asyncio.start_server(
@@ -482,6 +490,10 @@ class RouterServer:
                 return
             ready.set()
             loop.run_forever()
+            tasks = asyncio.all_tasks(loop)
+            for t in tasks:
+                t.cancel()
+            loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
             loop.close()
 
         self._thread = threading.Thread(target=run, name="miso-router", daemon=True)

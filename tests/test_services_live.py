@@ -1,0 +1,150 @@
+"""Services on a one-process emulated cluster (LocalCluster): replicas as jobs, readiness,
+the router, stop, and the faults of issue 29 (a replica SIGKILLed under load, one that never
+gets ready, one 10x slower than its model). The manager's loop is driven by hand."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from helpers import FAST
+from waiting import wait_for
+
+from miso.controller import ControllerConfig
+from miso.controller.services import LiveScaler, ServiceManager, attach_services
+from miso.controller.servicestore import ServiceRecord, ServiceStore
+from miso.transport.inprocess import LocalCluster
+
+
+def emuserve(*extra: str) -> list[str]:
+    return [sys.executable, "-m", "miso.emuserve", "--model", "resnet50", "--load-s", "0.2",
+            *extra]
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[tuple[LocalCluster, ServiceManager]]:
+    c = LocalCluster(tmp_path, config=ControllerConfig(**FAST), gpus_per_node=2,
+                     rate_window=0.5)
+    mgr = attach_services(c.controller, tmp_path)
+    mgr._stop.set()  # noqa: SLF001 - the test drives tick() itself
+    yield c, mgr
+    mgr.close()
+    mgr.server.stop()
+    assert c.controller is not None
+    c.controller.stop(stop_jobs=True)
+
+
+def ticking(mgr: ServiceManager, pred, timeout: float = 30.0):  # noqa: ANN001, ANN201
+    def step():  # noqa: ANN202
+        mgr.tick()
+        return pred()
+    return wait_for(step, timeout)
+
+
+def events(mgr: ServiceManager, name: str) -> str:
+    return "\n".join(e["text"] for e in mgr.events[name])
+
+
+def test_live_scaler_holds_before_scaling_in() -> None:
+    s = LiveScaler(scale_in_hold_s=30.0)
+    assert s.want("a", 0.0, rate=250.0, capacity=100.0, headroom=0.2, lo=1, hi=8,
+                  current=1) == 3
+    assert s.want("a", 1.0, rate=50.0, capacity=100.0, headroom=0.2, lo=1, hi=8,
+                  current=3) == 3  # lower, but not for long enough
+    assert s.want("a", 20.0, rate=60.0, capacity=100.0, headroom=0.2, lo=1, hi=8,
+                  current=3) == 3
+    assert s.want("a", 31.5, rate=60.0, capacity=100.0, headroom=0.2, lo=1, hi=8,
+                  current=3) == 1
+    assert s.want("a", 40.0, rate=5000.0, capacity=100.0, headroom=0.2, lo=1, hi=8,
+                  current=1) == 8
+
+
+def test_store_keeps_services_and_measured_capacity(tmp_path: Path) -> None:
+    st = ServiceStore(tmp_path / "miso.db")
+    st.add(ServiceRecord(name="a", model="resnet50", slo_p99_ms=50, command=["x"], owner="u1"))
+    st.set_capacity("a", 123.0, "2g.10gb")
+    st.close()
+    (rec,) = ServiceStore(tmp_path / "miso.db").all()
+    assert (rec.name, rec.owner, rec.capacity_rps, rec.capacity_profile, rec.state) == \
+        ("a", "u1", 123.0, "2g.10gb", "running")
+
+
+@pytest.mark.slow  # ~4.5 s on 2 busy cores
+def test_serve_replace_a_killed_replica_and_stop(cluster) -> None:  # noqa: ANN001
+    c, mgr = cluster
+    view = mgr.serve(ServiceRecord(name="svc", model="resnet50", slo_p99_ms=100,
+                                   command=emuserve()))
+    ticking(mgr, lambda: mgr.view("svc")["ready_replicas"] == 1)
+    v = mgr.view("svc")
+    (rep,) = v["replicas"]
+    assert v["slices"] == [rep["profile"]] and rep["profile"].endswith("gb")
+    job = c.controller.store.get(rep["job"])
+    assert "miso.serving.runreplica" in job.command  # a job like any other, on its slice
+    with httpx.Client(timeout=10) as h:
+        assert h.post(view["url"] + "/infer").json()["profile"] == rep["profile"]
+        pid = h.get(f"http://127.0.0.1:{rep['port']}/health").json()["pid"]
+        # SIGKILL the server under load: only requests it held may fail
+        results: list[int] = []
+        stop = threading.Event()
+
+        def load() -> None:
+            with httpx.Client(timeout=10) as lc:
+                while not stop.is_set():
+                    try:
+                        results.append(lc.post(view["url"] + "/infer").status_code)
+                    except httpx.HTTPError:
+                        results.append(0)
+                    time.sleep(0.01)
+
+        t = threading.Thread(target=load)
+        t.start()
+        time.sleep(0.3)
+        os.kill(pid, signal.SIGKILL)
+        # replaced: its job ended, or it stopped answering the readiness probe first
+        ticking(mgr, lambda: f"replica {rep['job']} ended" in events(mgr, "svc")
+                or f"replica {rep['job']} stopped answering" in events(mgr, "svc"))
+        ticking(mgr, lambda: mgr.view("svc")["ready_replicas"] == 1
+                and mgr.view("svc")["replicas"][0]["job"] != rep["job"])
+        time.sleep(0.3)
+        stop.set()
+        t.join()
+        assert results[-1] == 200  # served by the replacement
+        errors = [s for s in results if s != 200]
+        assert len(errors) <= 3, results  # the requests the dead replica held (1 at a time)
+        mgr.stop("svc")
+        r = h.post(view["url"] + "/infer")
+        assert r.status_code == 503 and "stopped" in r.json()["error"]
+    ticking(mgr, lambda: not mgr.view("svc")["replicas"])
+
+
+def test_never_ready_replica_is_replaced_with_a_reason(cluster) -> None:  # noqa: ANN001
+    _, mgr = cluster
+    mgr.ready_timeout_s = 1.0
+    mgr.serve(ServiceRecord(name="nr", model="resnet50", slo_p99_ms=100,
+                            command=emuserve("--never-ready")))
+    ticking(mgr, lambda: "never got ready" in events(mgr, "nr"))
+    assert "never got ready" in mgr.view("nr")["why"] or \
+        "started replica" in mgr.view("nr")["why"]
+    ticking(mgr, lambda: len(mgr.view("nr")["replicas"]) == 1)  # a replacement runs
+
+
+def test_a_ten_times_slower_replica_is_replaced(cluster) -> None:  # noqa: ANN001
+    _, mgr = cluster
+    mgr.serve(ServiceRecord(name="sl", model="resnet50", slo_p99_ms=5, min_replicas=2,
+                            max_replicas=2, command=emuserve()))
+    ticking(mgr, lambda: mgr.view("sl")["ready_replicas"] == 2)
+    slow_job = mgr.view("sl")["replicas"][0]["job"]
+    # the slowness is the router's measurement: feed it one replica's answers at 30 x
+    for r in mgr.router.routes["sl"].replicas.values():
+        r.served = 50
+        r.latency_ewma_s = 0.03 if r.id == slow_job else 0.001
+    mgr.tick()
+    assert f"replica {slow_job} answers in 30 ms" in events(mgr, "sl")
+    assert slow_job not in {r["job"] for r in mgr.view("sl")["replicas"]}
