@@ -135,3 +135,37 @@ def test_pick_gpus__fewest_nodes_or_the_nodes_asked():
     assert sorted(pick_gpus(pool, 4, 2, node)) == ["b/0", "b/1", "c/0", "c/1"]
     assert pick_gpus(pool, 4, 4, node) is None
     assert pick_gpus(pool, 7, None, node) is None
+
+
+# -- several GPU models ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("aware", [True, False])
+def test_two_models__each_job_where_it_gains_most_hand_computed(aware):
+    # Hand-computed (sched/modelspeed.py): h(H100-80GB) = sqrt(989/312 * 3350/1555) = 2.6132.
+    # deepspeech2_train8 runs at 0.1181 on a 1g A100 slice: p = (1/0.1181 - 1)/6 > 1 -> 1, so
+    # f = 2.6132; mobilenet_train64 at 0.8101: p = (1/0.8101 - 1)/6 = 0.03907,
+    # f = 1 / (0.96093 + 0.03907/2.6132) = 1.0247. The first prefers the H100, the second the
+    # A100; blind placement gives the first job the first GPU (the A100).
+    from miso.sched.modelspeed import model_factor
+
+    assert model_factor("deepspeech2_train8", "H100-80GB") == pytest.approx(2.6132, abs=1e-4)
+    assert model_factor("mobilenet_train64", "H100-80GB") == pytest.approx(1.0247, abs=1e-4)
+    jobs = [TraceJob("a", 0.0, 1000.0, "deepspeech2_train8"),
+            TraceJob("b", 0.0, 1000.0, "mobilenet_train64")]
+    cfg = WorldConfig(gpu_mix=(("A100-40GB", 1), ("H100-80GB", 1)), n_gpus=2, reconfig_s=0.0,
+                      restart_s=0.0, predictor="true")
+    from miso.sched import PlaceJob
+    from miso.sim.run import run_policy
+
+    r = run_policy("miso", jobs, cfg, 1, record=True, model_aware=aware)
+    where = {d.job: d.gpu for _, d in r.log if isinstance(d, PlaceJob)}
+    jct = dict(zip(r.job_ids, r.jct, strict=True))
+    if aware:
+        assert where == {"a": "gpu1", "b": "gpu0"}
+        assert jct["a"] == pytest.approx(1000.0 / 2.6132, rel=1e-4)
+        assert jct["b"] == pytest.approx(1000.0, rel=1e-6)
+    else:
+        assert where == {"a": "gpu0", "b": "gpu1"}
+        assert jct["a"] == pytest.approx(1000.0, rel=1e-6)
+        assert jct["b"] == pytest.approx(1000.0 / 1.0247, rel=1e-4)
