@@ -169,3 +169,21 @@ def test_two_models__each_job_where_it_gains_most_hand_computed(aware):
         assert where == {"a": "gpu0", "b": "gpu1"}
         assert jct["a"] == pytest.approx(1000.0, rel=1e-6)
         assert jct["b"] == pytest.approx(1000.0 / 1.0247, rel=1e-4)
+
+
+def test_tenancy__charges_gangs_n_gpus_and_other_models_by_hardware_ratio():
+    from miso.sched.tenancyconfig import TenancyConfig
+
+    st = ClusterState(tenancy=TenancyConfig())
+    st.observe(0.0, GpuAdded("a0", "A100-40GB"))
+    st.observe(0.0, GpuAdded("h0", "H100-80GB"))
+    st.observe(0.0, GpuAdded("h1", "H100-80GB"))
+    mem = workload_memory_gb("resnet_train64")
+    st.observe(0.0, JobSubmitted(JobSpec("g", "g", mem, owner="u1", num_gpus=2)))
+    for g in ("h0", "h1"):
+        st.apply(0.0, HoldGpu(g, "g"))
+    st.apply(0.0, StartGang("g", ("h0", "h1"), st.new_plan_id()))
+    ten = st.tenancy
+    assert ten is not None
+    # two whole H100-80GB GPUs in A100-40GB GPU-equivalents: 2 x sqrt(989/312 x 3350/1555)
+    assert ten.in_use["u1"] == pytest.approx(2 * 2.6132, abs=1e-3)
