@@ -187,3 +187,33 @@ def test_tenancy__charges_gangs_n_gpus_and_other_models_by_hardware_ratio():
     assert ten is not None
     # two whole H100-80GB GPUs in A100-40GB GPU-equivalents: 2 x sqrt(989/312 x 3350/1555)
     assert ten.in_use["u1"] == pytest.approx(2 * 2.6132, abs=1e-3)
+
+
+def test_gangs__cancel_and_lost_gpu_end_or_requeue_the_whole_gang():
+    from miso.sched import GpuRemoved, JobFailed
+
+    jobs = _stream(40, 3, 8)
+    cfg = WorldConfig(n_gpus=8)
+
+    def sim_of() -> tuple[Simulator, Checker]:
+        layer = GangLayer(make_policy("nopart"))
+        chk = Checker(layer)
+        return Simulator(layer, jobs, cfg, seed=3, observer=chk, record=True), chk
+
+    dry, _ = sim_of()
+    r0 = dry.run()
+    fin0 = dict(zip(r0.job_ids, r0.finish, strict=True))
+    t, d = next((t, d) for t, d in r0.log if isinstance(d, StartGang) and len(d.gpus) > 1
+                and fin0[d.job] > t + 20)
+    cancelled = next(j.id for j in jobs if j.num_gpus > 1 and j.id != d.job)
+    sim, chk = sim_of()
+    sub = next(j.submit_s for j in jobs if j.id == cancelled)
+    sim.inject(sub + 1.0, JobFailed(cancelled, "cancelled"))
+    sim.inject(t + 10.0, GpuRemoved(d.gpus[-1]))          # a GPU of a running gang
+    r = sim.run()
+    fin = dict(zip(r.job_ids, r.finish, strict=True))
+    assert fin[cancelled] == pytest.approx(sub + 1.0)
+    k = r.job_ids.index(d.job)
+    assert r.restarts[k] >= 1 and fin[d.job] > fin0[d.job]  # requeued whole, ran again
+    assert d.gpus[-1] not in sim.state.gpus and d.gpus[-1] not in sim.state.gangs.gpus
+    assert not sim.state.gangs.runs and not sim.state.gangs.queue
