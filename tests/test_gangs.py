@@ -217,3 +217,34 @@ def test_gangs__cancel_and_lost_gpu_end_or_requeue_the_whole_gang():
     assert r.restarts[k] >= 1 and fin[d.job] > fin0[d.job]  # requeued whole, ran again
     assert d.gpus[-1] not in sim.state.gpus and d.gpus[-1] not in sim.state.gangs.gpus
     assert not sim.state.gangs.runs and not sim.state.gangs.queue
+
+
+# -- the job helper in a gang ---------------------------------------------------------------
+
+
+def test_job_helper__only_rank_zero_writes_every_rank_resumes(tmp_path):
+    import json
+
+    from miso.job import JobContext
+
+    ck = tmp_path / "ck"
+    resume = tmp_path / "resume.json"
+    resume.write_text(json.dumps({"iteration": 7}))
+
+    def ctx(rank: int) -> JobContext:
+        env = {"MISO_JOB_ID": "g", "MISO_PROGRESS_FILE": str(tmp_path / f"p{rank}.json"),
+               "MISO_CHECKPOINT_DIR": str(ck), "MISO_RESUME_FROM": str(resume),
+               "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2"}
+        return JobContext(env, install_signal=False)
+
+    r0, r1 = ctx(0), ctx(1)
+    assert (r0.writer, r1.writer, r1.world_size) == (True, False, 2)
+    assert r0.load() == r1.load() == {"iteration": 7}
+    for c in (r1, r0):
+        c.started(7, 10)
+        c.report(8, 10, force=True)
+    assert r1.save_json({"iteration": 8}, iteration=8) is None
+    assert not (ck / "checkpoint.json").exists()           # rank 1 wrote nothing
+    assert r0.save_json({"iteration": 8}, iteration=8) == str(ck / "checkpoint.json")
+    assert not (tmp_path / "p1.json").exists()
+    assert json.loads((tmp_path / "p0.json").read_text())["checkpoint"]["iteration"] == 8
