@@ -135,3 +135,116 @@ def test_pick_gpus__fewest_nodes_or_the_nodes_asked():
     assert sorted(pick_gpus(pool, 4, 2, node)) == ["b/0", "b/1", "c/0", "c/1"]
     assert pick_gpus(pool, 4, 4, node) is None
     assert pick_gpus(pool, 7, None, node) is None
+
+
+# -- several GPU models ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("aware", [True, False])
+def test_two_models__each_job_where_it_gains_most_hand_computed(aware):
+    # Hand-computed (sched/modelspeed.py): h(H100-80GB) = sqrt(989/312 * 3350/1555) = 2.6132.
+    # deepspeech2_train8 runs at 0.1181 on a 1g A100 slice: p = (1/0.1181 - 1)/6 > 1 -> 1, so
+    # f = 2.6132; mobilenet_train64 at 0.8101: p = (1/0.8101 - 1)/6 = 0.03907,
+    # f = 1 / (0.96093 + 0.03907/2.6132) = 1.0247. The first prefers the H100, the second the
+    # A100; blind placement gives the first job the first GPU (the A100).
+    from miso.sched.modelspeed import model_factor
+
+    assert model_factor("deepspeech2_train8", "H100-80GB") == pytest.approx(2.6132, abs=1e-4)
+    assert model_factor("mobilenet_train64", "H100-80GB") == pytest.approx(1.0247, abs=1e-4)
+    jobs = [TraceJob("a", 0.0, 1000.0, "deepspeech2_train8"),
+            TraceJob("b", 0.0, 1000.0, "mobilenet_train64")]
+    cfg = WorldConfig(gpu_mix=(("A100-40GB", 1), ("H100-80GB", 1)), n_gpus=2, reconfig_s=0.0,
+                      restart_s=0.0, predictor="true")
+    from miso.sched import PlaceJob
+    from miso.sim.run import run_policy
+
+    r = run_policy("miso", jobs, cfg, 1, record=True, model_aware=aware)
+    where = {d.job: d.gpu for _, d in r.log if isinstance(d, PlaceJob)}
+    jct = dict(zip(r.job_ids, r.jct, strict=True))
+    if aware:
+        assert where == {"a": "gpu1", "b": "gpu0"}
+        assert jct["a"] == pytest.approx(1000.0 / 2.6132, rel=1e-4)
+        assert jct["b"] == pytest.approx(1000.0, rel=1e-6)
+    else:
+        assert where == {"a": "gpu0", "b": "gpu1"}
+        assert jct["a"] == pytest.approx(1000.0, rel=1e-6)
+        assert jct["b"] == pytest.approx(1000.0 / 1.0247, rel=1e-4)
+
+
+def test_tenancy__charges_gangs_n_gpus_and_other_models_by_hardware_ratio():
+    from miso.sched.tenancyconfig import TenancyConfig
+
+    st = ClusterState(tenancy=TenancyConfig())
+    st.observe(0.0, GpuAdded("a0", "A100-40GB"))
+    st.observe(0.0, GpuAdded("h0", "H100-80GB"))
+    st.observe(0.0, GpuAdded("h1", "H100-80GB"))
+    mem = workload_memory_gb("resnet_train64")
+    st.observe(0.0, JobSubmitted(JobSpec("g", "g", mem, owner="u1", num_gpus=2)))
+    for g in ("h0", "h1"):
+        st.apply(0.0, HoldGpu(g, "g"))
+    st.apply(0.0, StartGang("g", ("h0", "h1"), st.new_plan_id()))
+    ten = st.tenancy
+    assert ten is not None
+    # two whole H100-80GB GPUs in A100-40GB GPU-equivalents: 2 x sqrt(989/312 x 3350/1555)
+    assert ten.in_use["u1"] == pytest.approx(2 * 2.6132, abs=1e-3)
+
+
+def test_gangs__cancel_and_lost_gpu_end_or_requeue_the_whole_gang():
+    from miso.sched import GpuRemoved, JobFailed
+
+    jobs = _stream(40, 3, 8)
+    cfg = WorldConfig(n_gpus=8)
+
+    def sim_of() -> tuple[Simulator, Checker]:
+        layer = GangLayer(make_policy("nopart"))
+        chk = Checker(layer)
+        return Simulator(layer, jobs, cfg, seed=3, observer=chk, record=True), chk
+
+    dry, _ = sim_of()
+    r0 = dry.run()
+    fin0 = dict(zip(r0.job_ids, r0.finish, strict=True))
+    t, d = next((t, d) for t, d in r0.log if isinstance(d, StartGang) and len(d.gpus) > 1
+                and fin0[d.job] > t + 20)
+    cancelled = next(j.id for j in jobs if j.num_gpus > 1 and j.id != d.job)
+    sim, chk = sim_of()
+    sub = next(j.submit_s for j in jobs if j.id == cancelled)
+    sim.inject(sub + 1.0, JobFailed(cancelled, "cancelled"))
+    sim.inject(t + 10.0, GpuRemoved(d.gpus[-1]))          # a GPU of a running gang
+    r = sim.run()
+    fin = dict(zip(r.job_ids, r.finish, strict=True))
+    assert fin[cancelled] == pytest.approx(sub + 1.0)
+    k = r.job_ids.index(d.job)
+    assert r.restarts[k] >= 1 and fin[d.job] > fin0[d.job]  # requeued whole, ran again
+    assert d.gpus[-1] not in sim.state.gpus and d.gpus[-1] not in sim.state.gangs.gpus
+    assert not sim.state.gangs.runs and not sim.state.gangs.queue
+
+
+# -- the job helper in a gang ---------------------------------------------------------------
+
+
+def test_job_helper__only_rank_zero_writes_every_rank_resumes(tmp_path):
+    import json
+
+    from miso.job import JobContext
+
+    ck = tmp_path / "ck"
+    resume = tmp_path / "resume.json"
+    resume.write_text(json.dumps({"iteration": 7}))
+
+    def ctx(rank: int) -> JobContext:
+        env = {"MISO_JOB_ID": "g", "MISO_PROGRESS_FILE": str(tmp_path / f"p{rank}.json"),
+               "MISO_CHECKPOINT_DIR": str(ck), "MISO_RESUME_FROM": str(resume),
+               "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2"}
+        return JobContext(env, install_signal=False)
+
+    r0, r1 = ctx(0), ctx(1)
+    assert (r0.writer, r1.writer, r1.world_size) == (True, False, 2)
+    assert r0.load() == r1.load() == {"iteration": 7}
+    for c in (r1, r0):
+        c.started(7, 10)
+        c.report(8, 10, force=True)
+    assert r1.save_json({"iteration": 8}, iteration=8) is None
+    assert not (ck / "checkpoint.json").exists()           # rank 1 wrote nothing
+    assert r0.save_json({"iteration": 8}, iteration=8) == str(ck / "checkpoint.json")
+    assert not (tmp_path / "p1.json").exists()
+    assert json.loads((tmp_path / "p0.json").read_text())["checkpoint"]["iteration"] == 8

@@ -20,8 +20,14 @@ For framework checkpoints write to :attr:`JobContext.checkpoint_path` yourself a
 Environment (set by the agent): ``MISO_JOB_ID``, ``MISO_ATTEMPT``, ``MISO_NODE``,
 ``MISO_PROGRESS_FILE`` (JSON progress written here), ``MISO_CHECKPOINT_DIR``,
 ``MISO_RESUME_FROM`` (checkpoint to resume from) and ``MISO_CHECKPOINT_FLAG`` (file whose
-existence asks for a checkpoint). The agent's guard process kills the job when its node is
-fenced or its agent dies, so no orphans survive a lost node.
+existence asks for a checkpoint). A job on several GPUs (a gang) runs one process per GPU
+with torch.distributed's ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and
+``MASTER_PORT``: every rank uses this helper the same way (all load the same checkpoint, all
+exit 75 when asked), and only rank 0 writes progress and checkpoints (:attr:`JobContext.writer`;
+the other ranks' writes are no-ops). Ranks must stop at the same step: agree on a request
+first (e.g. ``all_reduce`` of ``checkpoint_requested()`` as an int with MAX). The agent's
+guard process kills the job when its node is fenced or its agent dies, so no orphans survive
+a lost node.
 
 The helper never lets a storage error reach the training loop: a progress write that fails
 (e.g. the disk is full) is retried at the next :meth:`JobContext.report`; :meth:`save_json`
@@ -121,6 +127,10 @@ class JobContext:
         self.checkpoint_dir = e.get("MISO_CHECKPOINT_DIR") or None
         self.resume_path = e.get("MISO_RESUME_FROM") or None
         self.flag_file = e.get("MISO_CHECKPOINT_FLAG") or None
+        #: torch.distributed rank and world size of a gang's process (0 and 1 alone)
+        self.rank = _int_env(e, "RANK", 0)
+        self.local_rank = _int_env(e, "LOCAL_RANK", 0)
+        self.world_size = max(1, _int_env(e, "WORLD_SIZE", 1))
         self._requested = threading.Event()
         self._last_write = 0.0
         self._state: dict[str, Any] = {
@@ -137,6 +147,11 @@ class JobContext:
                 # pod's deletion): save and exit 75 like a checkpoint request, within the
                 # grace period before SIGKILL (docs/deploy.md).
                 signal.signal(signal.SIGTERM, lambda *_: self._requested.set())
+
+    @property
+    def writer(self) -> bool:
+        """This process writes progress and checkpoints (rank 0 of a gang; a lone job)."""
+        return self.rank == 0
 
     @property
     def managed(self) -> bool:
@@ -164,8 +179,9 @@ class JobContext:
         record it as done.
 
         Returns the path, or None when there is nowhere to save or the write failed (the
-        previous checkpoint stays the one miso resumes from)."""
-        if not self.checkpoint_dir:
+        previous checkpoint stays the one miso resumes from). A rank other than 0 of a gang
+        writes nothing and returns None (rank 0 saves the state every rank holds)."""
+        if not self.checkpoint_dir or not self.writer:
             return None
         path = str(Path(self.checkpoint_dir) / JSON_CHECKPOINT)
         try:
@@ -178,7 +194,9 @@ class JobContext:
         return path
 
     def mark_saved(self, path: str, *, iteration: int) -> None:
-        """Tell miso a checkpoint at ``iteration`` is complete at ``path``."""
+        """Tell miso a checkpoint at ``iteration`` is complete at ``path`` (rank 0 only)."""
+        if not self.writer:
+            return
         ck = {"iteration": int(iteration), "path": str(path), "time": time.time(),
               "attempt": self.attempt}
         self._state["checkpoint"] = ck
@@ -225,7 +243,7 @@ class JobContext:
         self._flush(force=True)
 
     def _flush(self, *, force: bool) -> None:
-        if self.progress_file is None:
+        if self.progress_file is None or not self.writer:
             return
         now = time.time()
         if not force and now - self._last_write < 0.1:
@@ -251,6 +269,13 @@ class JobContext:
         self._flush(force=True)
         sys.stdout.flush()
         sys.exit(EXIT_CHECKPOINTED)
+
+
+def _int_env(env: dict[str, str], name: str, default: int) -> int:
+    try:
+        return int(env.get(name, "") or default)
+    except ValueError:
+        return default
 
 
 _CTX: JobContext | None = None

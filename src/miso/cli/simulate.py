@@ -238,7 +238,8 @@ def simulate(
     n_gpus, mix = _gpu_mix(gpus)
     if mix:
         model = mix[0][0]
-    cfg = WorldConfig(gpu_model=model, n_gpus=n_gpus, gpu_mix=mix, restart_s=restart_s, reconfig_s=reconfig_s,
+    cfg = WorldConfig(gpu_model=model, n_gpus=n_gpus, gpu_mix=mix, restart_s=restart_s,
+                      reconfig_s=reconfig_s,
                       predictor=predictor, no_checkpoint_frac=no_checkpoint_frac,
                       restart_spread=restart_spread, profiled_at_submit=profiled_at_submit,
                       error_scale=error_scale)

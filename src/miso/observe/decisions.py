@@ -39,6 +39,7 @@ from miso.sched import (
     Tick,
     WakeUp,
 )
+from miso.sched.decisions import HoldGpu, ReleaseGpu, StartGang, StopGang
 from miso.sched.events import profiling_run_order
 
 Speeds = Mapping[str, Mapping[str, float]]
@@ -155,6 +156,17 @@ def explain(now: float, d: Decision, state: ClusterState, ctx: Context) -> dict[
             if d.cause is RequeueCause.REBALANCE:
                 rec["trigger"] = "rebalance"
             rec["note"] = f"job {d.job} back to the queue: {d.reason or 'no reason given'}"
+        case StartGang() | StopGang():
+            # a job on several whole GPUs (miso.sched.gangs): started all together, or stopped
+            rec.update(job=d.job, gpus=list(getattr(d, "gpus", ())),
+                       plan_id=getattr(d, "plan_id", None),
+                       note=f"job {d.job} " + (f"starts on {len(d.gpus)} whole GPU(s)"
+                                               if isinstance(d, StartGang)
+                                               else f"stops on every GPU: {d.reason}"))
+        case HoldGpu() | ReleaseGpu():
+            rec.update(gpu=d.gpu, note=f"{d.gpu} " + ("held for a gang's reservation"
+                                                      if isinstance(d, HoldGpu)
+                                                      else "back to the policy"))
         case WakeUp():
             rec.update(at=round(d.at, 3), tag=d.tag,
                        note=f"timer {d.tag or '(untagged)'} at t={d.at:.1f}s")

@@ -43,6 +43,7 @@ from miso.sched import (
     SpeedObserved,
     StartProfiling,
 )
+from miso.sched.decisions import StartGang, StopGang
 
 logger = logging.getLogger(__name__)
 
@@ -166,8 +167,9 @@ class Observer:
             m.restarts.labels(_RESTART_REASON.get(type(d), "repartition")).inc(len(restarted))
         pid = getattr(d, "plan_id", None)
         if pid is not None:  # a newer plan supersedes the GPU's pending one
-            self._issued[d.gpu] = (pid, now)  # type: ignore[attr-defined]
-        if isinstance(d, (StartProfiling, ApplyLayout, RunMps)):
+            for g in getattr(d, "gpus", None) or (d.gpu,):  # type: ignore[attr-defined]
+                self._issued[g] = (pid, now)  # a gang's plan: on each of its GPUs
+        if isinstance(d, (StartProfiling, ApplyLayout, RunMps, StartGang)):
             for j in involved:
                 if j not in self._started:
                     self._started.add(j)
@@ -272,7 +274,7 @@ def _jobs_of(d: Decision) -> list[str]:
             return list(d.jobs)
         case RunMps():
             return list(d.shares)
-        case PlaceJob() | RequeueJob():
+        case PlaceJob() | RequeueJob() | StartGang() | StopGang():
             return [d.job]
     return []
 

@@ -220,7 +220,7 @@ class ClusterState:
                 if self.tenancy is not None:
                     self.tenancy.note_owner(spec.owner)
             case GpuAdded(gpu=g, model=m, profiles=p, driver=d):
-                if g in self.gpus:
+                if g in self.gpus or g in self.gangs.gpus:
                     raise ContractError(f"GPU {g} added twice")
                 self.gpus[g] = GpuState(g, geometry(m, p, d))
                 self._changed(g)

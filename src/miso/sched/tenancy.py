@@ -14,6 +14,10 @@ active-thread share (50 % = 0.5); resident on a GPU without a slice yet (placed,
 equal part of the GPU (1/n of n resident jobs). Compute slices, not memory or instance counts,
 because they are what a job's speed is bought with: the same count of 1g slices and 7g slices
 are not the same resource (Kueue had to learn this, kueue#10108; KAI counted MIG pods as 0 GPUs).
+With several GPU models the unit is a GPU of the first model announced: a slice of another
+model is charged its compute share times the models' hardware ratio
+(:func:`miso.sched.modelspeed.hardware_ratio`; an H100-80GB GPU is 2.61 A100-40GB GPUs), so a
+share buys the same speed wherever a job runs (model-neutral; one model: unchanged).
 An owner's usage decays with a half-life ``half_life_s`` (Slurm's ``PriorityDecayHalfLife``):
 ``U(t) = sum over held intervals of charge x dt x 2^(-(t - t_dt) / half_life)``, integrated
 exactly between changes (a charge is constant between two state changes).
@@ -197,9 +201,10 @@ class Tenancy:
             self._geoms[gs.geom] = None
             self._smallest = {}
         held = {}
+        weight = self.model_weight(gs.model)
         for j in gs.jobs:
             js = st.jobs[j]
-            c = job_charge(gs, j)
+            c = job_charge(gs, j) * weight
             held[j] = (js.spec.owner, c)
             self.in_use[js.spec.owner] = self.in_use.get(js.spec.owner, 0.0) + c
             self.resident[js.spec.owner] = self.resident.get(js.spec.owner, 0) + 1
@@ -216,6 +221,16 @@ class Tenancy:
             for o, part in split.items():
                 self.held[o] = self.held.get(o, 0.0) + part
             self._split[g] = split
+
+    def model_weight(self, model: str) -> float:
+        """GPU-equivalents (of the first GPU model seen) one GPU of ``model`` is charged
+        (module docstring): 1.0 on a one-model cluster."""
+        first = next(iter(self._geoms)).model.name
+        if model == first:
+            return 1.0
+        from miso.sched.modelspeed import hardware_ratio
+
+        return hardware_ratio(model) / hardware_ratio(first)
 
     def ledger(self) -> list[UsageRecord]:
         """Every owner's usage as of the last change and its charge since (what a driver

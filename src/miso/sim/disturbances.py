@@ -19,13 +19,14 @@ from miso.workloads import catalogue
 class Disturbances:
     """Phase changes and outside events (it uses the simulator's ``gpus``, ``jobs``,
     ``state``, ``cfg``, ``geom`` and its ``push``/``stop_job``/``set_rate``/``touch``/
-    ``target_rate``/``refresh_mps``/``deliver``)."""
+    ``target_rate``/``refresh_mps``/``deliver``/``state_gpu``); a gang stops on every GPU."""
 
     gpus: dict[str, SimGpu]
     jobs: dict[str, SimJob]
     state: Any
     cfg: Any
     geom: Any
+    state_gpu: Any
 
     def alternatives(self) -> dict[str, list[str]]:
         cat = catalogue()
@@ -52,33 +53,49 @@ class Disturbances:
             self.stop_job(j, now)
             j.finish = now
             gid = self.state.jobs[j.id].gpu if j.id in self.state.jobs else None
-            g = self.gpus[gid] if gid is not None and gid in self.state.gpus else None
+            held = self.state.gangs.gpus
+            g = self.gpus[gid] if gid is not None and (gid in self.state.gpus or gid in held) \
+                else None
+            ranks = [self.gpus[x] for x in self.state.gangs.runs.get(j.id, ())[1:]]
             in_mps = False
+            for r in ranks:
+                self.touch(r, now)
+                r.mig_asg.pop(j.id, None)
             if g is not None:
                 self.touch(g, now)
                 g.mig_asg.pop(j.id, None)
                 in_mps = g.mps.pop(j.id, None) is not None
             self.deliver(now, ev)
+            for r in ranks:
+                r.busy = bool(self.state_gpu(r.id).jobs)
             if g is not None:
-                g.busy = bool(self.state.gpus[g.id].jobs)
+                g.busy = bool(self.state_gpu(g.id).jobs)
                 if in_mps:
                     self.refresh_mps(g, now)
             return
         g = self.gpus.get(ev.gpu)
-        if g is None or ev.gpu not in self.state.gpus:
+        if g is None or (ev.gpu not in self.state.gpus and ev.gpu not in self.state.gangs.gpus):
             return
         self.touch(g, now)
-        for jid in self.state.gpus[g.id].jobs:
+        others: list = []
+        for jid in self.state_gpu(g.id).jobs:
             j = self.jobs[jid]
             self.stop_job(j, now)
             j.mode = None
             j.placement = None
+            for x in self.state.gangs.runs.get(jid, ()):  # a gang stops on every GPU
+                if x != g.id:
+                    self.touch(self.gpus[x], now)
+                    self.gpus[x].mig_asg.pop(jid, None)
+                    others.append(self.gpus[x])
         g.mig_asg = {}
         g.mps = {}
         g.mode = "gone"
         g.plan = -1      # acks of its plans in flight never come
         g.busy = False
         self.deliver(now, ev)
+        for r in others:
+            r.busy = bool(self.state_gpu(r.id).jobs)
 
     def phase_change(self, now: float, jid: str, version: int) -> None:
         j = self.jobs[jid]

@@ -416,6 +416,9 @@ class Simulator(ProfilingRuns, Disturbances):
 
     def target_rate(self, j: SimJob, g: SimGpu) -> float:
         if j.factors is not None:  # several GPU models: speeds relative to the first model
+            if j.mode == "whole":  # a gang runs at its slowest rank's speed
+                ranks = self.state.gangs.runs.get(j.id) or (g.id,)
+                return min(j.factors[self.gpus[x].model] for x in ranks)
             return self._rate_on(j, g) * (1.0 if j.mode == "mig" else j.factors[g.model])
         return self._rate_on(j, g)
 
