@@ -67,3 +67,30 @@ def test_a_waiting_jobs_line_counts_the_gpus_of_a_big_cluster() -> None:
     assert len(line) < 300
     small = why({"id": "j1", "state": "queued", "memory_gib": 5.0}, {"gpus": gpus[:2]})
     assert "n0/0 reconfiguring 1 jobs, n0/1 steady 1 jobs" in small
+
+
+def test_miso_status_summary_first_and_filters(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from helpers import CLIENT_ENV, FAST, run_cli, served_cluster
+
+    from miso.controller import ControllerConfig
+
+    for k in CLIENT_ENV:
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    with served_cluster(ControllerConfig(**FAST), "miso-paging-") as (sd, _):
+        op = {"MISO_STATE_DIR": str(sd)}
+        ids = [run_cli("submit", "--", "sleep", "30", **op).stdout.strip() for _ in range(3)]
+        r = run_cli("status", "--summary", **op)
+        assert r.exit_code == 0, r.output
+        assert r.stdout.startswith("jobs: ") and "GPUs: 2; nodes: 1" in r.stdout
+        assert "Jobs of" not in r.stdout  # counts only
+        assert run_cli("status", "--limit", "1", **op).stdout.startswith("jobs: ")
+        st = json.loads(run_cli("status", "--json", "--limit", "1", **op).stdout)
+        assert [j["id"] for j in st["jobs"]] == ids[-1:]
+        st = json.loads(run_cli("status", "--json", "--state", "cancelled", **op).stdout)
+        assert st["jobs"] == []
+        r = run_cli("status", "--state", "bogus", **op)
+        assert r.exit_code != 0 and "unknown state" in r.output
