@@ -386,7 +386,7 @@ class Controller:
 
     def _largest_slice(self) -> tuple[float, str]:
         with self.rt.lock:
-            geoms = [g.geom for g in self.rt.gpus.values()]
+            geoms = list({g.geom for g in self.rt.gpus.values()})  # a few models, not 1,000
         if not geoms:
             geoms = [geometry(m) for m in GPU_MODELS]
         best = max((p.memory_gib, p.name, g.model.name) for g in geoms for p in g.profiles)

@@ -26,6 +26,9 @@ from miso.transport.base import NodeUnavailable, Transport
 
 log = logging.getLogger(__name__)
 
+#: The store is copied at most once per this many times what its last copy took.
+BACKUP_COST_FACTOR = 10.0
+
 
 class SubmitError(ValueError):
     """A job was refused at submission (clear message for the user)."""
@@ -130,6 +133,7 @@ class Runtime:
         self.agent_dirs: dict[str, str] = {}
         self._backup_due = False
         self._last_backup = -1e9
+        self._backup_cost = 0.0
         self._backup_timer: threading.Timer | None = None
         self.queue: queue.Queue[tuple[Any, ...]] = queue.Queue()
         self.stopping = threading.Event()
@@ -137,16 +141,23 @@ class Runtime:
         #: optional observer (:class:`miso.observe.Observer`): metrics and the decision log
         self.observer: Any = None
 
+    def backup_every(self) -> float:
+        """Seconds between two copies of the store while jobs arrive: one, or ten times what
+        the last copy took when that is longer (a big store copied every second would hold
+        the store's lock most of the time; this keeps copying under a tenth of it)."""
+        return max(1.0, BACKUP_COST_FACTOR * self._backup_cost)
+
     def job_added(self) -> None:
-        """A job was submitted: back the store up now, or within a second when the last
-        copy is younger than that (see :meth:`backup_if_due`)."""
+        """A job was submitted: back the store up now, or within :meth:`backup_every`
+        seconds when the last copy is younger than that (see :meth:`backup_if_due`)."""
         self._backup_due = True
-        if time.monotonic() - self._last_backup >= 1.0:
+        every = self.backup_every()
+        if time.monotonic() - self._last_backup >= every:
             self.backup_if_due()
             return
         with self.lock:
             if self._backup_timer is None or not self._backup_timer.is_alive():
-                self._backup_timer = threading.Timer(1.0, self.backup_if_due)
+                self._backup_timer = threading.Timer(every, self.backup_if_due)
                 self._backup_timer.daemon = True
                 self._backup_timer.start()
 
@@ -160,7 +171,9 @@ class Runtime:
             self._backup_due = False
             self._last_backup = time.monotonic()
         try:
+            t0 = time.monotonic()
             self.store.backup(Path(self.store.path).parent / BACKUP)
+            self._backup_cost = time.monotonic() - t0
         except Exception as e:  # noqa: BLE001 - e.g. disk full: try again after the next job
             self._backup_due = True
             log.warning("job store backup failed: %s", e)
