@@ -60,6 +60,9 @@ FAIR_WAIT_EVERY_S = 0.5
 #: rebuilt as soon as the queue is empty): a burst of 10,000 submissions costs no 10,000
 #: rebuilds of a 1,000-GPU view.
 SNAPSHOT_EVERY_S = 0.2
+#: Events and decisions kept before they are written to the store in one transaction (they
+#: are written sooner when the queue is empty or every SNAPSHOT_EVERY_S).
+LOG_BATCH = 500
 
 
 def _ev_body(x: Any) -> dict[str, Any]:
@@ -94,6 +97,8 @@ class EventLoop:
         self._gpu_views: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
         self._snap_at = -math.inf
         self._snap_stale = False
+        #: events and decisions not yet written to the store (see :meth:`flush_log`)
+        self._log: list[tuple[float, str, dict[str, Any]]] = []
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -114,6 +119,7 @@ class EventLoop:
     def _run(self) -> None:
         while not self.rt.stopping.is_set():
             self.run_once(timeout=0.5)
+        self.flush_log()
 
     def run_once(self, timeout: float = 0.0) -> bool:
         """Handle the clock's due items, then one queued item (waiting up to ``timeout``
@@ -135,13 +141,18 @@ class EventLoop:
         if item is None:
             if not did and (self._fair_stale or self._snap_stale):
                 self._update_snapshot(fresh=True)  # idle: bring the views up to date
+            if self._log:
+                self.flush_log()
             return did
         self._dispatch(item)
+        due = rt.queue.empty() or time.monotonic() - self._snap_at >= SNAPSHOT_EVERY_S
         if item[0] != "progress":  # a job's progress changes no GPU, queue or owner view
-            if rt.queue.empty() or time.monotonic() - self._snap_at >= SNAPSHOT_EVERY_S:
+            if due:
                 self._update_snapshot()
             else:
                 self._snap_stale = True
+        if due and self._log:
+            self.flush_log()
         self._keep_ledger()
         return True
 
@@ -150,6 +161,7 @@ class EventLoop:
         job, done)``, ``("node_lost", node, lease_end)``) now, whatever the clock says."""
         self._dispatch(item)
         self._update_snapshot()
+        self.flush_log()
         self._keep_ledger()
 
     def run_due(self) -> bool:
@@ -160,6 +172,7 @@ class EventLoop:
             self._dispatch(item)
         if did:
             self._update_snapshot()
+            self.flush_log()
             self._keep_ledger()
         return did
 
@@ -188,7 +201,10 @@ class EventLoop:
         elif kind == "tick":
             self._safe(self._handle, Tick(item[1]))
         elif kind == "progress":
-            self._safe(self._progress, *item[1:])
+            # ("progress", job): the latest report waiting (coalesced); or all values given
+            args = item[1:] if len(item) > 2 else (item[1], *(rt.take_progress(item[1]) or ()))
+            if len(args) > 1:
+                self._safe(self._progress, *args)
         elif kind == "cancel":
             self._safe(self._cancel, item[1])
             item[2].set()
@@ -234,11 +250,24 @@ class EventLoop:
                                              speed))
 
     def _record(self, now: float, item: object) -> None:
+        """Keep an event or decision for the store's event log (written in batches:
+        :meth:`flush_log`)."""
         if isinstance(item, JobProgress):
             return  # progress is in the job's record already
         name = type(item).__name__
-        self.rt.store.log_event(now, name if isinstance(item, Event) else "decision:" + name,
-                                _ev_body(item))
+        self._log.append((now, name if isinstance(item, Event) else "decision:" + name,
+                          _ev_body(item)))
+        if len(self._log) >= LOG_BATCH:
+            self.flush_log()
+
+    def flush_log(self) -> None:
+        """Write the events and decisions kept since the last time, in one transaction."""
+        rows, self._log = self._log, []
+        try:
+            self.rt.store.log_events(rows)
+        except Exception as e:  # noqa: BLE001 - the loop must survive a full disk
+            log.exception("controller: writing %d events to the store failed", len(rows))
+            self.rt.error(f"event log: {type(e).__name__}: {e}")
 
     def _contract_error(self, now: float, d: Decision, e: ContractError) -> None:
         msg = f"policy {self.policy_name} broke the contract: {e}"

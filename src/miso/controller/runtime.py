@@ -136,6 +136,9 @@ class Runtime:
         self._backup_cost = 0.0
         self._backup_timer: threading.Timer | None = None
         self.queue: queue.Queue[tuple[Any, ...]] = queue.Queue()
+        #: the latest progress report of each job with a ("progress", job) item queued
+        self._progress: dict[str, tuple[Any, ...]] = {}
+        self._progress_lock = threading.Lock()
         self.stopping = threading.Event()
         self.errors: list[str] = []
         #: optional observer (:class:`miso.observe.Observer`): metrics and the decision log
@@ -209,8 +212,20 @@ class Runtime:
 
     def post_progress(self, job: str, gpu: str, placement: Placement, mps_pct: int | None,
                       iterations_left: float, rate: float) -> None:
-        """Hand a job's progress report to the loop (it converts it to full-GPU seconds)."""
-        self.queue.put(("progress", job, gpu, placement, mps_pct, iterations_left, rate))
+        """Hand a job's progress report to the loop (it converts it to full-GPU seconds).
+        Reports of a job coalesce: while one waits in the queue, a newer one replaces its
+        values (the loop reads the latest, :meth:`take_progress`), so a loop behind a
+        thousand running jobs' reports is not behind several reports of each."""
+        with self._progress_lock:
+            waiting = job in self._progress
+            self._progress[job] = (gpu, placement, mps_pct, iterations_left, rate)
+        if not waiting:
+            self.queue.put(("progress", job))
+
+    def take_progress(self, job: str) -> tuple[Any, ...] | None:
+        """The latest progress report of ``job`` not handled yet (None: none waits)."""
+        with self._progress_lock:
+            return self._progress.pop(job, None)
 
     def error(self, msg: str) -> None:
         """Record an error shown in ``status()["errors"]``."""

@@ -116,4 +116,5 @@ class JobStore:
     record_layout = _part("event_log", EventLog.record_layout)
     layouts = _part("event_log", EventLog.layouts)
     log_event = _part("event_log", EventLog.log_event)
+    log_events = _part("event_log", EventLog.log_events)
     events = _part("event_log", EventLog.events)
