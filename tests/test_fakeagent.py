@@ -91,3 +91,19 @@ def test_fakeagent__the_real_controller_drives_a_fake_cluster(tmp_path: Path) ->
         assert "checkpointed" in statuses and "lost" in statuses, statuses
         assert ctl.store.events("ProfilingFinished")
         assert not ctl.errors
+
+
+def test_the_ray_actor_class_serves_a_fake_agent_with_an_incarnation() -> None:
+    from miso.transport.fakeactors import FakeAgentActor
+
+    actor = FakeAgentActor("f0", 2)  # the class Ray runs (called here without Ray)
+    with pytest.raises(Exception, match="has not joined"):
+        actor.apply_layout(0, [[0, "7g.40gb"]])  # refused before the controller adopts it
+    desc = actor.describe()
+    assert desc["incarnation"] and [g["index"] for g in desc["gpus"]] == [0, 1]
+    assert actor.apply_layout(0, [[0, "7g.40gb"]])["ok"]
+    assert actor.launch(_spec("j", 1, emu("resnet_train128", 5.0)))["ok"]
+    rep = actor.report(time.time() + 30)
+    assert rep["incarnation"] == desc["incarnation"] and rep["jobs"][0]["status"] == "running"
+    actor.shutdown()
+    assert actor.report()["jobs"][0]["status"] == "killed"

@@ -554,7 +554,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.ranges != "none":
         size = f"{a.gpus}x{a.jobs}"
         spec = json.loads(Path(a.ranges).read_text())
-        if size in spec:
+        if size in spec and isinstance(spec[size], dict):
             bad = check(res, spec[size])
             res["ranges"] = {"size": size, "out_of_bounds": bad}
     text = json.dumps(res, indent=1)

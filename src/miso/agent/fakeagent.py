@@ -21,6 +21,7 @@ controller looks (a report, a checkpoint, a kill), so an idle cluster costs noth
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 import threading
@@ -64,7 +65,7 @@ class FakeBackend(EmulatedBackend):
         return MpsHandle(gpu, placement, pipe, pipe)
 
 
-@dataclass
+@dataclass(frozen=True)
 class FakeJob:
     """What the workload's flags say of a job (see :func:`fake_job`)."""
 
@@ -81,11 +82,16 @@ class FakeJob:
 def fake_job(command: list[str]) -> FakeJob:
     """The timer a command stands for: the reference workload's flags; any other command
     fails at start (a fake node runs nothing else)."""
+    return _fake_job(tuple(command))
+
+
+@functools.lru_cache(maxsize=4096)
+def _fake_job(command: tuple[str, ...]) -> FakeJob:
     from miso.emuworkload import arg_parser  # noqa: PLC0415
 
     if "miso.emuworkload" not in command:
         return FakeJob(None, 0, 0.0, crash="a fake node runs only miso.emuworkload jobs")
-    args = command[command.index("miso.emuworkload") + 1:]
+    args = list(command[command.index("miso.emuworkload") + 1:])
     try:
         a, _ = arg_parser().parse_known_args(args)
         wl = workload(a.workload)

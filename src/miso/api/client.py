@@ -89,8 +89,17 @@ class Client:
     def cancel(self, job: str) -> dict[str, Any]:
         return dict(self.request("POST", f"/jobs/{job}/cancel")["job"])
 
-    def status(self, limit: int = 200) -> dict[str, Any]:
-        return dict(self.request("GET", "/status", params={"limit": limit}))
+    def status(self, limit: int = 200, *, state: str | None = None, owner: str | None = None,
+               offset: int = 0, summary: bool = False) -> dict[str, Any]:
+        """The status view: a page of ``limit`` jobs (after the ``offset`` latest), of one
+        ``state`` / ``owner`` (a user name); ``summary``: counts only."""
+        params: dict[str, Any] = {"limit": limit}
+        if summary:
+            params["summary"] = "true"
+        params.update({k: v for k, v in (("state", state), ("owner", owner)) if v})
+        if offset:
+            params["offset"] = offset
+        return dict(self.request("GET", "/status", params=params))
 
     # ---- users --------------------------------------------------------------------------
 

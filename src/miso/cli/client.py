@@ -312,10 +312,34 @@ def lost_nodes_table(st: dict[str, Any], safe: Any) -> list[Table]:
     return [t]
 
 
+def summary_line(st: dict[str, Any]) -> str:
+    """Counts first (what a big cluster's status starts with): jobs by state, yours and
+    everyone's, then GPUs and nodes when the view says them."""
+    def words(c: dict[str, int]) -> str:
+        return ", ".join(f"{n} {k}" for k, n in sorted(c.items())) or "none"
+    counts = st.get("counts") or {}
+    line = f"jobs: {words(counts.get('mine') or {})}"
+    if counts.get("all") is not None and counts.get("all") != counts.get("mine"):
+        line += f" (everyone: {words(counts['all'])})"
+    gpus = st.get("gpus")
+    n = gpus if isinstance(gpus, int) else len(gpus or [])
+    nodes = st.get("nodes")
+    line += f"; GPUs: {n}; nodes: {nodes if isinstance(nodes, int) else len(nodes or [])}"
+    if st.get("gpu_phases"):
+        line += f" ({words(st['gpu_phases'])})"
+    return line
+
+
 def status(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     limit: Annotated[int, typer.Option("--limit", help="Show at most this many of the "
                                        "latest jobs.")] = 200,
+    state: Annotated[str | None, typer.Option("--state", help="Only jobs in this state "
+                                              "(queued, running, finished, ...).")] = None,
+    owner: Annotated[str | None, typer.Option("--owner", help="Only this user's jobs "
+                                              "(admins: any user).")] = None,
+    summary: Annotated[bool, typer.Option("--summary", help="Counts only: jobs by state, "
+                                          "GPUs, nodes (fast at any size).")] = False,
     url: Url = None,
     token: Token = None,
     token_file: TokenFile = None,
@@ -327,9 +351,12 @@ def status(
 
     checks.number(limit, "--limit", low=1)
     with client(url, token, state_dir, address, token_file) as c:
-        st = call(c.status, limit)
+        st = call(c.status, limit, state=state, owner=owner, summary=summary)
     if json_out:
         typer.echo(json.dumps(st, indent=2, default=str))
+        return
+    console.print(summary_line(st))
+    if summary:
         return
     for tbl in render_status(st):
         console.print(tbl)

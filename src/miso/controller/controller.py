@@ -322,11 +322,12 @@ class Controller:
         done.wait(timeout=30)
         return self.store.get(rec.id).to_json()
 
-    def status(self) -> dict[str, Any]:
+    def status(self, limit: int | None = None) -> dict[str, Any]:
         """GPUs (layout, phase, jobs) and jobs (state, slice, speed, progress, and ``why``: one
-        line on why it waits, or its full failure reason)."""
+        line on why it waits, or its full failure reason); ``limit``: the latest jobs only
+        (a page; the counts are ``store.counts()``)."""
         snap = self.cluster()
-        jobs = [r.to_json() for r in self.store.jobs()]
+        jobs = [r.to_json() for r in self.store.jobs(limit=limit)]
         pinned = {j["id"] for j in jobs if j.get("checkpointable") is False}
         for j in jobs:
             j["why"] = why(j, snap, pinned.__contains__)
@@ -393,7 +394,7 @@ class Controller:
 
     def _largest_slice(self) -> tuple[float, str]:
         with self.rt.lock:
-            geoms = [g.geom for g in self.rt.gpus.values()]
+            geoms = list({g.geom for g in self.rt.gpus.values()})  # a few models, not 1,000
         if not geoms:
             geoms = [geometry(m) for m in GPU_MODELS]
         best = max((p.memory_gib, p.name, g.model.name) for g in geoms for p in g.profiles)

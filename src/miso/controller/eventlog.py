@@ -7,7 +7,9 @@ A part of :class:`~miso.controller.store.JobStore` (over its one connection,
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 from typing import Any
 
 from miso.controller.storedb import StoreDb
@@ -37,6 +39,22 @@ class EventLog:
         with self.s.lock:
             self.s.conn.execute("INSERT INTO events(at, kind, body) VALUES(?,?,?)",
                              (at, kind, json.dumps(body, default=str)))
+
+    def log_events(self, rows: list[tuple[float, str, dict[str, Any]]]) -> None:
+        """:meth:`log_event` of several ``(at, kind, body)`` in one transaction."""
+        if not rows:
+            return
+        data = [(at, kind, json.dumps(body, default=str)) for at, kind, body in rows]
+        with self.s.lock:
+            self.s.conn.execute("BEGIN")
+            try:
+                self.s.conn.executemany("INSERT INTO events(at, kind, body) VALUES(?,?,?)",
+                                        data)
+                self.s.conn.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    self.s.conn.execute("ROLLBACK")
+                raise
 
     def events(self, kind: str | None = None) -> list[dict[str, Any]]:
         q, args = "SELECT * FROM events", ()

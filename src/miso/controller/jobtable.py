@@ -194,6 +194,15 @@ class JobTable:
         with self.s.lock:
             return {str(s): int(n) for s, n in self.s.conn.execute(q + " GROUP BY state", args)}
 
+    def brief(self) -> list[dict[str, Any]]:
+        """Every job's id, state, owner, owner name and submission time: what the metrics
+        count (one read of five columns, no record decoded)."""
+        with self.s.lock:
+            rows = self.s.conn.execute("SELECT id, state, owner, owner_name, submitted_at "
+                                       "FROM jobs ORDER BY seq").fetchall()
+        return [{"id": i, "state": st, "owner": o, "owner_name": n, "submitted_at": t}
+                for i, st, o, n, t in rows]
+
     def owners(self, ids: list[str] | set[str]) -> dict[str, str | None]:
         """The owner of each of ``ids`` (unknown ids are left out)."""
         ids = list(ids)
@@ -241,6 +250,21 @@ class JobTable:
         cols = ", ".join(f"{k}=?" for k in fields)
         with self.s.lock:
             self.s.conn.execute(f"UPDATE jobs SET {cols} WHERE id=?", (*fields.values(), job))
+
+    def progress_many(self, updates: list[tuple[str, dict[str, Any]]]) -> None:
+        """:meth:`progress` of several jobs in one transaction (an agent's report)."""
+        with self.s.lock:
+            self.s.conn.execute("BEGIN")
+            try:
+                for job, fields in updates:
+                    cols = ", ".join(f"{k}=?" for k in fields)
+                    self.s.conn.execute(f"UPDATE jobs SET {cols} WHERE id=?",
+                                        (*fields.values(), job))
+                self.s.conn.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    self.s.conn.execute("ROLLBACK")
+                raise
 
     def finish(self, job: str, state: str, *, reason: str = "", at: float) -> bool:
         """Move a job to a terminal state; False (no change) if it already is terminal."""

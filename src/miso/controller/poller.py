@@ -197,6 +197,16 @@ class AgentPoller:
         """Turn one agent report into store progress and loop events."""
         rt = self.rt
         now = rt.now()
+        progress: list[tuple[str, dict[str, Any]]] = []
+        try:
+            self._on_jobs(node, rep, now, progress)
+        finally:  # one store transaction for the progress of every job of the report
+            if progress:
+                rt.store.progress_many(progress)
+
+    def _on_jobs(self, node: str, rep: dict[str, Any], now: float,
+                 progress: list[tuple[str, dict[str, Any]]]) -> None:
+        rt = self.rt
         for a in rep["jobs"]:
             job, attempt = a["job"], a["attempt"]
             with rt.lock:
@@ -213,8 +223,10 @@ class AgentPoller:
             assert run is not None
             self._note_report_error(job, run.last.get("report_error") or "",
                                     a.get("report_error") or "")
+            before = run.last
             run.last = a
-            self._note_checkpointable(job, a.get("checkpointable"))
+            if a.get("checkpointable") != before.get("checkpointable"):  # else known already
+                self._note_checkpointable(job, a.get("checkpointable"))
             prog: dict[str, Any] = {}
             if a.get("iteration") is not None:
                 prog.update(iteration=a["iteration"], total=a.get("total"), rate=a.get("rate"))
@@ -222,7 +234,7 @@ class AgentPoller:
                 prog.update(checkpoint_iteration=a["checkpoint_iteration"],
                             checkpoint_path=a["checkpoint_path"])
             if prog:
-                rt.store.progress(job, **prog)
+                progress.append((job, prog))
             if a["status"] == "running" and not run.stopping and a.get("total") \
                     and a.get("iteration") is not None and (a.get("rate") or 0) > 0:
                 rt.post_progress(job, run.gpu, run.placement, run.mps_pct,
@@ -239,6 +251,9 @@ class AgentPoller:
                         rt.post_event(JobSpeedChanged(job, run.gpu, float(obs), float(base)))
                 continue
             # store first: if a write fails, the next poll sees the same exit again
+            if progress:
+                rt.store.progress_many(progress)
+                progress.clear()
             rt.record_end(a, now)
             if a["status"] == "finished":
                 # Terminal in the store at once, not when the loop gets to the event: a GPU

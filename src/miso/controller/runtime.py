@@ -26,6 +26,9 @@ from miso.transport.base import NodeUnavailable, Transport
 
 log = logging.getLogger(__name__)
 
+#: The store is copied at most once per this many times what its last copy took.
+BACKUP_COST_FACTOR = 10.0
+
 
 class SubmitError(ValueError):
     """A job was refused at submission (clear message for the user)."""
@@ -130,23 +133,34 @@ class Runtime:
         self.agent_dirs: dict[str, str] = {}
         self._backup_due = False
         self._last_backup = -1e9
+        self._backup_cost = 0.0
         self._backup_timer: threading.Timer | None = None
         self.queue: queue.Queue[tuple[Any, ...]] = queue.Queue()
+        #: the latest progress report of each job with a ("progress", job) item queued
+        self._progress: dict[str, tuple[Any, ...]] = {}
+        self._progress_lock = threading.Lock()
         self.stopping = threading.Event()
         self.errors: list[str] = []
         #: optional observer (:class:`miso.observe.Observer`): metrics and the decision log
         self.observer: Any = None
 
+    def backup_every(self) -> float:
+        """Seconds between two copies of the store while jobs arrive: one, or ten times what
+        the last copy took when that is longer (a big store copied every second would hold
+        the store's lock most of the time; this keeps copying under a tenth of it)."""
+        return max(1.0, BACKUP_COST_FACTOR * self._backup_cost)
+
     def job_added(self) -> None:
-        """A job was submitted: back the store up now, or within a second when the last
-        copy is younger than that (see :meth:`backup_if_due`)."""
+        """A job was submitted: back the store up now, or within :meth:`backup_every`
+        seconds when the last copy is younger than that (see :meth:`backup_if_due`)."""
         self._backup_due = True
-        if time.monotonic() - self._last_backup >= 1.0:
+        every = self.backup_every()
+        if time.monotonic() - self._last_backup >= every:
             self.backup_if_due()
             return
         with self.lock:
             if self._backup_timer is None or not self._backup_timer.is_alive():
-                self._backup_timer = threading.Timer(1.0, self.backup_if_due)
+                self._backup_timer = threading.Timer(every, self.backup_if_due)
                 self._backup_timer.daemon = True
                 self._backup_timer.start()
 
@@ -160,7 +174,9 @@ class Runtime:
             self._backup_due = False
             self._last_backup = time.monotonic()
         try:
+            t0 = time.monotonic()
             self.store.backup(Path(self.store.path).parent / BACKUP)
+            self._backup_cost = time.monotonic() - t0
         except Exception as e:  # noqa: BLE001 - e.g. disk full: try again after the next job
             self._backup_due = True
             log.warning("job store backup failed: %s", e)
@@ -196,8 +212,20 @@ class Runtime:
 
     def post_progress(self, job: str, gpu: str, placement: Placement, mps_pct: int | None,
                       iterations_left: float, rate: float) -> None:
-        """Hand a job's progress report to the loop (it converts it to full-GPU seconds)."""
-        self.queue.put(("progress", job, gpu, placement, mps_pct, iterations_left, rate))
+        """Hand a job's progress report to the loop (it converts it to full-GPU seconds).
+        Reports of a job coalesce: while one waits in the queue, a newer one replaces its
+        values (the loop reads the latest, :meth:`take_progress`), so a loop behind a
+        thousand running jobs' reports is not behind several reports of each."""
+        with self._progress_lock:
+            waiting = job in self._progress
+            self._progress[job] = (gpu, placement, mps_pct, iterations_left, rate)
+        if not waiting:
+            self.queue.put(("progress", job))
+
+    def take_progress(self, job: str) -> tuple[Any, ...] | None:
+        """The latest progress report of ``job`` not handled yet (None: none waits)."""
+        with self._progress_lock:
+            return self._progress.pop(job, None)
 
     def error(self, msg: str) -> None:
         """Record an error shown in ``status()["errors"]``."""

@@ -56,6 +56,10 @@ def fair_named(waits: dict[str, dict[str, Any]], names: dict[str, str]
 
 
 
+#: Up to this many GPUs, a waiting job's line lists each GPU; beyond, their phases counted.
+BUSY_LISTED = 16
+
+
 def why(j: dict[str, Any], snap: dict[str, Any],
         cannot_checkpoint: Callable[[str], bool] | None = None, *, admin: bool = False) -> str:
     """One line on why job ``j`` (a record as JSON) is where it is: its full failure reason
@@ -97,6 +101,14 @@ def why(j: dict[str, Any], snap: dict[str, Any],
             return (f"{where}: a job there cannot checkpoint and keeps its slice until it "
                     "ends; no layout adds this job beside it")
         return f"{where}: placed there, its new layout is not applied yet"
-    busy = ", ".join(f"{g['id']} {g['phase']} {len(g['jobs'])} jobs" for g in snap["gpus"])
+    gpus = snap["gpus"]
+    if len(gpus) <= BUSY_LISTED:
+        busy = ", ".join(f"{g['id']} {g['phase']} {len(g['jobs'])} jobs" for g in gpus)
+    else:  # a big cluster: GPUs by phase (one line, not one entry per GPU)
+        phases: dict[str, int] = {}
+        for g in gpus:
+            phases[g["phase"]] = phases.get(g["phase"], 0) + 1
+        busy = f"{len(gpus)} GPUs: " + ", ".join(f"{n} {ph}" for ph, n in sorted(
+            phases.items())) + f", {sum(len(g['jobs']) for g in gpus)} jobs placed"
     return (f"waiting for a slice with {j.get('memory_gib') or 0:.1f} GiB; the policy has not "
             f"placed it ({busy})")

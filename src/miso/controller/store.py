@@ -94,12 +94,14 @@ class JobStore:
     get = _part("table", JobTable.get)
     jobs = _part("table", JobTable.jobs)
     counts = _part("table", JobTable.counts)
+    brief = _part("table", JobTable.brief)
     owners = _part("table", JobTable.owners)
     owner_rows = _part("table", JobTable.owner_rows)
     set_owner = _part("table", JobTable.set_owner)
     job_ids = _part("table", JobTable.job_ids)
     update = _part("table", JobTable.update)
     progress = _part("table", JobTable.progress)
+    progress_many = _part("table", JobTable.progress_many)
     finish = _part("table", JobTable.finish)
 
     # ---- attempts -----------------------------------------------------------------------
@@ -114,4 +116,5 @@ class JobStore:
     record_layout = _part("event_log", EventLog.record_layout)
     layouts = _part("event_log", EventLog.layouts)
     log_event = _part("event_log", EventLog.log_event)
+    log_events = _part("event_log", EventLog.log_events)
     events = _part("event_log", EventLog.events)

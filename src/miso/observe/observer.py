@@ -279,12 +279,25 @@ def _jobs_of(d: Decision) -> list[str]:
     return []
 
 
+def metrics_source(controller: Any) -> Any:
+    """What the metrics read at each scrape: the cluster view and every job's state, owner
+    and submission time (``store.brief()``: no ``why`` line built per job, so a scrape stays
+    cheap at 10,000 jobs), or the full ``status()`` of a controller without them."""
+    store = getattr(controller, "store", None)
+    if not hasattr(controller, "cluster") or not hasattr(store, "brief"):
+        return controller.status
+
+    def snapshot() -> dict[str, Any]:
+        return {**controller.cluster(), "jobs": store.brief()}
+    return snapshot
+
+
 def attach(controller: Any, state_dir: str | Path | None = None, *, metrics: bool = True,
            log: bool = True) -> Observer:
     """Give a live :class:`~miso.controller.Controller` its observer: a metrics registry over
     its ``status()`` and the decision log ``<state_dir>/decisions.jsonl`` (in memory only when
     ``state_dir`` is None). Call before ``controller.start()``."""
-    m = Metrics(status=controller.status) if metrics else None
+    m = Metrics(status=metrics_source(controller)) if metrics else None
     dlog = None
     if log:
         dlog = DecisionLog(Path(state_dir) / LOG_NAME if state_dir is not None else None)

@@ -42,6 +42,10 @@ class StatusSource(Protocol):
     def status(self) -> Mapping[str, Any]: ...
 
 
+#: Jobs the web page shows (the latest; every state's count is in the metrics and status).
+PAGE_JOBS = 1000
+
+
 @cache
 def _asset(name: str) -> bytes:
     return (resources.files("miso.observe") / "web" / name).read_bytes()
@@ -150,7 +154,9 @@ def observe_router(source: StatusSource, observer: Observer, *,
     def cluster(principal: Annotated[Any, Depends(who)]) -> dict[str, Any]:
         recs = observer.log.recent(recent) if observer.log is not None else []
         seen = scope(principal)
-        snap = source.status()
+        # a controller gives the page its latest jobs only (10,000 queued jobs are no page)
+        snap = source.status(limit=PAGE_JOBS) if hasattr(source, "cluster") else \
+            source.status()
         owners = snap.get("owners")
         if seen is not None:
             snap = scoped_snapshot(snap, seen)

@@ -1,0 +1,37 @@
+"""The scale harness's range check (benchmarks/scale/live.py): a figure out of its checked-in
+bounds fails the run; the CI size has exact bounds on lost and twice-run jobs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _live():  # noqa: ANN202
+    spec = importlib.util.spec_from_file_location("scale_live", ROOT / "benchmarks/scale/live.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_a_figure_outside_its_bounds_or_missing_fails() -> None:
+    live = _live()
+    res = {"lost": 0, "submits_per_s": 40.0, "replan": {"replan_s": 3.0}}
+    assert live.check(res, {"lost": [0, 0], "submits_per_s": [10, None],
+                            "replan.replan_s": [None, 10]}) == []
+    bad = live.check({**res, "lost": 1, "submits_per_s": 5.0},
+                     {"lost": [0, 0], "submits_per_s": [10, None], "twice": [0, 0]})
+    assert bad == ["lost = 1 outside [0, 0]", "submits_per_s = 5.0 outside [10, None]",
+                   "twice: missing"]
+
+
+def test_the_ci_size_is_bounded_exactly_on_lost_and_twice() -> None:
+    ranges = json.loads((ROOT / "benchmarks/scale/ranges.json").read_text())
+    ci = ranges["64x1000"]
+    assert ci["lost"] == [0, 0] and ci["twice"] == [0, 0] and ci["submitted"] == [1000, 1000]
+    for key in ("submits_per_s", "decision_p99_s", "status_p99_s"):
+        assert key in ci
