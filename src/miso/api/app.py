@@ -30,6 +30,7 @@ Endpoints::
     GET    /api/v1/quotas/{name}        (admin) one user's
     PUT    /api/v1/quotas/{name}        (admin) set some of them (null clears one)
     DELETE /api/v1/quotas/{name}        (admin) back to the defaults
+    GET    /healthz                     (no token) 200, or 503 while the loop is dead or stuck
 
 A submission may ask for a ``priority`` (``high``, ``normal``, ``low`` or an integer): above
 ``normal`` only admins, or users up to the ``priority_limit`` an admin gave them (403
@@ -422,6 +423,15 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
         gone = controller.clear_quota(u.id)  # type: ignore[attr-defined]
         users.record(admin.name, "quota-clear", None, {"name": u.name})
         return Json({"cleared": u.name, "had_quota": bool(gone)})
+
+    @app.get("/healthz")
+    def healthz() -> JSONResponse:
+        """No token: 200 while the scheduling loop runs and comes round, else 503 with why
+        (for a load balancer or systemd watchdog; says nothing about jobs or users)."""
+        check = getattr(controller, "health", None)
+        problems = list(check()) if check is not None else []
+        return JSONResponse({"ok": not problems, "problems": problems},
+                            status_code=503 if problems else 200)
 
     app.include_router(r)
     for extra in extra_routers:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from miso.controller.quotas import MAX_IN_USE, MAX_QUEUED, MAX_WEIGHT, check_priority
+from miso.controller.quotas import MAX_IN_USE, MAX_QUEUED, MAX_WEIGHT, MIN_WEIGHT, check_priority
 from miso.sched.tenancyconfig import parse_priority
 
 ENV_KEY = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
@@ -90,7 +90,7 @@ class QuotaRequest(_Body):
     """``PUT /api/v1/quotas/{name}``: the fields given are set (null clears one: the default,
     no limit); the others are kept."""
 
-    weight: float | None = Field(default=None, gt=0, le=MAX_WEIGHT)
+    weight: float | None = Field(default=None, ge=MIN_WEIGHT, le=MAX_WEIGHT)
     max_in_use: float | None = Field(default=None, ge=0, le=MAX_IN_USE)
     max_queued: int | None = Field(default=None, ge=0, le=MAX_QUEUED)
     priority_limit: int | Annotated[str, Field(max_length=16)] | None = None

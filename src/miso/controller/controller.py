@@ -143,6 +143,16 @@ class Controller:
         self.poller.start()
         return self
 
+    def health(self) -> list[str]:
+        """What keeps the controller from scheduling (empty: healthy), for ``/healthz`` and
+        the status errors. A loop thread found dead is started again once per call (the
+        watchdog); it stays reported until the restarted thread comes round."""
+        problems = self.loop.health()
+        if problems and not self.loop.alive() and not self.rt.stopping.is_set():
+            self.rt.error(problems[0] + "; restarted")
+            self.loop.start()
+        return problems
+
     def restore_usage(self) -> None:
         """Settle the owners' usage kept in the store at now (recovery has just stopped every
         job) and start the core's ledger from it: fair share remembers who used what before
@@ -348,7 +358,8 @@ class Controller:
             snap["held"] = {j: owner_named(t, self.owner_names)
                             for j, t in (snap.get("held") or {}).items()}
             snap["fair_wait"] = fair_named(snap.get("fair_wait") or {}, self.owner_names)
-        snap["errors"] = [n["text"] for n in snap["lost_nodes"]] + list(self.errors[-20:]) + [
+        snap["errors"] = self.health() + [n["text"] for n in snap["lost_nodes"]] + \
+            list(self.errors[-20:]) + [
             f"job {b}: its record in the store is malformed; ignored (fix or delete the row "
             f"in {self.store.path})" for b in self.store.bad_rows]
         return snap

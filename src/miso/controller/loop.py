@@ -57,6 +57,9 @@ log = logging.getLogger(__name__)
 #: How often (s) the status views' fair-share waits are recomputed while events stream in.
 FAIR_WAIT_EVERY_S = 0.5
 
+#: A loop that has not come round for this long (s, real time) is reported stuck.
+STUCK_AFTER_S = 60.0
+
 
 def _ev_body(x: Any) -> dict[str, Any]:
     try:
@@ -87,10 +90,30 @@ class EventLoop:
         self._fair_at = -math.inf
         self._fair_stale = False
         self._thread: threading.Thread | None = None
+        #: real time the loop last came round, and why its thread ended (None: it has not)
+        self.beat = time.monotonic()
+        self.died: str | None = None
 
     def start(self) -> None:
+        self.beat = time.monotonic()
+        self.died = None
         self._thread = threading.Thread(target=self._run, name="miso-loop", daemon=True)
         self._thread.start()
+
+    def health(self) -> list[str]:
+        """What is wrong with the loop thread (empty: it runs and comes round): dead while
+        the controller is not stopping, or stuck on one item for :data:`STUCK_AFTER_S`."""
+        if self._thread is None or self.rt.stopping.is_set():
+            return []
+        if not self._thread.is_alive():
+            return [f"the scheduling loop is not running ({self.died or 'its thread ended'})"]
+        late = time.monotonic() - self.beat
+        if late > STUCK_AFTER_S:
+            return [f"the scheduling loop is stuck: it has not come round for {late:.0f} s"]
+        return []
+
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
 
     def join(self, timeout: float) -> None:
         if self._thread is not None:
@@ -104,8 +127,21 @@ class EventLoop:
     # ---- the loop -----------------------------------------------------------------------
 
     def _run(self) -> None:
-        while not self.rt.stopping.is_set():
-            self.run_once(timeout=0.5)
+        """Come round until the controller stops: an exception while handling one item is
+        logged and shown in the errors, the item is dropped and the loop goes on."""
+        try:
+            while not self.rt.stopping.is_set():
+                self.beat = time.monotonic()
+                try:
+                    self.run_once(timeout=0.5)
+                except Exception as e:  # noqa: BLE001 - one bad item must not stop scheduling
+                    log.exception("controller: the scheduling loop failed on one item")
+                    self.rt.error(f"scheduling loop: {type(e).__name__}: {e} (item dropped; "
+                                  "the loop goes on)")
+                    time.sleep(0.1)  # a failure that repeats does not spin a core
+        except BaseException as e:  # noqa: BLE001 - recorded for health(); the thread ends
+            self.died = f"{type(e).__name__}: {e}"
+            log.critical("controller: the scheduling loop died: %s", self.died)
 
     def run_once(self, timeout: float = 0.0) -> bool:
         """Handle the clock's due items, then one queued item (waiting up to ``timeout``

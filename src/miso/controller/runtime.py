@@ -134,6 +134,7 @@ class Runtime:
         self.queue: queue.Queue[tuple[Any, ...]] = queue.Queue()
         self.stopping = threading.Event()
         self.errors: list[str] = []
+        self._last_error: tuple[str, int] = ("", 0)
         #: optional observer (:class:`miso.observe.Observer`): metrics and the decision log
         self.observer: Any = None
 
@@ -200,7 +201,14 @@ class Runtime:
         self.queue.put(("progress", job, gpu, placement, mps_pct, iterations_left, rate))
 
     def error(self, msg: str) -> None:
-        """Record an error shown in ``status()["errors"]``."""
+        """Record an error shown in ``status()["errors"]`` (one repeated at once is kept
+        once, with a count)."""
+        last, n = self._last_error
+        if self.errors and last == msg:
+            self._last_error = (msg, n + 1)
+            self.errors[-1] = f"{msg} [x{n + 1}]"
+            return
+        self._last_error = (msg, 1)
         self.errors.append(msg)
         del self.errors[:-100]
 

@@ -289,6 +289,8 @@ class Tenancy:
             return 1.0
         u = self.usage_at(owner, now) / tot_u
         s = self.config.weight(owner) / tot_w
+        if not s > 0:  # a share too small for a float (weights 5e-324 beside 1e6): no share
+            return 0.0 if u > 0 else 1.0
         return 2.0 ** (-u / s)
 
     def order(self, queue: Iterable[str], extra_in_use: Mapping[str, float] | None = None,
