@@ -64,6 +64,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from miso.sched.quotacap import reserved_charge
 from miso.sched.tenancyconfig import TenancyConfig, queued_quota_reason
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -200,6 +201,8 @@ class Tenancy:
         for j in gs.jobs:
             js = st.jobs[j]
             c = job_charge(gs, j)
+            if self.config.max_in_use:  # a capped owner's job waiting for its slice
+                c = reserved_charge(self, gs, j, c)
             held[j] = (js.spec.owner, c)
             self.in_use[js.spec.owner] = self.in_use.get(js.spec.owner, 0.0) + c
             self.resident[js.spec.owner] = self.resident.get(js.spec.owner, 0) + 1

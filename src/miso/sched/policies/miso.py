@@ -36,6 +36,7 @@ from miso.sched.policies.base import (
     signature_feasible,
 )
 from miso.sched.policy import SpeedEstimator
+from miso.sched.quotacap import capped_alone
 
 
 class Miso(BasePolicy):
@@ -175,6 +176,7 @@ class Miso(BasePolicy):
         full = Placement(0, gs.geom.model.full_profile().name)
         if len(jobs) == 1:
             # Alone: the full GPU is optimal whatever the speeds; no profiling needed.
+            full = capped_alone(st, g, jobs[0], full)  # (or what its owner's quota allows)
             if gs.layout != (full,) or gs.assignment.get(jobs[0]) != full:
                 sc.out.append(ApplyLayout(g, st.new_plan_id(), (full,), {jobs[0]: full}))
             return
