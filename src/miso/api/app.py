@@ -245,6 +245,10 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
                 "max_queued": None, "priority_limit": None}
         if q is not None:
             base.update({k: getattr(q, k) for k in QUOTA_FIELDS})
+        limits = getattr(controller, "time_limits", None)
+        max_time = limits.max_time(u.id) if limits is not None else None
+        if max_time is not None:
+            base["max_time_s"] = max_time
         return base
 
     r = APIRouter(prefix=API)
@@ -259,6 +263,8 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
         if body.priority:
             check_priority_allowed(body.priority, user)
             retry["priority"] = body.priority
+        if body.time_limit_s is not None:
+            retry["time_limit_s"] = body.time_limit_s
         try:
             jid = controller.submit(list(body.command), name=body.name,
                                     memory_gb=body.memory_gb, workload=body.workload,
@@ -407,8 +413,14 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
         qs = quota_store()
         u = quota_user(name)
         fields = {k: getattr(body, k) for k in body.model_fields_set}
+        limits = getattr(controller, "time_limits", None)
+        if "max_time_s" in fields:  # kept beside the quotas (:mod:`...timelimits`)
+            if limits is None:
+                raise ApiError(501, "this server keeps no time limits")
+            limits.set_max_time(u.id, fields.pop("max_time_s"))
         try:
-            q = controller.set_quota(u.id, u.name, **fields)  # type: ignore[attr-defined]
+            q = controller.set_quota(u.id, u.name, **fields) if fields or limits is None \
+                else qs.get(u.id)  # type: ignore[attr-defined]
         except ValueError as e:
             raise ApiError(400, " ".join(str(e).split())) from None
         users.record(admin.name, "quota-set", None, {"name": u.name, **fields})
@@ -421,6 +433,10 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
         quota_store()
         u = quota_user(name)
         gone = controller.clear_quota(u.id)  # type: ignore[attr-defined]
+        limits = getattr(controller, "time_limits", None)
+        if limits is not None and limits.max_time(u.id) is not None:
+            limits.set_max_time(u.id, None)
+            gone = True
         users.record(admin.name, "quota-clear", None, {"name": u.name})
         return Json({"cleared": u.name, "had_quota": bool(gone)})
 

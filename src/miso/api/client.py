@@ -63,10 +63,12 @@ class Client:
     def submit(self, command: list[str], *, name: str | None = None,
                memory_gb: float | None = None, workload: str | None = None,
                env: dict[str, str] | None = None, cwd: str | None = None,
-               request_id: str | None = None, priority: str | int | None = None) -> str:
+               request_id: str | None = None, priority: str | int | None = None,
+               time_limit_s: float | None = None) -> str:
         body: dict[str, Any] = {"command": command, "env": env or {}}
         for k, v in (("name", name), ("memory_gb", memory_gb), ("workload", workload),
-                     ("cwd", cwd), ("request_id", request_id), ("priority", priority)):
+                     ("cwd", cwd), ("request_id", request_id), ("priority", priority),
+                     ("time_limit_s", time_limit_s)):
             if v is not None:
                 body[k] = v
         return str(self.request("POST", "/jobs", json=body)["id"])
