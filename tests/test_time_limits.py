@@ -88,3 +88,25 @@ def test_live__past_its_limit_a_saving_job_is_checkpointed_and_ended_others_ende
         ctl.store.close()
         transport.agents()["node0"].shutdown()
         shutil.rmtree(d, ignore_errors=True)
+
+
+def test_why__a_waiting_owner_is_told_whose_jobs_cannot_be_moved() -> None:
+    """Two jobs of bob that do not checkpoint hold both GPUs: alice's queued job says so -
+    by name to an admin, as "another user's jobs" to anyone else (before: only "the policy
+    has not placed it")."""
+    from miso.controller.statustext import why
+
+    snap = {"gpus": [{"id": "g0", "phase": "running", "jobs": ["b1"]},
+                     {"id": "g1", "phase": "running", "jobs": ["b2"]}]}
+    owners = {"b1": "bob", "b2": "bob", "a1": "alice"}
+    a = {"id": "a1", "state": "queued", "owner_name": "alice", "memory_gib": 4.0}
+    pinned = {"b1", "b2"}.__contains__
+    line = why(a, snap, pinned, admin=True, owner_of=owners.get)
+    assert line.endswith(": bob's 2 jobs cannot be moved (they do not checkpoint)"), line
+    line = why(a, snap, pinned, owner_of=owners.get)
+    assert line.endswith(": another user's jobs cannot be moved (they do not checkpoint)")
+    assert "bob" not in line
+    # her own pinned jobs, or jobs that checkpoint, are no such cause
+    assert "cannot be moved" not in why(a, snap, set().__contains__, owner_of=owners.get)
+    mine = {"b1": "alice", "b2": "alice"}.get
+    assert "cannot be moved" not in why(a, snap, pinned, admin=True, owner_of=mine)

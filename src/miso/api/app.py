@@ -332,13 +332,19 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
             except StoreError:
                 return False
 
+        def owner_of(job: str) -> str | None:
+            try:
+                return store.get(job).owner_name
+            except StoreError:
+                return None
+
         out: dict[str, Any] = {
             "api_url": app.state.api_url, "user": user.name, "admin": user.admin,
             "time": snap.get("time"), "policy": snap.get("policy"),
             "nodes": snap.get("nodes", []), "lost_nodes": snap.get("lost_nodes", []),
             "gpus": [gpu_view(g, mine) for g in snap.get("gpus", [])],
             "jobs": [{**x.to_json(), "why": why(x.to_json(), snap, cannot_checkpoint,
-                                                 admin=user.admin),
+                                                 admin=user.admin, owner_of=owner_of),
                       "priority": prio.get(x.id, 0)} for x in recs],
             "counts": {"mine": store.counts(owner=user.id), "all": snap.get("counts", {})},
         }

@@ -341,8 +341,9 @@ class Controller:
         snap = self.cluster()
         jobs = [r.to_json() for r in self.store.jobs()]
         pinned = {j["id"] for j in jobs if j.get("checkpointable") is False}
+        names = {j["id"]: j.get("owner_name") for j in jobs}
         for j in jobs:
-            j["why"] = why(j, snap, pinned.__contains__)
+            j["why"] = why(j, snap, pinned.__contains__, owner_of=names.get)
         snap["jobs"] = jobs
         if not snap["nodes"] and any(j["state"] == JobStatus.QUEUED for j in jobs):
             fencing = snap["unreachable"]
