@@ -196,3 +196,20 @@ def test_healthz__a_stuck_loop_is_unhealthy(api: Any) -> None:
     gate["stuck"] = False
     ctl.loop.run_once = real  # type: ignore[method-assign]
     wait_for(lambda: client.get("/healthz").status_code == 200, 5)
+
+
+def test_api__max_time_quota_and_a_job_time_limit_over_it(api: Any) -> None:
+    """(Item 5 through the API: ``max_time_s`` on the quota route, ``time_limit_s`` on a
+    submission; over the maximum is a one-line 400.)"""
+    client, tokens, ctl = api
+    admin, eve = H(tokens["admin"]), H(tokens["eve"])
+    r = client.put("/api/v1/quotas/eve", json={"max_time_s": 60}, headers=admin)
+    assert r.status_code == 200 and r.json()["quota"]["max_time_s"] == 60.0, r.text
+    r = client.post("/api/v1/jobs", json={"command": ["/bin/true"], "time_limit_s": 120},
+                    headers=eve)
+    assert r.status_code == 400 and "above the maximum of 00:01:00" in r.json()["error"]
+    r = client.post("/api/v1/jobs", json={"command": ["/bin/true"]}, headers=eve)
+    assert ctl.time_limits.jobs()[r.json()["id"]] == 60.0   # the maximum is the default
+    r = client.delete("/api/v1/quotas/eve", headers=admin)
+    assert r.json()["had_quota"] and ctl.time_limits.max_time(ctl.store.get(
+        next(iter(ctl.time_limits.jobs()))).owner) is None

@@ -1,5 +1,7 @@
-"""Time limits (issue 26, item 5): ``miso submit --time`` in Slurm's formats, a maximum per
-owner (its jobs' default), and a job past its limit checkpointed (when it saves) and ended."""
+"""Time limits and the non-checkpointing hold (issue 26, item 5): ``miso submit --time`` in
+Slurm's formats, a maximum per owner (its jobs' default), a job past its limit checkpointed
+(when it saves) and ended, a wait behind jobs that cannot checkpoint named, and fair share
+allowed by the operator to stop such jobs after a grace time."""
 
 from __future__ import annotations
 
@@ -12,6 +14,10 @@ from helpers import FAST, emu
 from waiting import wait_for
 
 from miso.controller.timelimits import TimeLimitStore, run_time
+from miso.sched.tenancyconfig import TenancyConfig
+from miso.sim.run import run_policy
+from miso.sim.traces import TraceJob
+from miso.sim.world import WorldConfig
 from miso.timelimit import format_time, parse_time
 
 
@@ -110,3 +116,36 @@ def test_why__a_waiting_owner_is_told_whose_jobs_cannot_be_moved() -> None:
     assert "cannot be moved" not in why(a, snap, set().__contains__, owner_of=owners.get)
     mine = {"b1": "alice", "b2": "alice"}.get
     assert "cannot be moved" not in why(a, snap, pinned, admin=True, owner_of=mine)
+
+
+def test_fair_share__an_operator_lets_it_stop_jobs_that_cannot_checkpoint_after_a_grace():
+    """Owner H's 14 jobs that cannot checkpoint hold both GPUs; L submits one job. Without
+    the setting L waits for H's jobs to end; with ``--stop-uncheckpointable-after 600`` fair
+    share requeues H's jobs (they lose their progress) once they ran 600 s."""
+    from miso.cli.cluster import tenancy_options
+    from miso.sched import RequeueJob
+
+    opts = tenancy_options(True, None, False, None, stop_uncheckpointable_after=600.0)
+    assert opts is not None and opts["preempt_uncheckpointable"] and opts["min_run_s"] == 600
+    jobs = [TraceJob(f"h{i:02d}", float(i), 20000.0, "resnet_train64", "H") for i in range(14)]
+    jobs.append(TraceJob("l", 1000.0, 2000.0, "resnet_train64", "L"))
+    cfg = WorldConfig(n_gpus=2, no_checkpoint_frac=1.0)
+    held = run_policy("miso", jobs, cfg, record=True, tenancy=TenancyConfig(min_run_s=600.0))
+    freed = run_policy("miso", jobs, cfg, record=True, tenancy=TenancyConfig(
+        min_run_s=opts["min_run_s"], preempt_uncheckpointable=True))
+    assert not [d for _, d in held.log if isinstance(d, RequeueJob)]
+    stopped = [(t, d) for t, d in freed.log if isinstance(d, RequeueJob)]
+    assert stopped and min(t for t, _ in stopped) >= 600.0
+    assert all(d.job.startswith("h") for _, d in stopped)
+    jct = dict(zip(freed.job_ids, freed.jct, strict=True))["l"]
+    assert jct < 0.2 * dict(zip(held.job_ids, held.jct, strict=True))["l"]
+
+
+def test_cli__submit_time_and_quota_max_time_refuse_a_bad_limit_in_one_line() -> None:
+    from helpers import run_cli
+
+    r = run_cli("submit", "--time", "1_0", "--", "/bin/true")
+    assert r.exit_code != 0 and "time limit '1_0': expected MM, MM:SS" in r.output
+    assert len(r.output.strip().splitlines()) == 1
+    r = run_cli("quota", "set", "alice", "--max-time", "forever")
+    assert r.exit_code != 0 and "time limit 'forever'" in r.output

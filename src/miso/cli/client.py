@@ -151,7 +151,7 @@ def submit(
         "priority first (clusters with tenancy: `miso cluster up --fair-share`). Above normal "
         "needs an admin or the priority limit an admin gave you (`miso quota`).  "
         "[default: normal]")] = None,
-    time: Annotated[str | None, typer.Option(
+    time_limit: Annotated[str | None, typer.Option(
         "--time", help="Time limit, as Slurm's --time: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or "
         "D-HH:MM:SS. Past it the job is checkpointed (if it saves) and ended.  [default: your "
         "maximum, if an admin set one]")] = None,
@@ -173,7 +173,7 @@ def submit(
     if memory_gb is not None:
         checks.positive(memory_gb, "--memory-gb")
     prio = _priority(priority)
-    limit = _time_limit(time)
+    limit = _time_limit(time_limit)
     variables = parse_env(list(env or []), env_all)
     from miso.api.client import ApiError
 
