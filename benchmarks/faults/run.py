@@ -20,7 +20,8 @@ Faults (all on emulated GPUs, short jobs of the reference workload that checkpoi
   and every job, then ``cluster up`` again on the same state directory.
 * ``concurrent-up`` (slow): two ``miso cluster up --emulated`` on one state directory at once.
 * ``head-kill`` (slow, issue 26): one cluster, 6 checkpointing jobs, ``--cycles`` times: SIGKILL
-  the head's session only (its Ray, agent and controller; the jobs and their guards live on)
+  the head's process group (``--head-kill session``: its whole session; the jobs and their
+  guards live on in their own sessions)
   at a random moment - every other cycle right after a decision (a new attempt row) - then
   ``cluster up`` again; the jobs must each run at most once at a time (a /proc sampler), none
   lost, no progress lost.
@@ -411,7 +412,8 @@ def up_again(sd: Path, timeout: float = 120.0) -> None:
 
 
 def head_kill_trial(base: Path, k: int, rng: random.Random, cycles: int = 20,
-                    jobs: int = 6, seconds: float = 20.0) -> dict[str, Any]:
+                    jobs: int = 6, seconds: float = 20.0, kill: str = "pgroup",
+                    ) -> dict[str, Any]:
     sd = base / f"head-{k}"
     mark = f"head-{k}-{uuid.uuid4().hex[:6]}"
     r = cli(sd, *up_args(sd))
@@ -434,9 +436,13 @@ def head_kill_trial(base: Path, k: int, rng: random.Random, cycles: int = 20,
                 time.sleep(rng.uniform(0.2, 3.0))
                 kinds.append("random")
             head = int(json.loads((sd / "cluster.json").read_text())["pid"])
-            for p in session_pids(head):  # the head dies; jobs and guards live on
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(p, signal.SIGKILL)
+            if kill == "pgroup":  # the head's process group, as the issue did: Ray's
+                with contextlib.suppress(ProcessLookupError):  # processes outlive it a while
+                    os.killpg(os.getpgid(head), signal.SIGKILL)
+            else:
+                for p in session_pids(head):  # the head's whole session dies at once
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(p, signal.SIGKILL)
             up_again(sd)
         done = wait_until(lambda: all(cli_states(sd).get(i) == "finished" for i in ids),
                           600, 1.0)
@@ -446,7 +452,7 @@ def head_kill_trial(base: Path, k: int, rng: random.Random, cycles: int = 20,
             with contextlib.suppress(ProcessLookupError):
                 os.kill(p, signal.SIGKILL)
     out = evaluate(sd, mark, jobs, samp.finish())
-    out.update(fault="head-kill", trial=k, completed=done, cycles=cycles,
+    out.update(fault="head-kill", trial=k, completed=done, cycles=cycles, kill=kill,
                kills_after_decision=kinds.count("after-decision"), note="")
     return out
 
@@ -513,6 +519,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--faults", default="controller-kill,agent-kill,agent-stop,submit-kill,"
                     "store-damage,disk-full,whole-cluster,concurrent-up")
     ap.add_argument("--cycles", type=int, default=20, help="head kills per head-kill trial")
+    ap.add_argument("--head-kill", choices=("pgroup", "session"), default="pgroup",
+                    help="head-kill: SIGKILL the head's process group (Ray's processes outlive "
+                    "it a while) or its whole session")
     ap.add_argument("--json", default=None, help="write every trial and the summary here")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
@@ -557,7 +566,7 @@ def main(argv: list[str] | None = None) -> int:
                 record(trial(base, k, rng))
     if "head-kill" in faults:
         for k in range(a.slow_trials):
-            record(head_kill_trial(base, k, rng, a.cycles))
+            record(head_kill_trial(base, k, rng, a.cycles, kill=a.head_kill))
     summary = summarize(rows)
     print(json.dumps({"summary": summary, "wall_s": round(time.time() - t_start)}), flush=True)
     if a.json:
