@@ -26,6 +26,8 @@ from miso.agent import guard
 
 log = logging.getLogger(__name__)
 
+#: How a guard's script path ends (an older install of miso may sit elsewhere).
+GUARD_TAIL = "/miso/agent/guard.py"
 #: How long (s) leftover guards get to end their jobs themselves, then after SIGHUP.
 SELF_FENCE_S = 2.0
 HANGUP_S = 10.0
@@ -65,7 +67,8 @@ def guard_generation(argv: list[str], workdir: Path) -> int | None:
     """For a process's ``argv``: -1 when it is a guard of this node without a generation (an
     agent before this one was built), its generation when it has one, None when it is not a
     guard of this node."""
-    if guard.__file__ not in argv or "--exit-record" not in argv:
+    if not any(a == guard.__file__ or a.endswith(GUARD_TAIL) for a in argv) \
+            or "--exit-record" not in argv:
         return None
     i = argv.index("--exit-record")
     prefix = str(workdir).rstrip("/") + "/"
@@ -79,12 +82,16 @@ def guard_generation(argv: list[str], workdir: Path) -> int | None:
 
 
 def leftover_guards(workdir: Path, generation: int) -> list[int]:
-    """Pids of the guards of this node's older generations still alive."""
+    """Pids of the guards of this node's older generations still alive: processes of this
+    agent's own account (a job's process may forge a guard's command line, not its owner)."""
     out = []
+    me = os.geteuid()
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
+            if os.stat(f"/proc/{name}").st_uid != me:
+                continue
             with open(f"/proc/{name}/cmdline", "rb") as f:
                 argv = [a.decode(errors="replace") for a in f.read(1 << 16).split(b"\0")]
         except OSError:
