@@ -19,6 +19,12 @@ Faults (all on emulated GPUs, short jobs of the reference workload that checkpoi
 * ``whole-cluster`` (slow): SIGKILL every process of a ``miso cluster up --emulated`` head
   and every job, then ``cluster up`` again on the same state directory.
 * ``concurrent-up`` (slow): two ``miso cluster up --emulated`` on one state directory at once.
+* ``head-kill`` (slow, issue 26): one cluster, 6 checkpointing jobs, ``--cycles`` times: SIGKILL
+  the head's process group (``--head-kill session``: its whole session; the jobs and their
+  guards live on in their own sessions)
+  at a random moment - every other cycle right after a decision (a new attempt row) - then
+  ``cluster up`` again; the jobs must each run at most once at a time (a /proc sampler), none
+  lost, no progress lost.
 
 The in-driver faults share one private Ray (this process is its driver) with a controller and
 two agents of two GPUs each (``lease_s`` 3 s, polls time out after 1 s).
@@ -381,6 +387,76 @@ def whole_cluster_trial(base: Path, k: int, rng: random.Random) -> dict[str, Any
     return out
 
 
+def attempt_rows(sd: Path) -> int:
+    try:
+        con = sqlite3.connect(f"file:{sd / 'miso.db'}?mode=ro", uri=True, timeout=1.0)
+        try:
+            return int(con.execute("SELECT COUNT(*) FROM attempts").fetchone()[0])
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return -1
+
+
+def up_again(sd: Path, timeout: float = 120.0) -> None:
+    """``cluster up`` until it starts (right after a SIGKILL the state lock may still be
+    held for a moment)."""
+    deadline = time.time() + timeout
+    while True:
+        r = cli(sd, *up_args(sd))
+        if not r.returncode:
+            return
+        if time.time() > deadline:
+            raise RuntimeError(f"restart: {r.stderr.strip()}")
+        time.sleep(1.0)
+
+
+def head_kill_trial(base: Path, k: int, rng: random.Random, cycles: int = 20,
+                    jobs: int = 6, seconds: float = 20.0, kill: str = "pgroup",
+                    ) -> dict[str, Any]:
+    sd = base / f"head-{k}"
+    mark = f"head-{k}-{uuid.uuid4().hex[:6]}"
+    r = cli(sd, *up_args(sd))
+    if r.returncode:
+        raise RuntimeError(r.stderr.strip())
+    samp = Sampler(mark)
+    samp.start()
+    done = False
+    kinds = []
+    try:
+        ids = [cli_submit(sd, mark, WORKLOADS[i % len(WORKLOADS)], seconds)
+               for i in range(jobs)]
+        for c in range(cycles):
+            wait_until(lambda: "running" in cli_states(sd).values(), 60, 0.5)
+            if c % 2 == 0:  # right after a decision: a new attempt row appears
+                n0 = attempt_rows(sd)
+                wait_until(lambda n0=n0: attempt_rows(sd) > n0, 20, 0.02)
+                kinds.append("after-decision")
+            else:
+                time.sleep(rng.uniform(0.2, 3.0))
+                kinds.append("random")
+            head = int(json.loads((sd / "cluster.json").read_text())["pid"])
+            if kill == "pgroup":  # the head's process group, as the issue did: Ray's
+                with contextlib.suppress(ProcessLookupError):  # processes outlive it a while
+                    os.killpg(os.getpgid(head), signal.SIGKILL)
+            else:
+                for p in session_pids(head):  # the head's whole session dies at once
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(p, signal.SIGKILL)
+            up_again(sd)
+        done = wait_until(lambda: all(cli_states(sd).get(i) == "finished" for i in ids),
+                          600, 1.0)
+    finally:
+        cli(sd, "cluster", "down")
+        for p in marked_pids(mark):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGKILL)
+    out = evaluate(sd, mark, jobs, samp.finish())
+    out.update(fault="head-kill", trial=k, completed=done, cycles=cycles, kill=kill,
+               kills_after_decision=kinds.count("after-decision"), note="")
+    return out
+
+
 def concurrent_up_trial(base: Path, k: int, rng: random.Random) -> dict[str, Any]:
     sd = base / f"twice-{k}"
     mark = f"twice-{k}-{uuid.uuid4().hex[:6]}"
@@ -442,6 +518,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="trials of whole-cluster and concurrent-up (a Ray start each)")
     ap.add_argument("--faults", default="controller-kill,agent-kill,agent-stop,submit-kill,"
                     "store-damage,disk-full,whole-cluster,concurrent-up")
+    ap.add_argument("--cycles", type=int, default=20, help="head kills per head-kill trial")
+    ap.add_argument("--head-kill", choices=("pgroup", "session"), default="pgroup",
+                    help="head-kill: SIGKILL the head's process group (Ray's processes outlive "
+                    "it a while) or its whole session")
     ap.add_argument("--json", default=None, help="write every trial and the summary here")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
@@ -455,7 +535,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(r)
         print(json.dumps(r), flush=True)
 
-    driver = [f for f in faults if f not in ("whole-cluster", "concurrent-up")]
+    driver = [f for f in faults if f not in ("whole-cluster", "concurrent-up", "head-kill")]
     plain = [f for f in driver if f != "disk-full"]
     if plain:
         bed = Bed(base / "bed")
@@ -484,6 +564,9 @@ def main(argv: list[str] | None = None) -> int:
             for k in range(a.slow_trials):
                 trial = whole_cluster_trial if f == "whole-cluster" else concurrent_up_trial
                 record(trial(base, k, rng))
+    if "head-kill" in faults:
+        for k in range(a.slow_trials):
+            record(head_kill_trial(base, k, rng, a.cycles, kill=a.head_kill))
     summary = summarize(rows)
     print(json.dumps({"summary": summary, "wall_s": round(time.time() - t_start)}), flush=True)
     if a.json:

@@ -49,7 +49,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from miso.agent import guard, logfile, runas
+from miso.agent import generation, guard, logfile, runas
 from miso.agent.attempt import (
     Attempt,
     RateTracker,
@@ -111,6 +111,10 @@ class Agent:
         self.lease_file = self.workdir / "lease"
         self._lease_fd: int | None = None
         self._lease_ro: int | None = None
+        # this life's generation: every guard of an older one ends before anything starts
+        self.generation = generation.bump(self.workdir)
+        self._generation_ro = generation.reader(self.workdir)
+        generation.fence_leftovers(self.workdir, self.generation)
 
     # ---- lease --------------------------------------------------------------------------
 
@@ -217,6 +221,12 @@ class Agent:
                 a = self._attempts[(job, attempt)]
                 if a.returncode is None and a.proc.poll() is None:  # a retried launch call
                     return {"ok": True, "pid": a.proc.pid, "error": "", "log": str(log_file)}
+            if generation.current(self._generation_ro) != self.generation:
+                from miso.transport.base import NodeUnavailable  # noqa: PLC0415
+
+                raise NodeUnavailable(f"the agent of {self.node} was replaced by a newer one "
+                                      f"(generation {self.generation} is over): launch "
+                                      "refused")
             if (job, attempt) in self._attempts or d.exists():
                 return {"ok": False, "pid": None, "log": str(log_file),
                         "error": f"attempt {attempt} of {job} was run before on {self.node}: "
@@ -265,7 +275,8 @@ class Agent:
                                      lease_fd=self._lease_reader(),
                                      bounds=self.bounds.guard_args(
                                          [p for p in (ckpt, jd) if p],
-                                         spec.get("host_memory_gb")))
+                                         spec.get("host_memory_gb")),
+                                     fence=(self._generation_ro, self.generation))
             except (OSError, BackendError, ValueError) as e:
                 msg = f"cannot start {spec.get('command')!r} on GPU {gpu} {pl}: {e}"
                 log_file.write_text(msg + "\n")

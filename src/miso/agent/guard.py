@@ -19,7 +19,9 @@ The guard
   death, only on the lease, so a job that saves on SIGTERM (:mod:`miso.job`) can finish saving;
 * ends the attempt on ``SIGHUP`` (the agent's cancel), when the controller's lease has run out
   (the lease file, open as descriptor ``FD``, holds the lease's end in seconds since the
-  epoch) or the agent has died, and when the job's main process exits;
+  epoch) or the agent has died, when a newer agent took the node (``--generation-fd FD
+  --generation N``: the node's generation file no longer holds N), and when the job's main
+  process exits;
 * tracks the job's processes as a set, not a process group (a child that called ``setsid()``
   or double-forked has left the group): in a per-attempt cgroup v2 (``miso-<pid>`` under its
   own cgroup) where the node has a writable cgroup2 mount, killed with ``cgroup.kill``; and
@@ -67,6 +69,17 @@ def lease_until(fd: int) -> float | None:
         return float(text) if text else None
     except (OSError, ValueError):
         return None
+
+
+def replaced(fd: int, generation: int) -> bool:
+    """Whether the node's agent generation (the file open as ``fd``) is no longer
+    ``generation``: a newer agent took the node (:mod:`miso.agent.generation`), so this
+    attempt must end. A file that cannot be read now fences nothing."""
+    try:
+        text = os.pread(fd, 64, 0).decode(errors="replace").strip()
+        return bool(text) and int(text) != generation
+    except (OSError, ValueError):
+        return False
 
 
 def alive(pid: int) -> bool:
@@ -570,6 +583,7 @@ def main(argv: list[str]) -> int:
     args = dict(zip(opts[::2], opts[1::2], strict=False))
     lease, record = int(args.get("--lease-fd", "-1")), args.get("--exit-record")
     agent = int(args.get("--agent-pid", "0") or 0)
+    gen_fd, gen = int(args.get("--generation-fd", "-1")), int(args.get("--generation", "0"))
     out = Output(-1, args.get("--log"), int(args.get("--log-cap", "0")))
     box: list[subprocess.Popen[bytes]] = []
     pending: list[int] = []
@@ -605,6 +619,10 @@ def main(argv: list[str]) -> int:
     cwd = args.get("--cwd")
     bounds = bounds_of(args)
     disk_dirs = [str(d) for d in json.loads(args.get("--disk-dirs", "[]")) if d]
+    if gen_fd >= 0 and replaced(gen_fd, gen):  # a newer agent took the node: never start
+        out.note("miso: not starting this job (agent replaced)\n")
+        write_record(record, None, True, "agent replaced")
+        return 137
     tracker = Tracker()
     limit_cgroup(tracker.cgroup, tracker.home, bounds)
     tracker.enter()
@@ -666,7 +684,8 @@ def main(argv: list[str]) -> int:
         last_check = time.time()
         until = lease_until(lease) if lease >= 0 else None
         why = "lease expired" if until is not None and time.time() > until else \
-            "agent died" if agent and not terminating and not alive(agent) else ""
+            "agent died" if agent and not terminating and not alive(agent) else \
+            "agent replaced" if gen_fd >= 0 and replaced(gen_fd, gen) else ""
         if why:
             out.note(f"miso: fencing this job ({why})\n")
             fenced = True

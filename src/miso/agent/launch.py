@@ -42,9 +42,13 @@ def job_base_env(env: dict[str, str] | None = None) -> dict[str, str]:
 def start_guarded(python: str, cmd: list[str], env: dict[str, str],
                   acct: runas.Account | None, *, attempt_dir: Path, cwd: str | None,
                   record: Path, log_file: Path, log_cap: int,
-                  lease_fd: int, bounds: list[str] | None = None) -> subprocess.Popen[bytes]:
+                  lease_fd: int, bounds: list[str] | None = None,
+                  fence: tuple[int, int] | None = None,
+                  ) -> subprocess.Popen[bytes]:
     """Start ``cmd`` under its guard, output appended to ``log_file``; returns the guard.
-    ``bounds``: the guard's options bounding the job (:mod:`miso.agent.bounds`)."""
+    ``bounds``: the guard's options bounding the job (:mod:`miso.agent.bounds`).
+    ``fence``: the descriptor of the node's generation file and the agent's generation
+    (:mod:`miso.agent.generation`)."""
     kw = runas.popen_kwargs(acct)
     ids = [] if "user" not in kw else [
         "--uid", str(kw["user"]), "--gid", str(kw["group"]),
@@ -56,7 +60,9 @@ def start_guarded(python: str, cmd: list[str], env: dict[str, str],
     fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with open(fd, "w") as f:
         json.dump(env, f)
-    guarded = [python, "-I", "-S", guard.__file__, "--lease-fd", str(lease_fd),
+    gen_args = [] if fence is None else ["--generation-fd", str(fence[0]),
+                                         "--generation", str(fence[1])]
+    guarded = [python, "-I", "-S", guard.__file__, "--lease-fd", str(lease_fd), *gen_args,
                "--agent-pid", str(os.getpid()), "--exit-record", str(record),
                "--env-file", str(env_file), "--log", str(log_file),
                "--log-cap", str(log_cap),
@@ -66,4 +72,5 @@ def start_guarded(python: str, cmd: list[str], env: dict[str, str],
         return subprocess.Popen(
             guarded, env=dict(GUARD_ENV), cwd=attempt_dir, stdout=out,
             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, pass_fds=(lease_fd,))
+            start_new_session=True,
+            pass_fds=(lease_fd,) if fence is None else (lease_fd, fence[0]))

@@ -32,6 +32,7 @@ Endpoints::
     GET    /api/v1/quotas/{name}        (admin) one user's
     PUT    /api/v1/quotas/{name}        (admin) set some of them (null clears one)
     DELETE /api/v1/quotas/{name}        (admin) back to the defaults
+    GET    /healthz                     (no token) 200, or 503 while the loop is dead or stuck
 
 A submission may ask for a ``priority`` (``high``, ``normal``, ``low`` or an integer): above
 ``normal`` only admins, or users up to the ``priority_limit`` an admin gave them (403
@@ -268,6 +269,10 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
                 "max_queued": None, "priority_limit": None}
         if q is not None:
             base.update({k: getattr(q, k) for k in QUOTA_FIELDS})
+        limits = getattr(controller, "time_limits", None)
+        max_time = limits.max_time(u.id) if limits is not None else None
+        if max_time is not None:
+            base["max_time_s"] = max_time
         return base
 
     r = APIRouter(prefix=API)
@@ -284,6 +289,8 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
             retry["priority"] = body.priority
         if body.host_memory_gb is not None:
             retry["host_memory_gb"] = body.host_memory_gb
+        if body.time_limit_s is not None:
+            retry["time_limit_s"] = body.time_limit_s
         try:
             jid = controller.submit(list(body.command), name=body.name,
                                     memory_gb=body.memory_gb, workload=body.workload,
@@ -366,13 +373,19 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
             except StoreError:
                 return False
 
+        def owner_of(job: str) -> str | None:
+            try:
+                return store.get(job).owner_name
+            except StoreError:
+                return None
+
         out: dict[str, Any] = {
             "api_url": app.state.api_url, "user": user.name, "admin": user.admin,
             "time": snap.get("time"), "policy": snap.get("policy"),
             "nodes": snap.get("nodes", []), "lost_nodes": snap.get("lost_nodes", []),
             "gpus": [gpu_view(g, mine) for g in snap.get("gpus", [])],
             "jobs": [{**x.to_json(), "why": why(x.to_json(), snap, cannot_checkpoint,
-                                                 admin=user.admin),
+                                                 admin=user.admin, owner_of=owner_of),
                       "priority": prio.get(x.id, 0)} for x in recs],
             "counts": {"mine": store.counts(owner=user.id), "all": snap.get("counts", {})},
         }
@@ -469,8 +482,14 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
         qs = quota_store()
         u = quota_user(name)
         fields = {k: getattr(body, k) for k in body.model_fields_set}
+        limits = getattr(controller, "time_limits", None)
+        if "max_time_s" in fields:  # kept beside the quotas (:mod:`...timelimits`)
+            if limits is None:
+                raise ApiError(501, "this server keeps no time limits")
+            limits.set_max_time(u.id, fields.pop("max_time_s"))
         try:
-            q = controller.set_quota(u.id, u.name, **fields)  # type: ignore[attr-defined]
+            q = controller.set_quota(u.id, u.name, **fields) if fields or limits is None \
+                else qs.get(u.id)  # type: ignore[attr-defined]
         except ValueError as e:
             raise ApiError(400, " ".join(str(e).split())) from None
         users.record(admin.name, "quota-set", None, {"name": u.name, **fields})
@@ -483,8 +502,21 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
         quota_store()
         u = quota_user(name)
         gone = controller.clear_quota(u.id)  # type: ignore[attr-defined]
+        limits = getattr(controller, "time_limits", None)
+        if limits is not None and limits.max_time(u.id) is not None:
+            limits.set_max_time(u.id, None)
+            gone = True
         users.record(admin.name, "quota-clear", None, {"name": u.name})
         return Json({"cleared": u.name, "had_quota": bool(gone)})
+
+    @app.get("/healthz")
+    def healthz() -> JSONResponse:
+        """No token: 200 while the scheduling loop runs and comes round, else 503 with why
+        (for a load balancer or systemd watchdog; says nothing about jobs or users)."""
+        check = getattr(controller, "health", None)
+        problems = list(check()) if check is not None else []
+        return JSONResponse({"ok": not problems, "problems": problems},
+                            status_code=503 if problems else 200)
 
     app.include_router(r)
     for extra in extra_routers:

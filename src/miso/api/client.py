@@ -64,11 +64,12 @@ class Client:
                memory_gb: float | None = None, workload: str | None = None,
                env: dict[str, str] | None = None, cwd: str | None = None,
                request_id: str | None = None, priority: str | int | None = None,
-               host_memory_gb: float | None = None) -> str:
+               host_memory_gb: float | None = None,
+               time_limit_s: float | None = None) -> str:
         body: dict[str, Any] = {"command": command, "env": env or {}}
         for k, v in (("name", name), ("memory_gb", memory_gb), ("workload", workload),
                      ("cwd", cwd), ("request_id", request_id), ("priority", priority),
-                     ("host_memory_gb", host_memory_gb)):
+                     ("host_memory_gb", host_memory_gb), ("time_limit_s", time_limit_s)):
             if v is not None:
                 body[k] = v
         return str(self.request("POST", "/jobs", json=body)["id"])

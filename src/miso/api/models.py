@@ -8,8 +8,9 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from miso.controller.quotas import MAX_IN_USE, MAX_QUEUED, MAX_WEIGHT, check_priority
+from miso.controller.quotas import MAX_IN_USE, MAX_QUEUED, MAX_WEIGHT, MIN_WEIGHT, check_priority
 from miso.sched.tenancyconfig import parse_priority
+from miso.timelimit import MAX_TIME_S
 
 ENV_KEY = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 JOB_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:@+-]{0,127}$"
@@ -40,6 +41,9 @@ class SubmitRequest(_Body):
     #: ``high``, ``normal``, ``low`` or an integer (who may ask for more than ``normal``:
     #: admins, and users up to their ``priority_limit``).
     priority: int | Annotated[str, Field(max_length=16)] | None = None
+    #: The most the job may run, in seconds (``miso submit --time``; Slurm's formats are
+    #: parsed by the client): past it it is checkpointed and ended.
+    time_limit_s: float | None = Field(default=None, gt=0, le=MAX_TIME_S)
 
     @field_validator("priority")
     @classmethod
@@ -96,10 +100,12 @@ class QuotaRequest(_Body):
     #: numbers as JSON numbers only: ``"2"`` and ``true`` are refused (issue 26)
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    weight: float | None = Field(default=None, gt=0, le=MAX_WEIGHT)
+    weight: float | None = Field(default=None, ge=MIN_WEIGHT, le=MAX_WEIGHT)
     max_in_use: float | None = Field(default=None, ge=0, le=MAX_IN_USE)
     max_queued: int | None = Field(default=None, ge=0, le=MAX_QUEUED)
     priority_limit: int | Annotated[str, Field(max_length=16)] | None = None
+    #: The longest time limit the user's jobs may have, and their default (seconds).
+    max_time_s: float | None = Field(default=None, gt=0, le=MAX_TIME_S)
 
     @field_validator("priority_limit")
     @classmethod

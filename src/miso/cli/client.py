@@ -163,6 +163,10 @@ def submit(
         "priority first (clusters with tenancy: `miso cluster up --fair-share`). Above normal "
         "needs an admin or the priority limit an admin gave you (`miso quota`).  "
         "[default: normal]")] = None,
+    time_limit: Annotated[str | None, typer.Option(
+        "--time", help="Time limit, as Slurm's --time: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or "
+        "D-HH:MM:SS. Past it the job is checkpointed (if it saves) and ended.  [default: your "
+        "maximum, if an admin set one]")] = None,
     url: Url = None,
     token: Token = None,
     token_file: TokenFile = None,
@@ -183,6 +187,7 @@ def submit(
     if host_memory_gb is not None:
         checks.positive(host_memory_gb, "--host-memory-gb")
     prio = _priority(priority)
+    limit = _time_limit(time_limit)
     variables = parse_env(list(env or []), env_all)
     from miso.api.client import ApiError
 
@@ -194,6 +199,7 @@ def submit(
             try:
                 jid = c.submit(list(command), name=name, memory_gb=memory_gb, env=variables,
                                cwd=os.getcwd(), request_id=request, priority=prio,
+                               time_limit_s=limit,
                                **({"host_memory_gb": host_memory_gb}
                                   if host_memory_gb is not None else {}))
                 break
@@ -202,6 +208,19 @@ def submit(
                     fail(e.message)
                 time.sleep(1.0)
         typer.echo(jid)
+
+
+def _time_limit(text: str | None) -> float | None:
+    """``--time`` in seconds (one-line error on a bad one)."""
+    if text is None:
+        return None
+    from miso.timelimit import parse_time
+
+    try:
+        return parse_time(text)
+    except ValueError as e:
+        fail(str(e))
+        raise  # unreachable: fail exits
 
 
 #: Named priority classes (the server's :data:`miso.sched.tenancyconfig.PRIORITY_CLASSES`; the

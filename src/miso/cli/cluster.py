@@ -79,7 +79,9 @@ def _config(policy: str, profile_seconds: float, checkpoint_timeout: float,
 
 def tenancy_options(fair_share: bool, half_life: float | None, preempt: bool,
                     min_run_s: float | None, reclaim: bool = True,
-                    demand_per_job: float | None = None) -> dict[str, Any] | None:
+                    demand_per_job: float | None = None,
+                    stop_uncheckpointable_after: float | None = None,
+                    ) -> dict[str, Any] | None:
     """The controller's ``tenancy`` (:class:`miso.sched.tenancy.TenancyConfig` as JSON) from
     the ``--fair-share`` flags, or None (one FIFO queue; stored quotas still turn tenancy on)."""
     if half_life is not None and not fair_share:
@@ -97,9 +99,20 @@ def tenancy_options(fair_share: bool, half_life: float | None, preempt: bool,
         fail(f"--half-life must be a positive number of seconds, got {half_life}")
     if min_run_s is not None and not (math.isfinite(min_run_s) and min_run_s >= 0):
         fail(f"--min-run-s must be a non-negative number of seconds, got {min_run_s}")
+    grace = stop_uncheckpointable_after
+    if grace is not None and not (fair_share and reclaim):
+        fail("--stop-uncheckpointable-after needs --fair-share (with reclaim)")
+    if grace is not None and not (math.isfinite(grace) and grace >= 0):
+        fail(f"--stop-uncheckpointable-after must be a non-negative number of seconds, got "
+             f"{grace}")
+    if grace is not None and min_run_s is not None:
+        fail("--stop-uncheckpointable-after sets the minimum run time: give it alone")
     if not (fair_share or preempt):
         return None
     out: dict[str, Any] = {"fair_share": fair_share, "preempt": preempt}
+    if grace is not None:  # fair share may stop (requeue) a job that cannot checkpoint
+        out["preempt_uncheckpointable"] = True
+        out["min_run_s"] = grace
     if half_life is not None:
         out["half_life_s"] = half_life
     if min_run_s is not None:
@@ -223,6 +236,11 @@ def up(
     demand_per_job: Annotated[float | None, typer.Option(
         "--demand-per-job", help="With --fair-share: the most of a GPU one job's fair slice can "
         "be (0.5: a 3g slice on an A100; 1/3: 2g).  [default: 0.5]")] = None,
+    stop_uncheckpointable_after: Annotated[float | None, typer.Option(
+        "--stop-uncheckpointable-after", help="With --fair-share: a job that cannot "
+        "checkpoint, of an owner above its entitlement, may be stopped and requeued (it loses "
+        "its progress) for an owner below its own once it ran this many seconds (the minimum "
+        "run time of every reclaim).  [default: never stopped]")] = None,
 ) -> None:
     """Start the controller and one agent per GPU node.
 
@@ -245,7 +263,7 @@ def up(
              "polled by the controller; more do not come up on one machine)")
     cfg = _config(policy, profile_seconds, checkpoint_timeout, estimator)
     tenancy = tenancy_options(fair_share, half_life, preempt, min_run_s, reclaim,
-                              demand_per_job)
+                              demand_per_job, stop_uncheckpointable_after)
     if tenancy is not None:
         cfg["tenancy"] = tenancy
     api = {**_api_listen(listen, tls_cert, tls_key, insecure),

@@ -81,6 +81,9 @@ def set_quota(
     priority_limit: Annotated[str | None, typer.Option(
         "--priority-limit", help="Highest --priority the owner may submit with (high, "
         "normal, low or an integer; default normal; admins: any).")] = None,
+    max_time: Annotated[str | None, typer.Option(
+        "--max-time", help="Longest time limit the owner's jobs may ask for, and their "
+        "default (Slurm's formats: MM, HH:MM:SS, D-HH:MM:SS, ...).")] = None,
     reset: Annotated[bool, typer.Option(
         "--reset", help="Clear every weight and quota of the owner (defaults again).")]
     = False,
@@ -100,11 +103,19 @@ def set_quota(
         p = priority_limit.strip()
         fields["priority_limit"] = None if p.lower() in CLEAR else (
             int(p) if p.lstrip("+-").isdigit() else p)
+    if max_time is not None:
+        from miso.timelimit import parse_time
+
+        try:
+            fields["max_time_s"] = None if max_time.strip().lower() in CLEAR else \
+                parse_time(max_time)
+        except ValueError as e:
+            fail(str(e))
     if reset and fields:
         fail("--reset clears everything: give it alone")
     if not reset and not fields:
-        fail("nothing to set: give --weight, --max-in-use, --max-queued, --priority-limit "
-             "or --reset")
+        fail("nothing to set: give --weight, --max-in-use, --max-queued, --priority-limit, "
+             "--max-time or --reset")
     with client(url, token, state_dir, token_file=token_file) as c:
         if reset:
             call(c.clear_quota, owner)

@@ -46,6 +46,7 @@ from miso.controller.runtime import (
 from miso.controller.statelock import StateDirLock
 from miso.controller.statustext import NO_NODES, fair_named, lost_node, owner_named, why
 from miso.controller.store import GIB_PER_GB, JobRecord, JobStore, StoreConflict, StoreError
+from miso.controller.timelimits import TimeLimitStore
 from miso.controller.usagestore import UsageStore
 from miso.jobstatus import JobStatus
 from miso.mig import GPU_MODELS, geometry
@@ -87,6 +88,8 @@ class Controller:
         self.quotas = QuotaStore(store.path)
         #: owners' decayed usage, kept across restarts (:mod:`miso.controller.usagestore`)
         self.usage = UsageStore(store.path)
+        #: jobs' time limits and owners' maximum time (:mod:`miso.controller.timelimits`)
+        self.time_limits = TimeLimitStore(store.path)
         #: the tenancy the operator asked for (``--fair-share``), before the stored quotas
         self._base_tenancy = cfg.tenancy
         self.cfg = replace(cfg, tenancy=tenancy_config(cfg.tenancy, self.quotas.list()))
@@ -102,6 +105,7 @@ class Controller:
         self.policy = policy if policy is not None else make_controller_policy(self.cfg)
         self.executor = PlanExecutor(self.rt)
         self.loop = EventLoop(self.rt, self.executor, self.policy, self.cfg.policy)
+        self.loop.time_limits = self.time_limits
         self.loop.on_ledger = self.usage.save
         self.poller = AgentPoller(self.rt, self.executor)
         self._dir_lock: StateDirLock | None = None
@@ -145,6 +149,16 @@ class Controller:
         self.poller.start()
         return self
 
+    def health(self) -> list[str]:
+        """What keeps the controller from scheduling (empty: healthy), for ``/healthz`` and
+        the status errors. A loop thread found dead is started again once per call (the
+        watchdog); it stays reported until the restarted thread comes round."""
+        problems = self.loop.health()
+        if problems and not self.loop.alive() and not self.rt.stopping.is_set():
+            self.rt.error(problems[0] + "; restarted")
+            self.loop.start()
+        return problems
+
     def restore_usage(self) -> None:
         """Settle the owners' usage kept in the store at now (recovery has just stopped every
         job) and start the core's ledger from it: fair share remembers who used what before
@@ -174,7 +188,8 @@ class Controller:
                env: dict[str, str] | None = None, cwd: str | None = None,
                owner: str | None = None, unix_user: str | None = None,
                request_id: str | None = None, owner_name: str | None = None,
-               priority: int = 0, host_memory_gb: float | None = None) -> str:
+               priority: int = 0, host_memory_gb: float | None = None,
+               time_limit_s: float | None = None) -> str:
         """Queue a job; returns its id. Raises :class:`SubmitError` on bad input.
 
         ``memory_gb`` is the job's peak GPU memory in GB (10^9 bytes). ``env`` is added to the
@@ -185,7 +200,8 @@ class Controller:
         with another request it is a :class:`SubmitConflict`. ``priority`` (an integer,
         :func:`miso.sched.tenancy.parse_priority`) orders it before lower ones when tenancy is
         on; refused when it is off (it would do nothing). Who may ask for what is the API's
-        check.
+        check. ``time_limit_s``: the most it may run (``--time``; default and maximum: its
+        owner's ``max_time``); past it it is checkpointed and ended.
         """
         command = [str(c) for c in command]
         if not command:
@@ -232,6 +248,10 @@ class Controller:
             refused = queued_quota_reason(o, n, ten.max_queued[o])
             if refused is not None:
                 raise SubmitError(refused)
+        try:
+            limit = self.time_limits.limit_for(owner or "", time_limit_s)
+        except ValueError as e:
+            raise SubmitError(str(e)) from None
         biggest, where = self._largest_slice()
         if gib > biggest + 1e-9:
             raise SubmitError(f"job needs {memory_gb:g} GB ({gib:.2f} GiB), more than the "
@@ -248,6 +268,8 @@ class Controller:
         except StoreError as e:
             raise SubmitError(str(e)) from None
         self.quotas.set_priority(rec.id, priority)
+        if limit is not None:
+            self.time_limits.set_job(rec.id, limit)
         if owner and owner_name:
             self.owner_names[owner] = owner_name
         self.rt.job_added()
@@ -329,8 +351,9 @@ class Controller:
         snap = self.cluster()
         jobs = [r.to_json() for r in self.store.jobs(limit=limit)]
         pinned = {j["id"] for j in jobs if j.get("checkpointable") is False}
+        names = {j["id"]: j.get("owner_name") for j in jobs}
         for j in jobs:
-            j["why"] = why(j, snap, pinned.__contains__)
+            j["why"] = why(j, snap, pinned.__contains__, owner_of=names.get)
         snap["jobs"] = jobs
         if not snap["nodes"] and any(j["state"] == JobStatus.QUEUED for j in jobs):
             fencing = snap["unreachable"]
@@ -357,7 +380,8 @@ class Controller:
             snap["held"] = {j: owner_named(t, self.owner_names)
                             for j, t in (snap.get("held") or {}).items()}
             snap["fair_wait"] = fair_named(snap.get("fair_wait") or {}, self.owner_names)
-        snap["errors"] = [n["text"] for n in snap["lost_nodes"]] + list(self.errors[-20:]) + [
+        snap["errors"] = self.health() + [n["text"] for n in snap["lost_nodes"]] + \
+            list(self.errors[-20:]) + [
             f"job {b}: its record in the store is malformed; ignored (fix or delete the row "
             f"in {self.store.path})" for b in self.store.bad_rows]
         return snap

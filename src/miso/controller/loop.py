@@ -26,6 +26,7 @@ from typing import Any
 from miso.agent.attempt import exit_record_path
 from miso.controller.executor import PlanExecutor
 from miso.controller.runtime import Runtime
+from miso.controller.timelimits import TimeLimitStore, run_time, time_limit_reason
 from miso.job import read_json
 from miso.jobstatus import LIMIT_REASON
 from miso.sched import (
@@ -65,6 +66,12 @@ SNAPSHOT_EVERY_S = 0.2
 #: are written sooner when the queue is empty or every SNAPSHOT_EVERY_S).
 LOG_BATCH = 500
 
+#: A loop that has not come round for this long (s, real time) is reported stuck.
+STUCK_AFTER_S = 60.0
+
+#: How often (s, real time) running jobs are checked against their time limits.
+TIME_LIMIT_EVERY_S = 1.0
+
 
 def _ev_body(x: Any) -> dict[str, Any]:
     try:
@@ -101,10 +108,33 @@ class EventLoop:
         #: events and decisions not yet written to the store (see :meth:`flush_log`)
         self._log: list[tuple[float, str, dict[str, Any]]] = []
         self._thread: threading.Thread | None = None
+        #: real time the loop last came round, and why its thread ended (None: it has not)
+        self.beat = time.monotonic()
+        self.died: str | None = None
+        #: jobs' time limits (the controller's :class:`TimeLimitStore`; None: none)
+        self.time_limits: TimeLimitStore | None = None
+        self._limits_at = 0.0
 
     def start(self) -> None:
+        self.beat = time.monotonic()
+        self.died = None
         self._thread = threading.Thread(target=self._run, name="miso-loop", daemon=True)
         self._thread.start()
+
+    def health(self) -> list[str]:
+        """What is wrong with the loop thread (empty: it runs and comes round): dead while
+        the controller is not stopping, or stuck on one item for :data:`STUCK_AFTER_S`."""
+        if self._thread is None or self.rt.stopping.is_set():
+            return []
+        if not self._thread.is_alive():
+            return [f"the scheduling loop is not running ({self.died or 'its thread ended'})"]
+        late = time.monotonic() - self.beat
+        if late > STUCK_AFTER_S:
+            return [f"the scheduling loop is stuck: it has not come round for {late:.0f} s"]
+        return []
+
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
 
     def join(self, timeout: float) -> None:
         if self._thread is not None:
@@ -118,9 +148,22 @@ class EventLoop:
     # ---- the loop -----------------------------------------------------------------------
 
     def _run(self) -> None:
-        while not self.rt.stopping.is_set():
-            self.run_once(timeout=0.5)
-        self.flush_log()
+        """Come round until the controller stops: an exception while handling one item is
+        logged and shown in the errors, the item is dropped and the loop goes on."""
+        try:
+            while not self.rt.stopping.is_set():
+                self.beat = time.monotonic()
+                try:
+                    self.run_once(timeout=0.5)
+                except Exception as e:  # noqa: BLE001 - one bad item must not stop scheduling
+                    log.exception("controller: the scheduling loop failed on one item")
+                    self.rt.error(f"scheduling loop: {type(e).__name__}: {e} (item dropped; "
+                                  "the loop goes on)")
+                    time.sleep(0.1)  # a failure that repeats does not spin a core
+            self.flush_log()
+        except BaseException as e:  # noqa: BLE001 - recorded for health(); the thread ends
+            self.died = f"{type(e).__name__}: {e}"
+            log.critical("controller: the scheduling loop died: %s", self.died)
 
     def run_once(self, timeout: float = 0.0) -> bool:
         """Handle the clock's due items, then one queued item (waiting up to ``timeout``
@@ -135,6 +178,10 @@ class EventLoop:
         except queue.Empty:
             item = None
         did = self.run_due()
+        if self.time_limits is not None and time.monotonic() - self._limits_at >= \
+                TIME_LIMIT_EVERY_S:
+            self._limits_at = time.monotonic()
+            self._safe(self._check_time_limits)
         if item is not None and item[0] == "node_lost" and item[2] > time.time():
             # the lease (wall time: the agent reads it) runs out later: wait on our clock
             clock.at(clock.now() + (item[2] - time.time()), item)
@@ -211,6 +258,8 @@ class EventLoop:
             item[2].set()
         elif kind == "node_lost":
             self._safe(self._node_lost, item[1])
+        elif kind == "time_limit":  # its attempt stopped (:meth:`_time_out`): it ends
+            self._safe(self._handle, JobFailed(item[1], item[2]))
         elif kind == "tenancy" and self.state.tenancy is not None:
             # new weights / quotas (``miso quota set``): the next decision orders by them
             self.state.tenancy.config = item[1]
@@ -309,6 +358,35 @@ class EventLoop:
         js = self.state.jobs.get(job)
         if js is not None and js.status not in (JobStatus.FINISHED, JobStatus.FAILED):
             self._handle(JobFailed(job, "cancelled"))
+
+    def _check_time_limits(self) -> None:
+        """Stop every running job past its time limit (:mod:`miso.controller.timelimits`):
+        its attempt is checkpointed (or killed) off the loop, then it ends as failed."""
+        assert self.time_limits is not None
+        limits = self.time_limits.jobs()
+        if not limits:
+            return
+        st = self.state
+        self.time_limits.forget(j for j in limits if j not in st.jobs or st.jobs[j].status in
+                                (JobStatus.FINISHED, JobStatus.FAILED))
+        with self.rt.lock:
+            runs = [r for r in self.rt.runs.values() if r.job in limits and not r.stopping]
+        now = time.time()
+        for r in runs:
+            used = run_time(self.rt.store.attempts(r.job), r.attempt, r.launched, now)
+            if used < limits[r.job]:
+                continue
+            r.stopping = True
+            reason = time_limit_reason(limits[r.job], used)
+            log.info("job %s: %s", r.job, reason)
+            threading.Thread(target=self._time_out, args=(r, reason), name="miso-timeout",
+                             daemon=True).start()
+
+    def _time_out(self, run: Any, reason: str) -> None:
+        try:
+            self.executor.launcher.stop([run])
+        finally:
+            self.rt.queue.put(("time_limit", run.job, reason))
 
     def _node_lost(self, node: str) -> None:
         """The node's lease has run out (its guards killed its jobs): requeue its jobs, except

@@ -26,7 +26,8 @@ from miso.controller.schema import TENANCY_SCHEMA
 from miso.sched.tenancyconfig import TenancyConfig
 
 #: Bounds of what an admin may store (one-line ValueError beyond them).
-MAX_WEIGHT = 1e6
+MIN_WEIGHT = 1e-3         # a ratio of 1e6 between two owners at most: the fair-share math
+MAX_WEIGHT = 1e3          # stays far from underflow, and no owner's share rounds to nothing
 MAX_IN_USE = 1e6          # GPU-equivalents
 MAX_QUEUED = 10_000_000   # jobs
 MAX_PRIORITY = 1_000_000  # |priority|, and |priority limit|
@@ -65,8 +66,11 @@ def check_priority(p: int) -> int:
 
 def check_quota(q: Quota) -> Quota:
     """``q`` when every field is within its bounds, else a one-line ValueError."""
-    if q.weight is not None and not (math.isfinite(q.weight) and 0 < q.weight <= MAX_WEIGHT):
-        raise ValueError(f"weight {q.weight!r}: expected a number > 0 and <= {MAX_WEIGHT:g}")
+    if q.weight is not None and (isinstance(q.weight, bool)
+                                 or not isinstance(q.weight, int | float)
+                                 or not MIN_WEIGHT <= q.weight <= MAX_WEIGHT):
+        raise ValueError(f"weight {q.weight!r}: expected a number from {MIN_WEIGHT:g} to "
+                         f"{MAX_WEIGHT:g}")
     if q.max_in_use is not None and not (math.isfinite(q.max_in_use)
                                          and 0 <= q.max_in_use <= MAX_IN_USE):
         raise ValueError(f"max_in_use {q.max_in_use!r}: expected GPU-equivalents from 0 to "

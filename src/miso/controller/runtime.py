@@ -141,6 +141,7 @@ class Runtime:
         self._progress_lock = threading.Lock()
         self.stopping = threading.Event()
         self.errors: list[str] = []
+        self._last_error: tuple[str, int] = ("", 0)
         #: optional observer (:class:`miso.observe.Observer`): metrics and the decision log
         self.observer: Any = None
 
@@ -228,7 +229,14 @@ class Runtime:
             return self._progress.pop(job, None)
 
     def error(self, msg: str) -> None:
-        """Record an error shown in ``status()["errors"]``."""
+        """Record an error shown in ``status()["errors"]`` (one repeated at once is kept
+        once, with a count)."""
+        last, n = self._last_error
+        if self.errors and last == msg:
+            self._last_error = (msg, n + 1)
+            self.errors[-1] = f"{msg} [x{n + 1}]"
+            return
+        self._last_error = (msg, 1)
         self.errors.append(msg)
         del self.errors[:-100]
 

@@ -61,7 +61,8 @@ BUSY_LISTED = 16
 
 
 def why(j: dict[str, Any], snap: dict[str, Any],
-        cannot_checkpoint: Callable[[str], bool] | None = None, *, admin: bool = False) -> str:
+        cannot_checkpoint: Callable[[str], bool] | None = None, *, admin: bool = False,
+        owner_of: Callable[[str], str | None] | None = None) -> str:
     """One line on why job ``j`` (a record as JSON) is where it is: its full failure reason
     when it ended, why it waits when queued (``snap`` is :meth:`Controller.cluster`), and for a
     job that sends no progress reports that it is not profiled. ``cannot_checkpoint(job id)``
@@ -110,5 +111,32 @@ def why(j: dict[str, Any], snap: dict[str, Any],
             phases[g["phase"]] = phases.get(g["phase"], 0) + 1
         busy = f"{len(gpus)} GPUs: " + ", ".join(f"{n} {ph}" for ph, n in sorted(
             phases.items())) + f", {sum(len(g['jobs']) for g in gpus)} jobs placed"
+    pinned = pinned_holders(j, snap, cannot_checkpoint, owner_of, admin=admin)
     return (f"waiting for a slice with {j.get('memory_gib') or 0:.1f} GiB; the policy has not "
-            f"placed it ({busy})")
+            f"placed it ({busy})" + (f": {pinned}" if pinned else ""))
+
+
+def pinned_holders(j: dict[str, Any], snap: dict[str, Any],
+                   cannot_checkpoint: Callable[[str], bool] | None,
+                   owner_of: Callable[[str], str | None] | None, *, admin: bool) -> str:
+    """Who else holds GPUs with jobs that cannot be moved (they do not checkpoint): for an
+    ``admin``, ``bob's 2 jobs cannot be moved``; for anyone else ``another user's jobs cannot
+    be moved`` (never a name); empty when no other owner's job is pinned. ``owner_of``: job ->
+    owner name."""
+    if cannot_checkpoint is None or owner_of is None:
+        return ""
+    mine = j.get("owner_name")
+    counts: dict[str, int] = {}
+    for g in snap["gpus"]:
+        for x in g["jobs"]:
+            if x == j["id"] or not cannot_checkpoint(x):
+                continue
+            who = owner_of(x)
+            if who != mine:
+                counts[who or ""] = counts.get(who or "", 0) + 1
+    if not counts:
+        return ""
+    if not admin:
+        return "another user's jobs cannot be moved (they do not checkpoint)"
+    return "; ".join(f"{o or 'the operator'}'s {n} job{'s' if n > 1 else ''} cannot be moved"
+                     for o, n in sorted(counts.items())) + " (they do not checkpoint)"

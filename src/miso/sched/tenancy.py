@@ -68,6 +68,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from miso.sched.quotacap import reserved_charge
 from miso.sched.tenancyconfig import TenancyConfig, queued_quota_reason
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -205,6 +206,8 @@ class Tenancy:
         for j in gs.jobs:
             js = st.jobs[j]
             c = job_charge(gs, j) * weight
+            if self.config.max_in_use:  # a capped owner's job waiting for its slice
+                c = reserved_charge(self, gs, j, c)
             held[j] = (js.spec.owner, c)
             self.in_use[js.spec.owner] = self.in_use.get(js.spec.owner, 0.0) + c
             self.resident[js.spec.owner] = self.resident.get(js.spec.owner, 0) + 1
@@ -304,6 +307,8 @@ class Tenancy:
             return 1.0
         u = self.usage_at(owner, now) / tot_u
         s = self.config.weight(owner) / tot_w
+        if not s > 0:  # a share too small for a float (weights 5e-324 beside 1e6): no share
+            return 0.0 if u > 0 else 1.0
         return 2.0 ** (-u / s)
 
     def order(self, queue: Iterable[str], extra_in_use: Mapping[str, float] | None = None,

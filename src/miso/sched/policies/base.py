@@ -27,6 +27,7 @@ from miso.sched.events import (
 from miso.sched.policies.entitled import Entitled
 from miso.sched.policies.framework import ENTITLEMENT, PREEMPT, Cycle, Filter, PostFilter, Profile
 from miso.sched.policies.ordernote import order_note
+from miso.sched.quotacap import capped_speeds
 from miso.sched.state import ClusterState
 
 
@@ -149,6 +150,7 @@ class Scratch:
                         ) -> dict[str, dict[str, float]]:
         """``speeds`` as the optimizer should see them: unchanged without entitlements; else
         :meth:`Entitled.speeds <miso.sched.policies.entitled.Entitled.speeds>`."""
+        speeds = capped_speeds(self.state, gpu, speeds)  # in-use quotas are caps
         return speeds if not self.owner_bound() else self.fair.speeds(gpu, speeds)
 
     def jobs_on(self, gpu: str) -> list[str]:

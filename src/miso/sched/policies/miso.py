@@ -38,6 +38,7 @@ from miso.sched.policies.base import (
 )
 from miso.sched.policies.framework import ENTITLEMENT, PREEMPT, RECLAIM, Filter, PostFilter
 from miso.sched.policy import SpeedEstimator
+from miso.sched.quotacap import capped_alone
 
 
 class Miso(BasePolicy):
@@ -192,6 +193,7 @@ class Miso(BasePolicy):
         full = Placement(0, gs.geom.model.full_profile().name)
         if len(jobs) == 1:
             # Alone: the full GPU is optimal whatever the speeds; no profiling needed.
+            full = capped_alone(st, g, jobs[0], full)  # (or what its owner's quota allows)
             if gs.layout != (full,) or gs.assignment.get(jobs[0]) != full:
                 sc.out.append(ApplyLayout(g, st.new_plan_id(), (full,), {jobs[0]: full}))
             return

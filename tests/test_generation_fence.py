@@ -1,0 +1,91 @@
+"""Fencing by epoch (issue 26, item 2): a guard whose node has a newer agent generation ends
+its job, and a new agent ends every leftover guard of its node before it launches anything -
+even when the new agent keeps renewing the same lease file in place."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import emu
+from waiting import wait_for
+
+from miso.agent import Agent, generation, guard
+from miso.agent.attempt import exit_record_path
+from miso.backend import EmulatedBackend
+from miso.transport.base import NodeUnavailable
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in (b"Z", b"X")
+
+
+def test_guard__a_stale_generation_fences_its_job_though_the_lease_is_fresh(
+        tmp_path: Path) -> None:
+    gen = generation.bump(tmp_path)
+    assert gen == 1 and generation.bump(tmp_path) == 2 and generation.bump(tmp_path) == 3
+    lease = tmp_path / "lease"
+    lease.write_text(f"{time.time() + 600:20.3f}\n")  # a fresh lease all along
+    lease_fd = os.open(lease, os.O_RDONLY)
+    gen_fd = generation.reader(tmp_path)
+    record = tmp_path / "exit.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-I", "-S", guard.__file__, "--lease-fd", str(lease_fd),
+         "--generation-fd", str(gen_fd), "--generation", "3", "--exit-record", str(record),
+         "--", "sleep", "60"], pass_fds=(lease_fd, gen_fd), start_new_session=True)
+    try:
+        time.sleep(0.5)
+        assert proc.poll() is None  # its own generation: it runs
+        generation.bump(tmp_path)    # a new agent took the node
+        t0 = time.monotonic()
+        assert proc.wait(timeout=5) == 137
+        assert time.monotonic() - t0 < 2
+        rec = json.loads(record.read_text())
+        assert rec["fenced"] and rec["why"] == "agent replaced"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(lease_fd)
+        os.close(gen_fd)
+
+
+def test_agent__a_new_agent_ends_the_old_ones_jobs_before_it_launches(tmp_path: Path) -> None:
+    """The old agent (still alive, as after a head SIGKILL its actor outlives the head for a
+    while) keeps renewing the shared lease; its job must end when the new agent starts."""
+    wd = tmp_path / "agent"
+    old = Agent("n0", EmulatedBackend(1), wd)
+    new = None
+    try:
+        old.apply_layout(0, [[0, "3g.20gb"]])
+        old.report(time.time() + 600)
+        assert old.launch({"job": "j1", "attempt": 1, "command": emu("bert_train2", 600),
+                           "gpu": 0, "placement": [0, "3g.20gb"]})["ok"]
+        wait_for(lambda: old.running_pids(), 5)
+        guard_pid = old.running_pids()[0]
+        assert generation.leftover_guards(wd, old.generation) == []
+        new = Agent("n0", EmulatedBackend(1), wd)   # returns once the old guard is gone
+        assert new.generation == old.generation + 1
+        assert not _alive(guard_pid)
+        assert generation.leftover_guards(wd, new.generation) == []
+        rec = json.loads(exit_record_path(wd, "j1", 1).read_text())
+        assert rec["fenced"] and rec["why"] == "agent replaced"
+        old.report(time.time() + 600)  # the old agent renewing changes nothing
+        reps = wait_for(lambda: (r := old.report()["jobs"]) and r[0]["status"] != "running"
+                        and r, 5)
+        assert reps[0]["status"] == "fenced"
+        with pytest.raises(NodeUnavailable, match="replaced"):  # the old life launches nothing
+            old.launch({"job": "j2", "attempt": 1, "command": ["sleep", "60"], "gpu": 0,
+                        "placement": [0, "3g.20gb"]})
+    finally:
+        old.shutdown()
+        if new is not None:
+            new.shutdown()
