@@ -165,6 +165,19 @@ def test_web_page_in_chromium__gpus_jobs_progress_and_explanations(tmp_path: Pat
             assert len(worst) == 12 and all(r >= 4.5 for r in worst.values()), worst
             shots.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(shots / "web-page.png"), full_page=True)
+            # a user who is not an admin sees ann's two slices busy, not idle, and the
+            # header counts the cluster's jobs, not only the reader's (issue 33)
+            other = browser.new_page(viewport={"width": 1366, "height": 900})
+            other.goto(url + "/")
+            other.get_by_label("API token").fill(users.add("bob"))
+            other.keyboard.press("Enter")
+            other.locator("article.gpu").first.wait_for(timeout=15_000)
+            slices = other.locator("article.gpu .slice")
+            assert slices.count() == 2
+            assert slices.all_inner_texts() and all(
+                "another user's job" in t for t in slices.all_inner_texts())
+            assert other.locator("article.gpu .slice.empty").count() == 0
+            assert "2 running" in other.locator("#summary").inner_text()
             browser.close()
         assert (shots / "web-page.png").stat().st_size > 10_000
     finally:

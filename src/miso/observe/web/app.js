@@ -51,7 +51,8 @@
       for (const s of g.slices) {
         for (let u = s.start; u < s.start + Math.max(1, s.size); u++) used.add(u);
         const mps = s.mps_jobs && s.mps_jobs.length;
-        const who = s.job ? `job ${s.job}` + (s.job_name && s.job_name !== s.job ?
+        const who = s.job === "other" ? (s.job_name || "another user's job") :
+          s.job ? `job ${s.job}` + (s.job_name && s.job_name !== s.job ?
           ` \u00b7 ${s.job_name}` : "") : (mps ? `MPS: ${s.mps_jobs.join(", ")}` : "idle");
         const cls = "slice" + (s.job ? "" : (mps ? " mps" : " empty"));
         const d = el("div", { class: cls, role: "listitem",
@@ -172,9 +173,11 @@
       const v = await fetchJSON("api/v1/cluster");
       showError("");
       $("token-form").hidden = true;
-      const running = v.jobs.filter((j) => j.state === "running").length;
+      // the cluster's counts (every user's jobs), not only the reader's
+      const c = v.counts || { running: v.jobs.filter((j) => j.state === "running").length,
+        queued: v.queue.length };
       $("summary").textContent = `policy ${v.policy || "?"} \u00b7 ${v.gpus.length} GPUs \u00b7 ` +
-        `${running} running \u00b7 ${v.queue.length} queued \u00b7 t=${fmt(v.time, 0)} s`;
+        `${c.running} running \u00b7 ${c.queued} queued \u00b7 t=${fmt(v.time, 0)} s`;
       drawGpus(v.gpus);
       drawJobs(v.jobs);
       drawOwners(v.owners);
