@@ -277,7 +277,7 @@ def render_status(st: dict[str, Any]) -> list[Table]:
         row = [j["id"], j["name"], j["state"], j.get("gpu") or "-", sl, rate, _progress(j),
                str(j.get("restarts", 0)), j.get("why", j.get("reason")) or ""]
         if st.get("admin"):
-            row.insert(1, j.get("owner") or "-")
+            row.insert(1, j.get("owner_name") or j.get("owner") or "-")
         t.add_row(*(safe(x) for x in row))
     return [g, t, *owners_table(st), *lost_nodes_table(st, safe)]
 

@@ -226,6 +226,21 @@ def _apply_layout(d: ApplyLayout, state: ClusterState, ctx: Context) -> dict[str
     return out
 
 
+#: A user id as :mod:`miso.api.users` hands them out (``u:`` and 64 random bits in hex).
+_USER_ID = re.compile(r"\bu:[0-9a-f]{16}\b")
+
+
+def name_owners(rec: dict[str, Any], names: Mapping[str, str]) -> dict[str, Any]:
+    """``rec`` with every user id in its text fields (``note``, ``order``, ``detail``, ...)
+    replaced by the user's name (an id without a known name stays): users read names."""
+    if not names:
+        return rec
+    for k, v in rec.items():
+        if isinstance(v, str) and "u:" in v:
+            rec[k] = _USER_ID.sub(lambda m: names.get(m.group(0), m.group(0)), v)
+    return rec
+
+
 def job_key(j: str) -> tuple[int, int | str]:
     """Natural order of job ids ("2" before "10")."""
     return (0, int(j)) if j.isdigit() else (1, j)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from miso.mig import Placement
-from miso.observe.decisions import Context, explain, trigger_of
+from miso.observe.decisions import Context, explain, name_owners, trigger_of
 from miso.observe.eventlog import LOG_NAME, DecisionLog
 from miso.observe.metrics import Metrics
 from miso.sched import (
@@ -63,8 +63,10 @@ class Observer:
     ``on_event``/``on_decision`` come from the driver's single loop thread."""
 
     def __init__(self, metrics: Metrics | None = None, log: DecisionLog | None = None, *,
-                 estimates: Estimates | None = None) -> None:
+                 estimates: Estimates | None = None,
+                 owner_names: Mapping[str, str] | None = None) -> None:
         self.metrics = metrics
+        self.owner_names = owner_names if owner_names is not None else {}
         self.log = log
         self.estimates = estimates
         self._event: Event | None = None
@@ -191,7 +193,7 @@ class Observer:
             else None
         ctx = Context(event=self._event, restarted=restarted, speeds=speeds, origin=origin,
                       gpu_before=gpu_before)
-        self.log.append(explain(now, d, state, ctx))
+        self.log.append(name_owners(explain(now, d, state, ctx), self.owner_names))
         self._track_origin(now, d)
 
     def on_timing(self, name: str, seconds: float) -> None:
@@ -286,6 +288,7 @@ def attach(controller: Any, state_dir: str | Path | None = None, *, metrics: boo
     dlog = None
     if log:
         dlog = DecisionLog(Path(state_dir) / LOG_NAME if state_dir is not None else None)
-    obs = Observer(m, dlog, estimates=policy_estimates(controller.policy))
+    obs = Observer(m, dlog, estimates=policy_estimates(controller.policy),
+                   owner_names=getattr(controller, "owner_names", None))
     controller.observer = obs
     return obs
