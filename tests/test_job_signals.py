@@ -1,0 +1,111 @@
+"""A checkpoint request (SIGUSR1) at any moment of a helper-using job's life never kills it,
+and SIGTERM during shutdown after a save keeps exit code 75 (issue 33 item 5). The job runs
+under the real guard (as the agent starts it), signalled through the guard."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from miso.agent import guard
+
+SCRIPT = r'''
+import atexit, os, sys, time
+print("importing", flush=True)
+time.sleep(float(os.environ["SLOW_IMPORT_S"]))        # a slow `import torch`
+from miso import job
+ctx = job.context()
+if os.environ.get("SLOW_EXIT_S"):                     # slow interpreter shutdown
+    atexit.register(lambda: (print("exiting", flush=True),
+                             time.sleep(float(os.environ["SLOW_EXIT_S"]))))
+print("training", flush=True)
+total = int(os.environ["STEPS"])
+for i in range(total):
+    time.sleep(0.02)
+    ctx.report(i + 1, total)
+    if ctx.checkpoint_requested():
+        ctx.save_json({"iteration": i + 1}, iteration=i + 1)
+        print("saved", i + 1, flush=True)
+        ctx.exit_checkpointed()
+ctx.finish()
+print("finished", flush=True)
+'''
+
+
+def _start(tmp: Path, **env: str) -> tuple[subprocess.Popen[bytes], Path]:
+    (tmp / "job.py").write_text(SCRIPT)
+    ck = tmp / "ck"
+    ck.mkdir()
+    job_env = {"PATH": os.environ.get("PATH", ""), "MISO_JOB_ID": "j0001",
+               "MISO_PROGRESS_FILE": str(tmp / "progress.json"),
+               "MISO_CHECKPOINT_DIR": str(ck), "MISO_CHECKPOINT_FLAG": str(tmp / "flag"),
+               "SLOW_IMPORT_S": "0", "STEPS": "20", **env}
+    (tmp / "env.json").write_text(json.dumps(job_env))
+    log = tmp / "job.log"
+    proc = subprocess.Popen([sys.executable, "-I", "-S", guard.__file__,
+                             "--env-file", str(tmp / "env.json"), "--log", str(log),
+                             "--", sys.executable, str(tmp / "job.py")],
+                            start_new_session=True)
+    return proc, log
+
+
+def _wait_for(log: Path, word: str, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        if log.exists() and word in log.read_text():
+            return
+        assert proc.poll() is None, log.read_text() if log.exists() else "no output"
+        time.sleep(0.02)
+    raise AssertionError(f"{word!r} never appeared")
+
+
+def _end(proc: subprocess.Popen[bytes]) -> int:
+    try:
+        return proc.wait(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_sigusr1_during_a_slow_import_is_a_request_not_a_death(tmp_path: Path) -> None:
+    proc, log = _start(tmp_path, SLOW_IMPORT_S="1.0")
+    _wait_for(log, "importing", proc)
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGUSR1)            # the guard forwards it to the job
+    assert _end(proc) == 75, log.read_text()
+    assert "saved 1" in log.read_text()         # the request was kept for the helper
+
+
+def test_sigusr1_during_training_saves_and_exits_75(tmp_path: Path) -> None:
+    proc, log = _start(tmp_path, STEPS="500")
+    _wait_for(log, "training", proc)
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGUSR1)
+    assert _end(proc) == 75, log.read_text()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGTERM])
+def test_a_signal_during_shutdown_after_a_save_keeps_75(tmp_path: Path,
+                                                        sig: signal.Signals) -> None:
+    proc, log = _start(tmp_path, STEPS="500", SLOW_EXIT_S="1.0")
+    _wait_for(log, "training", proc)
+    proc.send_signal(signal.SIGUSR1)
+    _wait_for(log, "exiting", proc)
+    time.sleep(0.2)
+    proc.send_signal(sig)
+    assert _end(proc) == 75, log.read_text()
+
+
+def test_sigusr1_during_shutdown_of_a_finished_job_keeps_0(tmp_path: Path) -> None:
+    proc, log = _start(tmp_path, STEPS="3", SLOW_EXIT_S="1.0")
+    _wait_for(log, "exiting", proc)
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGUSR1)
+    assert _end(proc) == 0, log.read_text()
