@@ -109,3 +109,14 @@ def test_sigusr1_during_shutdown_of_a_finished_job_keeps_0(tmp_path: Path) -> No
     time.sleep(0.2)
     proc.send_signal(signal.SIGUSR1)
     assert _end(proc) == 0, log.read_text()
+
+
+def test_the_orderly_stop_counts_a_job_that_saved_and_is_still_exiting_as_saved() -> None:
+    from miso.transport.raystart import unsaved
+
+    asked = {("j0001", 1): 5000, ("j0002", 1): None, ("j0003", 1): 10}
+    still = [{"job": "j0001", "attempt": 1, "checkpoint_iteration": 5506},  # saved, exiting
+             {"job": "j0002", "attempt": 1, "checkpoint_iteration": None},  # never saved
+             {"job": "j0003", "attempt": 1, "checkpoint_iteration": 10}]    # not since asked
+    assert unsaved(asked, still) == 2
+    assert unsaved(asked, still[:1]) == 0
