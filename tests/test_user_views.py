@@ -48,3 +48,54 @@ def test_attach_gives_the_observer_the_controllers_owner_names() -> None:
     ctl = Ctl()
     obs = attach(ctl, None, metrics=False)
     assert obs.owner_names is ctl.owner_names
+
+
+def test_after_profiling_the_text_names_the_measured_speed_not_a_prior() -> None:
+    from miso.observe.decisions import describe, trigger_of
+    from miso.sched import ProfilingFinished
+
+    trig, cause = trigger_of(ProfilingFinished(gpu="n/0", plan_id=7, levels=(50, 100),
+                                               speeds={"j0001": (3.0, 4.5), "j0002": (1, 2)}))
+    assert trig == "profiled" and cause["measured"] == {"j0001": 4.5, "j0002": 2.0}
+    rec = {"time": 10.0, "kind": "ApplyLayout", "gpu": "n/0", "plan_id": 8,
+           "trigger": trig, "cause": cause, "layout": ["4g.20gb@0", "3g.20gb@4"],
+           "assignment": {"j0001": "4g.20gb@0", "j0002": "3g.20gb@4"},
+           "speeds": {"j0001": {"4g.20gb": 1.0}, "j0002": {"3g.20gb": 0.6}},
+           "prior": ["j0001"], "current_layout": [], "current_assignment": {},
+           "objective": 1.6, "current_objective": None,
+           "note": "n/0: best layout for its mix, total speed 1.60 (nothing ran before)"}
+    text = describe(rec)
+    assert "measured 4.5 it/s with the mix at 100 %" in text
+    assert "prior estimate" not in text
+    assert "current: none" not in text and "MPS profiling run" in text
+
+
+def test_no_nothing_ran_before_on_a_gpu_that_ran_jobs() -> None:
+    from miso.mig import Placement
+    from miso.observe.decisions import Context, explain
+    from miso.sched import ApplyLayout, ClusterState, JobFinished
+
+    class Empty(ClusterState):
+        def __init__(self) -> None:
+            self.gpus, self.jobs = {}, {}
+
+    d = ApplyLayout(gpu="n/0", plan_id=3, layout=(Placement(0, "7g.40gb"),),
+                    assignment={"j0002": Placement(0, "7g.40gb")},
+                    why={"note": "n/0: best layout for its mix, total speed 1.00 "
+                                 "(nothing ran before)"})
+    rec = explain(5.0, d, Empty(), Context(event=JobFinished(job="j0001"),
+                                           restarted=["j0002"]))
+    assert "nothing ran before" not in rec["note"]
+
+
+def test_a_slice_after_profiling_shows_its_mig_slice_not_mps_100() -> None:
+    st = {"user": "ann", "admin": False, "policy": "miso",
+          "gpus": [{"id": "n/0", "model": "A100-40GB", "phase": "running",
+                    "layout": ["4g.20gb@0"], "assignment": {"j0001": "4g.20gb@0"},
+                    "mps_shares": {}, "jobs": ["j0001"]}],
+          "jobs": [{"id": "j0001", "name": "a", "state": "running", "gpu": "n/0",
+                    "placement": "4g.20gb@0", "mps_pct": 100, "restarts": 0}]}
+    out = _text(render_status(st))
+    assert "MPS 100%" not in out and "4g.20gb@0" in out
+    st["gpus"][0]["phase"] = "profiling"
+    assert "MPS 100%" in _text(render_status(st))

@@ -266,9 +266,14 @@ def render_status(st: dict[str, Any]) -> list[Table]:
         cols.insert(1, "owner")
     for c in cols:
         t.add_column(c, overflow="fold" if c.startswith("why") else "ellipsis")
+    gpus = {g.get("id"): g for g in st.get("gpus", [])}
     for j in st.get("jobs", []):
         sl = j.get("placement") or "-"
-        if j.get("mps_pct") is not None and j["state"] in RUNS:
+        on = gpus.get(j.get("gpu")) or {}
+        # MPS only while the job shares its GPU under MPS (profiling, an MPS plan): the
+        # store keeps the last share after a MIG layout replaced it
+        under_mps = on.get("phase") == "profiling" or j["id"] in (on.get("mps_shares") or {})
+        if j.get("mps_pct") is not None and j["state"] in RUNS and (under_mps or not on):
             sl = f"MPS {j['mps_pct']}%"
         if j["state"] in (*TERMINAL, JobStatus.QUEUED):
             sl = "-"

@@ -68,6 +68,11 @@ def trigger_of(ev: Event | None) -> tuple[str, dict[str, Any]]:
         cause["tag"] = ev.tag
     if isinstance(ev, ProfilingFinished):
         cause["jobs"] = list(ev.speeds)
+        # what the run measured: each job's rate (it/s) with the mix at the highest level
+        top = max(range(len(ev.levels)), key=lambda i: ev.levels[i]) if ev.levels else None
+        cause["measured"] = {j: round(float(r[top]), 4) for j, r in ev.speeds.items()
+                             if top is not None and len(r) > top}
+        cause["measured_level"] = ev.levels[top] if top is not None else None
     return TRIGGERS.get(type(ev), type(ev).__name__), cause
 
 
@@ -168,7 +173,17 @@ def explain(now: float, d: Decision, state: ClusterState, ctx: Context) -> dict[
                 rec[k] = _plain(v)
         if mine and rec.get("note") != mine and isinstance(d, ApplyLayout):
             rec["detail"] = mine  # the numbers in words, beside the policy's own note
+    if isinstance(rec.get("note"), str) and NOTHING_RAN in rec["note"] and (
+            rec.get("current_layout") or trig == "profiled" or ctx.restarted):
+        # the policy had no comparable total, but jobs did run here before this plan
+        rec["note"] = rec["note"].replace(
+            NOTHING_RAN, "(its jobs ran under MPS to be profiled)" if trig == "profiled"
+            else "(no total to compare: the GPU's mix changed)")
     return rec
+
+
+#: The policy's words for a plan with no current total (see ``sched.policies.explain``).
+NOTHING_RAN = "(nothing ran before)"
 
 
 def _apply_layout(d: ApplyLayout, state: ClusterState, ctx: Context) -> dict[str, Any]:
@@ -308,12 +323,16 @@ def _describe(rec: Mapping[str, Any]) -> str:
                 pred += f" (95 % interval {iv[0]:.3f}-{iv[1]:.3f})"
             elif isinstance(e, (int, float)):
                 pred += f" +/- {e:.3f}"
+            measured = (cause.get("measured") or {}).get(j)
             if j in cur:
                 was = f" (was on {cur[j]})" if cur[j] != pl else " (kept)"
+            elif j in (cause.get("jobs") or []):
+                was = " (from the MPS profiling run" + (
+                    f": measured {measured:g} it/s with the mix at "
+                    f"{cause.get('measured_level')} %)" if isinstance(measured, (int, float))
+                    else ")")
             elif j in (rec.get("prior") or []):
                 was = " (not profiled yet: prior estimate)"
-            elif j in (cause.get("jobs") or []):
-                was = " (from the MPS profiling run)"
             else:
                 was = " (starts)"
             lines.append(f"    job {j:<8} -> {pl:<12} {pred}{was}")
@@ -328,7 +347,14 @@ def _describe(rec: Mapping[str, Any]) -> str:
             s = f"    objective {obj:.3f}"
             if isinstance(thr, (int, float)) and abs(thr - obj) > 5e-4:
                 s = f"    throughput {thr:.3f} (objective net of restart costs {obj:.3f})"
-            s += f", current {cobj:.3f}" if cobj is not None else ", current: none"
+            if cobj is not None:
+                s += f", current {cobj:.3f}"
+            elif rec.get("trigger") == "profiled":
+                s += ", current: the MPS profiling run (no MIG layout to compare)"
+            elif rec.get("current_layout"):
+                s += ", current: no total for these jobs (the mix changed)"
+            else:
+                s += ", current: none (the GPU was empty)"
             if gain is not None:
                 s += f", expected gain {gain:+.3f}"
             lines.append(s)
