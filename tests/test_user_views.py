@@ -99,3 +99,28 @@ def test_a_slice_after_profiling_shows_its_mig_slice_not_mps_100() -> None:
     assert "MPS 100%" not in out and "4g.20gb@0" in out
     st["gpus"][0]["phase"] = "profiling"
     assert "MPS 100%" in _text(render_status(st))
+
+
+def test_a_job_blocked_by_a_job_that_cannot_checkpoint_names_it() -> None:
+    from miso.controller.statustext import why
+
+    snap = {"gpus": [{"id": "n/0", "phase": "running", "jobs": ["j0001", "j0002"]}]}
+    j = {"id": "j0002", "state": "queued"}
+    pinned = {"j0001"}.__contains__
+    assert "job j0001 (train) cannot checkpoint" in why(
+        j, snap, pinned, job_name=lambda x: f"job {x} (train)")
+    assert "another user's job cannot checkpoint" in why(
+        j, snap, pinned, job_name=lambda x: "another user's job")
+
+
+def test_no_internal_words_in_user_text() -> None:
+    from miso.controller.statustext import why
+    from miso.observe.decisions import describe
+
+    for tag in ("quiet", "reclaim", "reprofile:n/0"):
+        text = describe({"time": 1.0, "kind": "WakeUp", "tag": tag, "trigger": "timer",
+                         "note": "x"})
+        assert f"timer {tag}" not in text and "scheduled check" in text
+    snap = {"gpus": [{"id": "n/0", "phase": "running", "jobs": ["j0001"]}]}
+    text = why({"id": "j0009", "state": "queued", "memory_gib": 4.0}, snap)
+    assert "1 jobs" not in text and "1 job" in text

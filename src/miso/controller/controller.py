@@ -321,7 +321,7 @@ class Controller:
         jobs = [r.to_json() for r in self.store.jobs()]
         pinned = {j["id"] for j in jobs if j.get("checkpointable") is False}
         for j in jobs:
-            j["why"] = why(j, snap, pinned.__contains__)
+            j["why"] = why(j, snap, pinned.__contains__, job_name=lambda x: f"job {x}")
         snap["jobs"] = jobs
         if not snap["nodes"] and any(j["state"] == JobStatus.QUEUED for j in jobs):
             fencing = snap["unreachable"]

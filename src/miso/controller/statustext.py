@@ -57,11 +57,13 @@ def fair_named(waits: dict[str, dict[str, Any]], names: dict[str, str]
 
 
 def why(j: dict[str, Any], snap: dict[str, Any],
-        cannot_checkpoint: Callable[[str], bool] | None = None, *, admin: bool = False) -> str:
+        cannot_checkpoint: Callable[[str], bool] | None = None, *, admin: bool = False,
+        job_name: Callable[[str], str] | None = None) -> str:
     """One line on why job ``j`` (a record as JSON) is where it is: its full failure reason
     when it ended, why it waits when queued (``snap`` is :meth:`Controller.cluster`), and for a
     job that sends no progress reports that it is not profiled. ``cannot_checkpoint(job id)``
-    tells whether a resident of a GPU is pinned (never named: it may be another user's).
+    tells whether a resident of a GPU is pinned; ``job_name(job id)`` names it as the reader
+    may see it ("job j0003 (train)", or "another user's job"); without it it is not named.
     A fair-share wait names the other owners ahead only for an ``admin`` reader."""
     state = j["state"]
     if state in TERMINAL:
@@ -93,10 +95,14 @@ def why(j: dict[str, Any], snap: dict[str, Any],
         if gpu["phase"] == "profiling":
             return f"{where}: its jobs are being profiled under MPS"
         others = [x for x in gpu["jobs"] if x != j["id"]]
-        if cannot_checkpoint is not None and any(cannot_checkpoint(x) for x in others):
-            return (f"{where}: a job there cannot checkpoint and keeps its slice until it "
+        pinned = [x for x in others if cannot_checkpoint is not None and cannot_checkpoint(x)]
+        if pinned:
+            who = ", ".join(job_name(x) if job_name is not None else "a job there"
+                            for x in pinned[:3])
+            return (f"{where}: {who} cannot checkpoint and keeps its slice until it "
                     "ends; no layout adds this job beside it")
         return f"{where}: placed there, its new layout is not applied yet"
-    busy = ", ".join(f"{g['id']} {g['phase']} {len(g['jobs'])} jobs" for g in snap["gpus"])
+    busy = ", ".join(f"{g['id']} {g['phase']} {len(g['jobs'])} job"
+                     f"{'' if len(g['jobs']) == 1 else 's'}" for g in snap["gpus"])
     return (f"waiting for a slice with {j.get('memory_gib') or 0:.1f} GiB; the policy has not "
             f"placed it ({busy})")

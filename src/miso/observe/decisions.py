@@ -161,7 +161,7 @@ def explain(now: float, d: Decision, state: ClusterState, ctx: Context) -> dict[
             rec["note"] = f"job {d.job} back to the queue: {d.reason or 'no reason given'}"
         case WakeUp():
             rec.update(at=round(d.at, 3), tag=d.tag,
-                       note=f"timer {d.tag or '(untagged)'} at t={d.at:.1f}s")
+                       note=f"{timer_words(d.tag)} at t={d.at:.1f}s")
         case _:
             rec["note"] = repr(d)
     if isinstance(why, Mapping):
@@ -380,8 +380,27 @@ def _headline(rec: Mapping[str, Any]) -> str:
     if kind == "RequeueJob":
         return f"requeue job {rec.get('job')}"
     if kind == "WakeUp":
-        return f"timer {rec.get('tag')}"
+        return timer_words(rec.get("tag"))
     return str(kind)
+
+
+#: What each of the policies' timer tags is for, in words (users never read the tag).
+TIMER_WORDS = {
+    "quiet": "look again once arrivals have paused (re-plan with the long horizon)",
+    "reclaim": "look again for slices that a finished job left idle",
+    "batch": "plan the jobs that arrived together as one batch",
+    "reprofile": "profile the GPU's mix again after its cool-down",
+}
+
+
+def timer_words(tag: object) -> str:
+    """A timer decision's headline in words (``reprofile:<gpu>`` names its GPU)."""
+    t = str(tag or "")
+    base, _, arg = t.partition(":")
+    words = TIMER_WORDS.get(base)
+    if words is None:
+        return "scheduled check" + (f" ({t})" if t else "")
+    return f"scheduled check: {words}" + (f" on {arg}" if arg else "")
 
 
 def mentions(rec: Mapping[str, Any], *, job: str | None = None, gpu: str | None = None) -> bool:

@@ -102,7 +102,8 @@
         ? `${fmt(sp.observed)} / ${fmt(sp.predicted)}` + (sp.profile ? ` on ${sp.profile}` : "")
         : "\u2013";
       const ended = j.state === "failed" || j.state === "cancelled" || j.state === "finished";
-      const why = j.wait_reason ? `waiting: ${j.wait_reason}` :
+      const why = j.wait_reason ? (/^waiting\b/i.test(j.wait_reason) ? j.wait_reason :
+        `waiting: ${j.wait_reason}`) :
         (ended && j.reason ? `${j.state}: ${j.reason}` : "");
       tb.append(el("tr", {},
         el("td", { text: j.id }), el("td", { text: j.name || "" }),
