@@ -124,3 +124,22 @@ def test_no_internal_words_in_user_text() -> None:
     snap = {"gpus": [{"id": "n/0", "phase": "running", "jobs": ["j0001"]}]}
     text = why({"id": "j0009", "state": "queued", "memory_gib": 4.0}, snap)
     assert "1 jobs" not in text and "1 job" in text
+
+
+def test_a_lost_gpu_and_its_return_are_in_the_decision_log() -> None:
+    from miso.observe import DecisionLog
+    from miso.observe.decisions import describe, mentions
+    from miso.sched import ClusterState, GpuAdded, GpuRemoved, JobSpec, JobSubmitted, PlaceJob
+
+    st = ClusterState()
+    st.observe(0.0, GpuAdded("n0/0", "A100-40GB"))
+    st.observe(0.0, JobSubmitted(JobSpec("j0001", "w", 4.0, 100.0)))
+    st.apply(0.0, PlaceJob("j0001", "n0/0"))
+    obs = Observer(None, DecisionLog(None))
+    obs.lost_why = lambda g: "its agent restarted"
+    obs.on_event(5.0, GpuRemoved("n0/0"), st)
+    obs.on_event(9.0, GpuAdded("n0/0", "A100-40GB"), st)
+    recs = obs.log.recent(10)
+    assert [r["kind"] for r in recs] == ["GpuLost", "GpuJoined"]
+    assert mentions(recs[0], job="j0001") and "its agent restarted" in describe(recs[0])
+    assert "resume from their last checkpoint" in describe(recs[0])

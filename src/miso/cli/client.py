@@ -293,11 +293,14 @@ def lost_nodes_table(st: dict[str, Any], safe: Any) -> list[Table]:
     if not lost:
         return []
     t = Table(title="LOST nodes")
-    for c in ("node", "phase", "lost since", "why"):
+    for c in ("node", "phase", "lost since", "back since", "why"):
         t.add_column(c, overflow="fold")
     for n in lost:
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(n.get("since") or 0)))
-        t.add_row(*(safe(x) for x in (n.get("node"), n.get("phase"), since, n.get("why"))))
+        back = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(n["back"]))) \
+            if n.get("back") else "-"
+        t.add_row(*(safe(x) for x in (n.get("node"), n.get("phase"), since, back,
+                                      n.get("why"))))
     return [t]
 
 

@@ -17,13 +17,32 @@ NO_NODES = ("no agent is up: queued jobs wait for a GPU node (start one, or chec
              "`miso cluster up`)")
 
 
+#: How long ``status`` still shows a node that was lost and is back (seconds).
+RECENT_LOSS_S = 600.0
+
+
+def recent_losses(lost: dict[str, dict[str, Any]], now: float | None = None
+                  ) -> dict[str, dict[str, Any]]:
+    """The lost nodes ``status`` shows: every node still lost, and those back for less than
+    :data:`RECENT_LOSS_S` (a restarted agent stays visible after it joined again)."""
+    t = time.time() if now is None else now
+    return {n: d for n, d in lost.items()
+            if d.get("back") is None or t - float(d["back"]) < RECENT_LOSS_S}
+
+
 def lost_node(node: str, d: dict[str, Any], fencing: bool) -> dict[str, Any]:
     """A lost node as ``status`` shows it: since when (wall clock), why, and what happens to
     its jobs (``fencing``: they move once its lease has run out; else they have moved and the
-    node waits for its agent to join again)."""
+    node waits for its agent to join again; ``back`` in ``d``: it has joined again)."""
     since = float(d.get("since") or 0.0)
     phase = "fencing" if fencing else "waiting for its agent"
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since))
+    if d.get("back") is not None and not fencing:
+        back = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(d["back"])))
+        return {"node": node, "since": since, "why": str(d.get("why") or ""), "phase": "back",
+                "back": float(d["back"]),
+                "text": f"node {node} was lost at {stamp} ({d.get('why')}); back since "
+                        f"{back}: its jobs were requeued and resume from their checkpoints"}
     then = ("its jobs move once its lease has run out" if fencing else
             "its jobs were requeued; it joins again when its agent is back")
     return {"node": node, "since": since, "why": str(d.get("why") or ""), "phase": phase,

@@ -381,6 +381,10 @@ def _headline(rec: Mapping[str, Any]) -> str:
         return f"requeue job {rec.get('job')}"
     if kind == "WakeUp":
         return timer_words(rec.get("tag"))
+    if kind == "GpuLost":
+        return "GPU lost (its node stopped answering or its agent restarted)"
+    if kind == "GpuJoined":
+        return "GPU back"
     return str(kind)
 
 
