@@ -66,10 +66,28 @@ app = typer.Typer(
     "optimal partitioning).",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish)
     rich_markup_mode=None,
 )
 console = make_console()
+
+
+def _version(value: bool) -> None:
+    if value:
+        from miso import __version__
+
+        typer.echo(f"miso {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True,
+        help="Print miso's version and exit.")] = False,
+) -> None:
+    """miso: share NVIDIA GPUs among ML jobs with MIG (MPS profiling, prediction, optimal
+    partitioning)."""
 
 
 #: MIG first shipped with driver R450; a smaller major version is a typo.
