@@ -4,10 +4,13 @@ fake API client."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 from miso import __version__
@@ -30,3 +33,128 @@ def test_help_is_plain_text_not_rest() -> None:
     for argv in (["--help"], ["submit", "--help"], ["cluster", "up", "--help"]):
         r = runner.invoke(app, argv)
         assert r.exit_code == 0 and "``" not in r.output, argv
+
+
+class FakeApi:
+    """What the client commands call on :class:`miso.api.client.Client`."""
+
+    def __init__(self) -> None:
+        self.jobs_ = [
+            {"id": "j0001", "name": "sweep-1", "state": "running", "owner": "u:1",
+             "owner_name": "ann", "submitted_at": 1000.0, "started_at": 1010.0,
+             "ended_at": None},
+            {"id": "j0002", "name": "sweep-2", "state": "queued", "owner": "u:1",
+             "owner_name": "ann", "submitted_at": 1020.0, "started_at": None,
+             "ended_at": None},
+            {"id": "j0003", "name": "train", "state": "finished", "owner": "u:1",
+             "owner_name": "ann", "submitted_at": 100.0, "started_at": 130.0,
+             "ended_at": 730.0}]
+        self.cancelled: list[str] = []
+        self.log_polls = 0
+        self.status_calls = 0
+
+    def __enter__(self) -> FakeApi:
+        return self
+
+    def __exit__(self, *a: object) -> None:
+        return None
+
+    def me(self) -> dict:
+        return {"id": "u:1", "name": "ann", "admin": False}
+
+    def jobs(self, *, active: bool = False, limit: int | None = None,
+             all_users: bool = False) -> list[dict]:
+        return [j for j in self.jobs_ if not active or j["state"] not in
+                ("finished", "failed", "cancelled")]
+
+    def cancel(self, job: str) -> dict:
+        self.cancelled.append(job)
+        return {"id": job, "name": job, "state": "cancelled"}
+
+    def job(self, job: str) -> dict:
+        return {"id": job, "state": "running" if self.log_polls < 3 else "finished"}
+
+    def logs(self, job: str, tail: int = 200) -> str:
+        self.log_polls += 1
+        return "\n".join(f"line {i}" for i in range(1, 2 * self.log_polls + 1))
+
+    def status(self, limit: int = 200) -> dict:
+        self.status_calls += 1
+        if self.status_calls > 2:
+            raise KeyboardInterrupt
+        return {"user": "ann", "admin": False, "policy": "miso", "gpus": [],
+                "jobs": [], "counts": {}}
+
+    def submit(self, command: list[str], **kw: object) -> str:
+        return "j0009"
+
+
+@pytest.fixture
+def api(monkeypatch: pytest.MonkeyPatch) -> FakeApi:
+    import miso.cli.client as cc
+    import miso.cli.follow as cf
+
+    fake = FakeApi()
+    monkeypatch.setattr(cc, "client", lambda *a, **k: fake)
+    monkeypatch.setattr(cf.time, "sleep", lambda s: None)
+    monkeypatch.setenv("MISO_URL", "http://127.0.0.1:1")  # never the disk fall-back
+    return fake
+
+
+def test_logs_follow_prints_each_line_once_until_the_job_ends(api: FakeApi) -> None:
+    r = runner.invoke(app, ["logs", "j0001", "--follow"])
+    assert r.exit_code == 0, r.output
+    lines = [x for x in r.output.splitlines() if x.startswith("line")]
+    assert lines == [f"line {i}" for i in range(1, 9)]
+    assert "(job j0001 finished)" in r.output
+
+
+def test_status_watch_redraws_until_ctrl_c(api: FakeApi, monkeypatch: pytest.MonkeyPatch
+                                           ) -> None:
+    import miso.cli.follow as cf
+
+    monkeypatch.setattr(cf.time, "sleep", lambda s: None)
+    r = runner.invoke(app, ["status", "--watch", "--interval", "0.5"])
+    assert r.exit_code == 0, r.output
+    assert api.status_calls == 3 and r.output.count("Jobs of ann") == 2
+
+
+def test_cancel_all_and_by_filter(api: FakeApi) -> None:
+    r = runner.invoke(app, ["cancel", "--all", "--json"])
+    assert r.exit_code == 0, r.output
+    assert [j["id"] for j in json.loads(r.output)["jobs"]] == ["j0001", "j0002"]
+    api.cancelled.clear()
+    r = runner.invoke(app, ["cancel", "--state", "queued", "--name", "sweep-*"])
+    assert r.exit_code == 0 and api.cancelled == ["j0002"], r.output
+    assert runner.invoke(app, ["cancel"]).exit_code == 2
+    assert runner.invoke(app, ["cancel", "j0001", "--all"]).exit_code == 2
+
+
+def test_history_shows_wait_jct_and_end_and_filters(api: FakeApi) -> None:
+    r = runner.invoke(app, ["history", "--json"])
+    assert r.exit_code == 0, r.output
+    (j,) = json.loads(r.output)["jobs"]
+    assert j["id"] == "j0003" and j["wait_s"] == 30.0 and j["jct_s"] == 630.0
+    assert j["ended_at"] == 730.0
+    r = runner.invoke(app, ["history", "--state", "running", "--since", "500"])
+    assert r.exit_code == 0 and "j0001" in r.output and "j0003" not in r.output
+    r = runner.invoke(app, ["history"], terminal_width=80)
+    assert "10m" in r.output and "30s" in r.output            # JCT 630 s, wait 30 s
+    assert max(len(x) for x in r.output.splitlines()) <= 80
+    assert runner.invoke(app, ["history", "--owner", "bob"]).exit_code == 2
+
+
+def test_json_twins_of_submit_and_logs(api: FakeApi) -> None:
+    r = runner.invoke(app, ["submit", "--json", "--", "/bin/true"])
+    assert r.exit_code == 0 and json.loads(r.output) == {"id": "j0009"}, r.output
+    r = runner.invoke(app, ["logs", "j0001", "--json"])
+    assert r.exit_code == 0 and json.loads(r.output)["job"] == "j0001", r.output
+
+
+def test_events_takes_url_token_and_token_file(tmp_path: Any) -> None:
+    r = runner.invoke(app, ["events", "--help"])
+    assert all(f in r.output for f in ("--url", "--token", "--token-file", "--json"))
+    tf = tmp_path / "tok"
+    tf.write_text("secret\n")
+    r = runner.invoke(app, ["events", "--url", "http://127.0.0.1:9", "--token-file", str(tf)])
+    assert r.exit_code != 0 and "no API answers at http://127.0.0.1:9" in r.output

@@ -151,6 +151,7 @@ def submit(
         "priority first (clusters with tenancy: `miso cluster up --fair-share`). Above normal "
         "needs an admin or the priority limit an admin gave you (`miso quota`).  "
         "[default: normal]")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help='Print {"id": ...} JSON.')] = False,
     url: Url = None,
     token: Token = None,
     token_file: TokenFile = None,
@@ -185,7 +186,7 @@ def submit(
                 if e.status not in (0, 502, 503, 504) or time.time() > deadline:
                     fail(e.message)
                 time.sleep(1.0)
-        typer.echo(jid)
+        typer.echo(json.dumps({"id": jid}) if json_out else jid)
 
 
 #: Named priority classes (the server's :data:`miso.sched.tenancyconfig.PRIORITY_CLASSES`; the
@@ -308,33 +309,52 @@ def status(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     limit: Annotated[int, typer.Option("--limit", help="Show at most this many of the "
                                        "latest jobs.")] = 200,
+    watch: Annotated[bool, typer.Option(
+        "--watch", "-w", help="Redraw every --interval seconds until Ctrl-C.")] = False,
+    interval: Annotated[float, typer.Option(
+        "--interval", help="Seconds between redraws with --watch.")] = 2.0,
     url: Url = None,
     token: Token = None,
     token_file: TokenFile = None,
     state_dir: StateDir = None,
     address: RayAddress = None,
 ) -> None:
-    """GPUs with their layouts, and your jobs with state, slice, speed and progress."""
+    """GPUs with their layouts, and your jobs with state, slice, speed and progress
+    (--watch: again every --interval seconds until Ctrl-C)."""
     from miso.cli import checks
 
     checks.number(limit, "--limit", low=1)
+    checks.number(interval, "--interval", low=0.2)
     with client(url, token, state_dir, address, token_file) as c:
-        st = call(c.status, limit)
-    if json_out:
-        typer.echo(json.dumps(st, indent=2, default=str))
-        return
-    for tbl in render_status(st):
-        console.print(tbl)
-    others = sum(st.get("counts", {}).get("all", {}).values()) - \
-        sum(st.get("counts", {}).get("mine", {}).values())
-    if others > 0 and not st.get("admin"):
-        console.print(f"{others} job(s) of other users not shown")
+        def draw() -> None:
+            st = call(c.status, limit)
+            if json_out:
+                typer.echo(json.dumps(st, indent=2, default=str))
+                return
+            for tbl in render_status(st):
+                console.print(tbl)
+            others = sum(st.get("counts", {}).get("all", {}).values()) - \
+                sum(st.get("counts", {}).get("mine", {}).values())
+            if others > 0 and not st.get("admin"):
+                console.print(f"{others} job(s) of other users not shown")
+
+        if not watch:
+            draw()
+            return
+        from miso.cli.follow import watch as repeat
+
+        repeat(draw, interval, clear=console.clear)
 
 
 def logs(
     job: Annotated[str, typer.Argument(help="Job id or name.")],
     tail: Annotated[int, typer.Option("--tail", help="Last lines of each attempt to print.")]
     = 200,
+    follow: Annotated[bool, typer.Option(
+        "--follow", "-f", help="Keep printing new output until the job ends (Ctrl-C stops "
+        "following; the job goes on).")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help='Print {"job", "text"} JSON.')]
+    = False,
     url: Url = None,
     token: Token = None,
     token_file: TokenFile = None,
@@ -355,10 +375,20 @@ def logs(
         except LookupError as e:
             fail(str(e))
         typer.echo(f"(no cluster runs from {sd}: logs read from disk)", err=True)
-        typer.echo(text)
+        typer.echo(json.dumps({"job": job, "text": text}) if json_out else text)
         return
     with client(url, token, state_dir, address, token_file) as c:
-        typer.echo(call(c.logs, job, tail))
+        if follow and not json_out:
+            from miso.cli.follow import follow_logs
+
+            try:
+                state = follow_logs(c, job, echo=typer.echo, tail=tail)
+            except KeyboardInterrupt:
+                return
+            typer.echo(f"(job {job} {state})", err=True)
+            return
+        text = call(c.logs, job, tail)
+        typer.echo(json.dumps({"job": job, "text": text}) if json_out else text)
 
 
 def _cluster_runs(state_dir: str) -> bool:
@@ -370,17 +400,49 @@ def _cluster_runs(state_dir: str) -> bool:
 
 
 def cancel(
-    job: Annotated[str, typer.Argument(help="Job id or name.")],
+    job: Annotated[str | None, typer.Argument(help="Job id or name (or use --all / a "
+                                              "filter).")] = None,
+    all_jobs: Annotated[bool, typer.Option(
+        "--all", help="Cancel every active job of yours (with --state/--name: those "
+        "matching).")] = False,
+    state: Annotated[list[str] | None, typer.Option(
+        "--state", help="Only jobs in this state (queued, running, profiling, "
+        "checkpointing; repeatable).")] = None,
+    name: Annotated[str | None, typer.Option(
+        "--name", help="Only jobs whose name matches this glob (e.g. 'sweep-*').")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help='Print {"jobs": [...]} JSON.')]
+    = False,
     url: Url = None,
     token: Token = None,
     token_file: TokenFile = None,
     state_dir: StateDir = None,
     address: RayAddress = None,
 ) -> None:
-    """Cancel one of your jobs (its process is killed)."""
+    """Cancel one of your jobs (its process is killed), or with --all / --state / --name
+    every active job of yours that matches."""
+    from miso.cli.follow import ACTIVE, select_jobs
+
+    by_filter = all_jobs or state or name is not None
+    if (job is None) == (not by_filter):
+        fail("give a job id or name, or --all / --state / --name (not both)")
+    bad = [s for s in state or [] if s not in ACTIVE]
+    if bad:
+        fail(f"--state {bad[0]}: expected one of {', '.join(ACTIVE)}")
     with client(url, token, state_dir, address, token_file) as c:
-        rec = call(c.cancel, job)
-    typer.echo(f"{rec['id']} {rec['state']}")
+        if job is not None:
+            recs = [call(c.cancel, job)]
+        else:
+            chosen = select_jobs(call(c.jobs, active=True), states=list(state or ACTIVE),
+                                 name=name)
+            recs = [call(c.cancel, j["id"]) for j in chosen]
+    if json_out:
+        typer.echo(json.dumps({"jobs": [{"id": r["id"], "name": r.get("name"),
+                                         "state": r["state"]} for r in recs]}))
+        return
+    for rec in recs:
+        typer.echo(f"{rec['id']} {rec['state']}")
+    if job is None and not recs:
+        typer.echo("no matching active job", err=True)
 
 
 def login(
