@@ -158,3 +158,46 @@ def test_events_takes_url_token_and_token_file(tmp_path: Any) -> None:
     tf.write_text("secret\n")
     r = runner.invoke(app, ["events", "--url", "http://127.0.0.1:9", "--token-file", str(tf)])
     assert r.exit_code != 0 and "no API answers at http://127.0.0.1:9" in r.output
+
+
+def test_cluster_up_reads_its_settings_from_a_config_file(tmp_path: Any,
+                                                          monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """The file's values are the flags' defaults (checked before anything starts); a flag on
+    the command line wins; an unknown key is refused with the known ones."""
+    from miso import raycluster
+
+    def never(*a: object, **k: object) -> None:
+        raise AssertionError("this test starts no cluster")
+
+    monkeypatch.setattr(raycluster, "spawn_local_head", never)
+    monkeypatch.setenv("MISO_STATE_DIR", str(tmp_path / "sd"))
+    cfg = tmp_path / "cluster.toml"
+    cfg.write_text('emulated = true\ngpus = 2000\nfair-share = true\nhalf-life = 3600\n')
+    r = runner.invoke(app, ["cluster", "up", "--config", str(cfg)])
+    assert r.exit_code == 2 and "--gpus 2000" in r.output, r.output
+    r = runner.invoke(app, ["cluster", "up", "--config", str(cfg), "--gpus", "0"])
+    assert r.exit_code == 2 and "--gpus must be at least 1" in r.output, r.output
+    monkeypatch.setenv("MISO_CLUSTER_CONFIG", str(cfg))
+    assert "--gpus 2000" in runner.invoke(app, ["cluster", "up"]).output
+    cfg.write_text('polcy = "miso"\n')
+    r = runner.invoke(app, ["cluster", "up", "--config", str(cfg)])
+    assert r.exit_code == 2 and "unknown key 'polcy'" in r.output and "policy" in r.output
+
+
+def test_the_units_and_the_batch_script_read_the_config_file(tmp_path: Any) -> None:
+    from pathlib import Path
+
+    from miso.cli.upconfig import config_sets, read_up_config
+
+    root = Path(__file__).resolve().parents[1]
+    sample = read_up_config(root / "deploy/systemd/cluster.toml")
+    assert sample["listen"] and sample["tls_cert"] and sample["policy"] == "miso+"
+    head = (root / "deploy/systemd/miso-head.service").read_text()
+    assert "MISO_CLUSTER_CONFIG=/etc/miso/cluster.toml" in head and "--listen" not in head
+    assert "MISO_CLUSTER_CONFIG" in (root / "deploy/slurm/miso.sbatch").read_text()
+    f = tmp_path / "c.toml"
+    f.write_text('listen = "0.0.0.0:8443"\n')
+    assert config_sets(["--config", str(f)], "listen")
+    assert config_sets([], "listen", env={"MISO_CLUSTER_CONFIG": str(f)})
+    assert not config_sets([], "listen", env={})
