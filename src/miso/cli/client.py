@@ -313,6 +313,8 @@ def status(
         "--watch", "-w", help="Redraw every --interval seconds until Ctrl-C.")] = False,
     interval: Annotated[float, typer.Option(
         "--interval", help="Seconds between redraws with --watch.")] = 2.0,
+    count: Annotated[int | None, typer.Option(
+        "--count", min=1, help="With --watch: stop after N redraws.")] = None,
     url: Url = None,
     token: Token = None,
     token_file: TokenFile = None,
@@ -343,7 +345,7 @@ def status(
             return
         from miso.cli.follow import watch as repeat
 
-        repeat(draw, interval, clear=console.clear)
+        repeat(draw, interval, clear=console.clear, count=count)
 
 
 def logs(

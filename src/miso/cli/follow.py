@@ -22,12 +22,17 @@ if TYPE_CHECKING:
 
 
 def watch(draw: Callable[[], None], interval: float, *, clear: Callable[[], None],
-          sleep: Callable[[float], None] = time.sleep) -> None:
-    """Call ``draw`` every ``interval`` s, the screen cleared first, until Ctrl-C (exit 0)."""
+          sleep: Callable[[float], None] = time.sleep, count: int | None = None) -> None:
+    """Call ``draw`` every ``interval`` s, the screen cleared first, until Ctrl-C (exit 0)
+    or ``count`` times."""
+    n = 0
     try:
         while True:
             clear()
             draw()
+            n += 1
+            if count is not None and n >= count:
+                return
             sleep(interval)
     except KeyboardInterrupt:
         return
