@@ -201,3 +201,24 @@ def test_the_units_and_the_batch_script_read_the_config_file(tmp_path: Any) -> N
     assert config_sets(["--config", str(f)], "listen")
     assert config_sets([], "listen", env={"MISO_CLUSTER_CONFIG": str(f)})
     assert not config_sets([], "listen", env={})
+
+
+def test_miso_web_prints_the_page_with_the_token_in_the_fragment(api: FakeApi) -> None:
+    api.url, api.token = "https://head:8443", "t/k+n"  # type: ignore[attr-defined]
+    r = runner.invoke(app, ["web"])
+    assert r.exit_code == 0 and r.output.strip() == "https://head:8443/#token=t%2Fk%2Bn"
+
+
+def test_requeue_submits_an_ended_job_again(api: FakeApi, monkeypatch: pytest.MonkeyPatch
+                                            ) -> None:
+    sent: dict[str, Any] = {}
+    api.job = lambda j: {"id": "j0003", "name": "train", "state": "failed",  # type: ignore
+                         "command": ["python", "t.py"], "env": {"A": "1"}, "cwd": "/w",
+                         "memory_gb": 8.0, "workload": None}
+    api.submit = lambda cmd, **kw: sent.update(cmd=cmd, **kw) or "j0010"  # type: ignore
+    r = runner.invoke(app, ["requeue", "train", "--json"])
+    assert r.exit_code == 0 and json.loads(r.output) == {"id": "j0010", "from": "j0003"}
+    assert sent["cmd"] == ["python", "t.py"] and sent["name"] == "train"
+    assert sent["env"] == {"A": "1"} and sent["cwd"] == "/w" and sent["memory_gb"] == 8.0
+    api.job = lambda j: {"id": "j0001", "name": "x", "state": "running"}  # type: ignore
+    assert runner.invoke(app, ["requeue", "j0001"]).exit_code == 2

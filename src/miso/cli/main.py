@@ -261,6 +261,10 @@ def _mount() -> None:
     app.command("events")(cli_events.events)
     from miso.cli import follow as cli_follow  # finished jobs' times (issue 33)
     app.command("history")(cli_follow.history)
+    from miso.cli import requeue as cli_requeue
+    from miso.cli import web as cli_web
+    app.command("requeue")(cli_requeue.requeue)
+    app.command("web")(cli_web.web)
     from miso.cli import deploy as cli_deploy  # the deploy paths (docs/deploy.md)
     app.add_typer(cli_deploy.slurm_app, name="slurm")
     app.command("node", context_settings=cli_deploy.NODE_CONTEXT)(cli_deploy.node)

@@ -18,6 +18,14 @@
   }
   const fmt = (x, d = 2) => (typeof x === "number" ? x.toFixed(d) : "\u2013");
 
+  // `miso web` opens the page as URL/#token=...: a fragment never reaches the server (nor
+  // its logs); keep it for this tab and drop it from the address bar and the history
+  (function tokenFromFragment() {
+    const m = /(?:^#|&)token=([^&]+)/.exec(location.hash || "");
+    if (!m) return;
+    sessionStorage.setItem(KEY, decodeURIComponent(m[1]));
+    history.replaceState(null, "", location.pathname + location.search);
+  })();
   function token() { return sessionStorage.getItem(KEY) || ""; }
   function showError(msg) {
     const e = $("error");
