@@ -222,3 +222,10 @@ def test_requeue_submits_an_ended_job_again(api: FakeApi, monkeypatch: pytest.Mo
     assert sent["env"] == {"A": "1"} and sent["cwd"] == "/w" and sent["memory_gb"] == 8.0
     api.job = lambda j: {"id": "j0001", "name": "x", "state": "running"}  # type: ignore
     assert runner.invoke(app, ["requeue", "j0001"]).exit_code == 2
+
+
+def test_priority_names_are_echoed_as_names() -> None:
+    from miso.cli.quota import priority_words
+
+    assert priority_words(100) == "high (100)" and priority_words(-100) == "low (-100)"
+    assert priority_words(42) == "42" and priority_words(None) == "-"
