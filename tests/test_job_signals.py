@@ -120,3 +120,18 @@ def test_the_orderly_stop_counts_a_job_that_saved_and_is_still_exiting_as_saved(
              {"job": "j0003", "attempt": 1, "checkpoint_iteration": 10}]    # not since asked
     assert unsaved(asked, still) == 2
     assert unsaved(asked, still[:1]) == 0
+
+
+def test_the_store_follows_a_checkpoint_saved_again_at_the_same_path(tmp_path: Path) -> None:
+    """checkpoint_iteration in status is fresh after a resume: the helper saved the same file
+    at a later iteration than the store knew (e.g. during an orderly stop)."""
+    from miso.controller.launcher import resume_point, stale_checkpoint
+    from miso.job import JobContext
+
+    ck = tmp_path / "ck"
+    ctx = JobContext(env={"MISO_CHECKPOINT_DIR": str(ck)}, install_signal=False)
+    path = ctx.save_json({"iteration": 5506}, iteration=5506)
+    resume, found = resume_point(5000, path, ck)
+    assert (resume, found) == (5506, path)
+    assert stale_checkpoint(5000, path, resume, found)
+    assert not stale_checkpoint(5506, path, 5506, path)
