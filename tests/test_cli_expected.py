@@ -229,3 +229,13 @@ def test_priority_names_are_echoed_as_names() -> None:
 
     assert priority_words(100) == "high (100)" and priority_words(-100) == "low (-100)"
     assert priority_words(42) == "42" and priority_words(None) == "-"
+
+
+def test_slurm_ports_of_a_running_allocation_are_its_own_block(tmp_path: Any) -> None:
+    ports = {"block": 7, "gcs": 20700, "api": 20707}
+    (tmp_path / "slurm.json").write_text(json.dumps({"job_id": 123, "ports": ports}))
+    r = runner.invoke(app, ["slurm", "ports", "--job-id", "123", "--state-dir", str(tmp_path)])
+    assert r.exit_code == 0 and json.loads(r.output) == ports, r.output
+    r = runner.invoke(app, ["slurm", "ports", "--job-id", "124", "--state-dir", str(tmp_path),
+                            "--no-check"])
+    assert r.exit_code == 0 and json.loads(r.output) != ports, r.output
