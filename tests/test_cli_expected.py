@@ -239,3 +239,21 @@ def test_slurm_ports_of_a_running_allocation_are_its_own_block(tmp_path: Any) ->
     r = runner.invoke(app, ["slurm", "ports", "--job-id", "124", "--state-dir", str(tmp_path),
                             "--no-check"])
     assert r.exit_code == 0 and json.loads(r.output) != ports, r.output
+
+
+def test_a_private_local_ray_leaves_no_temp_dir(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os as _os
+
+    from miso import raycluster as rc
+
+    key = f"test-{_os.getpid()}"
+    d = rc.private_temp_dir(key)
+    _os.makedirs(_os.path.join(d, "session_x"), exist_ok=True)
+
+    class FakeRay:
+        def shutdown(self) -> None:
+            return None
+
+    monkeypatch.setattr(rc, "_ray", lambda: FakeRay())
+    rc.shutdown_local(key)
+    assert not _os.path.exists(d)

@@ -63,6 +63,7 @@ __all__ = [
     # the head (this module)
     "HEAD_MARK", "cluster_file", "connect", "head_lock", "init_local", "is_our_head",
     "local_agent_pids", "main", "private_temp_dir", "process_start", "read_cluster_file",
+    "shutdown_local",
     "running", "spawn_local_head", "stop_local_head",
     # the actors and their supervision, re-exported (see the module docstring)
     "AGENT_PREFIX", "AGENT_RESOURCE", "CONTROLLER", "NAMESPACE", "AgentActor",
@@ -115,6 +116,17 @@ def init_local(num_cpus: int | None = None, *, resources: dict[str, float] | Non
              log_to_driver=False, resources={AGENT_RESOURCE: 1, **(resources or {})},
              configure_logging=False, _temp_dir=private_temp_dir(key or str(os.getpid())))
     return str(ray.get_runtime_context().gcs_address)
+
+
+def shutdown_local(key: str) -> None:
+    """Stop this process's private local Ray (:func:`init_local` with ``key``) and remove its
+    temp dir: ``demo`` and ``cluster down`` leave no ``miso-ray-*`` behind."""
+    import shutil
+
+    try:
+        _ray().shutdown()
+    finally:
+        shutil.rmtree(private_temp_dir(key), ignore_errors=True)
 
 
 def connect(address: str) -> None:
@@ -336,7 +348,7 @@ def _head_main(a: argparse.Namespace) -> int:
     except Exception as e:  # noqa: BLE001 - reported to `cluster up` as one line
         print(f"error: {e}", flush=True)
         stop_actors(stop_jobs=True)
-        _ray().shutdown()
+        shutdown_local(a.state_dir)
         return 3
     info = {"address": address, "pid": os.getpid(), "pid_start": process_start(os.getpid()),
             "state_dir": a.state_dir, "host": socket.gethostname(), "gpus": a.gpus,
@@ -345,7 +357,7 @@ def _head_main(a: argparse.Namespace) -> int:
     while not stop["flag"]:
         time.sleep(0.3)
     stop_actors(stop_jobs=True)
-    _ray().shutdown()
+    shutdown_local(a.state_dir)
     cluster_file(a.state_dir).unlink(missing_ok=True)
     lock.release()
     return 0

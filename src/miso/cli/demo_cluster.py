@@ -127,7 +127,8 @@ class DemoRay:
         from miso import raycluster as rc
 
         self.rc = rc
-        rc.init_local()
+        self.key = d
+        rc.init_local(key=d)
         rc.start_agents({"kind": "emulated", "gpus": gpus, "model": model},
                         str(Path(d) / "agents"), names=["node0"])
         self.h = rc.start_controller(d, cfg)
@@ -146,11 +147,9 @@ class DemoRay:
         return dict(ray.get(self.h.status.remote(), timeout=60))
 
     def close(self) -> None:
-        import ray
-
         try:
             self.rc.stop_actors(stop_jobs=True)
         finally:
-            ray.shutdown()
+            self.rc.shutdown_local(self.key)  # Ray's temp dir goes too
 
 
