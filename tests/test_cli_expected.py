@@ -257,3 +257,11 @@ def test_a_private_local_ray_leaves_no_temp_dir(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(rc, "_ray", lambda: FakeRay())
     rc.shutdown_local(key)
     assert not _os.path.exists(d)
+
+
+def test_simulate_with_tenants_prints_per_owner_results() -> None:
+    r = runner.invoke(app, ["simulate", "--gpus", "2", "--jobs", "12", "--tenants", "2",
+                            "--fair-share", "--policy", "miso+"], terminal_width=200)
+    assert r.exit_code == 0, r.output
+    assert "Per owner" in r.output and "u0" in r.output and "u1" in r.output
+    assert "Jain's fairness index" in r.output

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -338,6 +338,30 @@ def _print_table(summary: dict[str, dict[str, float]]) -> None:
                   f"{s['lost_gpu_s'] / 3600:.1f}", f"{s['profiling_gpu_s'] / 3600:.1f}",
                   f"{s['gpu_utilisation']:.2f}", f"{s['wall_s']:.2f}")
     make_console().print(t)
+    _print_owners(summary)
+
+
+def _print_owners(summary: dict[str, dict[str, Any]]) -> None:
+    """Per-owner results of a run with owners (``--tenants``, a trace's users): jobs, average
+    JCT, mean slowdown and share of the GPU time, per policy; Jain's index over the owners'
+    slowdowns."""
+    from rich.table import Table
+
+    rows = [(p, o, v) for p, s in summary.items()
+            for o, v in (s.get("owners") or {}).items()]
+    if not rows:
+        return
+    t = Table("policy", "owner", "jobs", "avg JCT s", "mean slowdown", "GPU share",
+              title="Per owner")
+    for p, o, v in rows:
+        t.add_row(p, str(o), str(v["jobs"]), f"{v['avg_jct_s']:.0f}",
+                  f"{v['mean_slowdown']:.2f}", f"{100 * v['gpu_share']:.0f}%")
+    con = make_console()
+    con.print(t)
+    for p, s in summary.items():
+        if "jain_slowdown" in s:
+            con.print(f"{p}: Jain's fairness index over the owners' mean slowdowns "
+                      f"{s['jain_slowdown']:.3f} (1 = equal)")
 
 
 def _print_sweep(data: dict[str, dict[str, dict[str, float]]]) -> None:
