@@ -143,3 +143,20 @@ def test_a_lost_gpu_and_its_return_are_in_the_decision_log() -> None:
     assert [r["kind"] for r in recs] == ["GpuLost", "GpuJoined"]
     assert mentions(recs[0], job="j0001") and "its agent restarted" in describe(recs[0])
     assert "resume from their last checkpoint" in describe(recs[0])
+
+
+def test_status_fits_80_columns_with_the_why_on_its_own_table() -> None:
+    st = {"user": "root", "admin": True, "policy": "miso+", "gpus": [],
+          "jobs": [{"id": "j0001", "name": "resnet-train", "state": "running",
+                    "gpu": "node0/0", "placement": "4g.20gb@0", "rate": 12.3,
+                    "iteration": 500, "total": 2000, "restarts": 1, "owner_name": "alice"},
+                   {"id": "j0002", "name": "bert", "state": "queued", "restarts": 0,
+                    "owner_name": "bob", "why": "waiting for a slice with 4.0 GiB; the "
+                    "policy has not placed it (node0/0 running 1 job)"}]}
+    con = Console(width=80, record=True)
+    for t in render_status(st, width=80):
+        con.print(t)
+    out = con.export_text()
+    assert max(len(x) for x in out.splitlines()) <= 80
+    assert "resnet-train" in out and "node0/0 4g.20gb@0" in out and "25%" in out
+    assert "waiting for a slice with 4.0 GiB" in " ".join(out.split())

@@ -244,9 +244,15 @@ def _progress(j: dict[str, Any]) -> str:
     return f"{it}/{tot} ({100 * it / tot:.0f}%)" if tot else str(it)
 
 
-def render_status(st: dict[str, Any]) -> list[Table]:
+#: Below this terminal width ``miso status`` prints its compact jobs table (80 columns).
+WIDE = 110
+
+
+def render_status(st: dict[str, Any], *, width: int | None = None) -> list[Table]:
     """Rich tables of an API status: GPUs (other users' jobs as a count), then jobs. All user
-    text is escaped (:func:`miso.cli.text.safe`)."""
+    text is escaped (:func:`miso.cli.text.safe`). On a terminal narrower than :data:`WIDE`
+    (``width``) the jobs table keeps its short columns and each job's why/reason goes to a
+    second two-column table below, so both fit 80 columns."""
     from miso.cli.text import safe
     g = Table(title="GPUs")
     for c in ("gpu", "model", "phase", "layout", "jobs"):
@@ -285,7 +291,38 @@ def render_status(st: dict[str, Any]) -> list[Table]:
         if st.get("admin"):
             row.insert(1, j.get("owner_name") or j.get("owner") or "-")
         t.add_row(*(safe(x) for x in row))
+    if width is not None and width < WIDE:
+        t, why = compact_jobs(t, cols)
+        return [g, t, *why, *owners_table(st), *lost_nodes_table(st, safe)]
     return [g, t, *owners_table(st), *lost_nodes_table(st, safe)]
+
+
+def compact_jobs(t: Table, cols: list[str]) -> tuple[Table, list[Table]]:
+    """The jobs table for 80 columns: id, owner, name, state, where (GPU and slice), progress
+    and speed; the why/reason column as its own table (job, why) of the jobs that have one."""
+    rows = list(zip(*(c.cells for c in t.columns), strict=True))
+    at = {c: i for i, c in enumerate(cols)}
+    out = Table(title=t.title)
+    keep = ["id", *(["owner"] if "owner" in at else []), "name", "state", "where",
+            "progress", "it/s"]
+    for c in keep:
+        out.add_column(c, overflow="ellipsis", no_wrap=True,
+                       max_width=12 if c in ("name", "owner") else None)
+    why = Table(title="Why (waiting) / reason (ended)", show_header=False)
+    why.add_column("job", no_wrap=True)
+    why.add_column("why", overflow="fold")
+    for r in rows:
+        where = " ".join(x for x in (str(r[at["gpu"]]), str(r[at["slice"]])) if x != "-") or "-"
+        prog = str(r[at["progress"]])
+        prog = prog.rsplit("(", 1)[-1].rstrip(")") if "(" in prog else prog
+        vals = {"id": r[at["id"]], "owner": r[at["owner"]] if "owner" in at else "",
+                "name": r[at["name"]], "state": r[at["state"]], "where": where,
+                "progress": prog, "it/s": r[at["speed it/s"]]}
+        out.add_row(*(vals[c] for c in keep))
+        text = r[at["why (waiting) / reason (ended)"]]
+        if str(text):
+            why.add_row(r[at["id"]], text)
+    return out, ([why] if why.row_count else [])
 
 
 def lost_nodes_table(st: dict[str, Any], safe: Any) -> list[Table]:
@@ -333,7 +370,8 @@ def status(
             if json_out:
                 typer.echo(json.dumps(st, indent=2, default=str))
                 return
-            for tbl in render_status(st):
+            for tbl in render_status(st, width=console.width if console.is_terminal
+                                     else None):
                 console.print(tbl)
             others = sum(st.get("counts", {}).get("all", {}).values()) - \
                 sum(st.get("counts", {}).get("mine", {}).values())
