@@ -135,3 +135,41 @@ def test_the_store_follows_a_checkpoint_saved_again_at_the_same_path(tmp_path: P
     assert (resume, found) == (5506, path)
     assert stale_checkpoint(5000, path, resume, found)
     assert not stale_checkpoint(5506, path, 5506, path)
+
+
+def test_a_program_another_account_cannot_reach_is_refused_at_submit(tmp_path: Path) -> None:
+    """A venv's python is a world-readable symlink to a base interpreter in a private
+    directory: refused at submit for a job run as another account, with the reason."""
+    import pwd
+
+    from miso.controller.reachable import unreachable
+
+    try:
+        pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("no account nobody")
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    base = private / "python3"
+    base.write_text("#!/bin/sh\n")
+    base.chmod(0o755)
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    tmp_path.chmod(0o755)
+    (tmp_path / "venv").chmod(0o755)
+    venv.chmod(0o755)
+    (venv / "python").symlink_to(base)
+    why = unreachable(str(venv / "python"), "nobody")
+    assert why is not None and str(private) in why and "not searchable" in why
+    assert unreachable("/bin/sh", "nobody") is None
+    if os.geteuid() == 0:  # the controller refuses it at submit (it runs jobs as nobody)
+        from miso.controller import Controller, ControllerConfig, SubmitError
+        from miso.controller.store import JobStore
+        from miso.sched import make_policy
+        from miso.sched.clock import VirtualClock
+
+        con = Controller(JobStore(":memory:"), None,  # type: ignore[arg-type]
+                         ControllerConfig(policy="nopart"), checkpoint_root="/nonexistent",
+                         clock=VirtualClock(), policy=make_policy("nopart"))
+        with pytest.raises(SubmitError, match="not reachable by nobody"):
+            con.submit([str(venv / "python"), "train.py"], unix_user="nobody")
