@@ -160,3 +160,15 @@ def test_status_fits_80_columns_with_the_why_on_its_own_table() -> None:
     assert max(len(x) for x in out.splitlines()) <= 80
     assert "resnet-train" in out and "node0/0 4g.20gb@0" in out and "25%" in out
     assert "waiting for a slice with 4.0 GiB" in " ".join(out.split())
+
+
+def test_a_node_back_from_a_loss_is_forgotten_after_a_while() -> None:
+    from miso.controller.statustext import RECENT_LOSS_S, lost_node, prune_losses
+
+    lost = {"n0": {"since": 100.0, "why": "its agent restarted", "back": 110.0},
+            "n1": {"since": 100.0, "why": "x"}}
+    assert lost_node("n0", lost["n0"], False)["phase"] == "back"
+    prune_losses(lost, now=110.0 + RECENT_LOSS_S - 1)
+    assert set(lost) == {"n0", "n1"}
+    prune_losses(lost, now=110.0 + RECENT_LOSS_S)
+    assert set(lost) == {"n1"}

@@ -43,14 +43,7 @@ from miso.controller.runtime import (
     SubmitError,
 )
 from miso.controller.statelock import StateDirLock
-from miso.controller.statustext import (
-    NO_NODES,
-    fair_named,
-    lost_node,
-    owner_named,
-    recent_losses,
-    why,
-)
+from miso.controller.statustext import NO_NODES, fair_named, lost_node, owner_named, why
 from miso.controller.store import GIB_PER_GB, JobRecord, JobStore, StoreConflict, StoreError
 from miso.controller.usagestore import UsageStore
 from miso.jobstatus import JobStatus
@@ -344,7 +337,7 @@ class Controller:
             snap["nodes"] = sorted(self.rt.nodes)
             snap["unreachable"] = sorted(self.rt.fencing)
             snap["lost_nodes"] = [lost_node(n, d, n in self.rt.fencing)
-                                  for n, d in sorted(recent_losses(self.rt.lost).items())]
+                                  for n, d in sorted(self.rt.lost.items())]
         snap["time"] = self.now()
         snap["policy"] = getattr(self.policy, "name", self.cfg.policy)
         if "owners" in snap:  # tenancy on: usage against entitlement per owner id

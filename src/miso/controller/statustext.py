@@ -21,13 +21,13 @@ NO_NODES = ("no agent is up: queued jobs wait for a GPU node (start one, or chec
 RECENT_LOSS_S = 600.0
 
 
-def recent_losses(lost: dict[str, dict[str, Any]], now: float | None = None
-                  ) -> dict[str, dict[str, Any]]:
-    """The lost nodes ``status`` shows: every node still lost, and those back for less than
-    :data:`RECENT_LOSS_S` (a restarted agent stays visible after it joined again)."""
+def prune_losses(lost: dict[str, dict[str, Any]], now: float | None = None) -> None:
+    """Forget the lost nodes back for :data:`RECENT_LOSS_S` or more: ``status`` shows every
+    node still lost, and a restarted agent for a while after it joined again."""
     t = time.time() if now is None else now
-    return {n: d for n, d in lost.items()
-            if d.get("back") is None or t - float(d["back"]) < RECENT_LOSS_S}
+    for n in [n for n, d in lost.items()
+              if d.get("back") is not None and t - float(d["back"]) >= RECENT_LOSS_S]:
+        del lost[n]
 
 
 def lost_node(node: str, d: dict[str, Any], fencing: bool) -> dict[str, Any]:
