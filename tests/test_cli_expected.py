@@ -265,3 +265,10 @@ def test_simulate_with_tenants_prints_per_owner_results() -> None:
     assert r.exit_code == 0, r.output
     assert "Per owner" in r.output and "u0" in r.output and "u1" in r.output
     assert "Jain's fairness index" in r.output
+
+
+def test_simulate_json_dash_prints_json_like_every_other_command() -> None:
+    r = runner.invoke(app, ["simulate", "--gpus", "2", "--jobs", "8", "--policy", "miso+",
+                            "--json", "-"])
+    assert r.exit_code == 0, r.output
+    assert "miso+" in json.loads(r.stdout)["policies"]

@@ -61,7 +61,8 @@ def simulate(
         "optsta, mps, oracle, miso, miso+.")] = ALL_POLICIES,
     seed: Annotated[int, typer.Option(help="Seed (>= 0; runs are deterministic per seed).")] = 1,
     json_out: Annotated[Path | None, typer.Option(
-        "--json", help="Write the results (JSON) to this file.")] = None,
+        "--json", help="Write the results (JSON) to this file; '-': print them instead of "
+        "the tables (as --json elsewhere).")] = None,
     plot: Annotated[Path | None, typer.Option(
         "--plot", "--plot-dir", help="Write figures into this directory.")] = None,
     sweep: Annotated[str | None, typer.Option(
@@ -220,7 +221,8 @@ def simulate(
             else:
                 data = sweep_jobs_per_gpu(xs, pols, cfg, seed, progress=tick)
         out["sweep"] = {"kind": sweep, "results": data}
-        _print_sweep(data)
+        if not _to_stdout(json_out):
+            _print_sweep(data)
         if plot is not None:
             from miso.sim.plots import sweep as sweep_plot
 
@@ -265,7 +267,8 @@ def simulate(
         except ValueError as e:
             fail(str(e))
     out["policies"] = summary
-    _print_table(summary)
+    if not _to_stdout(json_out):
+        _print_table(summary)
     if plot is not None:
         from miso.sim.plots import bars, rel_jct_cdf
 
@@ -322,7 +325,14 @@ def _event_log(path: Path | None, logs: list):  # noqa: ANN202 - None or a facto
     return make
 
 
+def _to_stdout(path: Path | None) -> bool:
+    return path is not None and str(path) == "-"
+
+
 def _write(path: Path | None, out: dict[str, object]) -> None:
+    if _to_stdout(path):
+        typer.echo(json.dumps(out, indent=2, sort_keys=False))
+        return
     if path is not None:
         checks.write_text(path, json.dumps(out, indent=2, sort_keys=False), "--json")
 
