@@ -75,7 +75,10 @@ def test_agent_restart__node_is_lost_fenced_and_its_jobs_finish_once(local: Loca
     assert ctl.wait_all(120), ctl.status()
     recs = local.controller.store.jobs()
     assert [r.state for r in recs] == ["finished"] * 3 and {r.id for r in recs} == set(ids)
-    assert not ctl.status()["lost_nodes"]  # the new agent joined
+    # the new agent joined; status still says the node was lost, and since when it is back
+    back = ctl.status()["lost_nodes"]
+    assert [n["phase"] for n in back] == ["back"] and back[0]["back"] >= back[0]["since"]
+    assert "restarted" in back[0]["why"]
     for j in ids:  # one attempt per life of the agent at most: never two at once
         ends = [a for a in ctl.store.attempts(j) if a["status"] == "finished"]
         assert len(ends) <= 1
@@ -168,7 +171,8 @@ def test_cluster_up__a_sigkilled_agent_comes_back_and_every_job_finishes_once(
         assert {j["id"] for j in c.status()["jobs"]} == set(ids)
         assert max(most.values()) == 1, most
         assert rc.local_agent_pids(sd) and rc.local_agent_pids(sd) != [pid]
-        assert not c.status()["lost_nodes"]
+        # back: status still says it was lost, and since when it is back (issue 33)
+        assert all(n["phase"] == "back" for n in c.status()["lost_nodes"])
     finally:
         r = runner.invoke(app, ["cluster", "down", "--state-dir", sd])
     assert r.exit_code == 0, r.output

@@ -5,6 +5,7 @@ routes serve the page, the cluster view and the events (with an auth dependency)
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -184,14 +185,18 @@ def no_login_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(v, raising=False)
 
 
-def two_user_app() -> tuple[object, dict[str, str]]:
+def two_user_app(edit: Callable[[dict], None] | None = None
+                 ) -> tuple[object, dict[str, str]]:
     """The API app with the observe routes as the head mounts them, over a fake controller
-    holding ann's jobs 1, 3, 4 and bob's job 2; tokens of ann, bob and admin root."""
+    holding ann's jobs 1, 3, 4 and bob's job 2 (``edit`` may change the snapshot first);
+    tokens of ann, bob and admin root."""
     from miso.api.app import create_app
     from miso.api.users import UserStore
     from miso.observe.routes import api_routers
 
     src = FakeSource()
+    if edit is not None:
+        edit(src.snap)
 
     class Store:  # what owner_scope reads: the API's job store
         def jobs(self, owner: str | None = None) -> list:
@@ -305,3 +310,34 @@ def test_decision_log__rotates_past_max_bytes_and_reads_both_files(tmp_path: Pat
     assert seqs == list(range(seqs[0], 61)) and 10 < len(seqs) < 60
     with DecisionLog(p, max_bytes=2000) as log:
         assert log.append({"time": 61.0, "kind": "WakeUp"})["seq"] == 61
+
+
+
+def test_a_user_sees_every_busy_slice_busy_and_the_clusters_counts() -> None:
+    """Another user's jobs are not idle slices: ann (no admin) sees each of bob's two slices
+    with a job ("another user's job"), and the header's counts are the cluster's (issue 33)."""
+
+    def two_of_bobs(snap: dict) -> None:  # bob's jobs 2 and 5 share the GPU with ann's 1
+        g = snap["gpus"][0]
+        g["layout"] = ["4g.20gb@0", "2g.10gb@4", "1g.5gb@6"]
+        g["assignment"] = {"1": "4g.20gb@0", "2": "2g.10gb@4", "5": "1g.5gb@6"}
+        g["jobs"] = ["1", "2", "5"]
+        snap["jobs"].append({"id": "5", "name": "e", "state": "running", "iteration": 1,
+                             "total": 10, "placement": "1g.5gb@6", "gpu": "node0/0",
+                             "submitted_at": 3.0, "memory_gb": 2.0, "owner": "bob"})
+
+    app, tok = two_user_app(two_of_bobs)
+    client = TestClient(app)
+
+    def get(token: str) -> dict:
+        r = client.get("/api/v1/cluster", headers={"Authorization": f"Bearer {token}"})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    root, ann = get(tok["root"]), get(tok["ann"])
+    assert [s["job"] for s in root["gpus"][0]["slices"]] == ["1", "2", "5"]
+    assert [s["job"] for s in ann["gpus"][0]["slices"]] == ["1", "other", "other"]
+    assert [s["job_name"] for s in ann["gpus"][0]["slices"]][1:] == ["another user's job"] * 2
+    assert ann["gpus"][0]["jobs"] == ["1", "other", "other"]
+    assert ann["counts"] == root["counts"] == {"running": 3, "queued": 2}
+    assert "bob" not in json.dumps(ann) and '"e"' not in json.dumps(ann)

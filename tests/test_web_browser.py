@@ -3,7 +3,8 @@ browser; nothing is downloaded, ``playwright install`` is never run) against a r
 cluster served by the API app with the observe routes mounted, on 127.0.0.1.
 
 The page asks for the token, shows each GPU's slices, a job submitted through the API appears
-and its progress advances, and a decision's explanation is visible. A screenshot goes to
+and its progress advances, a decision's explanation is visible, the plots over time are
+drawn, and a user who is not an admin sees the admin's slices busy with the cluster's counts. A screenshot goes to
 ``$MISO_SCREENSHOT_DIR`` (default: the test's temp dir; ``docs/`` for the README's). Slow:
 
     apt-get install -y chromium && pip install -e ".[browser]"
@@ -158,13 +159,33 @@ def test_web_page_in_chromium__gpus_jobs_progress_and_explanations(tmp_path: Pat
             assert page.locator("#pause").get_attribute("aria-pressed") == "true"
             page.keyboard.press("Space")
             assert page.locator("#pause").get_attribute("aria-pressed") == "false"
+            # plots over time (issue 33): GPU utilisation and queue length, drawn as lines
+            # once the page has two samples, each chart labelled in words for screen readers
+            page.locator("figure.plot polyline").first.wait_for(timeout=20_000)
+            assert page.locator("figure.plot").count() >= 2
+            label = page.locator("figure.plot svg").first.get_attribute("aria-label") or ""
+            assert "GPU utilisation" in label and "%" in label, label
             # contrast: every kind of text on the page against its background, WCAG AA
             worst = page.evaluate(CONTRAST_JS, [
                 "h1", ".help", "#summary", ".phase", ".slice .prof", ".slice .job", "th",
-                "td", ".decision summary", ".decision pre", "button", ".gpu .meta"])
-            assert len(worst) == 12 and all(r >= 4.5 for r in worst.values()), worst
+                "td", ".decision summary", ".decision pre", "button", ".gpu .meta",
+                ".plot h3", ".plot .legend li"])
+            assert len(worst) == 14 and all(r >= 4.5 for r in worst.values()), worst
             shots.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(shots / "web-page.png"), full_page=True)
+            # a user who is not an admin sees ann's two slices busy, not idle, and the
+            # header counts the cluster's jobs, not only the reader's (issue 33)
+            other = browser.new_page(viewport={"width": 1366, "height": 900})
+            other.goto(url + "/")
+            other.get_by_label("API token").fill(users.add("bob"))
+            other.keyboard.press("Enter")
+            other.locator("article.gpu").first.wait_for(timeout=15_000)
+            slices = other.locator("article.gpu .slice")
+            assert slices.count() == 2
+            assert slices.all_inner_texts() and all(
+                "another user's job" in t for t in slices.all_inner_texts())
+            assert other.locator("article.gpu .slice.empty").count() == 0
+            assert "2 running" in other.locator("#summary").inner_text()
             browser.close()
         assert (shots / "web-page.png").stat().st_size > 10_000
     finally:

@@ -29,6 +29,14 @@ first (e.g. ``all_reduce`` of ``checkpoint_requested()`` as an int with MAX). Th
 guard process kills the job when its node is fenced or its agent dies, so no orphans survive
 a lost node.
 
+A checkpoint request never kills a job that uses this helper, whenever it comes: the guard
+starts the job with ``SIGUSR1`` blocked (a request during a slow ``import torch`` waits),
+importing this module installs the handler and unblocks it, and from the first atexit hook
+on (and after :meth:`JobContext.exit_checkpointed`) the signal is ignored, so interpreter
+shutdown cannot turn it (or ``SIGTERM`` after a save) into a death by signal. A program
+that does not use the helper and wants ``SIGUSR1`` itself unblocks it (the flag file
+``MISO_CHECKPOINT_FLAG`` is always written too).
+
 The helper never lets a storage error reach the training loop: a progress write that fails
 (e.g. the disk is full) is retried at the next :meth:`JobContext.report`; :meth:`save_json`
 that cannot write returns None (the job goes on; miso resumes it from the previous save).
@@ -38,6 +46,7 @@ so a controller that lost its store still resumes the job from it.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -116,6 +125,41 @@ def read_json(path: str | Path, limit: int | None = None) -> Any | None:
         return None
 
 
+#: Set by a checkpoint request (SIGUSR1, or SIGTERM under miso) since this module was imported.
+_REQUESTED = threading.Event()
+
+
+def _on_request(_sig: int, _frame: object) -> None:
+    _REQUESTED.set()
+
+
+def _quiet_at_exit() -> None:
+    """From interpreter shutdown on, a checkpoint request (or a SIGTERM under miso) has
+    nothing left to save: ignore it rather than die of it (CPython restores default
+    handlers late in shutdown, but keeps an ignored signal ignored)."""
+    with contextlib.suppress(ValueError, OSError):
+        signal.signal(CHECKPOINT_SIGNAL, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def _install_early() -> None:
+    """At import: catch the checkpoint signal, then unblock it (the guard starts jobs with it
+    blocked), so a request that came before now is delivered to the handler. Only in a job
+    miso runs (``MISO_PROGRESS_FILE`` set): importing this module elsewhere (the agent, a
+    test) changes nothing."""
+    if not os.environ.get("MISO_PROGRESS_FILE") or \
+            threading.current_thread() is not threading.main_thread():
+        return
+    with contextlib.suppress(ValueError, OSError):
+        if signal.getsignal(CHECKPOINT_SIGNAL) in (signal.SIG_DFL, None):
+            signal.signal(CHECKPOINT_SIGNAL, _on_request)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {CHECKPOINT_SIGNAL})
+    atexit.register(_quiet_at_exit)
+
+
+_install_early()
+
+
 class JobContext:
     """The running job's view of miso (all methods are no-ops outside miso)."""
 
@@ -131,7 +175,7 @@ class JobContext:
         self.rank = _int_env(e, "RANK", 0)
         self.local_rank = _int_env(e, "LOCAL_RANK", 0)
         self.world_size = max(1, _int_env(e, "WORLD_SIZE", 1))
-        self._requested = threading.Event()
+        self._requested = _REQUESTED if install_signal else threading.Event()
         self._last_write = 0.0
         self._state: dict[str, Any] = {
             "job": self.job_id, "attempt": self.attempt, "pid": os.getpid(),
@@ -141,12 +185,13 @@ class JobContext:
         #: Storage errors the helper absorbed (progress or checkpoint writes that failed).
         self.io_errors = 0
         if install_signal and threading.current_thread() is threading.main_thread():
-            signal.signal(CHECKPOINT_SIGNAL, lambda *_: self._requested.set())
+            signal.signal(CHECKPOINT_SIGNAL, _on_request)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {CHECKPOINT_SIGNAL})
             if self.managed:
                 # SIGTERM under miso means the node is going away (scancel, systemctl stop, a
                 # pod's deletion): save and exit 75 like a checkpoint request, within the
                 # grace period before SIGKILL (docs/deploy.md).
-                signal.signal(signal.SIGTERM, lambda *_: self._requested.set())
+                signal.signal(signal.SIGTERM, _on_request)
 
     @property
     def writer(self) -> bool:
@@ -265,7 +310,13 @@ class JobContext:
         return self._requested.is_set()
 
     def exit_checkpointed(self) -> NoReturn:
-        """Exit with :data:`EXIT_CHECKPOINTED` after a requested checkpoint."""
+        """Exit with :data:`EXIT_CHECKPOINTED` after a requested checkpoint. The work is
+        saved: a later checkpoint request or SIGTERM (during interpreter shutdown) is
+        ignored, so the exit code stays 75."""
+        if threading.current_thread() is threading.main_thread():
+            with contextlib.suppress(ValueError, OSError):
+                signal.signal(CHECKPOINT_SIGNAL, signal.SIG_IGN)
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
         self._flush(force=True)
         sys.stdout.flush()
         sys.exit(EXIT_CHECKPOINTED)

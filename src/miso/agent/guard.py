@@ -14,6 +14,8 @@ child. This module is stdlib only (it cannot import miso under ``-I``; it also s
 
 The guard
 
+* starts the job with ``SIGUSR1`` blocked (:mod:`miso.job` unblocks it once its handler is
+  set, so an early checkpoint request waits instead of killing the job);
 * forwards the checkpoint signal (``SIGUSR1``), ``SIGTERM`` and ``SIGINT`` to the job; after a
   SIGTERM (the node is going away: its agent dies with it) it no longer fences on the agent's
   death, only on the lease, so a job that saves on SIGTERM (:mod:`miso.job`) can finish saving;
@@ -628,12 +630,19 @@ def main(argv: list[str]) -> int:
     tracker.enter()
     try:
         # the working directory is entered after the drop to the job's account
-        with job_rlimits(bounds):
-            child = subprocess.Popen(
-                cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, env=env,
-                preexec_fn=(lambda: os.chdir(cwd)) if cwd else None,
-                **kw)  # type: ignore[call-overload]
+        # The job starts with the checkpoint signal blocked (the mask survives exec): one
+        # that comes before miso.job is imported (a slow `import torch`) stays pending, and
+        # the helper unblocks it once its handler is in place, so it never kills the job.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+        try:
+            with job_rlimits(bounds):
+                child = subprocess.Popen(
+                    cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL, env=env,
+                    preexec_fn=(lambda: os.chdir(cwd)) if cwd else None,
+                    **kw)  # type: ignore[call-overload]
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     except (OSError, subprocess.SubprocessError) as e:
         tracker.leave()
         tracker.close()

@@ -379,13 +379,26 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
             except StoreError:
                 return None
 
+        def job_name(job: str) -> str:
+            """A pinned job as this reader may see it: named when it is theirs (or an
+            admin reads), else "another user's job"."""
+            try:
+                rec = store.get(job)
+            except StoreError:
+                return "a job there"
+            if user.admin or rec.owner == user.id:
+                return f"job {job} ({rec.name})" if rec.name and rec.name != job else \
+                    f"job {job}"
+            return "another user's job"
+
         out: dict[str, Any] = {
             "api_url": app.state.api_url, "user": user.name, "admin": user.admin,
             "time": snap.get("time"), "policy": snap.get("policy"),
             "nodes": snap.get("nodes", []), "lost_nodes": snap.get("lost_nodes", []),
             "gpus": [gpu_view(g, mine) for g in snap.get("gpus", [])],
             "jobs": [{**x.to_json(), "why": why(x.to_json(), snap, cannot_checkpoint,
-                                                 admin=user.admin, owner_of=owner_of),
+                                                 admin=user.admin, owner_of=owner_of,
+                                                 job_name=job_name),
                       "priority": prio.get(x.id, 0)} for x in recs],
             "counts": {"mine": store.counts(owner=user.id), "all": snap.get("counts", {})},
         }

@@ -167,6 +167,7 @@ def submit(
         "--time", help="Time limit, as Slurm's --time: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or "
         "D-HH:MM:SS. Past it the job is checkpointed (if it saves) and ended.  [default: your "
         "maximum, if an admin set one]")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help='Print {"id": ...} JSON.')] = False,
     url: Url = None,
     token: Token = None,
     token_file: TokenFile = None,
@@ -207,7 +208,7 @@ def submit(
                 if e.status not in (0, 502, 503, 504) or time.time() > deadline:
                     fail(e.message)
                 time.sleep(1.0)
-        typer.echo(jid)
+        typer.echo(json.dumps({"id": jid}) if json_out else jid)
 
 
 def _time_limit(text: str | None) -> float | None:
@@ -278,9 +279,15 @@ def _progress(j: dict[str, Any]) -> str:
     return f"{it}/{tot} ({100 * it / tot:.0f}%)" if tot else str(it)
 
 
-def render_status(st: dict[str, Any]) -> list[Table]:
+#: Below this terminal width ``miso status`` prints its compact jobs table (80 columns).
+WIDE = 110
+
+
+def render_status(st: dict[str, Any], *, width: int | None = None) -> list[Table]:
     """Rich tables of an API status: GPUs (other users' jobs as a count), then jobs. All user
-    text is escaped (:func:`miso.cli.text.safe`)."""
+    text is escaped (:func:`miso.cli.text.safe`). On a terminal narrower than :data:`WIDE`
+    (``width``) the jobs table keeps its short columns and each job's why/reason goes to a
+    second two-column table below, so both fit 80 columns."""
     from miso.cli.text import safe
     g = Table(title="GPUs")
     for c in ("gpu", "model", "phase", "layout", "jobs"):
@@ -301,9 +308,14 @@ def render_status(st: dict[str, Any]) -> list[Table]:
         cols.insert(1, "owner")
     for c in cols:
         t.add_column(c, overflow="fold" if c.startswith("why") else "ellipsis")
+    gpus = {g.get("id"): g for g in st.get("gpus", [])}
     for j in st.get("jobs", []):
         sl = j.get("placement") or "-"
-        if j.get("mps_pct") is not None and j["state"] in RUNS:
+        on = gpus.get(j.get("gpu")) or {}
+        # MPS only while the job shares its GPU under MPS (profiling, an MPS plan): the
+        # store keeps the last share after a MIG layout replaced it
+        under_mps = on.get("phase") == "profiling" or j["id"] in (on.get("mps_shares") or {})
+        if j.get("mps_pct") is not None and j["state"] in RUNS and (under_mps or not on):
             sl = f"MPS {j['mps_pct']}%"
         if j["state"] in (*TERMINAL, JobStatus.QUEUED):
             sl = "-"
@@ -312,9 +324,40 @@ def render_status(st: dict[str, Any]) -> list[Table]:
         row = [j["id"], j["name"], j["state"], j.get("gpu") or "-", sl, rate, _progress(j),
                str(j.get("restarts", 0)), j.get("why", j.get("reason")) or ""]
         if st.get("admin"):
-            row.insert(1, j.get("owner") or "-")
+            row.insert(1, j.get("owner_name") or j.get("owner") or "-")
         t.add_row(*(safe(x) for x in row))
+    if width is not None and width < WIDE:
+        t, why = compact_jobs(t, cols)
+        return [g, t, *why, *owners_table(st), *lost_nodes_table(st, safe)]
     return [g, t, *owners_table(st), *lost_nodes_table(st, safe)]
+
+
+def compact_jobs(t: Table, cols: list[str]) -> tuple[Table, list[Table]]:
+    """The jobs table for 80 columns: id, owner, name, state, where (GPU and slice), progress
+    and speed; the why/reason column as its own table (job, why) of the jobs that have one."""
+    rows = list(zip(*(c.cells for c in t.columns), strict=True))
+    at = {c: i for i, c in enumerate(cols)}
+    out = Table(title=t.title)
+    keep = ["id", *(["owner"] if "owner" in at else []), "name", "state", "where",
+            "progress", "it/s"]
+    for c in keep:
+        out.add_column(c, overflow="ellipsis", no_wrap=True,
+                       max_width=12 if c in ("name", "owner") else None)
+    why = Table(title="Why (waiting) / reason (ended)", show_header=False)
+    why.add_column("job", no_wrap=True)
+    why.add_column("why", overflow="fold")
+    for r in rows:
+        where = " ".join(x for x in (str(r[at["gpu"]]), str(r[at["slice"]])) if x != "-") or "-"
+        prog = str(r[at["progress"]])
+        prog = prog.rsplit("(", 1)[-1].rstrip(")") if "(" in prog else prog
+        vals = {"id": r[at["id"]], "owner": r[at["owner"]] if "owner" in at else "",
+                "name": r[at["name"]], "state": r[at["state"]], "where": where,
+                "progress": prog, "it/s": r[at["speed it/s"]]}
+        out.add_row(*(vals[c] for c in keep))
+        text = r[at["why (waiting) / reason (ended)"]]
+        if str(text):
+            why.add_row(r[at["id"]], text)
+    return out, ([why] if why.row_count else [])
 
 
 def lost_nodes_table(st: dict[str, Any], safe: Any) -> list[Table]:
@@ -323,11 +366,14 @@ def lost_nodes_table(st: dict[str, Any], safe: Any) -> list[Table]:
     if not lost:
         return []
     t = Table(title="LOST nodes")
-    for c in ("node", "phase", "lost since", "why"):
+    for c in ("node", "phase", "lost since", "back since", "why"):
         t.add_column(c, overflow="fold")
     for n in lost:
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(n.get("since") or 0)))
-        t.add_row(*(safe(x) for x in (n.get("node"), n.get("phase"), since, n.get("why"))))
+        back = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(n["back"]))) \
+            if n.get("back") else "-"
+        t.add_row(*(safe(x) for x in (n.get("node"), n.get("phase"), since, back,
+                                      n.get("why"))))
     return [t]
 
 
@@ -359,36 +405,58 @@ def status(
                                               "(admins: any user).")] = None,
     summary: Annotated[bool, typer.Option("--summary", help="Counts only: jobs by state, "
                                           "GPUs, nodes (fast at any size).")] = False,
+    watch: Annotated[bool, typer.Option(
+        "--watch", "-w", help="Redraw every --interval seconds until Ctrl-C.")] = False,
+    interval: Annotated[float, typer.Option(
+        "--interval", help="Seconds between redraws with --watch.")] = 2.0,
+    count: Annotated[int | None, typer.Option(
+        "--count", min=1, help="With --watch: stop after N redraws.")] = None,
     url: Url = None,
     token: Token = None,
     token_file: TokenFile = None,
     state_dir: StateDir = None,
     address: RayAddress = None,
 ) -> None:
-    """GPUs with their layouts, and your jobs with state, slice, speed and progress."""
+    """GPUs with their layouts, and your jobs with state, slice, speed and progress
+    (--watch: again every --interval seconds until Ctrl-C)."""
     from miso.cli import checks
 
     checks.number(limit, "--limit", low=1)
+    checks.number(interval, "--interval", low=0.2)
     with client(url, token, state_dir, address, token_file) as c:
-        st = call(c.status, limit, state=state, owner=owner, summary=summary)
-    if json_out:
-        typer.echo(json.dumps(st, indent=2, default=str))
-        return
-    console.print(summary_line(st))
-    if summary:
-        return
-    for tbl in render_status(st):
-        console.print(tbl)
-    others = sum(st.get("counts", {}).get("all", {}).values()) - \
-        sum(st.get("counts", {}).get("mine", {}).values())
-    if others > 0 and not st.get("admin"):
-        console.print(f"{others} job(s) of other users not shown")
+        def draw() -> None:
+            st = call(c.status, limit, state=state, owner=owner, summary=summary)
+            if json_out:
+                typer.echo(json.dumps(st, indent=2, default=str))
+                return
+            console.print(summary_line(st))
+            if summary:
+                return
+            for tbl in render_status(st, width=console.width if console.is_terminal
+                                     else None):
+                console.print(tbl)
+            others = sum(st.get("counts", {}).get("all", {}).values()) - \
+                sum(st.get("counts", {}).get("mine", {}).values())
+            if others > 0 and not st.get("admin"):
+                console.print(f"{others} job(s) of other users not shown")
+
+        if not watch:
+            draw()
+            return
+        from miso.cli.follow import watch as repeat
+
+        repeat(draw, interval, clear=console.clear, count=count)
 
 
 def logs(
     job: Annotated[str, typer.Argument(help="Job id or name.")],
     tail: Annotated[int, typer.Option("--tail", help="Last lines of each attempt to print.")]
     = 200,
+    follow: Annotated[bool, typer.Option(
+        "--follow", "-f", help="Keep printing new output until the job ends (Ctrl-C stops "
+        "following; the job goes on).")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help='Print {"job", "text"} JSON.')]
+    = False,
     url: Url = None,
     token: Token = None,
     token_file: TokenFile = None,
@@ -409,10 +477,20 @@ def logs(
         except LookupError as e:
             fail(str(e))
         typer.echo(f"(no cluster runs from {sd}: logs read from disk)", err=True)
-        typer.echo(text)
+        typer.echo(json.dumps({"job": job, "text": text}) if json_out else text)
         return
     with client(url, token, state_dir, address, token_file) as c:
-        typer.echo(call(c.logs, job, tail))
+        if follow and not json_out:
+            from miso.cli.follow import follow_logs
+
+            try:
+                state = follow_logs(c, job, echo=typer.echo, tail=tail)
+            except KeyboardInterrupt:
+                return
+            typer.echo(f"(job {job} {state})", err=True)
+            return
+        text = call(c.logs, job, tail)
+        typer.echo(json.dumps({"job": job, "text": text}) if json_out else text)
 
 
 def _cluster_runs(state_dir: str) -> bool:
@@ -424,17 +502,49 @@ def _cluster_runs(state_dir: str) -> bool:
 
 
 def cancel(
-    job: Annotated[str, typer.Argument(help="Job id or name.")],
+    job: Annotated[str | None, typer.Argument(help="Job id or name (or use --all / a "
+                                              "filter).")] = None,
+    all_jobs: Annotated[bool, typer.Option(
+        "--all", help="Cancel every active job of yours (with --state/--name: those "
+        "matching).")] = False,
+    state: Annotated[list[str] | None, typer.Option(
+        "--state", help="Only jobs in this state (queued, running, profiling, "
+        "checkpointing; repeatable).")] = None,
+    name: Annotated[str | None, typer.Option(
+        "--name", help="Only jobs whose name matches this glob (e.g. 'sweep-*').")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help='Print {"jobs": [...]} JSON.')]
+    = False,
     url: Url = None,
     token: Token = None,
     token_file: TokenFile = None,
     state_dir: StateDir = None,
     address: RayAddress = None,
 ) -> None:
-    """Cancel one of your jobs (its process is killed)."""
+    """Cancel one of your jobs (its process is killed), or with --all / --state / --name
+    every active job of yours that matches."""
+    from miso.cli.follow import ACTIVE, select_jobs
+
+    by_filter = all_jobs or state or name is not None
+    if (job is None) == (not by_filter):
+        fail("give a job id or name, or --all / --state / --name (not both)")
+    bad = [s for s in state or [] if s not in ACTIVE]
+    if bad:
+        fail(f"--state {bad[0]}: expected one of {', '.join(ACTIVE)}")
     with client(url, token, state_dir, address, token_file) as c:
-        rec = call(c.cancel, job)
-    typer.echo(f"{rec['id']} {rec['state']}")
+        if job is not None:
+            recs = [call(c.cancel, job)]
+        else:
+            chosen = select_jobs(call(c.jobs, active=True), states=list(state or ACTIVE),
+                                 name=name)
+            recs = [call(c.cancel, j["id"]) for j in chosen]
+    if json_out:
+        typer.echo(json.dumps({"jobs": [{"id": r["id"], "name": r.get("name"),
+                                         "state": r["state"]} for r in recs]}))
+        return
+    for rec in recs:
+        typer.echo(f"{rec['id']} {rec['state']}")
+    if job is None and not recs:
+        typer.echo("no matching active job", err=True)
 
 
 def login(

@@ -181,8 +181,28 @@ def _check_state_dir(sd: str) -> None:
 # ---- cluster up / down ----------------------------------------------------------------------
 
 
+def _read_config(ctx: typer.Context, _param: Any, value: str | None) -> str | None:
+    """``--config FILE``: the file's values become the defaults of ``up``'s flags (a flag
+    on the command line wins). Eager, so it is read before the other flags."""
+    if not value:
+        return value
+    from miso.cli.upconfig import ConfigError, read_up_config
+
+    try:
+        values = read_up_config(value)
+    except ConfigError as e:
+        raise typer.BadParameter(str(e)) from None
+    ctx.default_map = {**(ctx.default_map or {}), **values}
+    return value
+
+
 @cluster_app.command("up")
 def up(
+    config: Annotated[str | None, typer.Option(
+        "--config", envvar="MISO_CLUSTER_CONFIG", is_eager=True, callback=_read_config,
+        help="TOML file of cluster up's settings (policy, listen, tls-cert, tls-key, "
+        "fair-share, ...; docs/deploy.md); flags given here win.  [env: "
+        "MISO_CLUSTER_CONFIG]")] = None,
     emulated: Annotated[bool, typer.Option("--emulated", help="Emulated GPUs (no hardware).")]
     = False,
     gpus: Annotated[int, typer.Option(
@@ -242,7 +262,7 @@ def up(
         "its progress) for an owner below its own once it ran this many seconds (the minimum "
         "run time of every reclaim).  [default: never stopped]")] = None,
 ) -> None:
-    """Start the controller and one agent per GPU node.
+    """Start the controller and one agent per GPU node (settings from --config FILE too).
 
     One machine: ``miso cluster up --emulated --gpus 4`` starts a private local Ray with
     everything in it. Many machines: ``ray start`` on each node (GPU nodes with
@@ -251,6 +271,7 @@ def up(
     from miso import raycluster as rc
     from miso.mig import gpu_model as find_model
 
+    del config  # read by its callback into the other flags' defaults
     sd = _state_dir(state_dir)
     try:
         model = find_model(gpu_model).name
@@ -279,6 +300,8 @@ def up(
         _check_state_dir(sd)
         rc.cluster_file(sd).unlink(missing_ok=True)  # stale: its head is gone
         operator = _bootstrap(sd)
+        err_console.print(f"miso cluster up: starting a local Ray head, the controller "
+                          f"({policy}) and {gpus} emulated GPU agent(s)...")
         try:
             info = rc.spawn_local_head(sd, gpus=gpus, model=model, config=cfg, api=api)
         except RuntimeError as e:
@@ -292,6 +315,7 @@ def up(
     if why is not None:
         fail(f"cannot reach Ray at {address}: {why}")
     _ray_auth(sd)
+    err_console.print(f"miso cluster up: connecting to Ray at {address}...")
     try:
         rc.connect(address)
     except Exception as e:  # noqa: BLE001 - Ray raises many kinds here
@@ -302,9 +326,12 @@ def up(
 
     backend = {"kind": "emulated", "gpus": gpus, "model": model} if emulated \
         else {"kind": "nvml"}
+    err_console.print("miso cluster up: starting the agents...")
     nodes = rc.start_agents(backend, str(Path(sd) / "agents"))
     if not nodes:
         fail("no Ray node offers the 'miso_agent' resource or a GPU")
+    err_console.print(f"miso cluster up: agents on {', '.join(nodes)}; starting the "
+                      f"controller ({policy}) and the API...")
     try:
         h = rc.start_controller(sd, cfg, api)
     except RuntimeError as e:

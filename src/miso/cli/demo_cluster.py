@@ -128,7 +128,8 @@ class DemoRay:
         from miso import raycluster as rc
 
         self.rc = rc
-        rc.init_local()
+        self.key = d
+        rc.init_local(key=d)
         rc.start_agents({"kind": "emulated", "gpus": gpus, "model": model},
                         str(Path(d) / "agents"), names=["node0"])
         self.h = rc.start_controller(d, cfg)

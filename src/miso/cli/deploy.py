@@ -70,9 +70,13 @@ def ports(
         "--job-id", help="Slurm job id (default $SLURM_JOB_ID).")] = None,
     check: Annotated[bool, typer.Option(
         "--check/--no-check", help="Skip blocks with a port taken on this node.")] = True,
+    state_dir: Annotated[str | None, typer.Option(
+        "--state-dir", help="The allocation's state directory (default $MISO_STATE_DIR or "
+        "~/.miso/slurm): a running allocation's block is read from its slurm.json.")] = None,
 ) -> None:
-    """Print the ports an allocation uses (JSON): a block derived from the job id."""
-    from miso.deploy import node, slurm
+    """Print the ports an allocation uses (JSON): the block a running allocation chose (its
+    slurm.json), else the block derived from the job id."""
+    from miso.deploy import node, slurm, slurmrun
 
     if job_id is None:
         try:
@@ -81,6 +85,12 @@ def ports(
             fail(str(e))
     if job_id < 0:
         fail("--job-id must not be negative")
+    sd = state_dir or os.environ.get("MISO_STATE_DIR") or str(Path.home() / ".miso" / "slurm")
+    running = slurmrun.read_state(sd)
+    if running is not None and running.get("job_id") == job_id and running.get("ports"):
+        # its own ports are taken by itself: the block it chose, not the next free one
+        typer.echo(json.dumps(running["ports"]))
+        return
     try:
         p = slurm.choose_ports(job_id, node.port_free if check else lambda _p: True)
     except RuntimeError as e:

@@ -52,6 +52,15 @@ def events(
         "--policy", help="With a simulator log of several policies: only this one.")] = None,
     gpu: Annotated[str | None, typer.Option("--gpu", hidden=True,
                                             help="Old spelling of --gpu-id.")] = None,
+    url: Annotated[str | None, typer.Option(
+        "--url", help="API URL of the cluster (default $MISO_URL, the state dir or `miso "
+        "login`).")] = None,
+    token: Annotated[str | None, typer.Option(
+        "--token", help="API token. Visible to every local account in the process list: "
+        "prefer --token-file or $MISO_TOKEN.")] = None,
+    token_file: Annotated[str | None, typer.Option(
+        "--token-file", help="Read the API token from this file (keep it 0600); or set "
+        "$MISO_TOKEN.")] = None,
 ) -> None:
     """Print the decision log: every decision of the scheduler with its reason (trigger,
     predicted speeds, chosen layout and its objective vs the current one, restarts, gain)."""
@@ -62,7 +71,14 @@ def events(
     if since is not None and not math.isfinite(since):
         fail(f"--since must be a number of seconds, got {since}")
     gpu = checks.alias(gpu_id, gpu, "--gpu-id", "--gpu")
-    recs = None if file is not None else _from_api(state_dir, job, gpu, since)
+    from miso.cli.client import explicit_token
+
+    tok = explicit_token(token, token_file)
+    if url is not None and not url.startswith(("http://", "https://")):
+        fail(f"--url {url}: expected http://HOST:PORT or https://HOST:PORT")
+    recs = None if file is not None else _from_api(state_dir, job, gpu, since, url, tok)
+    if recs is None and file is None and (url is not None or tok is not None):
+        fail(f"no API answers at {url or 'the cluster'}: is the cluster running?")
     if recs is not None:
         _print(recs, policy, limit, json_out)
         return
@@ -81,12 +97,13 @@ def events(
 
 
 def _from_api(state_dir: str | None, job: str | None, gpu: str | None,
-              since: float | None) -> list[dict] | None:
+              since: float | None, url: str | None = None,
+              token: str | None = None) -> list[dict] | None:
     """The records from the cluster's API, or None when no API with a token answers."""
     from miso.api.client import ApiError, Client
     from miso.api.credentials import resolve
 
-    c = resolve(url=None, token=None, state_dir=state_dir,
+    c = resolve(url=url, token=token, state_dir=state_dir,
                 default_state_dir=Path.home() / ".miso" / "cluster")
     if not c.url or not c.token:
         return None

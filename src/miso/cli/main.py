@@ -66,10 +66,28 @@ app = typer.Typer(
     "optimal partitioning).",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish)
     rich_markup_mode=None,
 )
 console = make_console()
+
+
+def _version(value: bool) -> None:
+    if value:
+        from miso import __version__
+
+        typer.echo(f"miso {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True,
+        help="Print miso's version and exit.")] = False,
+) -> None:
+    """miso: share NVIDIA GPUs among ML jobs with MIG (MPS profiling, prediction, optimal
+    partitioning)."""
 
 
 #: MIG first shipped with driver R450; a smaller major version is a typo.
@@ -244,6 +262,12 @@ def _mount() -> None:
     from miso.cli import serve as cli_serve  # inference services (docs/serving.md)
     for name in ("serve", "services", "load"):
         app.command(name)(getattr(cli_serve, name))
+    from miso.cli import follow as cli_follow  # finished jobs' times (issue 33)
+    app.command("history")(cli_follow.history)
+    from miso.cli import requeue as cli_requeue
+    from miso.cli import web as cli_web
+    app.command("requeue")(cli_requeue.requeue)
+    app.command("web")(cli_web.web)
     from miso.cli import deploy as cli_deploy  # the deploy paths (docs/deploy.md)
     app.add_typer(cli_deploy.slurm_app, name="slurm")
     app.command("node", context_settings=cli_deploy.NODE_CONTEXT)(cli_deploy.node)

@@ -47,7 +47,19 @@ def _row(q: dict[str, Any]) -> list[str]:
         return "-" if v is None else f"{v:g}{unit}" if isinstance(v, float) else f"{v}{unit}"
 
     return [str(q.get("owner") or q.get("name") or "?"), f(q.get("weight")),
-            f(q.get("max_in_use")), f(q.get("max_queued")), f(q.get("priority_limit"))]
+            f(q.get("max_in_use")), f(q.get("max_queued")),
+            priority_words(q.get("priority_limit"))]
+
+
+def priority_words(p: Any) -> str:
+    """A priority as a user wrote it: a class name (high 100, normal 0, low -100) when it is
+    one, else the number."""
+    from miso.sched.tenancyconfig import PRIORITY_CLASSES
+
+    if p is None:
+        return "-"
+    name = next((k for k, v in PRIORITY_CLASSES.items() if v == p), None)
+    return f"{name} ({p})" if name else str(p)
 
 
 def _tenancy_line(t: dict[str, Any]) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -96,7 +96,8 @@ def simulate(
         "optsta, mps, oracle, miso, miso+.")] = ALL_POLICIES,
     seed: Annotated[int, typer.Option(help="Seed (>= 0; runs are deterministic per seed).")] = 1,
     json_out: Annotated[Path | None, typer.Option(
-        "--json", help="Write the results (JSON) to this file.")] = None,
+        "--json", help="Write the results (JSON) to this file; '-': print them instead of "
+        "the tables (as --json elsewhere).")] = None,
     plot: Annotated[Path | None, typer.Option(
         "--plot", "--plot-dir", help="Write figures into this directory.")] = None,
     sweep: Annotated[str | None, typer.Option(
@@ -269,7 +270,8 @@ def simulate(
             else:
                 data = sweep_jobs_per_gpu(xs, pols, cfg, seed, progress=tick)
         out["sweep"] = {"kind": sweep, "results": data}
-        _print_sweep(data)
+        if not _to_stdout(json_out):
+            _print_sweep(data)
         if plot is not None:
             from miso.sim.plots import sweep as sweep_plot
 
@@ -320,9 +322,10 @@ def simulate(
     if fairness_report:
         _add_fairness(summary, raw, pols, tjobs, cfg, seed, tenancy)
     out["policies"] = summary
-    _print_table(summary)
-    if fairness_report:
-        _print_fairness(summary)
+    if not _to_stdout(json_out):
+        _print_table(summary)
+        if fairness_report:
+            _print_fairness(summary)
     if services is not None:
         out["services"] = _services(services, model, gpus, tjobs, cfg, seed, pols[0])
     if plot is not None:
@@ -432,7 +435,14 @@ def _services(path: Path, model: str, gpus: int, tjobs: list, cfg: object, seed:
     return rep
 
 
+def _to_stdout(path: Path | None) -> bool:
+    return path is not None and str(path) == "-"
+
+
 def _write(path: Path | None, out: dict[str, object]) -> None:
+    if _to_stdout(path):
+        typer.echo(json.dumps(out, indent=2, sort_keys=False))
+        return
     if path is not None:
         checks.write_text(path, json.dumps(out, indent=2, sort_keys=False), "--json")
 
@@ -448,6 +458,30 @@ def _print_table(summary: dict[str, dict[str, float]]) -> None:
                   f"{s['lost_gpu_s'] / 3600:.1f}", f"{s['profiling_gpu_s'] / 3600:.1f}",
                   f"{s['gpu_utilisation']:.2f}", f"{s['wall_s']:.2f}")
     make_console().print(t)
+    _print_owners(summary)
+
+
+def _print_owners(summary: dict[str, dict[str, Any]]) -> None:
+    """Per-owner results of a run with owners (``--tenants``, a trace's users): jobs, average
+    JCT, mean slowdown and share of the GPU time, per policy; Jain's index over the owners'
+    slowdowns."""
+    from rich.table import Table
+
+    rows = [(p, o, v) for p, s in summary.items()
+            for o, v in (s.get("owners") or {}).items()]
+    if not rows:
+        return
+    t = Table("policy", "owner", "jobs", "avg JCT s", "mean slowdown", "GPU share",
+              title="Per owner")
+    for p, o, v in rows:
+        t.add_row(p, str(o), str(v["jobs"]), f"{v['avg_jct_s']:.0f}",
+                  f"{v['mean_slowdown']:.2f}", f"{100 * v['gpu_share']:.0f}%")
+    con = make_console()
+    con.print(t)
+    for p, s in summary.items():
+        if "jain_slowdown" in s:
+            con.print(f"{p}: Jain's fairness index over the owners' mean slowdowns "
+                      f"{s['jain_slowdown']:.3f} (1 = equal)")
 
 
 def _print_sweep(data: dict[str, dict[str, dict[str, float]]]) -> None:

@@ -353,7 +353,8 @@ class Controller:
         pinned = {j["id"] for j in jobs if j.get("checkpointable") is False}
         names = {j["id"]: j.get("owner_name") for j in jobs}
         for j in jobs:
-            j["why"] = why(j, snap, pinned.__contains__, owner_of=names.get)
+            j["why"] = why(j, snap, pinned.__contains__, owner_of=names.get,
+                           job_name=lambda x: f"job {x}")
         snap["jobs"] = jobs
         if not snap["nodes"] and any(j["state"] == JobStatus.QUEUED for j in jobs):
             fencing = snap["unreachable"]
@@ -436,7 +437,15 @@ def _check_program_of_account(program: str, env: dict[str, str], unix_user: str 
     """Refuse at submit time a bare program name that a job switching to ``unix_user`` would
     not find: such a job gets the standard ``PATH`` (or the one passed with ``--env``), not the
     submitter's; ``miso submit`` sends absolute paths, so this catches direct API clients."""
-    if unix_user is None or os.geteuid() != 0 or "/" in program:
+    if unix_user is None or os.geteuid() != 0:
+        return
+    if "/" in program:  # e.g. a venv's python whose base interpreter the account cannot reach
+        from miso.controller.reachable import unreachable
+
+        why = unreachable(os.path.abspath(program), unix_user)
+        if why:
+            raise SubmitError(f"{why}; jobs run as {unix_user}: use a Python (or program) "
+                              "that account can read and run")
         return
     path = env.get("PATH") or runas.DEFAULT_PATH
     if shutil.which(program, path=path) is None:

@@ -58,6 +58,14 @@ def resume_point(rec_iteration: int | None, rec_path: str | None,
     return rec_iteration, rec_path
 
 
+def stale_checkpoint(rec_iteration: int | None, rec_path: str | None,
+                     resume: int | None, path: str | None) -> bool:
+    """Whether the store's checkpoint (``rec_*``) is behind the resume point found: another
+    file, or the same file saved again at a later iteration (a helper reuses its path), so
+    ``status`` shows the iteration the job resumes from."""
+    return path is not None and (path != rec_path or resume != rec_iteration)
+
+
 class Launcher:
     """Stops and launches runs through the agents (see the module docstring)."""
 
@@ -122,7 +130,7 @@ class Launcher:
         ck_dir = rt.checkpoint_root / job
         resume, path = resume_point(rec.checkpoint_iteration, rec.checkpoint_path, ck_dir,
                                     rec.total)
-        if path is not None and path != rec.checkpoint_path:
+        if stale_checkpoint(rec.checkpoint_iteration, rec.checkpoint_path, resume, path):
             rt.store.progress(job, checkpoint_iteration=resume, checkpoint_path=path)
         attempt = rt.store.new_attempt(job, node=ref.node, gpu=gpu, placement=str(pl),
                                        mps_pct=mps_pct, resume_iteration=resume, at=now,

@@ -11,7 +11,8 @@ the loop as a lost node, which the loop handles once the node's lease has run ou
 An agent that comes back by itself (Ray restarts a killed agent actor) is a new incarnation
 (``incarnation`` in its ``describe`` and ``report``): its guards died with the old agent, so the
 node is lost all the same - fenced, its jobs requeued once the lease has run out - and then
-joins again as new. Until it does, ``Runtime.lost`` says since when and why.
+joins again as new. Until it does, ``Runtime.lost`` says since when and why; once it has, its
+entry says since when it is back (``status`` shows it for ``statustext.RECENT_LOSS_S``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 from miso.controller.executor import PlanExecutor
 from miso.controller.launcher import Relaunch
 from miso.controller.runtime import GpuRef, Runtime
+from miso.controller.statustext import prune_losses
 from miso.jobstatus import LIMIT_REASON, JobStatus
 from miso.mig import geometry
 from miso.sched import (
@@ -98,7 +100,8 @@ class AgentPoller:
             return
         with rt.lock:
             rt.nodes.add(node)
-            rt.lost.pop(node, None)
+            if node in rt.lost:  # back: status keeps saying it was lost for a while
+                rt.lost[node]["back"] = time.time()
             self._incarnation[node] = desc.get("incarnation")
             if desc.get("workdir"):
                 rt.agent_dirs[node] = str(desc["workdir"])
@@ -165,6 +168,8 @@ class AgentPoller:
                 return False
             return True
         self._node_fail[node] = 0
+        with rt.lock:  # a node back from a loss stays in status for a while, then goes
+            prune_losses(rt.lost)
         inc, known = rep.get("incarnation"), self._incarnation.get(node)
         if inc is not None and known is not None and inc != known:
             self._lose(node, "its agent restarted (the previous one died with its jobs' "

@@ -17,13 +17,32 @@ NO_NODES = ("no agent is up: queued jobs wait for a GPU node (start one, or chec
              "`miso cluster up`)")
 
 
+#: How long ``status`` still shows a node that was lost and is back (seconds).
+RECENT_LOSS_S = 600.0
+
+
+def prune_losses(lost: dict[str, dict[str, Any]], now: float | None = None) -> None:
+    """Forget the lost nodes back for :data:`RECENT_LOSS_S` or more: ``status`` shows every
+    node still lost, and a restarted agent for a while after it joined again."""
+    t = time.time() if now is None else now
+    for n in [n for n, d in lost.items()
+              if d.get("back") is not None and t - float(d["back"]) >= RECENT_LOSS_S]:
+        del lost[n]
+
+
 def lost_node(node: str, d: dict[str, Any], fencing: bool) -> dict[str, Any]:
     """A lost node as ``status`` shows it: since when (wall clock), why, and what happens to
     its jobs (``fencing``: they move once its lease has run out; else they have moved and the
-    node waits for its agent to join again)."""
+    node waits for its agent to join again; ``back`` in ``d``: it has joined again)."""
     since = float(d.get("since") or 0.0)
     phase = "fencing" if fencing else "waiting for its agent"
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since))
+    if d.get("back") is not None and not fencing:
+        back = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(d["back"])))
+        return {"node": node, "since": since, "why": str(d.get("why") or ""), "phase": "back",
+                "back": float(d["back"]),
+                "text": f"node {node} was lost at {stamp} ({d.get('why')}); back since "
+                        f"{back}: its jobs were requeued and resume from their checkpoints"}
     then = ("its jobs move once its lease has run out" if fencing else
             "its jobs were requeued; it joins again when its agent is back")
     return {"node": node, "since": since, "why": str(d.get("why") or ""), "phase": phase,
@@ -62,11 +81,13 @@ BUSY_LISTED = 16
 
 def why(j: dict[str, Any], snap: dict[str, Any],
         cannot_checkpoint: Callable[[str], bool] | None = None, *, admin: bool = False,
-        owner_of: Callable[[str], str | None] | None = None) -> str:
+        owner_of: Callable[[str], str | None] | None = None,
+        job_name: Callable[[str], str] | None = None) -> str:
     """One line on why job ``j`` (a record as JSON) is where it is: its full failure reason
     when it ended, why it waits when queued (``snap`` is :meth:`Controller.cluster`), and for a
     job that sends no progress reports that it is not profiled. ``cannot_checkpoint(job id)``
-    tells whether a resident of a GPU is pinned (never named: it may be another user's).
+    tells whether a resident of a GPU is pinned; ``job_name(job id)`` names it as the reader
+    may see it ("job j0003 (train)", or "another user's job"); without it it is not named.
     A fair-share wait names the other owners ahead only for an ``admin`` reader."""
     state = j["state"]
     if state in TERMINAL:
@@ -98,13 +119,17 @@ def why(j: dict[str, Any], snap: dict[str, Any],
         if gpu["phase"] == "profiling":
             return f"{where}: its jobs are being profiled under MPS"
         others = [x for x in gpu["jobs"] if x != j["id"]]
-        if cannot_checkpoint is not None and any(cannot_checkpoint(x) for x in others):
-            return (f"{where}: a job there cannot checkpoint and keeps its slice until it "
+        pinned = [x for x in others if cannot_checkpoint is not None and cannot_checkpoint(x)]
+        if pinned:
+            who = ", ".join(job_name(x) if job_name is not None else "a job there"
+                            for x in pinned[:3])
+            return (f"{where}: {who} cannot checkpoint and keeps its slice until it "
                     "ends; no layout adds this job beside it")
         return f"{where}: placed there, its new layout is not applied yet"
     gpus = snap["gpus"]
     if len(gpus) <= BUSY_LISTED:
-        busy = ", ".join(f"{g['id']} {g['phase']} {len(g['jobs'])} jobs" for g in gpus)
+        busy = ", ".join(f"{g['id']} {g['phase']} {len(g['jobs'])} job"
+                         f"{'' if len(g['jobs']) == 1 else 's'}" for g in gpus)
     else:  # a big cluster: GPUs by phase (one line, not one entry per GPU)
         phases: dict[str, int] = {}
         for g in gpus:

@@ -70,6 +70,11 @@ def trigger_of(ev: Event | None) -> tuple[str, dict[str, Any]]:
         cause["tag"] = ev.tag
     if isinstance(ev, ProfilingFinished):
         cause["jobs"] = list(ev.speeds)
+        # what the run measured: each job's rate (it/s) with the mix at the highest level
+        top = max(range(len(ev.levels)), key=lambda i: ev.levels[i]) if ev.levels else None
+        cause["measured"] = {j: round(float(r[top]), 4) for j, r in ev.speeds.items()
+                             if top is not None and len(r) > top}
+        cause["measured_level"] = ev.levels[top] if top is not None else None
     return TRIGGERS.get(type(ev), type(ev).__name__), cause
 
 
@@ -169,7 +174,7 @@ def explain(now: float, d: Decision, state: ClusterState, ctx: Context) -> dict[
                                                       else "back to the policy"))
         case WakeUp():
             rec.update(at=round(d.at, 3), tag=d.tag,
-                       note=f"timer {d.tag or '(untagged)'} at t={d.at:.1f}s")
+                       note=f"{timer_words(d.tag)} at t={d.at:.1f}s")
         case _:
             rec["note"] = repr(d)
     if isinstance(why, Mapping):
@@ -181,7 +186,17 @@ def explain(now: float, d: Decision, state: ClusterState, ctx: Context) -> dict[
                 rec[k] = _plain(v)
         if mine and rec.get("note") != mine and isinstance(d, ApplyLayout):
             rec["detail"] = mine  # the numbers in words, beside the policy's own note
+    if isinstance(rec.get("note"), str) and NOTHING_RAN in rec["note"] and (
+            rec.get("current_layout") or trig == "profiled" or ctx.restarted):
+        # the policy had no comparable total, but jobs did run here before this plan
+        rec["note"] = rec["note"].replace(
+            NOTHING_RAN, "(its jobs ran under MPS to be profiled)" if trig == "profiled"
+            else "(no total to compare: the GPU's mix changed)")
     return rec
+
+
+#: The policy's words for a plan with no current total (see ``sched.policies.explain``).
+NOTHING_RAN = "(nothing ran before)"
 
 
 def _apply_layout(d: ApplyLayout, state: ClusterState, ctx: Context) -> dict[str, Any]:
@@ -237,6 +252,21 @@ def _apply_layout(d: ApplyLayout, state: ClusterState, ctx: Context) -> dict[str
         out["std"] = {j: {p: _fmt(e) for p, e in sorted(std[j].items())} for j in jobs
                       if j in std}
     return out
+
+
+#: A user id as :mod:`miso.api.users` hands them out (``u:`` and 64 random bits in hex).
+_USER_ID = re.compile(r"\bu:[0-9a-f]{16}\b")
+
+
+def name_owners(rec: dict[str, Any], names: Mapping[str, str]) -> dict[str, Any]:
+    """``rec`` with every user id in its text fields (``note``, ``order``, ``detail``, ...)
+    replaced by the user's name (an id without a known name stays): users read names."""
+    if not names:
+        return rec
+    for k, v in rec.items():
+        if isinstance(v, str) and "u:" in v:
+            rec[k] = _USER_ID.sub(lambda m: names.get(m.group(0), m.group(0)), v)
+    return rec
 
 
 def job_key(j: str) -> tuple[int, int | str]:
@@ -306,12 +336,16 @@ def _describe(rec: Mapping[str, Any]) -> str:
                 pred += f" (95 % interval {iv[0]:.3f}-{iv[1]:.3f})"
             elif isinstance(e, (int, float)):
                 pred += f" +/- {e:.3f}"
+            measured = (cause.get("measured") or {}).get(j)
             if j in cur:
                 was = f" (was on {cur[j]})" if cur[j] != pl else " (kept)"
+            elif j in (cause.get("jobs") or []):
+                was = " (from the MPS profiling run" + (
+                    f": measured {measured:g} it/s with the mix at "
+                    f"{cause.get('measured_level')} %)" if isinstance(measured, (int, float))
+                    else ")")
             elif j in (rec.get("prior") or []):
                 was = " (not profiled yet: prior estimate)"
-            elif j in (cause.get("jobs") or []):
-                was = " (from the MPS profiling run)"
             else:
                 was = " (starts)"
             lines.append(f"    job {j:<8} -> {pl:<12} {pred}{was}")
@@ -326,7 +360,14 @@ def _describe(rec: Mapping[str, Any]) -> str:
             s = f"    objective {obj:.3f}"
             if isinstance(thr, (int, float)) and abs(thr - obj) > 5e-4:
                 s = f"    throughput {thr:.3f} (objective net of restart costs {obj:.3f})"
-            s += f", current {cobj:.3f}" if cobj is not None else ", current: none"
+            if cobj is not None:
+                s += f", current {cobj:.3f}"
+            elif rec.get("trigger") == "profiled":
+                s += ", current: the MPS profiling run (no MIG layout to compare)"
+            elif rec.get("current_layout"):
+                s += ", current: no total for these jobs (the mix changed)"
+            else:
+                s += ", current: none (the GPU was empty)"
             if gain is not None:
                 s += f", expected gain {gain:+.3f}"
             lines.append(s)
@@ -352,8 +393,31 @@ def _headline(rec: Mapping[str, Any]) -> str:
     if kind == "RequeueJob":
         return f"requeue job {rec.get('job')}"
     if kind == "WakeUp":
-        return f"timer {rec.get('tag')}"
+        return timer_words(rec.get("tag"))
+    if kind == "GpuLost":
+        return "GPU lost (its node stopped answering or its agent restarted)"
+    if kind == "GpuJoined":
+        return "GPU back"
     return str(kind)
+
+
+#: What each of the policies' timer tags is for, in words (users never read the tag).
+TIMER_WORDS = {
+    "quiet": "look again once arrivals have paused (re-plan with the long horizon)",
+    "reclaim": "look again for slices that a finished job left idle",
+    "batch": "plan the jobs that arrived together as one batch",
+    "reprofile": "profile the GPU's mix again after its cool-down",
+}
+
+
+def timer_words(tag: object) -> str:
+    """A timer decision's headline in words (``reprofile:<gpu>`` names its GPU)."""
+    t = str(tag or "")
+    base, _, arg = t.partition(":")
+    words = TIMER_WORDS.get(base)
+    if words is None:
+        return "scheduled check" + (f" ({t})" if t else "")
+    return f"scheduled check: {words}" + (f" on {arg}" if arg else "")
 
 
 def mentions(rec: Mapping[str, Any], *, job: str | None = None, gpu: str | None = None) -> bool:

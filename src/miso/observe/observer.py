@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from miso.mig import Placement
-from miso.observe.decisions import Context, explain, trigger_of
+from miso.observe.decisions import Context, explain, name_owners, trigger_of
 from miso.observe.eventlog import LOG_NAME, DecisionLog
 from miso.observe.metrics import Metrics
 from miso.sched import (
@@ -30,6 +30,7 @@ from miso.sched import (
     ClusterState,
     Decision,
     Event,
+    GpuAdded,
     GpuRemoved,
     JobFailed,
     JobFinished,
@@ -64,8 +65,10 @@ class Observer:
     ``on_event``/``on_decision`` come from the driver's single loop thread."""
 
     def __init__(self, metrics: Metrics | None = None, log: DecisionLog | None = None, *,
-                 estimates: Estimates | None = None) -> None:
+                 estimates: Estimates | None = None,
+                 owner_names: Mapping[str, str] | None = None) -> None:
         self.metrics = metrics
+        self.owner_names = owner_names if owner_names is not None else {}
         self.log = log
         self.estimates = estimates
         self._event: Event | None = None
@@ -77,6 +80,9 @@ class Observer:
         self._predicted: dict[str, dict[str, float]] = {}   # job -> profile -> speed
         self._speed: dict[str, dict[str, float | None]] = {}  # job -> observed/predicted
         self._lock = threading.Lock()
+        self._removed: set[str] = set()              # GPUs that left (a GpuAdded: back)
+        #: Why a GPU's node was lost (the controller's words), for the decision log.
+        self.lost_why: Callable[[str], str | None] = lambda _gpu: None
 
     # ---- hooks ----------------------------------------------------------------------------
 
@@ -118,10 +124,22 @@ class Observer:
                     self._speed.pop(j, None)
             case GpuRemoved(gpu=g):
                 gs = state.gpus.get(g)
-                if gs is not None and m is not None:
+                if gs is not None:
                     lost = [j for j in gs.jobs if state.jobs[j].status is JobStatus.RUNNING]
-                    if lost:
+                    if lost and m is not None:
                         m.restarts.labels("node_loss").inc(len(lost))
+                    self._removed.add(g)
+                    if self.log is not None:
+                        self.log.append(gpu_lost_record(now, g, list(gs.jobs), lost,
+                                                        self.lost_why(g)))
+            case GpuAdded(gpu=g) if g in self._removed:
+                self._removed.discard(g)
+                if self.log is not None:
+                    self.log.append({"time": round(now, 3), "kind": "GpuJoined", "gpu": g,
+                                     "trigger": "node_change",
+                                     "cause": {"event": "GpuAdded", "gpu": g},
+                                     "note": f"{g} joined again (its agent is back); the "
+                                             f"policy places jobs on it anew"})
             case LayoutApplied(gpu=g, plan_id=pid):
                 gs = state.gpus.get(g)
                 if gs is not None and gs.pending_plan_id == pid and m is not None:
@@ -193,7 +211,7 @@ class Observer:
             else None
         ctx = Context(event=self._event, restarted=restarted, speeds=speeds, origin=origin,
                       gpu_before=gpu_before)
-        self.log.append(explain(now, d, state, ctx))
+        self.log.append(name_owners(explain(now, d, state, ctx), self.owner_names))
         self._track_origin(now, d)
 
     def on_timing(self, name: str, seconds: float) -> None:
@@ -292,6 +310,17 @@ def metrics_source(controller: Any) -> Any:
     return snapshot
 
 
+def gpu_lost_record(now: float, gpu: str, jobs: list[str], running: list[str],
+                    why: str | None) -> dict[str, Any]:
+    """The decision-log record of a GPU that left (its node lost, e.g. its agent restarted):
+    which jobs it held and that they go back to the queue to resume from a checkpoint."""
+    held = (f"its job{'s' if len(jobs) != 1 else ''} {', '.join(jobs)} go back to the queue "
+            f"and resume from their last checkpoint" if jobs else "it held no job")
+    return {"time": round(now, 3), "kind": "GpuLost", "gpu": gpu, "trigger": "node_change",
+            "cause": {"event": "GpuRemoved", "gpu": gpu}, "jobs": jobs, "restarts": running,
+            "note": f"{gpu} left the cluster" + (f": {why}" if why else "") + f"; {held}"}
+
+
 def attach(controller: Any, state_dir: str | Path | None = None, *, metrics: bool = True,
            log: bool = True) -> Observer:
     """Give a live :class:`~miso.controller.Controller` its observer: a metrics registry over
@@ -301,6 +330,13 @@ def attach(controller: Any, state_dir: str | Path | None = None, *, metrics: boo
     dlog = None
     if log:
         dlog = DecisionLog(Path(state_dir) / LOG_NAME if state_dir is not None else None)
-    obs = Observer(m, dlog, estimates=policy_estimates(controller.policy))
+    obs = Observer(m, dlog, estimates=policy_estimates(controller.policy),
+                   owner_names=getattr(controller, "owner_names", None))
+    rt = getattr(controller, "rt", None)
+    if rt is not None and isinstance(getattr(rt, "lost", None), dict):
+        def lost_why(gpu: str) -> str | None:
+            d = rt.lost.get(gpu.rpartition("/")[0]) or {}
+            return str(d["why"]) if d.get("why") else None
+        obs.lost_why = lost_why
     controller.observer = obs
     return obs

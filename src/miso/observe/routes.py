@@ -32,7 +32,7 @@ from miso.observe.decisions import describe
 from miso.observe.eventlog import read_records
 from miso.observe.metrics import CONTENT_TYPE, mask_owners
 from miso.observe.observer import Observer
-from miso.observe.view import cluster_view, job_ids_in, mask, mentioned_jobs
+from miso.observe.view import cluster_counts, cluster_view, job_ids_in, mask, mentioned_jobs
 
 STATIC = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
           "style.css": "text/css; charset=utf-8"}
@@ -158,9 +158,11 @@ def observe_router(source: StatusSource, observer: Observer, *,
         snap = source.status(limit=PAGE_JOBS) if hasattr(source, "cluster") else \
             source.status()
         owners = snap.get("owners")
+        counts = cluster_counts(snap)  # the cluster's, before the reader's scope
         if seen is not None:
             snap = scoped_snapshot(snap, seen)
         out = cluster_view(snap, speeds=observer.job_speeds(), decisions=recs, visible=seen)
+        out["counts"] = counts
         if owners is not None:  # tenancy on: usage against entitlement (others as counts)
             out["owners"] = owner_view(owners, None if seen is None else
                                        str(getattr(principal, "id", "") or ""),

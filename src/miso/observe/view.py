@@ -21,6 +21,10 @@ from miso.observe.decisions import describe
 
 #: What another user's job id reads as in a masked view.
 OTHER = "other"
+#: How a slice that another user's job runs on is labelled for a reader who may not see it.
+OTHER_NAME = "another user's job"
+#: Job states that occupy a slice (counted as running in the header).
+_ON_GPU = {JobStatus.RUNNING, JobStatus.PROFILING, JobStatus.CHECKPOINTING}
 
 
 def mentioned_jobs(obj: Mapping[str, Any]) -> list[str]:
@@ -67,17 +71,27 @@ def job_ids_in(obj: Any) -> set[str]:
     return out
 
 
+def is_other(job: Any) -> bool:
+    """Whether ``job`` is a masked id (``"other"``, or ``"other 2"``... when one mapping held
+    several hidden jobs)."""
+    return isinstance(job, str) and (job == OTHER or job.startswith(OTHER + " "))
+
+
 def mask(obj: Any, hidden: set[str]) -> Any:
     """``obj`` with every job id of ``hidden`` (as a value or a key) replaced by ``"other"``
-    and the free-text fields of records that mention one dropped."""
+    and the free-text fields of records that mention one dropped. Several hidden keys of one
+    mapping stay distinct (``"other"``, ``"other 2"``, ...): an assignment keeps every busy
+    slice busy."""
     if not hidden:
         return obj
     if isinstance(obj, Mapping):
         out = {}
+        n_other = 0
         for k, v in obj.items():
-            key = OTHER if k in hidden else k
-            if key == OTHER and key in out:  # several hidden keys: keep a count
-                continue
+            key = k
+            if k in hidden:
+                n_other += 1
+                key = OTHER if n_other == 1 else f"{OTHER} {n_other}"
             out[key] = mask(v, hidden)
         for k in ("note", "origin", "command", "name", "reason"):
             if isinstance(out.get(k), str) and any(h in out[k] for h in hidden):
@@ -100,6 +114,7 @@ def cluster_view(snap: Mapping[str, Any], *, speeds: Mapping[str, Mapping[str, A
     """The JSON view of one snapshot (see the module docstring). With ``visible`` (the job ids
     the reader may see) other jobs are shown as ``"other"``: slices and counts, no names."""
     speeds = speeds or {}
+    counts = cluster_counts(snap)
     if visible is not None:
         snap = mask(snap, (set(mentioned_jobs(snap)) | job_ids_in(snap)) - visible)
         decisions = [mask(r, (set(ids) | job_ids_in(r)) - visible) for r in decisions
@@ -145,7 +160,17 @@ def cluster_view(snap: Mapping[str, Any], *, speeds: Mapping[str, Mapping[str, A
         out_queue = [q for q in out_queue if q["id"] != OTHER]
     recs = [dict(r, text=describe(r)) for r in decisions]
     return {"time": now, "policy": snap.get("policy"), "gpus": gpus, "jobs": out_jobs,
-            "queue": out_queue, "decisions": recs, "errors": list(snap.get("errors") or [])}
+            "queue": out_queue, "decisions": recs, "errors": list(snap.get("errors") or []),
+            "counts": counts}
+
+
+def cluster_counts(snap: Mapping[str, Any]) -> dict[str, int]:
+    """The whole cluster's job counts (the page's header), whoever reads it: jobs on a GPU
+    (running, profiling or checkpointing) and jobs queued."""
+    on_gpu = {str(x) for g in snap.get("gpus") or [] for x in g.get("jobs") or []}
+    on_gpu |= {str(j.get("id")) for j in snap.get("jobs") or []
+               if str(j.get("state", "")) in _ON_GPU}
+    return {"running": len(on_gpu), "queued": len(snap.get("queue") or [])}
 
 
 def _gpu(g: Mapping[str, Any], jobs: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
@@ -171,14 +196,21 @@ def _gpu(g: Mapping[str, Any], jobs: Mapping[str, Mapping[str, Any]]) -> dict[st
             except KeyError:
                 pass
         job = by_slice.get(str(s))
+        if is_other(job):  # another user's job: busy, without its id or name
+            slices.append({"profile": prof, "start": int(start or 0), "size": size,
+                           "compute_slices": cs, "memory_gib": mem, "job": OTHER,
+                           "job_state": None, "job_name": OTHER_NAME,
+                           "mps_jobs": [OTHER if is_other(x) else x for x in mps_jobs]})
+            continue
         slices.append({"profile": prof, "start": int(start or 0), "size": size,
                        "compute_slices": cs, "memory_gib": mem, "job": job,
                        "job_state": jobs.get(job, {}).get("state") if job else None,
                        "job_name": jobs.get(job, {}).get("name") if job else None,
-                       "mps_jobs": mps_jobs})
+                       "mps_jobs": [OTHER if is_other(x) else x for x in mps_jobs]})
     return {"id": g.get("id"), "node": g.get("node", ""), "model": model_name, "units": units,
             "phase": g.get("phase"), "pending_plan": g.get("pending_plan"),
-            "slices": sorted(slices, key=lambda x: x["start"]), "jobs": list(g.get("jobs") or []),
+            "slices": sorted(slices, key=lambda x: x["start"]),
+            "jobs": [OTHER if is_other(x) else x for x in g.get("jobs") or []],
             "mps_shares": shares}
 
 

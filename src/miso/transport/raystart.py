@@ -122,9 +122,10 @@ def agent_handles() -> list[Any]:
 
 def checkpoint_jobs(timeout: float) -> int:
     """Halt the controller, ask every running job on every node to save and exit, and wait
-    up to ``timeout`` s; returns how many still run (:func:`stop_actors` kills those). The
-    store does not see these saves; the next controller on the state directory resumes the
-    jobs from the helper's records of them (:mod:`miso.controller.recovery`)."""
+    up to ``timeout`` s; returns how many still run without having saved since the request
+    (:func:`stop_actors` kills those; a job that saved and is still exiting counts as saved).
+    The store does not see these saves; the next controller on the state directory resumes
+    the jobs from the helper's records of them (:mod:`miso.controller.recovery`)."""
     ray = _ray()
     with contextlib.suppress(Exception):  # no controller: nothing schedules anyway
         ray.get(controller().halt.remote(), timeout=30)
@@ -132,24 +133,48 @@ def checkpoint_jobs(timeout: float) -> int:
     deadline = time.time() + timeout
     lease = deadline + 5  # the guards must not fence a job while it saves
 
-    def running(a: Any) -> list[dict[str, Any]]:
-        try:
-            rep = ray.get(a.report.remote(lease), timeout=10)
-        except Exception:  # noqa: BLE001 - a lost node runs nothing we can save
-            return []
-        return [j for j in rep["jobs"] if j["status"] == "running"]
+    def running() -> list[dict[str, Any]]:
+        out = []
+        for a in agents:
+            try:
+                rep = ray.get(a.report.remote(lease), timeout=10)
+            except Exception:  # noqa: BLE001, S112 - a lost node runs nothing we can save
+                continue
+            out += [j for j in rep["jobs"] if j["status"] == "running"]
+        return out
 
+    asked = {}
     for a in agents:
-        for j in running(a):
+        try:
+            jobs = [j for j in ray.get(a.report.remote(lease), timeout=10)["jobs"]
+                    if j["status"] == "running"]
+        except Exception:  # noqa: BLE001, S112
+            continue
+        for j in jobs:
             try:
                 ray.get(a.checkpoint.remote(j["job"], j["attempt"]), timeout=10)
             except Exception:  # noqa: BLE001, S112
                 continue
-    left = sum(len(running(a)) for a in agents)
+            asked[(j["job"], j["attempt"])] = j.get("checkpoint_iteration")
+    left = unsaved(asked, running())
     while left and time.time() < deadline:
         time.sleep(0.2)
-        left = sum(len(running(a)) for a in agents)
+        left = unsaved(asked, running())
     return left
+
+
+def unsaved(asked: dict[tuple[str, int], Any], running: list[dict[str, Any]]) -> int:
+    """How many of the ``running`` attempts have not saved since they were asked to
+    (``asked``: attempt -> its ``checkpoint_iteration`` then). A job whose checkpoint moved
+    on has saved, even while it is still exiting."""
+    n = 0
+    for j in running:
+        key = (j["job"], j["attempt"])
+        ck = j.get("checkpoint_iteration")
+        if key in asked and ck is not None and ck != asked[key]:
+            continue
+        n += 1
+    return n
 
 
 def stop_actors(*, stop_jobs: bool = True) -> None:

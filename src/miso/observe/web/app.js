@@ -18,6 +18,14 @@
   }
   const fmt = (x, d = 2) => (typeof x === "number" ? x.toFixed(d) : "\u2013");
 
+  // `miso web` opens the page as URL/#token=...: a fragment never reaches the server (nor
+  // its logs); keep it for this tab and drop it from the address bar and the history
+  (function tokenFromFragment() {
+    const m = /(?:^#|&)token=([^&]+)/.exec(location.hash || "");
+    if (!m) return;
+    sessionStorage.setItem(KEY, decodeURIComponent(m[1]));
+    history.replaceState(null, "", location.pathname + location.search);
+  })();
   function token() { return sessionStorage.getItem(KEY) || ""; }
   function showError(msg) {
     const e = $("error");
@@ -51,7 +59,8 @@
       for (const s of g.slices) {
         for (let u = s.start; u < s.start + Math.max(1, s.size); u++) used.add(u);
         const mps = s.mps_jobs && s.mps_jobs.length;
-        const who = s.job ? `job ${s.job}` + (s.job_name && s.job_name !== s.job ?
+        const who = s.job === "other" ? (s.job_name || "another user's job") :
+          s.job ? `job ${s.job}` + (s.job_name && s.job_name !== s.job ?
           ` \u00b7 ${s.job_name}` : "") : (mps ? `MPS: ${s.mps_jobs.join(", ")}` : "idle");
         const cls = "slice" + (s.job ? "" : (mps ? " mps" : " empty"));
         const d = el("div", { class: cls, role: "listitem",
@@ -101,7 +110,8 @@
         ? `${fmt(sp.observed)} / ${fmt(sp.predicted)}` + (sp.profile ? ` on ${sp.profile}` : "")
         : "\u2013";
       const ended = j.state === "failed" || j.state === "cancelled" || j.state === "finished";
-      const why = j.wait_reason ? `waiting: ${j.wait_reason}` :
+      const why = j.wait_reason ? (/^waiting\b/i.test(j.wait_reason) ? j.wait_reason :
+        `waiting: ${j.wait_reason}`) :
         (ended && j.reason ? `${j.state}: ${j.reason}` : "");
       tb.append(el("tr", {},
         el("td", { text: j.id }), el("td", { text: j.name || "" }),
@@ -166,20 +176,110 @@
     if (list.length) box.dataset.seen = String(Math.max(seen, ...list.map((r) => r.seq)));
   }
 
+  // ---- plots over time: samples kept in this tab since it opened ----------------------
+  const HISTORY = [];
+  const MAX_SAMPLES = 450;  // 15 minutes at one update every 2 s
+  const COLOURS = ["#1f5fa8", "#b3400a", "#2d7a2d", "#7a2d7a", "#8a6d00", "#00707a",
+    "#a8324a", "#4d4d4d"];
+
+  function sample(v) {
+    const gpus = {};
+    for (const g of v.gpus) {
+      const units = g.units || 8;
+      let busy = 0;
+      for (const s of g.slices) if (s.job || (s.mps_jobs && s.mps_jobs.length)) busy += s.size;
+      gpus[g.id] = Math.min(1, busy / units);
+    }
+    const owners = {};
+    for (const o of v.owners || []) {
+      const name = o.owner === "others" && o.owners != null ? `others (${o.owners})` : o.owner;
+      owners[name] = o.usage_share || 0;
+    }
+    const queued = v.counts ? v.counts.queued : v.queue.length;
+    if (HISTORY.length && HISTORY[HISTORY.length - 1].t === v.time) return;
+    HISTORY.push({ t: v.time, gpus, queued, owners });
+    if (HISTORY.length > MAX_SAMPLES) HISTORY.shift();
+  }
+
+  const SVG = "http://www.w3.org/2000/svg";
+  function svgEl(tag, attrs) {
+    const e = document.createElementNS(SVG, tag);
+    for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+    return e;
+  }
+
+  // One line chart: series {name: [values per sample]}, y from 0 to yMax.
+  function chart(title, series, yMax, fmtY) {
+    const W = 300, H = 100, L = 34, B = 14;
+    const svg = svgEl("svg", { viewBox: `0 0 ${W} ${H}`, role: "img",
+      preserveAspectRatio: "none" });
+    const n = HISTORY.length;
+    const x = (i) => L + (n <= 1 ? 0 : (i * (W - L - 4)) / (n - 1));
+    const y = (val) => H - B - (Math.min(val, yMax) / (yMax || 1)) * (H - B - 6);
+    svg.append(svgEl("line", { x1: L, y1: H - B, x2: W - 2, y2: H - B, stroke: "#888" }));
+    svg.append(svgEl("line", { x1: L, y1: 4, x2: L, y2: H - B, stroke: "#888" }));
+    for (const [val, label] of [[0, fmtY(0)], [yMax, fmtY(yMax)]]) {
+      const t = svgEl("text", { x: L - 3, y: y(val) + 3, "text-anchor": "end",
+        "font-size": "9", fill: "#333" });
+      t.textContent = label;
+      svg.append(t);
+    }
+    const legend = el("ul", { class: "legend" });
+    const words = [];
+    Object.entries(series).forEach(([name, vals], k) => {
+      const colour = COLOURS[k % COLOURS.length];
+      const pts = vals.map((val, i) => (val == null ? null : `${x(i).toFixed(1)},${y(val).toFixed(1)}`))
+        .filter((p) => p).join(" ");
+      if (pts) svg.append(svgEl("polyline", { points: pts, fill: "none", stroke: colour,
+        "stroke-width": "1.8", "vector-effect": "non-scaling-stroke" }));
+      const last = vals[vals.length - 1];
+      const sw = el("span", { class: "swatch" });
+      sw.style.background = colour;
+      legend.append(el("li", {}, sw, `${name}: ${last == null ? "\u2013" : fmtY(last)}`));
+      words.push(`${name} ${last == null ? "none" : fmtY(last)}`);
+    });
+    svg.setAttribute("aria-label", `${title}, last ${n} updates; now ${words.join(", ")}`);
+    return el("figure", { class: "plot" }, el("h3", { text: title }), svg, legend);
+  }
+
+  function drawPlots() {
+    const box = $("plots");
+    box.replaceChildren();
+    if (!HISTORY.length) return;
+    const pct = (f) => `${Math.round(100 * f)}%`;
+    const gpuIds = [...new Set(HISTORY.flatMap((h) => Object.keys(h.gpus)))];
+    const gpuSeries = Object.fromEntries(gpuIds.map((g) => [g,
+      HISTORY.map((h) => (g in h.gpus ? h.gpus[g] : null))]));
+    box.append(chart("GPU utilisation (busy placement units)", gpuSeries, 1, pct));
+    const qs = HISTORY.map((h) => h.queued);
+    box.append(chart("Queue length (jobs waiting)", { queued: qs },
+      Math.max(1, ...qs), (v) => String(Math.round(v))));
+    const owners = [...new Set(HISTORY.flatMap((h) => Object.keys(h.owners)))];
+    if (owners.length) {
+      box.append(chart("Each owner's share of recent GPU time", Object.fromEntries(
+        owners.map((o) => [o, HISTORY.map((h) => (o in h.owners ? h.owners[o] : null))])),
+      1, pct));
+    }
+  }
+
   async function refresh() {
     if (paused) return;
     try {
       const v = await fetchJSON("api/v1/cluster");
       showError("");
       $("token-form").hidden = true;
-      const running = v.jobs.filter((j) => j.state === "running").length;
+      // the cluster's counts (every user's jobs), not only the reader's
+      const c = v.counts || { running: v.jobs.filter((j) => j.state === "running").length,
+        queued: v.queue.length };
       $("summary").textContent = `policy ${v.policy || "?"} \u00b7 ${v.gpus.length} GPUs \u00b7 ` +
-        `${running} running \u00b7 ${v.queue.length} queued \u00b7 t=${fmt(v.time, 0)} s`;
+        `${c.running} running \u00b7 ${c.queued} queued \u00b7 t=${fmt(v.time, 0)} s`;
       drawGpus(v.gpus);
       drawJobs(v.jobs);
       drawOwners(v.owners);
       drawQueue(v.queue);
       drawDecisions(v.decisions);
+      sample(v);
+      drawPlots();
     } catch (e) {
       showError(e.message);
     }
