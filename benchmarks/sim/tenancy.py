@@ -8,8 +8,9 @@ simulator (miso+ unless --policy says otherwise).
    slices and reclaim, the default): the price (total average JCT / off - 1), each owner's
    sharing incentive (its average JCT / alone on its entitled half), the jobs' finish-time
    fairness (rho max and p95), restarts and reclaims; Jain's index over per-owner mean
-   slowdown only as a secondary figure (it ranks FIFO fairest; issue 31). Then (``sizes``) the trade-off of the fair slice's cap
-   ``demand_per_job`` (1/3: 2g, 1/2: 3g, 1: up to a whole GPU).
+   slowdown only as a secondary figure (it ranks FIFO fairest; issue 31). Then (``sizes``)
+   the trade-off of the fair slice's cap ``demand_per_job`` (1/3: 2g, 1/2: 3g, 1: up to a
+   whole GPU).
 2. The Philly trace (first ``--philly-jobs`` jobs) with owners from its ``vc`` column on 40
    GPUs: the same figures (each vc alone on its entitled 4 GPUs), fair share off, order only,
    on (and on with
