@@ -126,7 +126,7 @@ class Miso(BasePolicy):
         spec = sc.state.jobs[job].spec
         mem = spec.memory_gb
         fits = [(geom, fitting_profiles(geom, mem)) for geom in self._geoms]
-        if self.model_aware and len(fits) > 1:
+        if self.model_aware and len({g.model.name for g in self._geoms}) > 1:
             rank = {g: i for i, g in enumerate(model_order(spec.workload, list(self._geoms)))}
             fits.sort(key=lambda x: rank[x[0]])
             for n in range(max((g.model.max_instances for g in self._geoms), default=0)):
