@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from miso.sched.decisions import (
@@ -164,7 +165,156 @@ class GangLayer:
 
     def gang_pass(self, now: float, st: ClusterState, prior: list[Decision]) -> list[Decision]:
         """The layer's decisions after the wrapped policy's ``prior`` ones of this call."""
-        book = st.gangs
+        for g in st.gpus:
+            self._order(g)
+        ps = GangPass.after(now, st, prior)
+        head = self._start_in_order(ps)
+        if head is None:
+            self.reservation = None
+            # No gang waits: give back every held GPU without a run.
+            for g in sorted(st.gangs.gpus, key=self._order):
+                if g not in ps.used and st.gangs.run_on(g) is None:
+                    ps.release(g)
+            return ps.out
+        self._reserve(ps, head)
+        return ps.out
+
+    def _start_in_order(self, ps: GangPass) -> str | None:
+        """Start queued gangs in FIFO order while each finds its GPUs idle; the first that
+        cannot start (the head of the queue, to reserve for), or None."""
+        st, book = ps.st, ps.st.gangs
+        idle_held = [g for g in sorted(book.gpus, key=self._order) if book.idle(g)]
+        view_idle = [g for g, gs in sorted(st.gpus.items(), key=lambda x: self._order(x[0]))
+                     if not gs.jobs and gs.pending is None and g not in ps.touched]
+        for j in list(book.queue):
+            spec = st.jobs[j].spec
+            pool = [g for g in idle_held + view_idle if g not in ps.used]
+            got = pick_gpus(pool, spec.num_gpus, spec.nodes, self.node_of)
+            if got is None:
+                return j
+            self._start(ps, j, got)
+        return None
+
+    def _start(self, ps: GangPass, j: str, gpus: list[str], backfill: bool = False) -> None:
+        ps.start(j, gpus, backfill)
+        if backfill:
+            self.backfills.add(j)
+
+    def _reserve(self, ps: GangPass, head: str) -> None:
+        """Hold the GPUs of ``head``'s reservation, start it when only backfilled runs stand
+        in its way, else backfill its idle GPUs."""
+        spec = ps.st.jobs[head].spec
+        res, ends = self._reservation_gpus(ps, head)
+        t_start = max((ends[g] for g in res), default=ps.now)
+        full = len(res) >= spec.num_gpus
+        self.reservation = (head, t_start) if full else None
+        if not full:
+            return  # the cluster cannot hold it now (GPUs busy with plans): next event
+        if self._start_reserved(ps, head, res):
+            return
+        self._backfill(ps, head, res, t_start)
+
+    def _reservation_gpus(self, ps: GangPass, head: str) -> tuple[list[str], dict[str, float]]:
+        """The reservation's GPUs and when each is expected free: held ones without a gang
+        of their own (idle, draining or running a backfill), then the policy's GPUs expected
+        free soonest; beyond ``num_gpus``, those expected free latest are given back."""
+        st, book, n = ps.st, ps.st.gangs, ps.st.jobs[head].spec.num_gpus
+        res = [g for g in book.gpus if g not in ps.used
+               and (book.run_on(g) is None or book.run_on(g) in self.backfills)]
+        ends = {g: ps.now if book.run_on(g) is not None else free_at(st, book.gpus[g], ps.now)
+                for g in res}
+        if len(res) < n:
+            for t, _, g in self._soonest_free(ps)[: n - len(res)]:
+                ps.hold(g, head)
+                res.append(g)
+                ends[g] = t
+        elif len(res) > n:
+            res.sort(key=lambda g: (ends[g], self._order(g)))
+            for g in res[n:]:
+                if book.run_on(g) is None:
+                    ps.release(g)
+            res = res[:n]
+        return res, ends
+
+    def _soonest_free(self, ps: GangPass) -> list[tuple[float, int, str]]:
+        """The policy's GPUs this call left alone, by when they are expected free."""
+        cands = [(free_at(ps.st, gs, ps.now), self._order(g), g)
+                 for g, gs in ps.st.gpus.items()
+                 if g not in ps.touched and g not in ps.used and gs.pending is None
+                 and gs.phase in (Phase.IDLE, Phase.RUNNING)]
+        return sorted(cands)
+
+    def _start_reserved(self, ps: GangPass, head: str, res: list[str]) -> bool:
+        """Start ``head`` on its reserved GPUs when nothing but backfilled runs stands in its
+        way (those are stopped: a backfill never delays the reservation)."""
+        book, spec = ps.st.gangs, ps.st.jobs[head].spec
+        backfilled = {g: book.run_on(g) for g in res if book.run_on(g) in self.backfills}
+        draining = [g for g in res if g in book.gpus and book.gpus[g].jobs
+                    and g not in backfilled]
+        if draining or not all(g in book.gpus for g in res):
+            return False
+        for j in sorted({j for j in backfilled.values() if j is not None}):
+            ps.out.append(StopGang(j, f"the reservation of {head} starts"))
+            self.backfills.discard(j)
+        got = pick_gpus(sorted(res, key=self._order), spec.num_gpus, spec.nodes, self.node_of)
+        if got is None:
+            return False
+        self._start(ps, head, got)
+        return True
+
+    def _backfill(self, ps: GangPass, head: str, res: list[str], t_start: float) -> None:
+        """Run later jobs whole on the idle reserved GPUs, each only when it is expected to
+        end before the reservation starts (``t_start``)."""
+        book = ps.st.gangs
+        free = [g for g in sorted(res, key=self._order)
+                if g in book.gpus and book.idle(g) and g not in ps.used]
+        for j in self._backfill_candidates(ps, head):
+            if not free:
+                break
+            got = self._backfill_fit(ps, j, free, t_start - ps.now)
+            if got is not None:
+                self._start(ps, j, got, backfill=True)
+                free = [g for g in free if g not in got]
+
+    def _backfill_candidates(self, ps: GangPass, head: str) -> list[str]:
+        """Later gangs and the first one-GPU queued jobs, in submission order."""
+        st = ps.st
+        cands = [(st.jobs[j].submitted_at, j) for j in st.gangs.queue
+                 if j != head and j not in ps.placed]
+        cands += [(st.jobs[j].submitted_at, j) for j in st.queue[:BACKFILL_WINDOW]
+                  if j not in ps.placed]
+        return [j for _, j in sorted(cands)]
+
+    def _backfill_fit(self, ps: GangPass, j: str, free: list[str],
+                      horizon: float) -> list[str] | None:
+        """The GPUs of ``free`` job ``j`` would backfill, or None (it cannot checkpoint, its
+        work left is unknown or longer than ``horizon``, or it does not fit)."""
+        js = ps.st.jobs[j]
+        left = js.remaining_work(ps.now)
+        if not js.spec.checkpointable or left is None or left > horizon \
+                or js.spec.num_gpus > len(free):
+            return None
+        full = ps.st.gangs.gpus[free[0]].geom.model.full_profile().memory_gib
+        if js.spec.memory_gb > full + 1e-9:
+            return None
+        return pick_gpus(free, js.spec.num_gpus, js.spec.nodes, self.node_of)
+
+
+@dataclass
+class GangPass:
+    """The facts and decisions of one gang pass (one ``decide`` call)."""
+
+    now: float
+    st: ClusterState
+    touched: set[str]                  # GPUs the wrapped policy decided on in this call
+    placed: set[str]                   # jobs placed in this call
+    out: list[Decision] = field(default_factory=list)
+    used: set[str] = field(default_factory=set)       # GPUs given a run in this call
+    held_now: set[str] = field(default_factory=set)   # GPUs held in this call
+
+    @classmethod
+    def after(cls, now: float, st: ClusterState, prior: list[Decision]) -> GangPass:
+        """A pass after the wrapped policy's ``prior`` decisions of this call."""
         touched: set[str] = set()
         placed: set[str] = set()
         for d in prior:
@@ -175,137 +325,28 @@ class GangLayer:
                 placed.add(d.job)
             if isinstance(d, RequeueJob) and st.jobs[d.job].gpu is not None:
                 touched.add(st.jobs[d.job].gpu)  # type: ignore[arg-type]
-        for g in st.gpus:
-            self._order(g)
-        out: list[Decision] = []
-        used: set[str] = set()           # GPUs given a run in this call
-        held = sorted(book.gpus, key=self._order)
-        idle_held = [g for g in held if book.idle(g)]
-        view_idle = [g for g, gs in sorted(st.gpus.items(), key=lambda x: self._order(x[0]))
-                     if not gs.jobs and gs.pending is None and g not in touched]
+        return cls(now, st, touched, placed)
 
-        def start(j: str, gpus: list[str], backfill: bool = False) -> None:
-            for g in gpus:
-                if g not in book.gpus and g not in held_now:
-                    out.append(HoldGpu(g, j))
-                    held_now.add(g)
-                used.add(g)
-            why = {"trigger": "backfill" if backfill else "gang",
-                   "note": f"{j} on {len(gpus)} whole GPU(s)"
-                           + (" until the reservation starts" if backfill else "")}
-            out.append(StartGang(j, tuple(gpus), st.new_plan_id(), why=why))
-            placed.add(j)
-            if backfill:
-                self.backfills.add(j)
+    def hold(self, g: str, job: str) -> None:
+        self.out.append(HoldGpu(g, job))
+        self.held_now.add(g)
 
-        held_now: set[str] = set()
-        head: str | None = None
-        for j in list(book.queue):
-            spec = st.jobs[j].spec
-            pool = [g for g in idle_held + view_idle if g not in used]
-            got = pick_gpus(pool, spec.num_gpus, spec.nodes, self.node_of)
-            if got is not None and head is None:
-                start(j, got)
-                continue
-            head = j
-            break
-        if head is None:
-            self.reservation = None
-            # No gang waits: give back every held GPU without a run.
-            for g in held:
-                if g not in used and book.run_on(g) is None:
-                    out.append(ReleaseGpu(g))
-                    if book.idle(g):
-                        out.append(WakeUp(now, f"{GANG_TAG}{g}"))
-            return out
-        self._reserve(now, st, head, used, touched, held_now, start, placed, out)
-        return out
+    def release(self, g: str) -> None:
+        """Give ``g`` back to the policy (announced to it when idle)."""
+        self.out.append(ReleaseGpu(g))
+        if self.st.gangs.idle(g):
+            self.out.append(WakeUp(self.now, f"{GANG_TAG}{g}"))
 
-    def _reserve(self, now: float, st: ClusterState, head: str, used: set[str],
-                 touched: set[str], held_now: set[str], start: Callable[..., None],
-                 placed: set[str], out: list[Decision]) -> None:
-        """Hold the GPUs of ``head``'s reservation, backfill them, protect it (decisions
-        appended to ``out``, where ``start`` appends too)."""
-        book = st.gangs
-        spec = st.jobs[head].spec
-        n = spec.num_gpus
-        # The reservation's GPUs: held ones without a gang of their own (idle, draining or
-        # running a backfill), then the policy's GPUs expected free soonest.
-        res = [g for g in book.gpus if g not in used
-               and (book.run_on(g) is None or book.run_on(g) in self.backfills)]
-        ends: dict[str, float] = {}
-        for g in res:
-            gs = book.gpus[g]
-            run = book.run_on(g)
-            ends[g] = now if run is not None else free_at(st, gs, now)
-        if len(res) < n:
-            cands = []
-            for g, gs in st.gpus.items():
-                if g in touched or g in used or gs.pending is not None \
-                        or gs.phase not in (Phase.IDLE, Phase.RUNNING):
-                    continue
-                cands.append((free_at(st, gs, now), self._order(g), g))
-            cands.sort()
-            for t, _, g in cands[: n - len(res)]:
-                out.append(HoldGpu(g, head))
-                held_now.add(g)
-                res.append(g)
-                ends[g] = t
-        elif len(res) > n:
-            # Keep the n expected free soonest; give back the others that run nothing.
-            res.sort(key=lambda g: (ends[g], self._order(g)))
-            for g in res[n:]:
-                if book.run_on(g) is None:
-                    out.append(ReleaseGpu(g))
-                    if book.idle(g):
-                        out.append(WakeUp(now, f"{GANG_TAG}{g}"))
-            res = res[:n]
-        t_start = max((ends[g] for g in res), default=now)
-        self.reservation = (head, t_start) if len(res) >= n else None
-        if len(res) < n:
-            return  # the cluster cannot hold it now (GPUs busy with plans): next event
-        backfilled = {g: book.run_on(g) for g in res if book.run_on(g) in self.backfills}
-        draining = [g for g in res if g in book.gpus and book.gpus[g].jobs
-                    and g not in backfilled]
-        if not draining and all(g in book.gpus for g in res):
-            # Only backfilled runs (if any) stand between the gang and its GPUs: stop them.
-            stopped = {j for j in backfilled.values() if j is not None}
-            for j in sorted(stopped):
-                out.append(StopGang(j, f"the reservation of {head} starts"))
-                self.backfills.discard(j)
-            got = pick_gpus(sorted(res, key=self._order), n, spec.nodes, self.node_of)
-            if got is not None:
-                start(head, got)
-                return
-        # Backfill the idle reserved GPUs with later jobs expected to end before t_start.
-        free = [g for g in sorted(res, key=self._order)
-                if g in book.gpus and book.idle(g) and g not in used]
-        if not free:
-            return
-        horizon = t_start - now
-        cands: list[tuple[float, str]] = []
-        for j in book.queue:
-            if j != head and j not in placed:
-                cands.append((st.jobs[j].submitted_at, j))
-        for j in st.queue[:BACKFILL_WINDOW]:
-            if j not in placed:
-                cands.append((st.jobs[j].submitted_at, j))
-        for _, j in sorted(cands):
-            js = st.jobs[j]
-            k = js.spec.num_gpus
-            left = js.remaining_work(now)
-            if not js.spec.checkpointable or left is None or left > horizon or k > len(free):
-                continue
-            full = st.gangs.gpus[free[0]].geom.model.full_profile().memory_gib
-            if js.spec.memory_gb > full + 1e-9:
-                continue
-            got = pick_gpus(free, k, js.spec.nodes, self.node_of)
-            if got is None:
-                continue
-            start(j, got, backfill=True)
-            free = [g for g in free if g not in got]
-            if not free:
-                break
+    def start(self, j: str, gpus: list[str], backfill: bool) -> None:
+        for g in gpus:
+            if g not in self.st.gangs.gpus and g not in self.held_now:
+                self.hold(g, j)
+            self.used.add(g)
+        why = {"trigger": "backfill" if backfill else "gang",
+               "note": f"{j} on {len(gpus)} whole GPU(s)"
+                       + (" until the reservation starts" if backfill else "")}
+        self.out.append(StartGang(j, tuple(gpus), self.st.new_plan_id(), why=why))
+        self.placed.add(j)
 
 
 def with_gangs(policy: Policy, node_of: Callable[[str], str] = gpu_node) -> GangLayer:

@@ -109,68 +109,90 @@ class GangBook:
 
     # -- decisions ----------------------------------------------------------------------------
     def apply(self, d: HoldGpu | ReleaseGpu | StartGang | StopGang) -> None:
-        from miso.sched.state import ContractError, Phase
+        from miso.sched.state import ContractError
 
-        st = self.state
         match d:
             case HoldGpu(gpu=g, job=j):
-                gs = st.gpus.get(g)
-                if gs is None:
-                    raise ContractError(f"HoldGpu {g}: not a GPU in the policies' view")
-                if gs.pending is not None:
-                    raise ContractError(f"HoldGpu {g}: a plan is in flight")
-                self.gpus[g] = st.gpus.pop(g)
-                self.holding_for[g] = j
-                st.notify(g)
+                self._hold(g, j)
             case ReleaseGpu(gpu=g):
-                gs = self.gpus.get(g)
-                if gs is None:
-                    raise ContractError(f"ReleaseGpu {g}: not held")
-                if self.run_on(g) is not None:
-                    raise ContractError(f"ReleaseGpu {g}: a whole-GPU run holds it")
-                st.gpus[g] = self.gpus.pop(g)
-                self.holding_for.pop(g, None)
-                st.notify(g)
-            case StartGang(job=j, gpus=gpus, plan_id=pid):
-                js = st.jobs.get(j)
-                if js is None:
-                    raise ContractError(f"StartGang {j}: unknown job")
-                if js.status is not JobStatus.QUEUED:
-                    raise ContractError(f"StartGang {j}: job is {js.status}, not queued")
-                if len(gpus) != js.spec.num_gpus or len(set(gpus)) != len(gpus):
-                    raise ContractError(f"StartGang {j}: {len(set(gpus))} distinct GPUs for a "
-                                        f"job of {js.spec.num_gpus}")
-                for g in gpus:
-                    if g not in self.gpus:
-                        raise ContractError(f"StartGang {j}: GPU {g} is not held")
-                    if not self.idle(g):
-                        raise ContractError(f"StartGang {j}: GPU {g} is not idle")
-                    st.check_plan(self.gpus[g], pid)
-                    full = self.gpus[g].geom.model.full_profile()
-                    if full.memory_gib + 1e-9 < js.spec.memory_gb:
-                        raise ContractError(f"StartGang {j}: {js.spec.memory_gb:.1f} GB over "
-                                            f"GPU {g}'s {full.memory_gib} GiB")
-                if js.spec.gang:
-                    self.queue.remove(j)
-                else:
-                    st.queue.remove(j)
-                self.runs[j] = tuple(gpus)
-                for g in gpus:
-                    gs = self.gpus[g]
-                    pl = Placement(0, gs.geom.model.full_profile().name)
-                    gs.jobs.append(j)
-                    gs.layout = (pl,)
-                    gs.assignment = {j: pl}
-                    gs.mps_shares = {}
-                    gs.pending = d
-                    gs.phase = Phase.RECONFIGURING
-                    st.notify(g)
-                js.gpu = gpus[0]
-                js.status = JobStatus.PLACED
+                self._release(g)
+            case StartGang():
+                self._check_start(d)
+                self._start(d)
             case StopGang(job=j):
                 if j not in self.runs:
                     raise ContractError(f"StopGang {j}: not a whole-GPU run")
                 self._stop(j)
+
+    def _hold(self, g: str, j: str) -> None:
+        from miso.sched.state import ContractError
+
+        st = self.state
+        gs = st.gpus.get(g)
+        if gs is None:
+            raise ContractError(f"HoldGpu {g}: not a GPU in the policies' view")
+        if gs.pending is not None:
+            raise ContractError(f"HoldGpu {g}: a plan is in flight")
+        self.gpus[g] = st.gpus.pop(g)
+        self.holding_for[g] = j
+        st.notify(g)
+
+    def _release(self, g: str) -> None:
+        from miso.sched.state import ContractError
+
+        if g not in self.gpus:
+            raise ContractError(f"ReleaseGpu {g}: not held")
+        if self.run_on(g) is not None:
+            raise ContractError(f"ReleaseGpu {g}: a whole-GPU run holds it")
+        self.state.gpus[g] = self.gpus.pop(g)
+        self.holding_for.pop(g, None)
+        self.state.notify(g)
+
+    def _check_start(self, d: StartGang) -> None:
+        """ContractError unless ``d`` starts a queued job on as many distinct, held, idle
+        GPUs as it asks for, each with a new plan id and memory enough."""
+        from miso.sched.state import ContractError
+
+        j, gpus = d.job, d.gpus
+        js = self.state.jobs.get(j)
+        if js is None:
+            raise ContractError(f"StartGang {j}: unknown job")
+        if js.status is not JobStatus.QUEUED:
+            raise ContractError(f"StartGang {j}: job is {js.status}, not queued")
+        if len(gpus) != js.spec.num_gpus or len(set(gpus)) != len(gpus):
+            raise ContractError(f"StartGang {j}: {len(set(gpus))} distinct GPUs for a "
+                                f"job of {js.spec.num_gpus}")
+        for g in gpus:
+            if g not in self.gpus:
+                raise ContractError(f"StartGang {j}: GPU {g} is not held")
+            if not self.idle(g):
+                raise ContractError(f"StartGang {j}: GPU {g} is not idle")
+            self.state.check_plan(self.gpus[g], d.plan_id)
+            full = self.gpus[g].geom.model.full_profile()
+            if full.memory_gib + 1e-9 < js.spec.memory_gb:
+                raise ContractError(f"StartGang {j}: {js.spec.memory_gb:.1f} GB over "
+                                    f"GPU {g}'s {full.memory_gib} GiB")
+
+    def _start(self, d: StartGang) -> None:
+        """Every rank of ``d.job`` on the whole of its GPU (a checked start)."""
+        from miso.sched.state import Phase
+
+        st, j = self.state, d.job
+        js = st.jobs[j]
+        (self.queue if js.spec.gang else st.queue).remove(j)
+        self.runs[j] = tuple(d.gpus)
+        for g in d.gpus:
+            gs = self.gpus[g]
+            pl = Placement(0, gs.geom.model.full_profile().name)
+            gs.jobs.append(j)
+            gs.layout = (pl,)
+            gs.assignment = {j: pl}
+            gs.mps_shares = {}
+            gs.pending = d
+            gs.phase = Phase.RECONFIGURING
+            st.notify(g)
+        js.gpu = d.gpus[0]
+        js.status = JobStatus.PLACED
 
     # -- helpers ------------------------------------------------------------------------------
     def _take_off(self, j: str) -> None:

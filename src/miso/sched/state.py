@@ -208,17 +208,7 @@ class ClusterState:
                     for fn in self._progress_watchers:
                         fn(j)
             case JobSubmitted(job=spec):
-                if spec.id in self.jobs:
-                    raise ContractError(f"job {spec.id} submitted twice")
-                js = self.jobs[spec.id] = JobState(spec, now)
-                if spec.duration_hint_s is not None:
-                    js.progress = (now, spec.duration_hint_s, 0.0)
-                if spec.gang:
-                    self.gangs.submitted(js)
-                else:
-                    self.queue.append(spec.id)
-                if self.tenancy is not None:
-                    self.tenancy.note_owner(spec.owner)
+                self._submitted(now, spec)
             case GpuAdded(gpu=g, model=m, profiles=p, driver=d):
                 if g in self.gpus or g in self.gangs.gpus:
                     raise ContractError(f"GPU {g} added twice")
@@ -232,25 +222,8 @@ class ClusterState:
                     self._to_queue(j)
                 self._changed(g)
             case JobFinished(job=j) | JobFailed(job=j):
-                js = self.jobs[j]
-                js.status = JobStatus.FINISHED if isinstance(event, JobFinished) \
-                    else JobStatus.FAILED
-                js.finished_at = now
-                held = self.gangs.gpus.get(js.gpu) if js.gpu is not None else None
-                if self.gangs.ended(js):
-                    pass
-                elif js.gpu is not None and (js.gpu in self.gpus or held is not None):
-                    gs = self.gpus.get(js.gpu) or held
-                    assert gs is not None
-                    gs.jobs.remove(j)
-                    gs.assignment.pop(j, None)
-                    gs.mps_shares.pop(j, None)
-                    if not gs.jobs and gs.pending is None:
-                        gs.phase = Phase.IDLE
-                    self._changed(gs.id)
-                elif j in self.queue:
-                    self.queue.remove(j)
-                js.placement = None  # js.gpu keeps the last GPU (policies read it)
+                self._ended(now, j, JobStatus.FINISHED if isinstance(event, JobFinished)
+                            else JobStatus.FAILED)
             case ProfilingFinished(gpu=g, plan_id=pid, speeds=sp):
                 gs = self.gpus.get(g)
                 if gs is None or gs.pending_plan_id != pid:
@@ -292,6 +265,55 @@ class ClusterState:
                     self.jobs[j].observed.setdefault(pl.profile, r)
             case _:
                 pass
+
+    def _submitted(self, now: float, spec: JobSpec) -> None:
+        """A new job: queued (a gang in the gang book's queue)."""
+        if spec.id in self.jobs:
+            raise ContractError(f"job {spec.id} submitted twice")
+        js = self.jobs[spec.id] = JobState(spec, now)
+        if spec.duration_hint_s is not None:
+            js.progress = (now, spec.duration_hint_s, 0.0)
+        if spec.gang:
+            self.gangs.submitted(js)
+        else:
+            self.queue.append(spec.id)
+        if self.tenancy is not None:
+            self.tenancy.note_owner(spec.owner)
+
+    def _ended(self, now: float, j: str, status: JobStatus) -> None:
+        """Job ``j`` ended (finished or failed): off its GPU (or GPUs) or out of the queue."""
+        js = self.jobs[j]
+        js.status = status
+        js.finished_at = now
+        held = self.gangs.gpus.get(js.gpu) if js.gpu is not None else None
+        if self.gangs.ended(js):
+            pass
+        elif js.gpu is not None and (js.gpu in self.gpus or held is not None):
+            gs = self.gpus.get(js.gpu) or held
+            assert gs is not None
+            gs.jobs.remove(j)
+            gs.assignment.pop(j, None)
+            gs.mps_shares.pop(j, None)
+            if not gs.jobs and gs.pending is None:
+                gs.phase = Phase.IDLE
+            self._changed(gs.id)
+        elif j in self.queue:
+            self.queue.remove(j)
+        js.placement = None  # js.gpu keeps the last GPU (policies read it)
+
+    def _requeue(self, j: str) -> None:
+        """A checked RequeueJob: ``j`` off its GPU, back in the queue."""
+        js = self._job(j)
+        if js.gpu is None:
+            raise ContractError(f"RequeueJob {j}: job is not on a GPU")
+        gs = self.gpus[js.gpu]
+        if js.status is JobStatus.RUNNING:
+            js.restarts += 1
+        gs.jobs.remove(j)
+        gs.assignment.pop(j, None)
+        gs.mps_shares.pop(j, None)
+        self._to_queue(j)
+        self._changed(gs.id)
 
     def _ack(self, gs: GpuState) -> None:
         d = gs.pending
@@ -406,17 +428,7 @@ class ClusterState:
                 gs.phase = Phase.RECONFIGURING
                 self._changed(g)
             case RequeueJob(job=j):
-                js = self._job(j)
-                if js.gpu is None:
-                    raise ContractError(f"RequeueJob {j}: job is not on a GPU")
-                gs = self.gpus[js.gpu]
-                if js.status is JobStatus.RUNNING:
-                    js.restarts += 1
-                gs.jobs.remove(j)
-                gs.assignment.pop(j, None)
-                gs.mps_shares.pop(j, None)
-                self._to_queue(j)
-                self._changed(gs.id)
+                self._requeue(j)
             case WakeUp():
                 pass
             case HoldGpu() | ReleaseGpu() | StartGang() | StopGang():
