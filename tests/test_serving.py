@@ -175,3 +175,26 @@ def test_optimizer_keeps_replicas_and_packs_jobs_beside_them():
     assert Placement(0, "4g.20gb") in sol.layout and set(sol.assignment) == {"a", "b"}
     assert sol.throughput == pytest.approx(0.5)  # a on 2g (0.3), b on 1g (0.2)
     assert all(pl.start >= 4 for pl in sol.assignment.values())
+
+
+def test_services_file_parses_and_refuses_unknown_keys(tmp_path):
+    from miso.sim.servicefile import load_services
+
+    good = tmp_path / "s.yaml"
+    good.write_text("window_s: 20\nservices:\n"
+                    "  - {name: qa, owner: a, model: bert-large, slo_p99_ms: 50, "
+                    "trace: azure:code, rate_multiplier: 2, compress: 4}\n"
+                    "  - {name: d, owner: b, model: resnet50, slo_p99_ms: 10, "
+                    "trace: 'diurnal:5', span_s: 600}\n")
+    svcs, window = load_services(good)
+    assert window == 20.0 and [s.name for s, _ in svcs] == ["qa", "d"]
+    assert svcs[0][1].duration_s < 3436 / 4 + 1
+    bad = tmp_path / "b.yaml"
+    bad.write_text("services:\n  - {name: x, owner: a, model: bert-large, slo_p99_ms: 5, "
+                   "trace: azure:code, command: rm}\n")
+    with pytest.raises(ValueError, match="unknown keys"):
+        load_services(bad)
+    bad.write_text("services:\n  - {name: x, owner: a, model: gpt-9, slo_p99_ms: 5, "
+                   "trace: azure:code}\n")
+    with pytest.raises(ValueError, match="model"):
+        load_services(bad)
