@@ -142,6 +142,24 @@ def test_scale_in_hysteresis_does_not_flap_on_a_noisy_constant_rate():
     assert late == [], [d.why["note"] for d in late]
 
 
+def test_trend_boosts_only_a_rise_that_stands_out_of_the_noise():
+    spec = ServiceSpec("a", "x", "bert-large", 50, min_replicas=2, headroom=0.0)
+    p = ServicePlanner({f"gpu{i}": "A100-40GB" for i in range(8)},
+                       PlannerConfig(lookback_s=30.0))
+    p.observe(0.0, ServiceSubmitted(spec))
+    for k, r in enumerate((1000.0, 1100.0, 950.0, 1080.0), 1):  # flat and noisy: no boost
+        p.observe(30.0 * k, ServiceRateObserved("a", r))
+    rate, slope = p.plan_rate(p.services["a"])
+    assert slope > 0 and rate == pytest.approx(1080.0)
+    q = ServicePlanner({f"gpu{i}": "A100-40GB" for i in range(8)},
+                       PlannerConfig(lookback_s=30.0))
+    q.observe(0.0, ServiceSubmitted(spec))
+    for k, r in enumerate((1000.0, 1100.0, 1210.0, 1300.0), 1):  # a steady rise: boosted
+        q.observe(30.0 * k, ServiceRateObserved("a", r))
+    rate, slope = q.plan_rate(q.services["a"])
+    assert rate > 1300.0 and rate <= 1300.0 * 1.25 + 1e-9
+
+
 def test_traces_load_scale_and_compress(tmp_path):
     conv = azure_llm_trace("conv")
     assert len(conv.arrivals_s) == 19366 and conv.duration_s == pytest.approx(3501.7, abs=1)

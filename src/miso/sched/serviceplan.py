@@ -95,14 +95,17 @@ class PlannerConfig:
     window_s: float = 30.0
     ewma_alpha: float = 0.4
     trend_points: int = 4
-    hysteresis: float = 0.25
-    scale_in_delay_s: float = 180.0
-    cooldown_s: float = 120.0
+    hysteresis: float = 0.1
+    scale_in_delay_s: float = 60.0
+    cooldown_s: float = 60.0
     #: bursts: the plan rate is at least the highest rate observed this long back
-    lookback_s: float = 180.0
+    lookback_s: float = 90.0
     #: the trend adds at most this fraction of the observed rate (a burst's slope is no
     #: forecast)
     max_trend_boost: float = 0.25
+    #: the trend counts only when its slope's t statistic (slope / standard error over the
+    #: last ``trend_points``) reaches this: a flat, noisy rate gets no boost
+    trend_t: float = 2.0
 
 
 class ServicePlanner:
@@ -140,17 +143,28 @@ class ServicePlanner:
     def plan_rate(self, s: ServiceState) -> tuple[float, float]:
         """(rate to plan for, trend in req/s per s)."""
         pts = s.history[-self.cfg.trend_points:]
-        slope = 0.0
+        slope, t_stat = 0.0, 0.0
         if len(pts) >= 2:
             tm = sum(t for t, _ in pts) / len(pts)
             rm = sum(r for _, r in pts) / len(pts)
             den = sum((t - tm) ** 2 for t, _ in pts)
             if den > 0:
                 slope = sum((t - tm) * (r - rm) for t, r in pts) / den
+                resid = sum((r - rm - slope * (t - tm)) ** 2 for t, r in pts)
+                dof = len(pts) - 2
+                if dof > 0 and resid > 0:
+                    t_stat = slope / math.sqrt(resid / dof / den)
+                elif slope != 0:
+                    t_stat = math.copysign(math.inf, slope)
         lead = catalog.load_time_s(s.spec.model) + self.cfg.window_s
-        recent = max((r for _, r in s.history), default=0.0)
+        recent = max((r for t, r in s.history if t >= s.history[-1][0] - self.cfg.lookback_s),
+                     default=0.0)
         base = max(s.ewma, s.last, recent)
-        boost = min(max(0.0, slope) * lead, self.cfg.max_trend_boost * max(s.ewma, s.last))
+        # a noisy rate's slope is no forecast: only a rise that stands out of the noise
+        # (t statistic of the slope >= trend_t) is boosted
+        rising = slope > 0 and t_stat >= self.cfg.trend_t
+        boost = min(slope * lead, self.cfg.max_trend_boost * max(s.ewma, s.last)) \
+            if rising else 0.0
         return base + boost, slope
 
     def target(self, s: ServiceState) -> float:
