@@ -10,7 +10,9 @@ decisions, each with a ``why``. The rules:
 * **Plan rate**: the largest of the smoothed rate (EWMA), the last observed rate and the peak
   observed over the last ``lookback_s`` (bursty services keep their burst capacity), plus the
   rising trend (least-squares slope of the last ``trend_points`` observations) times the time a
-  new replica needs (load time + one window): scale out before the SLO is missed.
+  new replica needs (load time + one window): scale out before the SLO is missed. Only a rise
+  that stands out of the noise counts (the slope's t statistic >= ``trend_t``): the slope of a
+  flat, noisy rate is no forecast and boosting it held capacity for nothing.
 * **Cheapest covering**: the multiset of profiles with the fewest compute slices (then fewest
   replicas) whose capacities sum to the target, from ``min_replicas`` to ``max_replicas``.
 * **Spreading**: a service with >= 2 replicas spans >= 2 GPUs (one GPU's repartition never
