@@ -261,57 +261,86 @@ class ServicePlanner:
         """Fold ``ev``; answer the decisions it calls for."""
         match ev:
             case ServiceSubmitted(service=spec):
-                if spec.name in self.services and not self.services[spec.name].stopped:
-                    return []
-                self.services[spec.name] = ServiceState(spec)
-                return self._plan(now, self.services[spec.name], "submitted")
+                return self._on_submitted(now, spec)
             case ServiceRateObserved(name=name, rate_rps=rate):
-                s = self.services.get(name)
-                if s is None or s.stopped:
-                    return []
-                rate = max(0.0, float(rate))
-                s.ewma = rate if not s.history else (
-                    self.cfg.ewma_alpha * rate + (1 - self.cfg.ewma_alpha) * s.ewma)
-                s.last = rate
-                s.history.append((now, rate))
-                while s.history and now - s.history[0][0] > self.cfg.lookback_s and \
-                        len(s.history) > self.cfg.trend_points:
-                    s.history.pop(0)
-                return self._plan(now, s, "rate")
+                return self._on_rate(now, name, rate)
             case ReplicaReady(service=name, replica=rid):
-                s = self.services.get(name)
-                if s is None or rid not in s.replicas:
-                    return []
-                s.replicas[rid].ready = True
-                return self._plan(now, s, "replica_ready")
+                return self._on_ready(now, name, rid)
             case ReplicaDrained(service=name, replica=rid):
-                s = self.services.get(name)
-                if s is None or rid not in s.replicas:
-                    return []
-                r = s.replicas.pop(rid)
-                self.held[r.gpu] = [h for h in self.held[r.gpu] if h[1] != rid]
-                return []
+                return self._on_drained(name, rid)
             case ServiceStopped(name=name):
-                s = self.services.get(name)
-                if s is None or s.stopped:
-                    return []
-                s.stopped = True
-                out = []
-                for r in s.replicas.values():
-                    if not r.draining:
-                        r.draining = True
-                        out.append(DrainReplica(name, r.id, why={"reason": "service stopped"}))
-                return out
+                return self._on_stopped(name)
             case ServiceCapacityObserved(service=name, gpu_model=gm, profile=p, capacity_rps=c):
-                s = self.services.get(name)
-                if s is None:
-                    return []
-                self.measured[(name, gm, p)] = max(0.0, float(c))
-                for r in s.replicas.values():
-                    if r.slot.profile == p and self.gpus[r.gpu].model.name == gm:
-                        r.capacity = self.measured[(name, gm, p)]
-                return self._plan(now, s, "capacity_measured")
+                return self._on_capacity(now, name, gm, p, c)
         return []
+
+    def _on_submitted(self, now: float, spec: ServiceSpec) -> list[StartReplica | DrainReplica]:
+        """A new (or restarted) service: plan its first replicas; a running one is ignored."""
+        if spec.name in self.services and not self.services[spec.name].stopped:
+            return []
+        self.services[spec.name] = ServiceState(spec)
+        return self._plan(now, self.services[spec.name], "submitted")
+
+    def _on_rate(self, now: float, name: str, rate: float) -> list[StartReplica | DrainReplica]:
+        """A rate observation: fold it into the rate signal, then replan."""
+        s = self.services.get(name)
+        if s is None or s.stopped:
+            return []
+        self._record_rate(s, now, max(0.0, float(rate)))
+        return self._plan(now, s, "rate")
+
+    def _record_rate(self, s: ServiceState, now: float, rate: float) -> None:
+        """The rate signal: EWMA, last rate and the history the trend and the lookback peak
+        read (kept for ``lookback_s``, at least ``trend_points`` long)."""
+        s.ewma = rate if not s.history else (
+            self.cfg.ewma_alpha * rate + (1 - self.cfg.ewma_alpha) * s.ewma)
+        s.last = rate
+        s.history.append((now, rate))
+        while s.history and now - s.history[0][0] > self.cfg.lookback_s and \
+                len(s.history) > self.cfg.trend_points:
+            s.history.pop(0)
+
+    def _on_ready(self, now: float, name: str, rid: str) -> list[StartReplica | DrainReplica]:
+        """A replica serves: it now counts as ready (retiring ones may drain)."""
+        s = self.services.get(name)
+        if s is None or rid not in s.replicas:
+            return []
+        s.replicas[rid].ready = True
+        return self._plan(now, s, "replica_ready")
+
+    def _on_drained(self, name: str, rid: str) -> list[StartReplica | DrainReplica]:
+        """A replica is gone: forget it and free its slot."""
+        s = self.services.get(name)
+        if s is None or rid not in s.replicas:
+            return []
+        r = s.replicas.pop(rid)
+        self.held[r.gpu] = [h for h in self.held[r.gpu] if h[1] != rid]
+        return []
+
+    def _on_stopped(self, name: str) -> list[StartReplica | DrainReplica]:
+        """A stopped service drains every replica not yet draining."""
+        s = self.services.get(name)
+        if s is None or s.stopped:
+            return []
+        s.stopped = True
+        out: list[StartReplica | DrainReplica] = []
+        for r in s.replicas.values():
+            if not r.draining:
+                r.draining = True
+                out.append(DrainReplica(name, r.id, why={"reason": "service stopped"}))
+        return out
+
+    def _on_capacity(self, now: float, name: str, gpu_model: str, profile: str,
+                     capacity_rps: float) -> list[StartReplica | DrainReplica]:
+        """A capacity measured live replaces the catalogue's for that (GPU model, profile)."""
+        s = self.services.get(name)
+        if s is None:
+            return []
+        self.measured[(name, gpu_model, profile)] = max(0.0, float(capacity_rps))
+        for r in s.replicas.values():
+            if r.slot.profile == profile and self.gpus[r.gpu].model.name == gpu_model:
+                r.capacity = self.measured[(name, gpu_model, profile)]
+        return self._plan(now, s, "capacity_measured")
 
     # -- the plan ---------------------------------------------------------------------------
     def _why(self, s: ServiceState, trigger: str, **kw: object) -> dict:
