@@ -352,47 +352,77 @@ class ServicePlanner:
 
     def _plan(self, now: float, s: ServiceState, trigger: str
               ) -> list[StartReplica | DrainReplica]:
-        out: list[StartReplica | DrainReplica] = []
-        spec = s.spec
+        """One planning step: scale out when short of the target, else consider scaling in;
+        then drain the retiring replicas the ready ones no longer need."""
         target = self.target(s)
-        live = s.live()
-        covered = sum(r.capacity for r in live)
-        if covered + 1e-9 < target or len(live) < spec.min_replicas:
+        covered = self._take_back_retiring(s, target)
+        if self._short(s, target, covered):
+            out = self._scale_out(now, s, target, covered, trigger)
+        else:
+            out = self._consider_scale_in(now, s, target, covered, trigger)
+        out += self._drain_retired(now, s, trigger)
+        return out
+
+    @staticmethod
+    def _short(s: ServiceState, target: float, covered: float) -> bool:
+        """The live replicas fall short of the target rate or of ``min_replicas``."""
+        return covered + 1e-9 < target or len(s.live()) < s.spec.min_replicas
+
+    def _take_back_retiring(self, s: ServiceState, target: float) -> float:
+        """The covering: what the live replicas cover. When short, retiring (not yet
+        draining) replicas count again first (they need no load time) and any pending
+        scale-in is called off."""
+        covered = s.covered()
+        if self._short(s, target, covered):
             s.over_since = None
-            for r in s.replicas.values():  # take back retiring replicas first: no load time
+            for r in s.replicas.values():
                 if r.retiring and not r.draining and covered + 1e-9 < target:
                     r.retiring = False
                     covered += r.capacity
-            live = s.live()
-        if covered + 1e-9 < target or len(live) < spec.min_replicas:
-            add = self.cheapest(spec, target - covered,
-                                max(0, spec.min_replicas - len(live)),
-                                spec.max_replicas - len(live))
-            if add is None:  # cannot cover within max_replicas: the biggest allowed
-                opts = self.options(spec)
-                add = [max(opts, key=lambda o: o[1])[0]] * max(
-                    0, spec.max_replicas - len(live)) if opts else []
-            for prof in add:
-                d = self._start(now, s, prof, self._why(
-                    s, trigger, action="scale_out", covered_rps=round(covered, 2),
-                    note=(f"scale out {spec.name}: target {target:.1f}/s > covered "
-                          f"{covered:.1f}/s; add {prof}" if covered + 1e-9 < target else
-                          f"start {spec.name}: {len(s.live())} live < min_replicas "
-                          f"{spec.min_replicas}; add {prof}")))
-                if d is not None:
-                    out.append(d)
-                    covered += s.replicas[d.replica].capacity
-            if out:
-                s.last_out = now
-        elif now - s.last_out >= self.cfg.cooldown_s and self._oversized(s, target):
+        return covered
+
+    def _profiles_to_add(self, spec: ServiceSpec, need: float, n_live: int) -> list[str]:
+        """Scale-out's profiles: the cheapest covering of ``need`` within the replica bounds,
+        or, if none covers it within ``max_replicas``, the biggest allowed."""
+        add = self.cheapest(spec, need, max(0, spec.min_replicas - n_live),
+                            spec.max_replicas - n_live)
+        if add is None:
+            opts = self.options(spec)
+            add = [max(opts, key=lambda o: o[1])[0]] * max(
+                0, spec.max_replicas - n_live) if opts else []
+        return add
+
+    def _scale_out(self, now: float, s: ServiceState, target: float, covered: float,
+                   trigger: str) -> list[StartReplica | DrainReplica]:
+        """Scale-out: start the replicas that cover the shortfall; starts the cooldown."""
+        spec = s.spec
+        out: list[StartReplica | DrainReplica] = []
+        for prof in self._profiles_to_add(spec, target - covered, len(s.live())):
+            d = self._start(now, s, prof, self._why(
+                s, trigger, action="scale_out", covered_rps=round(covered, 2),
+                note=(f"scale out {spec.name}: target {target:.1f}/s > covered "
+                      f"{covered:.1f}/s; add {prof}" if covered + 1e-9 < target else
+                      f"start {spec.name}: {len(s.live())} live < min_replicas "
+                      f"{spec.min_replicas}; add {prof}")))
+            if d is not None:
+                out.append(d)
+                covered += s.replicas[d.replica].capacity
+        if out:
+            s.last_out = now
+        return out
+
+    def _consider_scale_in(self, now: float, s: ServiceState, target: float, covered: float,
+                           trigger: str) -> list[StartReplica | DrainReplica]:
+        """Scale-in with hysteresis: resize only after the service has been oversized
+        (past the cooldown) for ``scale_in_delay_s`` without a break."""
+        if now - s.last_out >= self.cfg.cooldown_s and self._oversized(s, target):
             if s.over_since is None:
                 s.over_since = now
             elif now - s.over_since >= self.cfg.scale_in_delay_s:
-                out += self._scale_in(now, s, target, covered, trigger)
-        else:
-            s.over_since = None
-        out += self._drain_retired(now, s, trigger)
-        return out
+                return self._scale_in(now, s, target, covered, trigger)
+            return []
+        s.over_since = None
+        return []
 
     def _slices(self, spec: ServiceSpec, profiles: Sequence[str]) -> int:
         g_of = {p: g for p, _, g in self.options(spec)}
