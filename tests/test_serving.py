@@ -142,6 +142,24 @@ def test_scale_in_hysteresis_does_not_flap_on_a_noisy_constant_rate():
     assert late == [], [d.why["note"] for d in late]
 
 
+def test_trend_boosts_only_a_rise_that_stands_out_of_the_noise():
+    spec = ServiceSpec("a", "x", "bert-large", 50, min_replicas=2, headroom=0.0)
+    p = ServicePlanner({f"gpu{i}": "A100-40GB" for i in range(8)},
+                       PlannerConfig(lookback_s=30.0))
+    p.observe(0.0, ServiceSubmitted(spec))
+    for k, r in enumerate((1000.0, 1100.0, 950.0, 1080.0), 1):  # flat and noisy: no boost
+        p.observe(30.0 * k, ServiceRateObserved("a", r))
+    rate, slope = p.plan_rate(p.services["a"])
+    assert slope > 0 and rate == pytest.approx(1080.0)
+    q = ServicePlanner({f"gpu{i}": "A100-40GB" for i in range(8)},
+                       PlannerConfig(lookback_s=30.0))
+    q.observe(0.0, ServiceSubmitted(spec))
+    for k, r in enumerate((1000.0, 1100.0, 1210.0, 1300.0), 1):  # a steady rise: boosted
+        q.observe(30.0 * k, ServiceRateObserved("a", r))
+    rate, slope = q.plan_rate(q.services["a"])
+    assert rate > 1300.0 and rate <= 1300.0 * 1.25 + 1e-9
+
+
 def test_traces_load_scale_and_compress(tmp_path):
     conv = azure_llm_trace("conv")
     assert len(conv.arrivals_s) == 19366 and conv.duration_s == pytest.approx(3501.7, abs=1)
@@ -175,3 +193,26 @@ def test_optimizer_keeps_replicas_and_packs_jobs_beside_them():
     assert Placement(0, "4g.20gb") in sol.layout and set(sol.assignment) == {"a", "b"}
     assert sol.throughput == pytest.approx(0.5)  # a on 2g (0.3), b on 1g (0.2)
     assert all(pl.start >= 4 for pl in sol.assignment.values())
+
+
+def test_services_file_parses_and_refuses_unknown_keys(tmp_path):
+    from miso.sim.servicefile import load_services
+
+    good = tmp_path / "s.yaml"
+    good.write_text("window_s: 20\nservices:\n"
+                    "  - {name: qa, owner: a, model: bert-large, slo_p99_ms: 50, "
+                    "trace: azure:code, rate_multiplier: 2, compress: 4}\n"
+                    "  - {name: d, owner: b, model: resnet50, slo_p99_ms: 10, "
+                    "trace: 'diurnal:5', span_s: 600}\n")
+    svcs, window = load_services(good)
+    assert window == 20.0 and [s.name for s, _ in svcs] == ["qa", "d"]
+    assert svcs[0][1].duration_s < 3436 / 4 + 1
+    bad = tmp_path / "b.yaml"
+    bad.write_text("services:\n  - {name: x, owner: a, model: bert-large, slo_p99_ms: 5, "
+                   "trace: azure:code, command: rm}\n")
+    with pytest.raises(ValueError, match="unknown keys"):
+        load_services(bad)
+    bad.write_text("services:\n  - {name: x, owner: a, model: gpt-9, slo_p99_ms: 5, "
+                   "trace: azure:code}\n")
+    with pytest.raises(ValueError, match="model"):
+        load_services(bad)

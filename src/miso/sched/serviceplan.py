@@ -10,7 +10,9 @@ decisions, each with a ``why``. The rules:
 * **Plan rate**: the largest of the smoothed rate (EWMA), the last observed rate and the peak
   observed over the last ``lookback_s`` (bursty services keep their burst capacity), plus the
   rising trend (least-squares slope of the last ``trend_points`` observations) times the time a
-  new replica needs (load time + one window): scale out before the SLO is missed.
+  new replica needs (load time + one window): scale out before the SLO is missed. Only a rise
+  that stands out of the noise counts (the slope's t statistic >= ``trend_t``): the slope of a
+  flat, noisy rate is no forecast and boosting it held capacity for nothing.
 * **Cheapest covering**: the multiset of profiles with the fewest compute slices (then fewest
   replicas) whose capacities sum to the target, from ``min_replicas`` to ``max_replicas``.
 * **Spreading**: a service with >= 2 replicas spans >= 2 GPUs (one GPU's repartition never
@@ -95,14 +97,17 @@ class PlannerConfig:
     window_s: float = 30.0
     ewma_alpha: float = 0.4
     trend_points: int = 4
-    hysteresis: float = 0.25
-    scale_in_delay_s: float = 180.0
-    cooldown_s: float = 120.0
+    hysteresis: float = 0.1
+    scale_in_delay_s: float = 60.0
+    cooldown_s: float = 60.0
     #: bursts: the plan rate is at least the highest rate observed this long back
-    lookback_s: float = 180.0
+    lookback_s: float = 90.0
     #: the trend adds at most this fraction of the observed rate (a burst's slope is no
     #: forecast)
     max_trend_boost: float = 0.25
+    #: the trend counts only when its slope's t statistic (slope / standard error over the
+    #: last ``trend_points``) reaches this: a flat, noisy rate gets no boost
+    trend_t: float = 2.0
 
 
 class ServicePlanner:
@@ -140,17 +145,28 @@ class ServicePlanner:
     def plan_rate(self, s: ServiceState) -> tuple[float, float]:
         """(rate to plan for, trend in req/s per s)."""
         pts = s.history[-self.cfg.trend_points:]
-        slope = 0.0
+        slope, t_stat = 0.0, 0.0
         if len(pts) >= 2:
             tm = sum(t for t, _ in pts) / len(pts)
             rm = sum(r for _, r in pts) / len(pts)
             den = sum((t - tm) ** 2 for t, _ in pts)
             if den > 0:
                 slope = sum((t - tm) * (r - rm) for t, r in pts) / den
+                resid = sum((r - rm - slope * (t - tm)) ** 2 for t, r in pts)
+                dof = len(pts) - 2
+                if dof > 0 and resid > 0:
+                    t_stat = slope / math.sqrt(resid / dof / den)
+                elif slope != 0:
+                    t_stat = math.copysign(math.inf, slope)
         lead = catalog.load_time_s(s.spec.model) + self.cfg.window_s
-        recent = max((r for _, r in s.history), default=0.0)
+        recent = max((r for t, r in s.history if t >= s.history[-1][0] - self.cfg.lookback_s),
+                     default=0.0)
         base = max(s.ewma, s.last, recent)
-        boost = min(max(0.0, slope) * lead, self.cfg.max_trend_boost * max(s.ewma, s.last))
+        # a noisy rate's slope is no forecast: only a rise that stands out of the noise
+        # (t statistic of the slope >= trend_t) is boosted
+        rising = slope > 0 and t_stat >= self.cfg.trend_t
+        boost = min(slope * lead, self.cfg.max_trend_boost * max(s.ewma, s.last)) \
+            if rising else 0.0
         return base + boost, slope
 
     def target(self, s: ServiceState) -> float:
@@ -245,57 +261,86 @@ class ServicePlanner:
         """Fold ``ev``; answer the decisions it calls for."""
         match ev:
             case ServiceSubmitted(service=spec):
-                if spec.name in self.services and not self.services[spec.name].stopped:
-                    return []
-                self.services[spec.name] = ServiceState(spec)
-                return self._plan(now, self.services[spec.name], "submitted")
+                return self._on_submitted(now, spec)
             case ServiceRateObserved(name=name, rate_rps=rate):
-                s = self.services.get(name)
-                if s is None or s.stopped:
-                    return []
-                rate = max(0.0, float(rate))
-                s.ewma = rate if not s.history else (
-                    self.cfg.ewma_alpha * rate + (1 - self.cfg.ewma_alpha) * s.ewma)
-                s.last = rate
-                s.history.append((now, rate))
-                while s.history and now - s.history[0][0] > self.cfg.lookback_s and \
-                        len(s.history) > self.cfg.trend_points:
-                    s.history.pop(0)
-                return self._plan(now, s, "rate")
+                return self._on_rate(now, name, rate)
             case ReplicaReady(service=name, replica=rid):
-                s = self.services.get(name)
-                if s is None or rid not in s.replicas:
-                    return []
-                s.replicas[rid].ready = True
-                return self._plan(now, s, "replica_ready")
+                return self._on_ready(now, name, rid)
             case ReplicaDrained(service=name, replica=rid):
-                s = self.services.get(name)
-                if s is None or rid not in s.replicas:
-                    return []
-                r = s.replicas.pop(rid)
-                self.held[r.gpu] = [h for h in self.held[r.gpu] if h[1] != rid]
-                return []
+                return self._on_drained(name, rid)
             case ServiceStopped(name=name):
-                s = self.services.get(name)
-                if s is None or s.stopped:
-                    return []
-                s.stopped = True
-                out = []
-                for r in s.replicas.values():
-                    if not r.draining:
-                        r.draining = True
-                        out.append(DrainReplica(name, r.id, why={"reason": "service stopped"}))
-                return out
+                return self._on_stopped(name)
             case ServiceCapacityObserved(service=name, gpu_model=gm, profile=p, capacity_rps=c):
-                s = self.services.get(name)
-                if s is None:
-                    return []
-                self.measured[(name, gm, p)] = max(0.0, float(c))
-                for r in s.replicas.values():
-                    if r.slot.profile == p and self.gpus[r.gpu].model.name == gm:
-                        r.capacity = self.measured[(name, gm, p)]
-                return self._plan(now, s, "capacity_measured")
+                return self._on_capacity(now, name, gm, p, c)
         return []
+
+    def _on_submitted(self, now: float, spec: ServiceSpec) -> list[StartReplica | DrainReplica]:
+        """A new (or restarted) service: plan its first replicas; a running one is ignored."""
+        if spec.name in self.services and not self.services[spec.name].stopped:
+            return []
+        self.services[spec.name] = ServiceState(spec)
+        return self._plan(now, self.services[spec.name], "submitted")
+
+    def _on_rate(self, now: float, name: str, rate: float) -> list[StartReplica | DrainReplica]:
+        """A rate observation: fold it into the rate signal, then replan."""
+        s = self.services.get(name)
+        if s is None or s.stopped:
+            return []
+        self._record_rate(s, now, max(0.0, float(rate)))
+        return self._plan(now, s, "rate")
+
+    def _record_rate(self, s: ServiceState, now: float, rate: float) -> None:
+        """The rate signal: EWMA, last rate and the history the trend and the lookback peak
+        read (kept for ``lookback_s``, at least ``trend_points`` long)."""
+        s.ewma = rate if not s.history else (
+            self.cfg.ewma_alpha * rate + (1 - self.cfg.ewma_alpha) * s.ewma)
+        s.last = rate
+        s.history.append((now, rate))
+        while s.history and now - s.history[0][0] > self.cfg.lookback_s and \
+                len(s.history) > self.cfg.trend_points:
+            s.history.pop(0)
+
+    def _on_ready(self, now: float, name: str, rid: str) -> list[StartReplica | DrainReplica]:
+        """A replica serves: it now counts as ready (retiring ones may drain)."""
+        s = self.services.get(name)
+        if s is None or rid not in s.replicas:
+            return []
+        s.replicas[rid].ready = True
+        return self._plan(now, s, "replica_ready")
+
+    def _on_drained(self, name: str, rid: str) -> list[StartReplica | DrainReplica]:
+        """A replica is gone: forget it and free its slot."""
+        s = self.services.get(name)
+        if s is None or rid not in s.replicas:
+            return []
+        r = s.replicas.pop(rid)
+        self.held[r.gpu] = [h for h in self.held[r.gpu] if h[1] != rid]
+        return []
+
+    def _on_stopped(self, name: str) -> list[StartReplica | DrainReplica]:
+        """A stopped service drains every replica not yet draining."""
+        s = self.services.get(name)
+        if s is None or s.stopped:
+            return []
+        s.stopped = True
+        out: list[StartReplica | DrainReplica] = []
+        for r in s.replicas.values():
+            if not r.draining:
+                r.draining = True
+                out.append(DrainReplica(name, r.id, why={"reason": "service stopped"}))
+        return out
+
+    def _on_capacity(self, now: float, name: str, gpu_model: str, profile: str,
+                     capacity_rps: float) -> list[StartReplica | DrainReplica]:
+        """A capacity measured live replaces the catalogue's for that (GPU model, profile)."""
+        s = self.services.get(name)
+        if s is None:
+            return []
+        self.measured[(name, gpu_model, profile)] = max(0.0, float(capacity_rps))
+        for r in s.replicas.values():
+            if r.slot.profile == profile and self.gpus[r.gpu].model.name == gpu_model:
+                r.capacity = self.measured[(name, gpu_model, profile)]
+        return self._plan(now, s, "capacity_measured")
 
     # -- the plan ---------------------------------------------------------------------------
     def _why(self, s: ServiceState, trigger: str, **kw: object) -> dict:
@@ -307,47 +352,77 @@ class ServicePlanner:
 
     def _plan(self, now: float, s: ServiceState, trigger: str
               ) -> list[StartReplica | DrainReplica]:
-        out: list[StartReplica | DrainReplica] = []
-        spec = s.spec
+        """One planning step: scale out when short of the target, else consider scaling in;
+        then drain the retiring replicas the ready ones no longer need."""
         target = self.target(s)
-        live = s.live()
-        covered = sum(r.capacity for r in live)
-        if covered + 1e-9 < target or len(live) < spec.min_replicas:
+        covered = self._take_back_retiring(s, target)
+        if self._short(s, target, covered):
+            out = self._scale_out(now, s, target, covered, trigger)
+        else:
+            out = self._consider_scale_in(now, s, target, covered, trigger)
+        out += self._drain_retired(now, s, trigger)
+        return out
+
+    @staticmethod
+    def _short(s: ServiceState, target: float, covered: float) -> bool:
+        """The live replicas fall short of the target rate or of ``min_replicas``."""
+        return covered + 1e-9 < target or len(s.live()) < s.spec.min_replicas
+
+    def _take_back_retiring(self, s: ServiceState, target: float) -> float:
+        """The covering: what the live replicas cover. When short, retiring (not yet
+        draining) replicas count again first (they need no load time) and any pending
+        scale-in is called off."""
+        covered = s.covered()
+        if self._short(s, target, covered):
             s.over_since = None
-            for r in s.replicas.values():  # take back retiring replicas first: no load time
+            for r in s.replicas.values():
                 if r.retiring and not r.draining and covered + 1e-9 < target:
                     r.retiring = False
                     covered += r.capacity
-            live = s.live()
-        if covered + 1e-9 < target or len(live) < spec.min_replicas:
-            add = self.cheapest(spec, target - covered,
-                                max(0, spec.min_replicas - len(live)),
-                                spec.max_replicas - len(live))
-            if add is None:  # cannot cover within max_replicas: the biggest allowed
-                opts = self.options(spec)
-                add = [max(opts, key=lambda o: o[1])[0]] * max(
-                    0, spec.max_replicas - len(live)) if opts else []
-            for prof in add:
-                d = self._start(now, s, prof, self._why(
-                    s, trigger, action="scale_out", covered_rps=round(covered, 2),
-                    note=(f"scale out {spec.name}: target {target:.1f}/s > covered "
-                          f"{covered:.1f}/s; add {prof}" if covered + 1e-9 < target else
-                          f"start {spec.name}: {len(s.live())} live < min_replicas "
-                          f"{spec.min_replicas}; add {prof}")))
-                if d is not None:
-                    out.append(d)
-                    covered += s.replicas[d.replica].capacity
-            if out:
-                s.last_out = now
-        elif now - s.last_out >= self.cfg.cooldown_s and self._oversized(s, target):
+        return covered
+
+    def _profiles_to_add(self, spec: ServiceSpec, need: float, n_live: int) -> list[str]:
+        """Scale-out's profiles: the cheapest covering of ``need`` within the replica bounds,
+        or, if none covers it within ``max_replicas``, the biggest allowed."""
+        add = self.cheapest(spec, need, max(0, spec.min_replicas - n_live),
+                            spec.max_replicas - n_live)
+        if add is None:
+            opts = self.options(spec)
+            add = [max(opts, key=lambda o: o[1])[0]] * max(
+                0, spec.max_replicas - n_live) if opts else []
+        return add
+
+    def _scale_out(self, now: float, s: ServiceState, target: float, covered: float,
+                   trigger: str) -> list[StartReplica | DrainReplica]:
+        """Scale-out: start the replicas that cover the shortfall; starts the cooldown."""
+        spec = s.spec
+        out: list[StartReplica | DrainReplica] = []
+        for prof in self._profiles_to_add(spec, target - covered, len(s.live())):
+            d = self._start(now, s, prof, self._why(
+                s, trigger, action="scale_out", covered_rps=round(covered, 2),
+                note=(f"scale out {spec.name}: target {target:.1f}/s > covered "
+                      f"{covered:.1f}/s; add {prof}" if covered + 1e-9 < target else
+                      f"start {spec.name}: {len(s.live())} live < min_replicas "
+                      f"{spec.min_replicas}; add {prof}")))
+            if d is not None:
+                out.append(d)
+                covered += s.replicas[d.replica].capacity
+        if out:
+            s.last_out = now
+        return out
+
+    def _consider_scale_in(self, now: float, s: ServiceState, target: float, covered: float,
+                           trigger: str) -> list[StartReplica | DrainReplica]:
+        """Scale-in with hysteresis: resize only after the service has been oversized
+        (past the cooldown) for ``scale_in_delay_s`` without a break."""
+        if now - s.last_out >= self.cfg.cooldown_s and self._oversized(s, target):
             if s.over_since is None:
                 s.over_since = now
             elif now - s.over_since >= self.cfg.scale_in_delay_s:
-                out += self._scale_in(now, s, target, covered, trigger)
-        else:
-            s.over_since = None
-        out += self._drain_retired(now, s, trigger)
-        return out
+                return self._scale_in(now, s, target, covered, trigger)
+            return []
+        s.over_since = None
+        return []
 
     def _slices(self, spec: ServiceSpec, profiles: Sequence[str]) -> int:
         g_of = {p: g for p, _, g in self.options(spec)}
