@@ -15,7 +15,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "miso"
 #: Each top-level module or package of ``miso`` -> its layer (higher imports lower only).
 LAYERS: dict[str, int] = {
     # stdlib-only leaves any layer may use
-    "jobstatus": 0, "sqlitebackup": 0, "raytoken": 0, "data": 0,
+    "jobstatus": 0, "attemptstatus": 0, "sqlitebackup": 0, "raytoken": 0, "data": 0,
     "mig": 1,                      # hardware data
     "workloads": 2,                # the workload speed table
     "mps_speed": 2,                # the one MPS speed model (reads the workload table)
