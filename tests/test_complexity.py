@@ -18,10 +18,8 @@ LIMIT = 15
 OVER: dict[tuple[str, str], int] = {
     ("miso/sched/estimators.py", "PredictorEstimator.estimate"): 27,
     ("miso/sched/fairwait.py", "fair_waits"): 19,
-    ("miso/sched/policies/baselines.py", "OptSta.on_finish"): 16,
     ("miso/sched/policies/burst.py", "Burst.burst"): 16,
     ("miso/sched/policies/entitled.py", "Entitled.speeds"): 16,
-    ("miso/sched/policies/misoplus.py", "MisoPlus.replan"): 16,
     ("miso/sched/policies/observed.py", "ObservedSpeeds.on_speed_observed"): 21,
     ("miso/sched/policies/ordernote.py", "order_note"): 18,
     ("miso/sched/policies/preempt.py", "choose_victims"): 25,
