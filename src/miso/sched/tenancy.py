@@ -152,8 +152,6 @@ class Tenancy:
         self._split: dict[str, dict[str, float]] = {}   # gpu -> owner -> part of the GPU held
         #: resident jobs per owner (the demand of :meth:`entitlements`, with the queued ones)
         self.resident: dict[str, int] = {}
-        #: the time of the reclaim timer last asked for (:mod:`~miso.sched.policies.reclaim`)
-        self.reclaim_timer: float | None = None
         state.watch(self._changed)
 
     # -- the ledger ---------------------------------------------------------------------------

@@ -62,31 +62,47 @@ def reclaim(policy: BasePolicy, now: float, sc: Scratch) -> bool:
         g, victims, cost, gain = got
         if held.get(o, 0.0) + gain > ents.get(o, 0.0) + 1e-6:
             continue
-        n = len(victims)
-        note = (f"fair share: owner {o or '(none)'} holds {held.get(o, 0.0):.1f} of the "
-                f"{ents.get(o, 0.0):.1f} GPUs it is entitled to and waits; room on {g} is "
-                f"returned to it: {n} job{'s' if n != 1 else ''} of owners above their "
-                f"entitlement checkpointed and requeued, {cost:.0f} GPU-s of restarts")
-        for v in victims:
-            vo = st.jobs[v].spec.owner
-            sc.requeue(v, f"fair share: room on {g} returned to owner {o or '(none)'}, below "
-                          f"its entitlement (owner {vo or '(none)'} holds "
-                          f"{held.get(vo, 0.0):.1f} of its {ents.get(vo, 0.0):.1f})",
-                       why={"trigger": "reclaim", "gpu": g, "for_owner": o,
-                            "victims": n, "lost_gpu_s": cost, "note": note},
-                       cause=RequeueCause.RECLAIMED)
-            held[vo] = held.get(vo, 0.0) - ten.charge_of(v)
-        sc.reserved[g] = o
+        _return_room(sc, o, g, victims, cost, ents, held)
         held[o] = held.get(o, 0.0) + gain
         done += 1
         if done >= MAX_PER_CALL:
             break
-    if wake is not None and not done and (ten.reclaim_timer is None
-                                          or ten.reclaim_timer <= now
-                                          or wake < ten.reclaim_timer - 1e-9):
-        ten.reclaim_timer = wake
-        sc.out.append(WakeUp(wake, TAG))
+    if wake is not None and not done:
+        _wake_at(policy, sc, now, wake)
     return done > 0
+
+
+def _wake_at(policy: BasePolicy, sc: Scratch, now: float, wake: float) -> None:
+    """A ``WakeUp`` at ``wake`` unless the one asked before (the policy's ``reclaim_timer``,
+    its own memory: the ledger is the driver's) is pending and not later."""
+    timer = policy.reclaim_timer
+    if timer is None or timer <= now or wake < timer - 1e-9:
+        policy.reclaim_timer = wake
+        sc.out.append(WakeUp(wake, TAG))
+
+
+def _return_room(sc: Scratch, o: str, g: str, victims: tuple[str, ...], cost: float,
+                 ents: dict[str, float], held: dict[str, float]) -> None:
+    """Requeue ``victims`` from ``g`` for owner ``o`` (``held`` follows) and reserve ``g``
+    for ``o`` for the rest of the call."""
+    st = sc.state
+    ten = st.tenancy
+    assert ten is not None
+    n = len(victims)
+    note = (f"fair share: owner {o or '(none)'} holds {held.get(o, 0.0):.1f} of the "
+            f"{ents.get(o, 0.0):.1f} GPUs it is entitled to and waits; room on {g} is "
+            f"returned to it: {n} job{'s' if n != 1 else ''} of owners above their "
+            f"entitlement checkpointed and requeued, {cost:.0f} GPU-s of restarts")
+    for v in victims:
+        vo = st.jobs[v].spec.owner
+        sc.requeue(v, f"fair share: room on {g} returned to owner {o or '(none)'}, below "
+                      f"its entitlement (owner {vo or '(none)'} holds "
+                      f"{held.get(vo, 0.0):.1f} of its {ents.get(vo, 0.0):.1f})",
+                   why={"trigger": "reclaim", "gpu": g, "for_owner": o,
+                        "victims": n, "lost_gpu_s": cost, "note": note},
+                   cause=RequeueCause.RECLAIMED)
+        held[vo] = held.get(vo, 0.0) - ten.charge_of(v)
+    sc.reserved[g] = o
 
 
 def _priced(sc: Scratch, now: float, job: str, resident: list[str], ents: dict[str, float],
