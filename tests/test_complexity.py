@@ -20,7 +20,6 @@ OVER: dict[tuple[str, str], int] = {
     ("miso/sched/fairwait.py", "fair_waits"): 19,
     ("miso/sched/policies/burst.py", "Burst.burst"): 16,
     ("miso/sched/policies/entitled.py", "Entitled.speeds"): 16,
-    ("miso/sched/policies/observed.py", "ObservedSpeeds.on_speed_observed"): 21,
     ("miso/sched/policies/ordernote.py", "order_note"): 18,
     ("miso/sched/robust.py", "propagate"): 17,
     ("miso/sched/state.py", "ClusterState.observe"): 37,
