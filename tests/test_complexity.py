@@ -18,7 +18,6 @@ LIMIT = 15
 OVER: dict[tuple[str, str], int] = {
     ("miso/sched/estimators.py", "PredictorEstimator.estimate"): 27,
     ("miso/sched/fairwait.py", "fair_waits"): 19,
-    ("miso/sched/policies/entitled.py", "Entitled.speeds"): 16,
     ("miso/sched/policies/ordernote.py", "order_note"): 18,
     ("miso/sched/robust.py", "propagate"): 17,
     ("miso/sched/state.py", "ClusterState.observe"): 37,
