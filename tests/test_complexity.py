@@ -22,7 +22,6 @@ OVER: dict[tuple[str, str], int] = {
     ("miso/sched/robust.py", "propagate"): 17,
     ("miso/sched/state.py", "ClusterState.observe"): 37,
     ("miso/sched/state.py", "ClusterState.apply"): 28,
-    ("miso/sched/tenancy.py", "Tenancy._changed"): 17,
 }
 
 
