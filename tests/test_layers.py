@@ -6,6 +6,7 @@ in ``sched/policies`` with more than two bases."""
 from __future__ import annotations
 
 import ast
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,7 @@ def _module_of(path: Path) -> str:
     return ".".join(parts)
 
 
+@cache
 def imports() -> list[tuple[str, str]]:
     """(importing module, imported miso module) of every import statement under src/miso."""
     out = []
