@@ -17,20 +17,10 @@ LIMIT = 15
 #: (file under src/, function) -> its complexity when it was listed (issue 27 removes them).
 OVER: dict[tuple[str, str], int] = {
     ("miso/sched/estimators.py", "PredictorEstimator.estimate"): 27,
-    ("miso/sched/fairwait.py", "fair_waits"): 19,
-    ("miso/sched/policies/baselines.py", "OptSta.on_finish"): 16,
-    ("miso/sched/policies/burst.py", "Burst.burst"): 16,
-    ("miso/sched/policies/entitled.py", "Entitled.speeds"): 16,
-    ("miso/sched/policies/misoplus.py", "MisoPlus.replan"): 16,
-    ("miso/sched/policies/observed.py", "ObservedSpeeds.on_speed_observed"): 21,
     ("miso/sched/policies/ordernote.py", "order_note"): 18,
-    ("miso/sched/policies/preempt.py", "choose_victims"): 25,
-    ("miso/sched/policies/reclaim.py", "_best_gpu"): 27,
-    ("miso/sched/policies/reclaim.py", "reclaim"): 22,
     ("miso/sched/robust.py", "propagate"): 17,
     ("miso/sched/state.py", "ClusterState.observe"): 37,
     ("miso/sched/state.py", "ClusterState.apply"): 28,
-    ("miso/sched/tenancy.py", "Tenancy._changed"): 17,
 }
 
 

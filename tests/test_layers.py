@@ -6,6 +6,7 @@ in ``sched/policies`` with more than two bases."""
 from __future__ import annotations
 
 import ast
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "miso"
 #: Each top-level module or package of ``miso`` -> its layer (higher imports lower only).
 LAYERS: dict[str, int] = {
     # stdlib-only leaves any layer may use
-    "jobstatus": 0, "sqlitebackup": 0, "raytoken": 0, "data": 0,
+    "jobstatus": 0, "attemptstatus": 0, "sqlitebackup": 0, "raytoken": 0, "data": 0,
     "mig": 1,                      # hardware data
     "workloads": 2,                # the workload speed table
     "mps_speed": 2,                # the one MPS speed model (reads the workload table)
@@ -65,6 +66,7 @@ def _module_of(path: Path) -> str:
     return ".".join(parts)
 
 
+@cache
 def imports() -> list[tuple[str, str]]:
     """(importing module, imported miso module) of every import statement under src/miso."""
     out = []

@@ -30,7 +30,7 @@ from miso.sched import (
     StartProfiling,
     TrueSpeeds,
 )
-from miso.sched.decisions import Decision
+from miso.sched.decisions import Decision, RequeueCause
 from miso.sched.occupancy import Occupancy
 from miso.sched.policies.base import (
     Scratch,
@@ -216,7 +216,7 @@ class RefMisoPlus(MisoPlus):
                 return
             saved, j, src = donors.pop(0)
             used.add(src)
-            sc.requeue(j, f"rebalance to idle {target}")
+            sc.requeue(j, f"rebalance to idle {target}", cause=RequeueCause.REBALANCE)
             sc.place(j, target)
             full = Placement(0, st.gpus[target].geom.model.full_profile().name)
             sc.out.append(ApplyLayout(target, st.new_plan_id(), (full,), {j: full}, why={

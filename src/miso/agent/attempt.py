@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from miso.agent import logfile, reports, runas
+from miso.attemptstatus import AttemptStatus
 from miso.job import EXIT_CHECKPOINTED
 from miso.mig import Placement
 
@@ -183,13 +184,13 @@ def attempt_report(a: Attempt) -> dict[str, Any]:
     """Plain-data state of an attempt."""
     p = a.progress
     ck = p.get("checkpoint") if isinstance(p.get("checkpoint"), dict) else None
-    status = "running" if a.returncode is None else (
-        "finished" if a.returncode == 0 else
-        "checkpointed" if a.returncode == EXIT_CHECKPOINTED else
-        "killed" if a.killed else "fenced" if a.fenced else
-        "limit" if a.limit else "failed")
+    status = AttemptStatus.RUNNING if a.returncode is None else (
+        AttemptStatus.FINISHED if a.returncode == 0 else
+        AttemptStatus.CHECKPOINTED if a.returncode == EXIT_CHECKPOINTED else
+        AttemptStatus.KILLED if a.killed else AttemptStatus.FENCED if a.fenced else
+        AttemptStatus.LIMIT if a.limit else AttemptStatus.FAILED)
     tail = ""
-    if status == "failed":
+    if status is AttemptStatus.FAILED:
         try:
             tail = "\n".join(logfile.tail_lines(a.log_file, 20, max_bytes=64 << 10))
         except OSError:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from miso import jobpaths
+from miso.attemptstatus import AttemptStatus
 from miso.controller.runtime import Run, Runtime
 from miso.job import last_checkpoint
 from miso.jobstatus import JobStatus
@@ -148,9 +149,9 @@ class Launcher:
         res = rt.call(ref.node, "launch", spec)
         if not res["ok"]:
             rt.drop_run(run)
-            rt.store.end_attempt(job, attempt, status="failed", at=now, end_iteration=None,
-                                 checkpoint_iteration=None, start_iteration=None,
-                                 log=res.get("log"))
+            rt.store.end_attempt(job, attempt, status=AttemptStatus.FAILED, at=now,
+                                 end_iteration=None, checkpoint_iteration=None,
+                                 start_iteration=None, log=res.get("log"))
             rt.post_event(JobFailed(job, res["error"]))
             return None
         fields: dict[str, Any] = {

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from miso.agent.attempt import exit_record_path
+from miso.attemptstatus import AttemptStatus
 from miso.controller.executor import PlanExecutor
 from miso.controller.runtime import Runtime
 from miso.controller.timelimits import TimeLimitStore, run_time, time_limit_reason
@@ -407,7 +408,7 @@ class EventLoop:
             r.done.set()
             rec = read_json(exit_record_path(rt.agent_dir(r.node), r.job, r.attempt))
             done = isinstance(rec, dict) and rec.get("returncode") == 0
-            r.status = "finished" if done else "lost"
+            r.status = AttemptStatus.FINISHED if done else AttemptStatus.LOST
             rt.store.end_attempt(r.job, r.attempt, status=r.status, at=now,
                                  end_iteration=r.last.get("total") if done else
                                  r.last.get("iteration"),

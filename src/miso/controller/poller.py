@@ -23,6 +23,7 @@ import threading
 import time
 from typing import Any
 
+from miso.attemptstatus import AttemptStatus
 from miso.controller.executor import PlanExecutor
 from miso.controller.launcher import Relaunch
 from miso.controller.runtime import GpuRef, Runtime
@@ -218,7 +219,7 @@ class AgentPoller:
                 run = rt.runs.get(job)
                 current = run is not None and run.attempt == attempt and run.node == node
             if not current:
-                if a["status"] == "running":
+                if a["status"] == AttemptStatus.RUNNING:
                     rec = rt.job(job)
                     if rec is None or rec.terminal or rec.attempts > attempt:
                         rt.try_call(node, "kill", job, attempt)
@@ -240,11 +241,11 @@ class AgentPoller:
                             checkpoint_path=a["checkpoint_path"])
             if prog:
                 progress.append((job, prog))
-            if a["status"] == "running" and not run.stopping and a.get("total") \
+            if a["status"] == AttemptStatus.RUNNING and not run.stopping and a.get("total") \
                     and a.get("iteration") is not None and (a.get("rate") or 0) > 0:
                 rt.post_progress(job, run.gpu, run.placement, run.mps_pct,
                                  float(a["total"]) - float(a["iteration"]), float(a["rate"]))
-            if a["status"] == "running":
+            if a["status"] == AttemptStatus.RUNNING:
                 if run.mps_pct is None and not run.stopping:
                     if a.get("steady_rate") and not run.observed_sent:
                         run.observed_sent = True
@@ -260,15 +261,15 @@ class AgentPoller:
                 rt.store.progress_many(progress)
                 progress.clear()
             rt.record_end(a, now)
-            if a["status"] == "finished":
+            if a["status"] == AttemptStatus.FINISHED:
                 # Terminal in the store at once, not when the loop gets to the event: a GPU
                 # worker between two MPS profiling levels must not relaunch a finished job.
                 rt.store.finish(job, JobStatus.FINISHED, at=now)
             rt.drop_run(run)
             run.status = a["status"]
-            if a["status"] == "finished":
+            if a["status"] == AttemptStatus.FINISHED:
                 rt.post_event(JobFinished(job))
-            elif a["status"] == "fenced" and not run.stopping:
+            elif a["status"] == AttemptStatus.FENCED and not run.stopping:
                 log.warning("job %s attempt %d was fenced on %s: restarting it in place",
                             job, attempt, node)
                 self.executor.submit(run.gpu, Relaunch(job, run.gpu, run.placement,
@@ -276,7 +277,8 @@ class AgentPoller:
             elif a["status"] == "limit":
                 rt.post_event(JobFailed(job, f"{LIMIT_REASON}{a.get('limit') or ''}"))
             elif not run.stopping:
-                why = f"exit code {a['returncode']}" if a["status"] != "checkpointed" else \
+                why = f"exit code {a['returncode']}" \
+                    if a["status"] != AttemptStatus.CHECKPOINTED else \
                     "exited with the checkpoint code although no checkpoint was asked"
                 cause = failure_cause(a.get("log_tail") or "")
                 rt.post_event(JobFailed(job, why + (f": {cause}" if cause else "")))

@@ -17,6 +17,7 @@ import logging
 import time
 
 from miso.agent.attempt import exit_record_path
+from miso.attemptstatus import AttemptStatus
 from miso.controller.runtime import Runtime
 from miso.job import read_json
 from miso.jobstatus import JobStatus
@@ -58,7 +59,8 @@ def _close_orphans(rt: Runtime, now: float, reached: set[str]) -> None:
     for a in orphans:
         rec = read_json(exit_record_path(rt.agent_dir(a["node"]), a["job"], a["attempt"]))
         done = isinstance(rec, dict) and rec.get("returncode") == 0
-        rt.store.end_attempt(a["job"], a["attempt"], status="finished" if done else "lost",
+        end = AttemptStatus.FINISHED if done else AttemptStatus.LOST
+        rt.store.end_attempt(a["job"], a["attempt"], status=end,
                              at=now, end_iteration=None, checkpoint_iteration=None,
                              start_iteration=None)
         if done and rt.store.finish(a["job"], JobStatus.FINISHED, at=now):
@@ -68,7 +70,7 @@ def _close_orphans(rt: Runtime, now: float, reached: set[str]) -> None:
 def _recover_node(rt: Runtime, node: str, active: set[str], now: float) -> None:
     rep = rt.report(node)
     for a in rep["jobs"]:
-        if a["status"] == "running":
+        if a["status"] == AttemptStatus.RUNNING:
             if a["job"] in active:
                 rt.call(node, "checkpoint", a["job"], a["attempt"])
             else:
@@ -76,16 +78,16 @@ def _recover_node(rt: Runtime, node: str, active: set[str], now: float) -> None:
     deadline = time.monotonic() + rt.cfg.checkpoint_timeout
     while time.monotonic() < deadline:
         rep = rt.report(node)
-        if all(a["status"] != "running" for a in rep["jobs"]):
+        if all(a["status"] != AttemptStatus.RUNNING for a in rep["jobs"]):
             break
         time.sleep(rt.cfg.poll_interval)
     for a in rep["jobs"]:
-        if a["status"] == "running":
+        if a["status"] == AttemptStatus.RUNNING:
             rt.call(node, "kill", a["job"], a["attempt"])
     rep = rt.report(node)
     for a in rep["jobs"]:
         rt.record_end(a, now)
-        if a["status"] == "finished" and a["job"] in active:
+        if a["status"] == AttemptStatus.FINISHED and a["job"] in active:
             rt.store.finish(a["job"], JobStatus.FINISHED, at=now)
             rt.store.log_event(now, "recovered-finish", {"job": a["job"]})
         rt.call(node, "forget", a["job"], a["attempt"])

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from miso.attemptstatus import AttemptStatus
 from miso.controller.store import JobRecord, JobStore, StoreError
 from miso.controller.storefile import BACKUP
 from miso.mig import Geometry, Placement
@@ -97,7 +98,7 @@ class Run:
     mps_pct: int | None
     launched: float
     stopping: bool = False
-    status: str = "running"
+    status: str = AttemptStatus.RUNNING
     last: dict[str, Any] = field(default_factory=dict)
     observed_sent: bool = False
     change_seq_sent: int = 0

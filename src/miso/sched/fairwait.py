@@ -40,26 +40,30 @@ class FairWait:
                 "over": self.over, "ahead": dict(self.ahead)}
 
 
+def _buckets(state: ClusterState) -> tuple[dict[tuple[int, str], list[str]], dict[str, int]]:
+    """(the queued jobs offered to the policy by (priority, owner), FIFO; queued jobs per
+    owner). A job held back by a quota is not offered: that is its reason."""
+    ten = state.tenancy
+    assert ten is not None
+    jobs = state.jobs
+    held = ten.waiting
+    buckets: dict[tuple[int, str], list[str]] = {}
+    queued: dict[str, int] = {}
+    for j in state.queue:
+        spec = jobs[j].spec
+        queued[spec.owner] = queued.get(spec.owner, 0) + 1
+        if not held or j not in held:
+            buckets.setdefault((spec.priority, spec.owner), []).append(j)
+    return buckets, queued
+
+
 def fair_waits(state: ClusterState) -> list[tuple[FairWait, list[str]]]:
     """Why queued jobs wait under fair share: one :class:`FairWait` per priority and owner
     with such a reason, and its queued jobs (FIFO). Empty with fair share off."""
     ten = state.tenancy
     if ten is None or not ten.config.fair_share or not state.queue:
         return []
-    jobs = state.jobs
-    held = ten.waiting     # held back by a quota: that is their reason, and they are not
-    buckets: dict[tuple[int, str], list[str]] = {}     # offered to the policy at all
-    queued: dict[str, int] = {}
-    for j in state.queue:
-        spec = jobs[j].spec
-        queued[spec.owner] = queued.get(spec.owner, 0) + 1
-        if not held or j not in held:
-            key = (spec.priority, spec.owner)
-            b = buckets.get(key)
-            if b is None:
-                buckets[key] = [j]
-            else:
-                b.append(j)
+    buckets, queued = _buckets(state)
     now = state.now
     level = {o: ten.level(o, now) for _, o in buckets}
     ents = ten.entitlements(queued) if ten.config.entitled else None

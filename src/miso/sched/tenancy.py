@@ -157,8 +157,6 @@ class Tenancy:
         self._split: dict[str, dict[str, float]] = {}   # gpu -> owner -> part of the GPU held
         #: resident jobs per owner (the demand of :meth:`entitlements`, with the queued ones)
         self.resident: dict[str, int] = {}
-        #: the time of the reclaim timer last asked for (:mod:`~miso.sched.policies.reclaim`)
-        self.reclaim_timer: float | None = None
         state.watch(self._changed)
 
     # -- the ledger ---------------------------------------------------------------------------
@@ -181,9 +179,9 @@ class Tenancy:
         d = math.exp(-self._k * dt)
         return self.usage.get(owner, 0.0) * d + self.in_use.get(owner, 0.0) * (1.0 - d) / self._k
 
-    def _changed(self, g: str) -> None:
+    def _forget(self, g: str) -> None:
+        """Take what ``g`` held out of the owners' counts (before counting it again)."""
         st = self.state
-        self.advance(st.now)
         for j, (o, c) in self._held.pop(g, {}).items():
             self.in_use[o] = self.in_use.get(o, 0.0) - c
             if abs(self.in_use[o]) < 1e-12:
@@ -195,6 +193,11 @@ class Tenancy:
             self.held[o] -= part
             if abs(self.held[o]) < 1e-12:
                 self.held[o] = 0.0
+
+    def _changed(self, g: str) -> None:
+        st = self.state
+        self.advance(st.now)
+        self._forget(g)
         gs = st.gpus.get(g) or st.gangs.gpus.get(g)  # held GPUs: whole-GPU runs, draining
         if gs is None:
             return

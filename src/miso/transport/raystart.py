@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from miso.attemptstatus import AttemptStatus
 from miso.transport.ray import (
     AGENT_PREFIX,
     AGENT_RESOURCE,
@@ -140,7 +141,7 @@ def checkpoint_jobs(timeout: float) -> int:
                 rep = ray.get(a.report.remote(lease), timeout=10)
             except Exception:  # noqa: BLE001, S112 - a lost node runs nothing we can save
                 continue
-            out += [j for j in rep["jobs"] if j["status"] == "running"]
+            out += [j for j in rep["jobs"] if j["status"] == AttemptStatus.RUNNING]
         return out
 
     asked = {}

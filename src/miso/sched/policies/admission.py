@@ -36,6 +36,9 @@ class Admission:
     now: float
     ran: set[str]
     est: dict[str, dict[str, float]]
+    state: Any
+    work_seen: dict[str, float]
+    work_stats: list[float]
     ahead: int
     free_at: tuple[int, list[float]] | None
     calls: int
@@ -132,23 +135,43 @@ class Admission:
         bias = 1.0 if self.in_batch() else self.wait_bias
         return share >= bias * wait
 
+    def gpu_ends_in(self, gs: Any) -> float:
+        """Seconds until every job of ``gs`` has ended at its current slice's speed (its
+        estimate there, else 1.0 on the whole GPU and 0.5 on a slice): :meth:`remaining`
+        inlined, the scan over every GPU of :meth:`gpu_free_in` being miso+'s hottest loop."""
+        if not gs.jobs:
+            return 0.0
+        st = self.state
+        now, jobs, est, seen = st.now, st.jobs, self.est, self.work_seen
+        full = gs.geom.model.full_profile().name
+        asg = gs.assignment
+        t = 0.0
+        for j in gs.jobs:
+            pl = asg.get(j)
+            v = est.get(j)
+            if pl is not None and v:
+                s = v.get(pl.profile, 0.5)
+            else:
+                s = 1.0 if pl is None or pl.profile == full else 0.5
+            js = jobs.get(j)
+            r = js.remaining_work(now) if js is not None else None
+            if r is None:
+                rem = self.typical_work()
+            else:
+                if j not in seen and js.progress is not None:  # as remaining() records it
+                    seen[j] = js.progress[1]
+                    self.work_stats[0] += js.progress[1]
+                    self.work_stats[1] += 1
+                rem = max(1.0, r)
+            t = max(t, rem / max(s, 0.05))
+        return t
+
     def gpu_free_in(self, sc: Scratch, k: int) -> float | None:
         """Seconds until the ``k+1``-th soonest GPU has finished all its jobs (each job's
         remaining work at its current slice's speed); None when fewer GPUs. One scan of the
         GPUs per decision."""
         if self.free_at is None or self.free_at[0] != self.calls:
-            st = sc.state
-            times = []
-            for gs in st.gpus.values():
-                t = 0.0
-                for j in gs.jobs:
-                    pl = gs.assignment.get(j)
-                    v = self.est.get(j)
-                    s = (v or {}).get(pl.profile, 0.5) if pl is not None and v else \
-                        (1.0 if pl is None or pl.profile == gs.geom.model.full_profile().name
-                         else 0.5)
-                    t = max(t, self.remaining(j) / max(s, 0.05))
-                times.append(t)
+            times = [self.gpu_ends_in(gs) for gs in sc.state.gpus.values()]
             times.sort()
             self.free_at = (self.calls, times)
         times = self.free_at[1]

@@ -235,6 +235,8 @@ class BasePolicy:
     filters: tuple[Filter, ...] = ()
     post_filters: tuple[PostFilter, ...] = (PREEMPT,)
     profile: Profile | None = None
+    #: when the pending reclaim timer fires (the reclaim post-filter's memory across calls)
+    reclaim_timer: float | None = None
 
     def decide(self, now: float, event: Event, state: ClusterState) -> list[Decision]:
         sc = Scratch(state)

@@ -151,10 +151,14 @@ class OptSta(BasePolicy):
             return
         if any(isinstance(d, ApplyLayout) and d.gpu == gpu for d in sc.out[before:]):
             return  # a queued job took the freed instance
+        if not sc.state.gpus[gpu].busy:
+            self.promote_into_freed(gpu, sc)
+
+    def promote_into_freed(self, gpu: str, sc: Scratch) -> None:
+        """Move jobs of ``gpu`` on smaller instances up into its free larger ones (the
+        smallest first, then by id), one plan for all the moves."""
         st = sc.state
         gs = st.gpus[gpu]
-        if gs.busy:
-            return
         comp = {p.name: p.compute_slices for p in gs.geom.profiles}
         asg = dict(gs.assignment)
         moved = False

@@ -67,9 +67,7 @@ class Burst:
             # Arrivals stopped: the burst's queue still drains onto the landing slots.
             self.bursting = self.bursting and bool(self.state.queue)
             return self.bursting
-        known = [w for w in self.clock.work if w is not None]  # declared at submission
-        work = self.typical_work() if self.work_stats[1] else \
-            sum(known) / len(known) if known else self.reported_work()
+        work = self.burst_work()
         m = len(self.clock.long)
         load = None if work is None else self.clock.offered_load(work, self.burst_samples)
         if load is None or work is None:
@@ -86,6 +84,14 @@ class Burst:
                          and self.arrival_within(run_s * (2.0 if self.bursting else 1.0))
                          and run_s >= self.batch_restart_frac * work)
         return self.bursting
+
+    def burst_work(self) -> float | None:
+        """A typical job's work as the burst test sees it: the mean work measured so far,
+        else the mean declared at submission, else :meth:`reported_work`."""
+        if self.work_stats[1]:
+            return self.typical_work()
+        known = [w for w in self.clock.work if w is not None]  # declared at submission
+        return sum(known) / len(known) if known else self.reported_work()
 
     def reported_work(self) -> float | None:
         """Mean work left that the jobs have reported so far (full-GPU seconds), before the

@@ -87,6 +87,20 @@ class Entitled:
             return False
         return self.mix(gpu, [*sc.jobs_on(gpu), job])
 
+    def _owed_speeds(self, geom: Geometry, j: str, sp: dict[str, float]
+                     ) -> dict[str, float] | None:
+        """``sp`` cut to the fair slices ``j``'s owner is owed, when that cuts anything (not
+        a running job that cannot checkpoint: it keeps its slice); else None."""
+        jobs = self.sc.state.jobs
+        if j not in jobs or (not jobs[j].spec.checkpointable
+                             and jobs[j].status.value == "running"):
+            return None
+        owed = self.fair_slices(geom, jobs[j].spec.owner)
+        if owed is None:
+            return None
+        kept = {p: v for p, v in sp.items() if p in owed}
+        return kept if kept and len(kept) < len(sp) else None
+
     def speeds(self, gpu: str, speeds: dict[str, dict[str, float]]
                ) -> dict[str, dict[str, float]]:
         """``speeds`` as the optimizer should see them: a protected owner's job is offered
@@ -98,15 +112,10 @@ class Entitled:
         out = dict(speeds)
         cut = False
         for j, sp in speeds.items():
-            if j not in jobs or (not jobs[j].spec.checkpointable
-                                 and jobs[j].status.value == "running"):
-                continue
-            owed = self.fair_slices(geom, jobs[j].spec.owner)
-            if owed is not None:
-                kept = {p: v for p, v in sp.items() if p in owed}
-                if kept and len(kept) < len(sp):
-                    out[j] = kept
-                    cut = True
+            kept = self._owed_speeds(geom, j, sp)
+            if kept is not None:
+                out[j] = kept
+                cut = True
         if not cut:
             return speeds
         sigs = tuple(tuple(p for p in self.fits(geom, jobs[j].spec.memory_gb) if p in out[j])

@@ -259,20 +259,25 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
                 self.batch_timer = True
                 sc.out.append(WakeUp(now, "batch"))
             return
-        if len(jobs) == 1:
-            j = jobs[0]
-            if (self.estimator.needs_profile and j not in self.est and j not in self.ran
-                    and st.jobs[j].spec.checkpointable and self.profile_pays(sc, j)):
-                # A newcomer alone on an idle GPU: profile it there; nobody else stops.
-                sc.out.append(StartProfiling(
-                    g, st.new_plan_id(), (j,), levels=self.profile_levels,
-                    seconds_per_level=self.profile_s,
-                    why={"trigger": self.trigger, "note": f"{j} is new and alone on {g}: "
-                         f"profiled alone ({len(self.profile_levels)} MPS levels) so its MIG "
-                         f"speeds are known before it ever shares a GPU; no other job stops"}))
-                self.last_profile[g] = now
-                return
+        if len(jobs) == 1 and self.profile_alone(now, g, jobs[0], sc):
+            return
         self.solve_and_apply(now, g, jobs, self.speeds(gs.geom, sc, jobs), sc)
+
+    def profile_alone(self, now: float, g: str, j: str, sc: Scratch) -> bool:
+        """Profile ``j``, a newcomer alone on ``g``, there when it pays (nobody else stops);
+        True when it does."""
+        st = sc.state
+        if not (self.estimator.needs_profile and j not in self.est and j not in self.ran
+                and st.jobs[j].spec.checkpointable and self.profile_pays(sc, j)):
+            return False
+        sc.out.append(StartProfiling(
+            g, st.new_plan_id(), (j,), levels=self.profile_levels,
+            seconds_per_level=self.profile_s,
+            why={"trigger": self.trigger, "note": f"{j} is new and alone on {g}: "
+                 f"profiled alone ({len(self.profile_levels)} MPS levels) so its MIG "
+                 f"speeds are known before it ever shares a GPU; no other job stops"}))
+        self.last_profile[g] = now
+        return True
 
     def solve_and_apply(self, now: float, g: str, jobs: list[str],
                         speeds: dict[str, dict[str, float]], sc: Scratch) -> None:

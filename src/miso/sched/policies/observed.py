@@ -69,11 +69,7 @@ class ObservedSpeeds:
             return
         full = gs.geom.model.full_profile().name
         if ev.placement.profile == full:
-            self.ref_rate[ev.job] = ev.rate
-            if self.learn_earlier_slices and ev.job not in self.est:
-                self.learned[ev.job] = {**earlier_slice_speeds(
-                    sc.state.jobs[ev.job].observed, ev.rate, full),
-                    **self.learned.get(ev.job, {})}
+            self.note_full_rate(ev, full, sc)
         if self.anchor_slices and ev.job not in self.ref_rate and \
                 ev.placement.profile in self.est.get(ev.job, {}):
             self.ref_rate[ev.job] = anchored_full_rate(
@@ -83,16 +79,31 @@ class ObservedSpeeds:
             self.learned.setdefault(ev.job, {})[ev.placement.profile] = \
                 max(0.01, min(1.5, ev.rate / ref))
         if ref and ev.job in self.est:
-            first = self.predicted.setdefault(ev.job, dict(self.est[ev.job])) \
-                if self.propagate_observed else {}
-            obs = sc.state.jobs[ev.job].observed
-            for prof, r in obs.items():
-                if prof in self.est[ev.job]:
-                    self.est[ev.job][prof] = max(0.01, min(1.5, r / ref))
-            if self.propagate_observed:  # from the estimate before any measurement
-                self.est[ev.job] = propagate(gs.geom, first, {
-                    p: self.est[ev.job][p] for p in obs if p in self.est[ev.job] and p != full},
-                    getattr(self.estimator, "calibration", None))
+            self.correct_estimates(ev.job, ref, gs.geom, full, sc)
+
+    def note_full_rate(self, ev: SpeedObserved, full: str, sc: Scratch) -> None:
+        """A rate measured on the whole GPU: the job's reference rate (and, with
+        ``learn_earlier_slices``, what its earlier slices' rates say of their speeds)."""
+        self.ref_rate[ev.job] = ev.rate
+        if self.learn_earlier_slices and ev.job not in self.est:
+            self.learned[ev.job] = {**earlier_slice_speeds(
+                sc.state.jobs[ev.job].observed, ev.rate, full),
+                **self.learned.get(ev.job, {})}
+
+    def correct_estimates(self, job: str, ref: float, geom: Any, full: str,
+                          sc: Scratch) -> None:
+        """Replace ``job``'s estimates by its observed rates over its full-GPU rate (with
+        ``propagate_observed``, spread to the slices not measured)."""
+        first = self.predicted.setdefault(job, dict(self.est[job])) \
+            if self.propagate_observed else {}
+        obs = sc.state.jobs[job].observed
+        for prof, r in obs.items():
+            if prof in self.est[job]:
+                self.est[job][prof] = max(0.01, min(1.5, r / ref))
+        if self.propagate_observed:  # from the estimate before any measurement
+            self.est[job] = propagate(geom, first, {
+                p: self.est[job][p] for p in obs if p in self.est[job] and p != full},
+                getattr(self.estimator, "calibration", None))
 
     def on_speed_changed(self, now: float, ev: JobSpeedChanged, sc: Scratch) -> None:
         if ev.baseline <= 0 or abs(ev.observed / ev.baseline - 1.0) <= self.threshold:

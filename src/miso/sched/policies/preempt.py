@@ -43,6 +43,21 @@ def victim_cost(sc: Scratch, job: str, now: float, restart_s: float) -> float:
     return cost
 
 
+def preemptible(sc: Scratch, v: str, prio: int, now: float) -> bool:
+    """Whether resident ``v`` may be preempted for a job of priority ``prio``: lower
+    priority, not placed in this call, running at least ``min_run_s``, able to checkpoint
+    (unless ``preempt_uncheckpointable``)."""
+    st = sc.state
+    ten = st.tenancy
+    assert ten is not None
+    cfg = ten.config
+    vs = st.jobs[v]
+    since = ten.running_since.get(v)
+    return not (vs.spec.priority >= prio or v in sc.placed or since is None
+                or now - since < cfg.min_run_s
+                or (not vs.spec.checkpointable and not cfg.preempt_uncheckpointable))
+
+
 def choose_victims(policy: BasePolicy, now: float, sc: Scratch, job: str
                    ) -> tuple[str, tuple[str, ...], float] | None:
     """(GPU, victims, cost) with the fewest victims, then the lowest cost, then GPU order; None
@@ -50,7 +65,6 @@ def choose_victims(policy: BasePolicy, now: float, sc: Scratch, job: str
     st = sc.state
     ten = st.tenancy
     assert ten is not None
-    cfg = ten.config
     prio = st.jobs[job].spec.priority
     restart_s = float(getattr(policy, "restart_s", DEFAULT_RESTART_S))
     best: tuple[int, float, str, tuple[str, ...]] | None = None
@@ -59,33 +73,35 @@ def choose_victims(policy: BasePolicy, now: float, sc: Scratch, job: str
         if gs.busy or sc.reserved.get(g, owner) != owner:
             continue
         resident = sc.jobs_on(g)
-        eligible = []
-        for v in resident:
-            vs = st.jobs[v]
-            since = ten.running_since.get(v)
-            if (vs.spec.priority >= prio or v in sc.placed or since is None
-                    or now - since < cfg.min_run_s
-                    or (not vs.spec.checkpointable and not cfg.preempt_uncheckpointable)):
-                continue
-            eligible.append(v)
+        eligible = [v for v in resident if preemptible(sc, v, prio, now)]
         max_k = len(eligible) if best is None else min(len(eligible), best[0])
-        for k in range(1, max_k + 1):
-            found: tuple[float, tuple[str, ...]] | None = None
-            for vic in combinations(eligible, k):
-                rest = [j for j in resident if j not in vic]
-                if not policy.fits(sc.cycle, job, g, rest):
-                    continue    # (with fair share: every protected job keeps its fair slice)
-                cost = sum(victim_cost(sc, v, now, restart_s) for v in vic)
-                if found is None or cost < found[0] - 1e-9:
-                    found = (cost, vic)
-            if found is not None:
-                key = (k, found[0], g, found[1])
-                if best is None or key[:2] < best[:2]:
-                    best = key
-                break
+        got = _fewest_cheapest(policy, sc, now, job, g, resident, eligible, max_k, restart_s)
+        if got is not None:
+            key = (got[0], got[1], g, got[2])
+            if best is None or key[:2] < best[:2]:
+                best = key
     if best is None:
         return None
     return best[2], best[3], best[1]
+
+
+def _fewest_cheapest(policy: BasePolicy, sc: Scratch, now: float, job: str, g: str,
+                     resident: list[str], eligible: list[str], max_k: int, restart_s: float
+                     ) -> tuple[int, float, tuple[str, ...]] | None:
+    """(k, cost, victims): the cheapest set of the fewest (at most ``max_k``) ``eligible``
+    residents of ``g`` whose leaving lets ``job`` pass the policy's fit test."""
+    for k in range(1, max_k + 1):
+        found: tuple[float, tuple[str, ...]] | None = None
+        for vic in combinations(eligible, k):
+            rest = [j for j in resident if j not in vic]
+            if not policy.fits(sc.cycle, job, g, rest):
+                continue    # (with fair share: every protected job keeps its fair slice)
+            cost = sum(victim_cost(sc, v, now, restart_s) for v in vic)
+            if found is None or cost < found[0] - 1e-9:
+                found = (cost, vic)
+        if found is not None:
+            return k, found[0], found[1]
+    return None
 
 
 def preempt(policy: BasePolicy, now: float, sc: Scratch) -> None:

@@ -62,31 +62,77 @@ def reclaim(policy: BasePolicy, now: float, sc: Scratch) -> bool:
         g, victims, cost, gain = got
         if held.get(o, 0.0) + gain > ents.get(o, 0.0) + 1e-6:
             continue
-        n = len(victims)
-        note = (f"fair share: owner {o or '(none)'} holds {held.get(o, 0.0):.1f} of the "
-                f"{ents.get(o, 0.0):.1f} GPUs it is entitled to and waits; room on {g} is "
-                f"returned to it: {n} job{'s' if n != 1 else ''} of owners above their "
-                f"entitlement checkpointed and requeued, {cost:.0f} GPU-s of restarts")
-        for v in victims:
-            vo = st.jobs[v].spec.owner
-            sc.requeue(v, f"fair share: room on {g} returned to owner {o or '(none)'}, below "
-                          f"its entitlement (owner {vo or '(none)'} holds "
-                          f"{held.get(vo, 0.0):.1f} of its {ents.get(vo, 0.0):.1f})",
-                       why={"trigger": "reclaim", "gpu": g, "for_owner": o,
-                            "victims": n, "lost_gpu_s": cost, "note": note},
-                       cause=RequeueCause.RECLAIMED)
-            held[vo] = held.get(vo, 0.0) - ten.charge_of(v)
-        sc.reserved[g] = o
+        _return_room(sc, o, g, victims, cost, ents, held)
         held[o] = held.get(o, 0.0) + gain
         done += 1
         if done >= MAX_PER_CALL:
             break
-    if wake is not None and not done and (ten.reclaim_timer is None
-                                          or ten.reclaim_timer <= now
-                                          or wake < ten.reclaim_timer - 1e-9):
-        ten.reclaim_timer = wake
-        sc.out.append(WakeUp(wake, TAG))
+    if wake is not None and not done:
+        _wake_at(policy, sc, now, wake)
     return done > 0
+
+
+def _wake_at(policy: BasePolicy, sc: Scratch, now: float, wake: float) -> None:
+    """A ``WakeUp`` at ``wake`` unless the one asked before (the policy's ``reclaim_timer``,
+    its own memory: the ledger is the driver's) is pending and not later."""
+    timer = policy.reclaim_timer
+    if timer is None or timer <= now or wake < timer - 1e-9:
+        policy.reclaim_timer = wake
+        sc.out.append(WakeUp(wake, TAG))
+
+
+def _return_room(sc: Scratch, o: str, g: str, victims: tuple[str, ...], cost: float,
+                 ents: dict[str, float], held: dict[str, float]) -> None:
+    """Requeue ``victims`` from ``g`` for owner ``o`` (``held`` follows) and reserve ``g``
+    for ``o`` for the rest of the call."""
+    st = sc.state
+    ten = st.tenancy
+    assert ten is not None
+    n = len(victims)
+    note = (f"fair share: owner {o or '(none)'} holds {held.get(o, 0.0):.1f} of the "
+            f"{ents.get(o, 0.0):.1f} GPUs it is entitled to and waits; room on {g} is "
+            f"returned to it: {n} job{'s' if n != 1 else ''} of owners above their "
+            f"entitlement checkpointed and requeued, {cost:.0f} GPU-s of restarts")
+    for v in victims:
+        vo = st.jobs[v].spec.owner
+        sc.requeue(v, f"fair share: room on {g} returned to owner {o or '(none)'}, below "
+                      f"its entitlement (owner {vo or '(none)'} holds "
+                      f"{held.get(vo, 0.0):.1f} of its {ents.get(vo, 0.0):.1f})",
+                   why={"trigger": "reclaim", "gpu": g, "for_owner": o,
+                        "victims": n, "lost_gpu_s": cost, "note": note},
+                   cause=RequeueCause.RECLAIMED)
+        held[vo] = held.get(vo, 0.0) - ten.charge_of(v)
+    sc.reserved[g] = o
+
+
+def _priced(sc: Scratch, now: float, job: str, resident: list[str], ents: dict[str, float],
+            held: dict[str, float], restart_s: float) -> tuple[list[tuple[float, str]], float]:
+    """(the residents that may be reclaimed for ``job``, cheapest first, with their price;
+    when the ones not run ``min_run_s`` yet become reclaimable): of another owner above its
+    entitlement, of no higher priority, able to checkpoint (unless
+    ``preempt_uncheckpointable``), not placed in this call."""
+    st = sc.state
+    ten = st.tenancy
+    assert ten is not None
+    cfg = ten.config
+    owner = st.jobs[job].spec.owner
+    prio = st.jobs[job].spec.priority
+    priced: list[tuple[float, str]] = []
+    ready = now
+    for v in resident:
+        vs = st.jobs[v]
+        vo = vs.spec.owner
+        since = ten.running_since.get(v)
+        if (vo == owner or v in sc.placed or since is None or vs.spec.priority > prio
+                or held.get(vo, 0.0) <= ents.get(vo, 0.0) + 1e-6
+                or (not vs.spec.checkpointable and not cfg.preempt_uncheckpointable)):
+            continue
+        if now - since < cfg.min_run_s:
+            ready = max(ready, since + cfg.min_run_s)
+            continue
+        priced.append((victim_cost(sc, v, now, restart_s), v))
+    priced.sort()
+    return priced, ready
 
 
 def _best_gpu(policy: BasePolicy, now: float, sc: Scratch, job: str,
@@ -97,51 +143,21 @@ def _best_gpu(policy: BasePolicy, now: float, sc: Scratch, job: str,
     st = sc.state
     ten = st.tenancy
     assert ten is not None
-    cfg = ten.config
     owner = st.jobs[job].spec.owner
-    prio = st.jobs[job].spec.priority
     best: tuple[int, float, str, tuple[str, ...], float] | None = None
     later: float | None = None
     for g, gs in st.gpus.items():
         if gs.busy or g in sc.touched or sc.reserved.get(g, owner) != owner:
             continue
         resident = sc.jobs_on(g)
-        priced: list[tuple[float, str]] = []
-        ready = now
-        for v in resident:
-            vs = st.jobs[v]
-            vo = vs.spec.owner
-            since = ten.running_since.get(v)
-            if (vo == owner or v in sc.placed or since is None or vs.spec.priority > prio
-                    or held.get(vo, 0.0) <= ents.get(vo, 0.0) + 1e-6
-                    or (not vs.spec.checkpointable and not cfg.preempt_uncheckpointable)):
-                continue
-            if now - since < cfg.min_run_s:
-                ready = max(ready, since + cfg.min_run_s)
-                continue
-            priced.append((victim_cost(sc, v, now, restart_s), v))
-        priced.sort()
-        victims: list[str] = []
-        rest = list(resident)
-        lost: dict[str, float] = {}
-        fits = False
-        for _, v in priced:
-            if best is not None and len(victims) >= best[0]:
-                break
-            vo = st.jobs[v].spec.owner
-            c = ten.charge_of(v)
-            if held.get(vo, 0.0) - lost.get(vo, 0.0) - c < ents.get(vo, 0.0) - 1e-6:
-                continue
-            victims.append(v)
-            lost[vo] = lost.get(vo, 0.0) + c
-            rest.remove(v)
-            if policy.fits(sc.cycle, job, g, rest):  # the entitlement filter included
-                fits = True
-                break
-        if not fits:
+        priced, ready = _priced(sc, now, job, resident, ents, held, restart_s)
+        got = _take_until_fits(policy, sc, job, g, resident, priced, ents, held,
+                               None if best is None else best[0])
+        if got is None:
             if ready > now + 1e-9:   # jobs not run long enough yet may make room then
                 later = ready if later is None else min(later, ready)
             continue
+        victims, lost = got
         cost = sum(victim_cost(sc, v, now, restart_s) for v in victims)
         gain = sum(lost.values())
         key = (len(victims), cost, g, tuple(victims), gain)
@@ -150,3 +166,30 @@ def _best_gpu(policy: BasePolicy, now: float, sc: Scratch, job: str,
     if best is None:
         return None, later
     return (best[2], best[3], best[1], best[4]), None
+
+
+def _take_until_fits(policy: BasePolicy, sc: Scratch, job: str, g: str, resident: list[str],
+                     priced: list[tuple[float, str]], ents: dict[str, float],
+                     held: dict[str, float], cap: int | None
+                     ) -> tuple[list[str], dict[str, float]] | None:
+    """(victims, GPUs each of their owners loses): the ``priced`` residents of ``g``, cheapest
+    first, taken (each owner staying at or above its entitlement) until ``job`` passes the
+    policy's fit test on the rest; None when it never does or needs ``cap`` victims or more."""
+    ten = sc.state.tenancy
+    assert ten is not None
+    victims: list[str] = []
+    rest = list(resident)
+    lost: dict[str, float] = {}
+    for _, v in priced:
+        if cap is not None and len(victims) >= cap:
+            return None
+        vo = sc.state.jobs[v].spec.owner
+        c = ten.charge_of(v)
+        if held.get(vo, 0.0) - lost.get(vo, 0.0) - c < ents.get(vo, 0.0) - 1e-6:
+            continue
+        victims.append(v)
+        lost[vo] = lost.get(vo, 0.0) + c
+        rest.remove(v)
+        if policy.fits(sc.cycle, job, g, rest):  # the entitlement filter included
+            return victims, lost
+    return None
