@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from miso.api.app import require_user
+from miso.api.app import UserDep
 from miso.api.wire import API
 from miso.controller.services import ServiceError, ServiceManager
 from miso.controller.servicestore import ServiceRecord
@@ -42,7 +42,6 @@ def _err(e: ServiceError) -> JSONResponse:
 
 def services_router(manager: ServiceManager) -> APIRouter:
     r = APIRouter(prefix=API)
-    UserDep = Annotated[Any, Depends(require_user)]
 
     def mine(user: Any, view: dict[str, Any]) -> bool:
         rec = manager.get(view["name"])

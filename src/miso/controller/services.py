@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 ROUTER_FILE = "router.json"
 ENDED = {JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELLED}
+MAX_BACKOFF_S = 60.0
 
 
 class ServiceError(Exception):
@@ -129,6 +130,10 @@ class ServiceManager:
         self._thread: threading.Thread | None = None
         self._http = httpx.Client(timeout=probe_timeout_s)
         self._models: dict[str, str] = {}
+        #: replicas of a service that failed in a row (reset when one gets ready) and when the
+        #: next may start: a crash loop backs off up to ``MAX_BACKOFF_S``
+        self.failures: dict[str, int] = {}
+        self.next_start: dict[str, float] = {}
         for rec in self.store.all():
             if rec.state == "running":
                 self._open(rec)
@@ -238,6 +243,7 @@ class ServiceManager:
         if r.state == "starting":
             if ok:
                 r.state, r.since, r.misses = "ready", now, 0
+                self.failures[rec.name] = 0
                 self.router.add_replica(rec.name, r.job, self.replica_host, r.port, r.profile)
                 self._note(rec.name, f"replica {r.job} ready on {r.profile or '?'} "
                                      f"({r.gpu or '?'})")
@@ -303,6 +309,11 @@ class ServiceManager:
             except Exception as e:  # noqa: BLE001 - reported, the replica is out anyway
                 log.warning("cancel of replica %s failed: %s", r.job, e)
         if why:
+            n = self.failures[name] = self.failures.get(name, 0) + 1
+            if n >= 2:
+                wait = min(MAX_BACKOFF_S, 2.0 ** (n - 1))
+                self.next_start[name] = time.monotonic() + wait
+                why += f" (failure {n} in a row: the next replica starts in {wait:.0f} s)"
             self._note(name, why)
         elif r.state == "draining":
             self._note(name, f"replica {r.job} drained and stopped")
@@ -338,7 +349,7 @@ class ServiceManager:
                                      f"{rate:.0f}/s)")
         want = self.scaler.want(rec.name, now, rate, cap, rec.headroom, rec.min_replicas,
                                 rec.max_replicas, len(live))
-        if want > len(live):
+        if want > len(live) and now >= self.next_start.get(rec.name, 0.0):
             for _ in range(want - len(live)):
                 self._start_replica(rec, f"scale out: {rate:.0f}/s x {1 + rec.headroom:g} "
                                          f"needs {want} x {cap:.0f}/s")
