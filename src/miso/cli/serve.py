@@ -95,7 +95,8 @@ def _ms(v: float | None) -> str:
 
 
 def load(
-    target: Annotated[str, typer.Argument(help="Service URL (from `miso services`).")],
+    target: Annotated[str, typer.Argument(
+        help="Service URL (from `miso services`), or the name of one of your services.")],
     trace: Annotated[str | None, typer.Option(
         "--trace", help="Arrivals from a trace: Azure LLM CSV (TIMESTAMP) or timestamp[,size] "
         "CSV/JSONL in seconds.")] = None,
@@ -133,9 +134,14 @@ def load(
             c = client(url, token, state_dir, token_file=token_file)
             listing = c.request("GET", "/services")
             svc = next((s for s in listing["services"]
-                        if s["url"].rstrip("/") == target.rstrip("/")), None)
+                        if s["url"].rstrip("/") == target.rstrip("/") or s["name"] == target),
+                       None)
         except (SystemExit, typer.Exit, Exception):  # noqa: BLE001 - a bare URL works too
             c, svc = None, None
+    if not target.startswith("http://"):
+        if svc is None:
+            fail(f"{target}: not a URL, and no service of yours has that name")
+        target = svc["url"]
     if slo_ms is None and svc is not None:
         slo_ms = float(svc["slo_p99_ms"])
     if trace is not None:
