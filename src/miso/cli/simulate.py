@@ -126,6 +126,11 @@ def simulate(
     demand_per_job: Annotated[float, typer.Option(
         help="With --fair-share: GPUs one job counts towards its owner's entitlement, the "
         "most of a GPU a fair slice can be.")] = 0.5,
+    services: Annotated[Path | None, typer.Option(
+        help="Inference services (YAML or JSON, see miso.sim.servicefile): simulate them "
+        "request by request under miso+ and the static-gpu, static-mig and hpa-gpu "
+        "baselines, training on the GPUs they leave; per-service JSON under 'services'.")]
+    = None,
 ) -> None:
     """Simulate MIG scheduling policies and report JCT, makespan, STP and restarts."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -266,6 +271,8 @@ def simulate(
             fail(str(e))
     out["policies"] = summary
     _print_table(summary)
+    if services is not None:
+        out["services"] = _services(services, model, gpus, tjobs, cfg, seed, pols[0])
     if plot is not None:
         from miso.sim.plots import bars, rel_jct_cdf
 
@@ -320,6 +327,24 @@ def _event_log(path: Path | None, logs: list):  # noqa: ANN202 - None or a facto
         return Observer(None, logs[-1], estimates=policy_estimates(policy))
 
     return make
+
+
+def _services(path: Path, model: str, gpus: int, tjobs: list, cfg: object, seed: int,
+              policy: str) -> dict:
+    from miso.sim.cotrain import services_report
+    from miso.sim.servicefile import load_services
+
+    try:
+        svcs, window = load_services(path)
+    except (OSError, ValueError, TypeError) as e:
+        fail(f"--services: {e}")
+    rep = services_report(svcs, model, gpus, tjobs, cfg, seed, window, policy)
+    for strat, r in rep.items():
+        jct = r["training_avg_jct_s"]
+        print(f"services {strat:11s} attainment_min {r['attainment_min']:.4f}  dropped "
+              f"{r['dropped']}  slice_hours {r['slice_hours']:.3f}  training_avg_jct_s "
+              f"{'never (no GPU left)' if jct is None else f'{jct:.0f}'}")
+    return rep
 
 
 def _write(path: Path | None, out: dict[str, object]) -> None:

@@ -17,8 +17,8 @@ its memory) of GPU model M gets its curve (the scaling rule, one place):
 * throughput ``T = T_A100 x compute_factor(M) x s x e`` (compute factor: datasheet FP16 peak
   ratio to the power 0.65, :mod:`miso.serving.gpuspeed`).
 * batch-1 latency ``L1 = L1_A100 / sqrt(compute_factor(M)) x min(7 / g7, latency_cap)``.
-* a batch of ``b``: ``L1 - 1/T + b / T`` (a fixed part and a per-item part; large batches
-  approach throughput ``T``, batch 1 costs ``L1``).
+* a batch of ``b``: a fixed part plus ``b`` per-item parts, the line through batch 1 at
+  ``L1`` and the model's maximum batch at throughput ``T``.
 * max batch: the model's, capped by what the slice's memory holds after the weights.
 
 An LLM decoder is memory-bandwidth bound: a batch of ``b`` requests of ``c`` context and ``o``
@@ -180,7 +180,10 @@ def _service_time_s(model: str, gpu_model: str, profile: str, batch: int) -> flo
     lat1 = mdl.batch1_latency_ms / 1000.0 / math.sqrt(cf)
     if g7 < 7.0 - 1e-9:
         lat1 *= min(7.0 / g7, mdl.latency_cap)
-    per_item = 1.0 / thr
+    # a line through (1, L1) and (max_batch, max_batch / T): batch 1 costs its latency, the
+    # model's largest batch runs at the slice's offline throughput
+    mb = mdl.max_batch
+    per_item = (mb / thr - lat1) / (mb - 1) if mb > 1 and mb / thr > lat1 else 1.0 / thr
     fixed = max(lat1 - per_item, 0.0)
     return float(fixed + per_item * batch)
 
@@ -251,3 +254,35 @@ def fitting_profiles(model: str, gpu_model: str, slo_p99_ms: float,
         if c > 0.0:
             out[p.name] = c
     return out
+
+
+def capacity_on_arrivals_rps(model: str, gpu_model: str, profile: str, slo_p99_ms: float,
+                             arrivals_s: np.ndarray, percentile: float = 99.0) -> float:
+    """Like :func:`capacity_rps`, but for arrivals shaped like ``arrivals_s`` (a recorded
+    stream, e.g. a service's own trace): the stream is stretched or compressed in time to
+    each candidate rate, so its bursts count. Bisection to 0.5 % of the saturation rate."""
+    mb = max_batch(model, gpu_model, profile)
+    arr = np.asarray(arrivals_s, dtype=float)
+    if mb < 1 or len(arr) < 2 or arr[-1] <= arr[0]:
+        return 0.0
+    slo = slo_p99_ms / 1000.0
+    if service_time_s(model, gpu_model, profile, 1) > slo:
+        return 0.0
+    arr = arr - arr[0]
+    base_rate = len(arr) / arr[-1]
+
+    def bt(b: int) -> float:
+        return service_time_s(model, gpu_model, profile, b)
+
+    hi = max(b / bt(b) for b in range(1, mb + 1) if bt(b) <= slo)
+    lo = 0.0
+    for _ in range(24):
+        mid = (lo + hi) / 2.0
+        run = simulate_replica(arr * (base_rate / mid), bt, mb)
+        if percentile_latency_s(run.latency_s, percentile) <= slo:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 0.005 * hi:
+            break
+    return float(lo)

@@ -9,6 +9,7 @@ latency). Pure: arrays in, arrays out.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -48,30 +49,39 @@ def simulate_replica(
     if n == 0 or max_batch < 1:
         return ReplicaRun(lat, fin, 0)
     times = [batch_time_s(b) for b in range(max_batch + 1)]
+    at = arr.tolist()
+    ends: list[float] = []
+    sizes: list[int] = []
+    firsts: list[int] = []
     free = ready_s
     i = 0
-    batches = 0
     while i < n:
-        start = max(free, arr[i])
+        start = free if free > at[i] else at[i]
         # drop what waited too long before this batch could start
-        while i < n and start - arr[i] > drop_after_s:
+        while start - at[i] > drop_after_s:
             i += 1
-            if i < n:
-                start = max(free, arr[i])
+            if i >= n:
+                break
+            start = free if free > at[i] else at[i]
         if i >= n:
             break
         if max_delay_s > 0.0:
             k = i + max_batch - 1
-            full_at = arr[k] if k < n else float("inf")
-            start = max(start, min(arr[i] + max_delay_s, full_at))
-        j = int(np.searchsorted(arr, start, side="right"))
-        j = min(max(j, i + 1), i + max_batch)
+            full_at = at[k] if k < n else float("inf")
+            start = max(start, min(at[i] + max_delay_s, full_at))
+        j = bisect_right(at, start, i + 1, min(n, i + max_batch))
         end = start + times[j - i]
-        fin[i:j] = end
-        lat[i:j] = end - arr[i:j]
+        firsts.append(i)
+        sizes.append(j - i)
+        ends.append(end)
         free = end
         i = j
-        batches += 1
+    if firsts:
+        idx = np.repeat(np.asarray(firsts), sizes) + (
+            np.arange(sum(sizes)) - np.repeat(np.cumsum(sizes) - sizes, sizes))
+        fin[idx] = np.repeat(np.asarray(ends), sizes)
+        lat[idx] = fin[idx] - arr[idx]
+    batches = len(firsts)
     return ReplicaRun(lat, fin, batches)
 
 
