@@ -177,7 +177,7 @@ def test_read_azure_trace_and_ramp(tmp_path) -> None:
                  "2023-11-16 18:17:03.9799600,1,1\n2023-11-16 18:17:05.9799600,1,1\n"
                  "2023-11-16 18:17:04.9799600,1,1\n")
     assert loadgen.read_trace(p, rate_x=2.0) == pytest.approx([0.0, 0.5, 1.0])
-    arr = loadgen.ramp_arrivals([1, 6, 1], 100.0, 20.0, seed=1)
+    arr = list(loadgen.ramp_arrivals([1, 6, 1], 100.0, 20.0, seed=1))
     first = sum(1 for t in arr if t < 2)
     middle = sum(1 for t in arr if 9 <= t < 11)
     assert 100 < first < 300 and middle > 3 * first
