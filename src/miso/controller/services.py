@@ -337,10 +337,15 @@ class ServiceManager:
         profile = ready[0].profile if ready else ""
         cap = self.capacity(rec, profile, ready[0].gpu_model if ready else "A100-40GB")
         p99 = stats.get("p99_ms")
-        if ready and p99 is not None and p99 > rec.slo_p99_ms and rate > 0 \
+        # the replicas' own answer times (the router's queueing excluded): a miss is theirs only
+        # when they answer slowly themselves, not when the router or the client is the limit
+        own = [float(x["latency_ewma_ms"]) for x in self.router.replicas(rec.name)
+               if not x["draining"] and x["served"] >= 20]
+        replicas_slow = bool(own) and min(own) > rec.slo_p99_ms / 2
+        if ready and p99 is not None and p99 > rec.slo_p99_ms and rate > 0 and replicas_slow \
                 and stats.get("requests", 0) >= 200:
             measured = 0.9 * rate / len(ready)
-            if measured < cap * 0.95:  # the SLO missed below the catalogue's capacity
+            if cap * 0.25 <= measured < cap * 0.95:  # within reason of the catalogue's  # the SLO missed below the catalogue's capacity
                 rec.capacity_rps, rec.capacity_profile = measured, profile
                 self.store.set_capacity(rec.name, measured, profile)
                 cap = measured
