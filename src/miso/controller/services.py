@@ -345,7 +345,7 @@ class ServiceManager:
         if ready and p99 is not None and p99 > rec.slo_p99_ms and rate > 0 and replicas_slow \
                 and stats.get("requests", 0) >= 200:
             measured = 0.9 * rate / len(ready)
-            if cap * 0.25 <= measured < cap * 0.95:  # within reason of the catalogue's  # the SLO missed below the catalogue's capacity
+            if cap * 0.25 <= measured < cap * 0.95:  # missed below the catalogue's, within reason
                 rec.capacity_rps, rec.capacity_profile = measured, profile
                 self.store.set_capacity(rec.name, measured, profile)
                 cap = measured
