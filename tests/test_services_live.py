@@ -32,7 +32,7 @@ def emuserve(*extra: str) -> list[str]:
 def cluster(tmp_path: Path) -> Iterator[tuple[LocalCluster, ServiceManager]]:
     c = LocalCluster(tmp_path, config=ControllerConfig(**FAST), gpus_per_node=2,
                      rate_window=0.5)
-    mgr = attach_services(c.controller, tmp_path)
+    mgr = attach_services(c.controller, tmp_path, separate_process=False)
     mgr._stop.set()  # noqa: SLF001 - the test drives tick() itself
     yield c, mgr
     mgr.close()
@@ -154,7 +154,7 @@ def test_a_ten_times_slower_replica_is_replaced(cluster) -> None:  # noqa: ANN00
 def test_a_lost_node_takes_its_replica_out_and_the_service_keeps_serving(tmp_path: Path) -> None:
     cfg = ControllerConfig(**{**FAST, "lease_s": 2.0})
     c = LocalCluster(tmp_path, config=cfg, nodes=2, gpus_per_node=1, rate_window=0.5)
-    mgr = attach_services(c.controller, tmp_path)
+    mgr = attach_services(c.controller, tmp_path)  # the router in its own process
     mgr._stop.set()  # noqa: SLF001 - the test drives tick() itself
     try:
         v = mgr.serve(ServiceRecord(name="ha", model="resnet50", slo_p99_ms=100,

@@ -45,6 +45,7 @@ from miso.controller.servicestore import ServiceRecord, ServiceStore
 from miso.jobstatus import JobStatus
 from miso.serving import catalog
 from miso.serving.router import Router, RouterServer
+from miso.serving.routerproc import RouterProcess
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +105,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 class ServiceManager:
     """The services of one controller (see the module docstring)."""
 
-    def __init__(self, controller: Any, store_path: str | Path, router: RouterServer, *,
+    def __init__(self, controller: Any, store_path: str | Path,
+                 router: RouterServer | RouterProcess, *,
                  replica_host: str = "127.0.0.1", python: str = sys.executable,
                  ready_timeout_s: float = 120.0, misses: int = 3,
                  probe_timeout_s: float = 1.0, scaler: LiveScaler | None = None,
@@ -112,7 +114,7 @@ class ServiceManager:
         self.ctl = controller
         self.store = ServiceStore(store_path)
         self.server = router
-        self.router: Router = router.router
+        self.router: Any = router.router  # a Router, or a RouterProcess with its methods
         self.replica_host = replica_host
         self.python = python
         self.ready_timeout_s = ready_timeout_s
@@ -430,32 +432,40 @@ class ServiceManager:
             return [self.view(n) for n in self.services]
 
 
-def start_router(state_dir: str | Path, host: str = "127.0.0.1",
-                 registry: Any = None) -> RouterServer:
-    """The head's router on the port it had before a restart when it is free (stable URLs);
-    records ``router.json``."""
+def start_router(state_dir: str | Path, host: str = "127.0.0.1", registry: Any = None, *,
+                 separate_process: bool = True) -> RouterServer | RouterProcess:
+    """The head's router (in a process of its own unless ``separate_process`` is False) on
+    the port it had before a restart when it is free (stable URLs); records ``router.json``."""
     path = Path(state_dir) / ROUTER_FILE
     port = 0
     try:
         port = int(json.loads(path.read_text()).get("port", 0))
     except (OSError, ValueError, AttributeError):
         port = 0
-    router = Router(registry)
-    try:
-        srv = RouterServer(router, host, port).start()
-    except OSError:
-        srv = RouterServer(router, host, 0).start()
+    srv: RouterServer | RouterProcess
+    if separate_process:
+        try:
+            srv = RouterProcess(host, port, registry)
+        except OSError:
+            srv = RouterProcess(host, 0, registry)
+    else:
+        router = Router(registry)
+        try:
+            srv = RouterServer(router, host, port).start()
+        except OSError:
+            srv = RouterServer(router, host, 0).start()
     path.write_text(json.dumps({"url": srv.url, "port": srv.port}) + "\n")
     return srv
 
 
 def attach_services(controller: Any, state_dir: str | Path, observer: Any = None,
-                    host: str = "127.0.0.1") -> ServiceManager:
+                    host: str = "127.0.0.1", *, separate_process: bool = True
+                    ) -> ServiceManager:
     """The router (its metrics in the controller's registry) and the service manager of a
     controller, started."""
     metrics = getattr(observer, "metrics", None)
     registry = getattr(metrics, "registry", None)
-    srv = start_router(state_dir, host, registry)
+    srv = start_router(state_dir, host, registry, separate_process=separate_process)
     mgr = ServiceManager(controller, controller.store.path, srv)
     mgr.start()
     return mgr
