@@ -15,6 +15,8 @@ from miso.api.services import services_router
 from miso.api.users import UserStore
 from miso.controller import JobStore
 from miso.controller.services import ServiceManager
+from miso.observe.decisions import describe
+from miso.observe.eventlog import DecisionLog
 from miso.serving.router import RouterServer
 
 
@@ -26,7 +28,7 @@ def H(token: str) -> dict[str, str]:  # noqa: N802
 def api(tmp_path: Path) -> Any:
     users = UserStore(tmp_path / "users.db")
     ctl = StoreController(JobStore(tmp_path / "miso.db"))
-    mgr = ServiceManager(ctl, tmp_path / "miso.db", RouterServer())
+    mgr = ServiceManager(ctl, tmp_path / "miso.db", RouterServer(), log=DecisionLog(None))
     tokens = {"admin": users.add("admin", admin=True, unix_user="daemon"),
               "alice": users.add("alice", unix_user="nobody"), "bob": users.add("bob")}
     app = create_app(ctl, users, extra_routers=[services_router(mgr)], snapshot_ttl=0.0)
@@ -51,6 +53,9 @@ def test_owner_admin_and_counts_only_for_others(api: Any) -> None:
     assert "miso.serving.runreplica" in job.command
     assert client.post("/api/v1/services", json=BODY,
                        headers=H(tok["bob"])).status_code == 409  # the name is taken
+    # every resize is in the decision log (miso events) with its reason, naming the replica
+    recs = [r for r in mgr.log.recent(50) if r.get("service") == "svc-a"]
+    assert any(job.id in r["jobs"] and "scale out" in describe(r) for r in recs)
     bob = client.get("/api/v1/services", headers=H(tok["bob"])).json()
     assert bob["services"] == [] and bob["others"] == {"services": 1, "replicas": 1}
     assert client.get("/api/v1/services/svc-a", headers=H(tok["bob"])).status_code == 404

@@ -50,6 +50,7 @@ from miso.serving.routerproc import RouterProcess
 log = logging.getLogger(__name__)
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+JOB_ID = re.compile(r"\bj\d{4,}\b")
 ROUTER_FILE = "router.json"
 ENDED = {JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELLED}
 MAX_BACKOFF_S = 60.0
@@ -110,7 +111,7 @@ class ServiceManager:
                  replica_host: str = "127.0.0.1", python: str = sys.executable,
                  ready_timeout_s: float = 120.0, misses: int = 3,
                  probe_timeout_s: float = 1.0, scaler: LiveScaler | None = None,
-                 slow_factor: float = 10.0) -> None:
+                 slow_factor: float = 10.0, log: Any = None) -> None:
         self.ctl = controller
         self.store = ServiceStore(store_path)
         self.server = router
@@ -120,6 +121,8 @@ class ServiceManager:
         self.ready_timeout_s = ready_timeout_s
         self.misses = misses
         self.slow_factor = slow_factor
+        #: the decision log (``miso events``): every service event goes there too
+        self.log = log
         self.probe_timeout_s = probe_timeout_s
         self.scaler = scaler or LiveScaler()
         self.lm: Any = catalog
@@ -399,6 +402,13 @@ class ServiceManager:
         log.info("service %s: %s", name, text)
         self.events.setdefault(name, collections.deque(maxlen=50)).append(
             {"time": time.time(), "text": text})
+        if self.log is not None:  # a user sees it when it names one of their replica jobs
+            jobs = sorted(set(JOB_ID.findall(text)) | set(self.replicas.get(name, {})))
+            with contextlib.suppress(Exception):
+                now = getattr(self.ctl, "now", time.time)  # the controller's clock
+                self.log.append({"kind": f"service {name}", "time": float(now()),
+                                 "trigger": "service", "service": name, "jobs": jobs,
+                                 "note": text})
 
     def view(self, name: str) -> dict[str, Any]:
         rec = self.services[name]
@@ -466,6 +476,7 @@ def attach_services(controller: Any, state_dir: str | Path, observer: Any = None
     metrics = getattr(observer, "metrics", None)
     registry = getattr(metrics, "registry", None)
     srv = start_router(state_dir, host, registry, separate_process=separate_process)
-    mgr = ServiceManager(controller, controller.store.path, srv)
+    mgr = ServiceManager(controller, controller.store.path, srv,
+                         log=getattr(observer, "log", None))
     mgr.start()
     return mgr
