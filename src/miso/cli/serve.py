@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from typing import Annotated, Any
 
@@ -56,7 +57,8 @@ def serve(
              "--max-replicas 8 --memory-gb G] -- COMMAND...  (or miso serve --stop NAME)")
     body: dict[str, Any] = {"name": name, "model": model, "slo_p99_ms": slo_p99_ms,
                             "command": list(command), "min_replicas": min_replicas,
-                            "max_replicas": max_replicas, "headroom": headroom}
+                            "max_replicas": max_replicas, "headroom": headroom,
+                            "cwd": os.getcwd()}
     if memory_gb is not None:
         body["memory_gb"] = memory_gb
     out = call(c.request, "POST", "/services", json=body)

@@ -375,7 +375,8 @@ class ServiceManager:
         cmd = [self.python, "-m", "miso.serving.runreplica", "--port", str(port), "--",
                *rec.command]
         jid = self.ctl.submit(cmd, name=f"svc-{rec.name}-{self._seq}", memory_gb=rec.memory_gb,
-                              env=dict(rec.env), owner=rec.owner, unix_user=rec.unix_user,
+                              env=dict(rec.env), cwd=rec.cwd, owner=rec.owner,
+                              unix_user=rec.unix_user,
                               owner_name=rec.owner_name)
         with self.lock:
             self.replicas.setdefault(rec.name, {})[jid] = ReplicaState(jid, port,
