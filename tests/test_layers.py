@@ -17,14 +17,17 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "miso"
 LAYERS: dict[str, int] = {
     # stdlib-only leaves any layer may use
     "jobstatus": 0, "attemptstatus": 0, "sqlitebackup": 0, "raytoken": 0, "data": 0,
+    "jobpaths": 0, "runtimedir": 0, "timelimit": 0,
     "mig": 1,                      # hardware data
     "workloads": 2,                # the workload speed table
     "mps_speed": 2,                # the one MPS speed model (reads the workload table)
     "optimize": 3,                 # the layout optimizer
     "predict": 4,                  # the MPS -> MIG predictor
+    "serving": 4,                  # inference: catalogue, replica queue, traces, the router
     "sched": 5,                    # the scheduling core (no I/O)
     "sim": 6,                      # the simulator (a driver without processes)
     "backend": 6, "job": 6, "emuworkload": 6,   # the GPU and the job side of a node
+    "emuserve": 6, "loadgen": 6,   # the emulated inference server; the load generator
     "agent": 7,                    # the node agent
     "transport": 8,                # controller <-> agent calls
     "controller": 9,               # the live driver

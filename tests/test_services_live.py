@@ -32,7 +32,7 @@ def emuserve(*extra: str) -> list[str]:
 def cluster(tmp_path: Path) -> Iterator[tuple[LocalCluster, ServiceManager]]:
     c = LocalCluster(tmp_path, config=ControllerConfig(**FAST), gpus_per_node=2,
                      rate_window=0.5)
-    mgr = attach_services(c.controller, tmp_path)
+    mgr = attach_services(c.controller, tmp_path, separate_process=False)
     mgr._stop.set()  # noqa: SLF001 - the test drives tick() itself
     yield c, mgr
     mgr.close()
@@ -148,3 +148,29 @@ def test_a_ten_times_slower_replica_is_replaced(cluster) -> None:  # noqa: ANN00
     mgr.tick()
     assert f"replica {slow_job} answers in 30 ms" in events(mgr, "sl")
     assert slow_job not in {r["job"] for r in mgr.view("sl")["replicas"]}
+
+
+@pytest.mark.slow  # ~10 s: a lost node is noticed after its lease
+def test_a_lost_node_takes_its_replica_out_and_the_service_keeps_serving(tmp_path: Path) -> None:
+    cfg = ControllerConfig(**{**FAST, "lease_s": 2.0})
+    c = LocalCluster(tmp_path, config=cfg, nodes=2, gpus_per_node=1, rate_window=0.5)
+    mgr = attach_services(c.controller, tmp_path)  # the router in its own process
+    mgr._stop.set()  # noqa: SLF001 - the test drives tick() itself
+    try:
+        v = mgr.serve(ServiceRecord(name="ha", model="resnet50", slo_p99_ms=100,
+                                    min_replicas=2, max_replicas=2, command=emuserve()))
+        ticking(mgr, lambda: mgr.view("ha")["ready_replicas"] == 2)
+        gpus = {r["job"]: r["gpu"] for r in mgr.view("ha")["replicas"]}
+        lost_node = sorted(gpus.values())[-1].split("/")[0]
+        c.transport.remove(lost_node)  # the node (its agent) dies with its processes
+        lost = {j for j, g in gpus.items() if g.startswith(lost_node + "/")}
+        ticking(mgr, lambda: not lost & {r["job"] for r in mgr.view("ha")["replicas"]
+                                         if r["state"] == "ready"}, timeout=40)
+        with httpx.Client(timeout=15) as h:
+            codes = [h.post(v["url"] + "/infer").status_code for _ in range(10)]
+        assert codes == [200] * 10
+    finally:
+        mgr.close()
+        mgr.server.stop()
+        assert c.controller is not None
+        c.controller.stop(stop_jobs=True)

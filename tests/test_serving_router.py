@@ -177,7 +177,32 @@ def test_read_azure_trace_and_ramp(tmp_path) -> None:
                  "2023-11-16 18:17:03.9799600,1,1\n2023-11-16 18:17:05.9799600,1,1\n"
                  "2023-11-16 18:17:04.9799600,1,1\n")
     assert loadgen.read_trace(p, rate_x=2.0) == pytest.approx([0.0, 0.5, 1.0])
-    arr = loadgen.ramp_arrivals([1, 6, 1], 100.0, 20.0, seed=1)
+    arr = list(loadgen.ramp_arrivals([1, 6, 1], 100.0, 20.0, seed=1))
     first = sum(1 for t in arr if t < 2)
     middle = sum(1 for t in arr if 9 <= t < 11)
     assert 100 < first < 300 and middle > 3 * first
+
+
+def test_router_process_serves_reports_and_refuses_other_calls() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from miso.serving.routerproc import RouterProcess
+
+    be = Backend()
+    reg = CollectorRegistry()
+    rp = RouterProcess(registry=reg)
+    try:
+        rp.add_service("svc", 100.0)
+        rp.add_replica("svc", "r1", "127.0.0.1", be.port, "1g.5gb")
+        with httpx.Client(timeout=10) as c:
+            assert c.post(rp.service_url("svc") + "/x").status_code == 200
+        assert rp.stats("svc", 10.0)["requests"] == 1
+        assert rp.replicas("svc")[0]["served"] == 1 and rp.outstanding("svc", "r1") == 0
+        text = generate_latest(reg).decode()
+        assert 'miso_service_requests_total{code="200",service="svc"} 1.0' in text
+        with pytest.raises(RuntimeError, match="unknown call"):
+            rp._call("__init__")  # noqa: SLF001 - what a caller cannot reach through methods
+    finally:
+        rp.stop()
+        be.stop()
+    assert rp.proc.returncode == 0

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
-from miso.api.app import require_user
+from miso.api.app import UserDep
 from miso.api.wire import API
 from miso.controller.services import ServiceError, ServiceManager
 from miso.controller.servicestore import ServiceRecord
@@ -34,6 +34,14 @@ class ServeRequest(BaseModel):
     percentile: float = Field(default=99.0, gt=0, lt=100)
     env: dict[Annotated[str, Field(max_length=256)], Annotated[str, Field(max_length=4096)]] \
         = Field(default_factory=dict, max_length=64)
+    cwd: str | None = Field(default=None, max_length=4096)
+
+    @field_validator("cwd")
+    @classmethod
+    def _cwd(cls, v: str | None) -> str | None:
+        if v is not None and (not v.startswith("/") or "\x00" in v):
+            raise ValueError("cwd must be an absolute path")
+        return v
 
 
 def _err(e: ServiceError) -> JSONResponse:
@@ -42,7 +50,6 @@ def _err(e: ServiceError) -> JSONResponse:
 
 def services_router(manager: ServiceManager) -> APIRouter:
     r = APIRouter(prefix=API)
-    UserDep = Annotated[Any, Depends(require_user)]
 
     def mine(user: Any, view: dict[str, Any]) -> bool:
         rec = manager.get(view["name"])
@@ -55,7 +62,7 @@ def services_router(manager: ServiceManager) -> APIRouter:
                             unix_user=user.unix_user, min_replicas=body.min_replicas,
                             max_replicas=body.max_replicas, headroom=body.headroom,
                             memory_gb=body.memory_gb, percentile=body.percentile,
-                            env=dict(body.env))
+                            env=dict(body.env), cwd=body.cwd)
         try:
             return JSONResponse(manager.serve(rec), status_code=201)
         except ServiceError as e:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from typing import Annotated, Any
 
@@ -56,7 +57,8 @@ def serve(
              "--max-replicas 8 --memory-gb G] -- COMMAND...  (or miso serve --stop NAME)")
     body: dict[str, Any] = {"name": name, "model": model, "slo_p99_ms": slo_p99_ms,
                             "command": list(command), "min_replicas": min_replicas,
-                            "max_replicas": max_replicas, "headroom": headroom}
+                            "max_replicas": max_replicas, "headroom": headroom,
+                            "cwd": os.getcwd()}
     if memory_gb is not None:
         body["memory_gb"] = memory_gb
     out = call(c.request, "POST", "/services", json=body)
@@ -95,7 +97,8 @@ def _ms(v: float | None) -> str:
 
 
 def load(
-    target: Annotated[str, typer.Argument(help="Service URL (from `miso services`).")],
+    target: Annotated[str, typer.Argument(
+        help="Service URL (from `miso services`), or the name of one of your services.")],
     trace: Annotated[str | None, typer.Option(
         "--trace", help="Arrivals from a trace: Azure LLM CSV (TIMESTAMP) or timestamp[,size] "
         "CSV/JSONL in seconds.")] = None,
@@ -133,9 +136,14 @@ def load(
             c = client(url, token, state_dir, token_file=token_file)
             listing = c.request("GET", "/services")
             svc = next((s for s in listing["services"]
-                        if s["url"].rstrip("/") == target.rstrip("/")), None)
+                        if s["url"].rstrip("/") == target.rstrip("/") or s["name"] == target),
+                       None)
         except (SystemExit, typer.Exit, Exception):  # noqa: BLE001 - a bare URL works too
             c, svc = None, None
+    if not target.startswith("http://"):
+        if svc is None:
+            fail(f"{target}: not a URL, and no service of yours has that name")
+        target = svc["url"]
     if slo_ms is None and svc is not None:
         slo_ms = float(svc["slo_p99_ms"])
     if trace is not None:

@@ -45,12 +45,15 @@ from miso.controller.servicestore import ServiceRecord, ServiceStore
 from miso.jobstatus import JobStatus
 from miso.serving import catalog
 from miso.serving.router import Router, RouterServer
+from miso.serving.routerproc import RouterProcess
 
 log = logging.getLogger(__name__)
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+JOB_ID = re.compile(r"\bj\d{4,}\b")
 ROUTER_FILE = "router.json"
 ENDED = {JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELLED}
+MAX_BACKOFF_S = 60.0
 
 
 class ServiceError(Exception):
@@ -103,20 +106,23 @@ def free_port(host: str = "127.0.0.1") -> int:
 class ServiceManager:
     """The services of one controller (see the module docstring)."""
 
-    def __init__(self, controller: Any, store_path: str | Path, router: RouterServer, *,
+    def __init__(self, controller: Any, store_path: str | Path,
+                 router: RouterServer | RouterProcess, *,
                  replica_host: str = "127.0.0.1", python: str = sys.executable,
                  ready_timeout_s: float = 120.0, misses: int = 3,
                  probe_timeout_s: float = 1.0, scaler: LiveScaler | None = None,
-                 slow_factor: float = 10.0) -> None:
+                 slow_factor: float = 10.0, log: Any = None) -> None:
         self.ctl = controller
         self.store = ServiceStore(store_path)
         self.server = router
-        self.router: Router = router.router
+        self.router: Any = router.router  # a Router, or a RouterProcess with its methods
         self.replica_host = replica_host
         self.python = python
         self.ready_timeout_s = ready_timeout_s
         self.misses = misses
         self.slow_factor = slow_factor
+        #: the decision log (``miso events``): every service event goes there too
+        self.log = log
         self.probe_timeout_s = probe_timeout_s
         self.scaler = scaler or LiveScaler()
         self.lm: Any = catalog
@@ -129,6 +135,10 @@ class ServiceManager:
         self._thread: threading.Thread | None = None
         self._http = httpx.Client(timeout=probe_timeout_s)
         self._models: dict[str, str] = {}
+        #: replicas of a service that failed in a row (reset when one gets ready) and when the
+        #: next may start: a crash loop backs off up to ``MAX_BACKOFF_S``
+        self.failures: dict[str, int] = {}
+        self.next_start: dict[str, float] = {}
         for rec in self.store.all():
             if rec.state == "running":
                 self._open(rec)
@@ -238,6 +248,7 @@ class ServiceManager:
         if r.state == "starting":
             if ok:
                 r.state, r.since, r.misses = "ready", now, 0
+                self.failures[rec.name] = 0
                 self.router.add_replica(rec.name, r.job, self.replica_host, r.port, r.profile)
                 self._note(rec.name, f"replica {r.job} ready on {r.profile or '?'} "
                                      f"({r.gpu or '?'})")
@@ -303,6 +314,11 @@ class ServiceManager:
             except Exception as e:  # noqa: BLE001 - reported, the replica is out anyway
                 log.warning("cancel of replica %s failed: %s", r.job, e)
         if why:
+            n = self.failures[name] = self.failures.get(name, 0) + 1
+            if n >= 2:
+                wait = min(MAX_BACKOFF_S, 2.0 ** (n - 1))
+                self.next_start[name] = time.monotonic() + wait
+                why += f" (failure {n} in a row: the next replica starts in {wait:.0f} s)"
             self._note(name, why)
         elif r.state == "draining":
             self._note(name, f"replica {r.job} drained and stopped")
@@ -326,10 +342,15 @@ class ServiceManager:
         profile = ready[0].profile if ready else ""
         cap = self.capacity(rec, profile, ready[0].gpu_model if ready else "A100-40GB")
         p99 = stats.get("p99_ms")
-        if ready and p99 is not None and p99 > rec.slo_p99_ms and rate > 0 \
+        # the replicas' own answer times (the router's queueing excluded): a miss is theirs only
+        # when they answer slowly themselves, not when the router or the client is the limit
+        own = [float(x["latency_ewma_ms"]) for x in self.router.replicas(rec.name)
+               if not x["draining"] and x["served"] >= 20]
+        replicas_slow = bool(own) and min(own) > rec.slo_p99_ms / 2
+        if ready and p99 is not None and p99 > rec.slo_p99_ms and rate > 0 and replicas_slow \
                 and stats.get("requests", 0) >= 200:
             measured = 0.9 * rate / len(ready)
-            if measured < cap * 0.95:  # the SLO missed below the catalogue's capacity
+            if cap * 0.25 <= measured < cap * 0.95:  # missed below the catalogue's, within reason
                 rec.capacity_rps, rec.capacity_profile = measured, profile
                 self.store.set_capacity(rec.name, measured, profile)
                 cap = measured
@@ -338,7 +359,7 @@ class ServiceManager:
                                      f"{rate:.0f}/s)")
         want = self.scaler.want(rec.name, now, rate, cap, rec.headroom, rec.min_replicas,
                                 rec.max_replicas, len(live))
-        if want > len(live):
+        if want > len(live) and now >= self.next_start.get(rec.name, 0.0):
             for _ in range(want - len(live)):
                 self._start_replica(rec, f"scale out: {rate:.0f}/s x {1 + rec.headroom:g} "
                                          f"needs {want} x {cap:.0f}/s")
@@ -354,7 +375,8 @@ class ServiceManager:
         cmd = [self.python, "-m", "miso.serving.runreplica", "--port", str(port), "--",
                *rec.command]
         jid = self.ctl.submit(cmd, name=f"svc-{rec.name}-{self._seq}", memory_gb=rec.memory_gb,
-                              env=dict(rec.env), owner=rec.owner, unix_user=rec.unix_user,
+                              env=dict(rec.env), cwd=rec.cwd, owner=rec.owner,
+                              unix_user=rec.unix_user,
                               owner_name=rec.owner_name)
         with self.lock:
             self.replicas.setdefault(rec.name, {})[jid] = ReplicaState(jid, port,
@@ -381,6 +403,13 @@ class ServiceManager:
         log.info("service %s: %s", name, text)
         self.events.setdefault(name, collections.deque(maxlen=50)).append(
             {"time": time.time(), "text": text})
+        if self.log is not None:  # a user sees it when it names one of their replica jobs
+            jobs = sorted(set(JOB_ID.findall(text)) | set(self.replicas.get(name, {})))
+            with contextlib.suppress(Exception):
+                now = getattr(self.ctl, "now", time.time)  # the controller's clock
+                self.log.append({"kind": f"service {name}", "time": float(now()),
+                                 "trigger": "service", "service": name, "jobs": jobs,
+                                 "note": text})
 
     def view(self, name: str) -> dict[str, Any]:
         rec = self.services[name]
@@ -414,32 +443,41 @@ class ServiceManager:
             return [self.view(n) for n in self.services]
 
 
-def start_router(state_dir: str | Path, host: str = "127.0.0.1",
-                 registry: Any = None) -> RouterServer:
-    """The head's router on the port it had before a restart when it is free (stable URLs);
-    records ``router.json``."""
+def start_router(state_dir: str | Path, host: str = "127.0.0.1", registry: Any = None, *,
+                 separate_process: bool = True) -> RouterServer | RouterProcess:
+    """The head's router (in a process of its own unless ``separate_process`` is False) on
+    the port it had before a restart when it is free (stable URLs); records ``router.json``."""
     path = Path(state_dir) / ROUTER_FILE
     port = 0
     try:
         port = int(json.loads(path.read_text()).get("port", 0))
     except (OSError, ValueError, AttributeError):
         port = 0
-    router = Router(registry)
-    try:
-        srv = RouterServer(router, host, port).start()
-    except OSError:
-        srv = RouterServer(router, host, 0).start()
+    srv: RouterServer | RouterProcess
+    if separate_process:
+        try:
+            srv = RouterProcess(host, port, registry)
+        except OSError:
+            srv = RouterProcess(host, 0, registry)
+    else:
+        router = Router(registry)
+        try:
+            srv = RouterServer(router, host, port).start()
+        except OSError:
+            srv = RouterServer(router, host, 0).start()
     path.write_text(json.dumps({"url": srv.url, "port": srv.port}) + "\n")
     return srv
 
 
 def attach_services(controller: Any, state_dir: str | Path, observer: Any = None,
-                    host: str = "127.0.0.1") -> ServiceManager:
+                    host: str = "127.0.0.1", *, separate_process: bool = True
+                    ) -> ServiceManager:
     """The router (its metrics in the controller's registry) and the service manager of a
     controller, started."""
     metrics = getattr(observer, "metrics", None)
     registry = getattr(metrics, "registry", None)
-    srv = start_router(state_dir, host, registry)
-    mgr = ServiceManager(controller, controller.store.path, srv)
+    srv = start_router(state_dir, host, registry, separate_process=separate_process)
+    mgr = ServiceManager(controller, controller.store.path, srv,
+                         log=getattr(observer, "log", None))
     mgr.start()
     return mgr

@@ -42,6 +42,7 @@ class ServiceRecord:
     memory_gb: float | None = None
     percentile: float = 99.0
     env: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None  # where the replica command runs (miso serve's directory)
     state: str = "running"  # running | stopped
     created_at: float = 0.0
     capacity_rps: float | None = None  # measured live, per replica, on capacity_profile

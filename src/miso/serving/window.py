@@ -3,6 +3,7 @@ minutes (the live rate signal of a service). Bounded in time and in count."""
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
 from typing import Any
 
@@ -30,7 +31,8 @@ class LatencyWindow:
                 slo_ms: float | None = None) -> dict[str, Any]:
         """``rate`` (requests/s over the window), ``p50_ms``, ``p99_ms``, ``errors`` and
         ``attainment`` (share of requests that succeeded within the SLO; None without one)."""
-        recent = [s for s in list(self.samples) if s[0] >= now - window_s]
+        snap = list(self.samples)  # one C-level copy: the router's thread appends meanwhile
+        recent = snap[bisect.bisect_left(snap, now - window_s, key=lambda s: s[0]):]
         out: dict[str, Any] = {"window_s": window_s, "requests": len(recent),
                                "rate": len(recent) / window_s, "p50_ms": None,
                                "p99_ms": None, "errors": 0, "attainment": None}

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Issue 29's check on an emulated 4-GPU cluster: serve, list, ramp 1x -> 6x -> 1x of one
+# replica's capacity for DURATION s (default 180), print the load JSON, stop everything.
+#   flock /tmp/miso-heavy.lock timeout 900 bash benchmarks/serve/live_check.sh [DURATION] [PLOT]
+set -euo pipefail
+DURATION=${1:-180}
+PLOT=${2:-}
+export HOME; HOME=$(mktemp -d); unset MISO_STATE_DIR MISO_URL MISO_TOKEN
+trap 'miso cluster down >/dev/null 2>&1 || true; rm -rf "$HOME"' EXIT
+miso cluster up --emulated --gpus 4 >/dev/null
+miso serve bars-svc --model resnet50 --slo-p99-ms 100 -- python -m miso.emuserve --model resnet50
+URL=
+for _ in $(seq 120); do
+  URL=$(miso services --json | python -c '
+import json, sys
+d = json.load(sys.stdin)
+s = [x for x in d["services"] if x["name"] == "bars-svc" and x["ready_replicas"] > 0]
+print(s[0]["url"] if s else "")')
+  [ -n "$URL" ] && break
+  sleep 1
+done
+[ -n "$URL" ] || { echo "bars-svc never got a ready replica" >&2; miso services --json >&2; exit 1; }
+miso services --json | python -c 'import json,sys; s=json.load(sys.stdin)["services"][0]; print(json.dumps({k: s[k] for k in ("name","url","ready_replicas","slices","capacity_rps")}))'
+miso load "$URL" --ramp 1,6,1 --duration "$DURATION" --json ${PLOT:+--plot "$PLOT"}
+miso services --json | python -c 'import json,sys; s=json.load(sys.stdin)["services"][0]; print(json.dumps({"events": [e["text"] for e in s["events"]]}))'
+miso serve --stop bars-svc
