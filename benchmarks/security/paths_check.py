@@ -3,8 +3,9 @@
     python benchmarks/security/paths_check.py [--json out.json]
 
 ``miso cluster up --emulated --gpus 2 --fair-share`` in a fresh state dir, a user mapped to a
-real, throw-away Unix account, one job of that user printing its bounds (``Max processes`` of /proc/self/limits,
-``ulimit -d``, ``ulimit -v``, its cgroup's ``pids.max``/``memory.max`` where it has them);
+real, throw-away Unix account, one job of that user printing its bounds (``Max processes``
+of /proc/self/limits, ``ulimit -d``, ``ulimit -v``, its cgroup's ``pids.max``/``memory.max``
+where it has them);
 then every directory the root processes use (Ray's ``--temp-dir``/``--session_dir`` from
 /proc, the state dir, the checkpoint and agent roots) is walked: any the account could write
 (mode bits along the path, and ``test -w`` as the account) is a failure. Prints one JSON
