@@ -3,8 +3,9 @@
     python benchmarks/security/paths_check.py [--json out.json]
 
 ``miso cluster up --emulated --gpus 2 --fair-share`` in a fresh state dir, a user mapped to a
-real, throw-away Unix account, one job of that user printing its bounds (``ulimit -u``,
-``ulimit -d``, ``ulimit -v``, its cgroup's ``pids.max``/``memory.max`` where it has them);
+real, throw-away Unix account, one job of that user printing its bounds (``Max processes``
+of /proc/self/limits, ``ulimit -d``, ``ulimit -v``, its cgroup's ``pids.max``/``memory.max``
+where it has them);
 then every directory the root processes use (Ray's ``--temp-dir``/``--session_dir`` from
 /proc, the state dir, the checkpoint and agent roots) is walked: any the account could write
 (mode bits along the path, and ``test -w`` as the account) is a failure. Prints one JSON
@@ -29,7 +30,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 from accounts import unix_account  # noqa: E402
 from pathaudit import ray_dirs_from_proc, writable_dirs  # noqa: E402
 
-JOB = ("echo nproc=$(ulimit -u) data=$(ulimit -d) vmem=$(ulimit -v) pid_max="
+JOB = ("echo nproc=$(awk '/^Max processes/ {print $3}' /proc/self/limits) "
+       "data=$(ulimit -d) vmem=$(ulimit -v) pid_max="
        "$(cat /proc/sys/kernel/pid_max); cg=$(cut -d: -f3 /proc/self/cgroup | tail -1); "
        "for f in pids.max memory.max; do [ -r /sys/fs/cgroup$cg/$f ] && "
        "echo $f=$(cat /sys/fs/cgroup$cg/$f); done; true")
