@@ -188,7 +188,7 @@ def test_cluster_up_reads_its_settings_from_a_config_file(tmp_path: Any,
 def test_the_units_and_the_batch_script_read_the_config_file(tmp_path: Any) -> None:
     from pathlib import Path
 
-    from miso.cli.upconfig import config_sets, read_up_config
+    from miso.deploy.upconfig import config_sets, read_up_config
 
     root = Path(__file__).resolve().parents[1]
     sample = read_up_config(root / "deploy/systemd/cluster.toml")

@@ -222,7 +222,7 @@ class Agent:
                 if a.returncode is None and a.proc.poll() is None:  # a retried launch call
                     return {"ok": True, "pid": a.proc.pid, "error": "", "log": str(log_file)}
             if generation.current(self._generation_ro) != self.generation:
-                from miso.transport.base import NodeUnavailable  # noqa: PLC0415
+                from miso.nodeerrors import NodeUnavailable  # noqa: PLC0415
 
                 raise NodeUnavailable(f"the agent of {self.node} was replaced by a newer one "
                                       f"(generation {self.generation} is over): launch "

@@ -33,7 +33,7 @@ class Incarnation:
 
     def _starting(self, what: str) -> None:
         if not self.adopted:
-            from miso.transport.base import NodeUnavailable  # noqa: PLC0415
+            from miso.nodeerrors import NodeUnavailable  # noqa: PLC0415
 
             raise NodeUnavailable(f"node {self.node}: its agent restarted ({self.incarnation}) "
                                   f"and has not joined again yet; {what} refused")

@@ -186,7 +186,7 @@ def _read_config(ctx: typer.Context, _param: Any, value: str | None) -> str | No
     on the command line wins). Eager, so it is read before the other flags."""
     if not value:
         return value
-    from miso.cli.upconfig import ConfigError, read_up_config
+    from miso.deploy.upconfig import ConfigError, read_up_config
 
     try:
         values = read_up_config(value)

@@ -224,7 +224,7 @@ def run(state_dir: str, up_args: list[str], *, grace: float = slurm.DEFAULT_GRAC
         if not stop["sig"]:
             up = miso_cmd("cluster", "up", "--address", plan.address, "--state-dir",
                           state_dir, *up_args)
-            from miso.cli.upconfig import config_sets  # noqa: PLC0415
+            from miso.deploy.upconfig import config_sets  # noqa: PLC0415
 
             if not has_option(up_args, "--listen") and not config_sets(up_args, "listen"):
                 up += ["--listen", f"127.0.0.1:{plan.ports.api}"]

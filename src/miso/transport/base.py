@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from miso.nodeerrors import NodeUnavailable
 
-class NodeUnavailable(RuntimeError):
-    """The node's agent cannot be reached (it died, or its node left)."""
+__all__ = ["NodeUnavailable", "Transport"]
 
 
 class Transport(Protocol):
