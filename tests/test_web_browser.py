@@ -162,7 +162,8 @@ def test_web_page_in_chromium__gpus_jobs_progress_and_explanations(tmp_path: Pat
             # plots over time (issue 33): GPU utilisation and queue length, drawn as lines
             # once the page has two samples, each chart labelled in words for screen readers
             page.locator("figure.plot polyline").first.wait_for(timeout=20_000)
-            assert page.locator("figure.plot").count() >= 2
+            assert page.locator("figure.plot").count() == 3  # GPUs, queue, owners' shares
+            assert "ann: 100%" in page.locator("figure.plot").nth(2).inner_text()
             label = page.locator("figure.plot svg").first.get_attribute("aria-label") or ""
             assert "GPU utilisation" in label and "%" in label, label
             # contrast: every kind of text on the page against its background, WCAG AA
