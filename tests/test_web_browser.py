@@ -4,8 +4,9 @@ cluster served by the API app with the observe routes mounted, on 127.0.0.1.
 
 The page asks for the token, shows each GPU's slices, a job submitted through the API appears
 and its progress advances, a decision's explanation is visible, the plots over time are
-drawn, and a user who is not an admin sees the admin's slices busy with the cluster's counts. A screenshot goes to
-``$MISO_SCREENSHOT_DIR`` (default: the test's temp dir; ``docs/`` for the README's). Slow:
+drawn, and a user who is not an admin sees the admin's slices busy with the cluster's counts.
+A screenshot goes to ``$MISO_SCREENSHOT_DIR`` (default: the test's temp dir; ``docs/`` for
+the README's). Slow:
 
     apt-get install -y chromium && pip install -e ".[browser]"
     MISO_SCREENSHOT_DIR=docs python -m pytest -m slow tests/test_web_browser.py
