@@ -254,3 +254,17 @@ def test_simulate_json_dash_prints_json_like_every_other_command() -> None:
                             "--json", "-"])
     assert r.exit_code == 0, r.output
     assert "miso+" in json.loads(r.stdout)["policies"]
+
+
+def test_user_add_json_on_a_new_cluster(tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+                                        ) -> None:
+    for v in ("MISO_URL", "MISO_TOKEN"):
+        monkeypatch.delenv(v, raising=False)
+    monkeypatch.setenv("MISO_CONFIG", str(tmp_path / "none.json"))
+    r = runner.invoke(app, ["user", "add", "root", "--admin", "--json", "--state-dir",
+                            str(tmp_path / "sd")])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["name"] == "root" and out["admin"] is True and len(out["token"]) > 20
+    for cmd in (["user", "remove", "--help"], ["user", "rotate", "--help"]):
+        assert "--json" in runner.invoke(app, cmd).output

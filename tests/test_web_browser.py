@@ -4,8 +4,9 @@ cluster served by the API app with the observe routes mounted, on 127.0.0.1.
 
 The page asks for the token, shows each GPU's slices, a job submitted through the API appears
 and its progress advances, a decision's explanation is visible, the plots over time are
-drawn, and a user who is not an admin sees the admin's slices busy with the cluster's counts. A screenshot goes to
-``$MISO_SCREENSHOT_DIR`` (default: the test's temp dir; ``docs/`` for the README's). Slow:
+drawn, and a user who is not an admin sees the admin's slices busy with the cluster's counts.
+A screenshot goes to ``$MISO_SCREENSHOT_DIR`` (default: the test's temp dir; ``docs/`` for
+the README's). Slow:
 
     apt-get install -y chromium && pip install -e ".[browser]"
     MISO_SCREENSHOT_DIR=docs python -m pytest -m slow tests/test_web_browser.py
@@ -162,7 +163,8 @@ def test_web_page_in_chromium__gpus_jobs_progress_and_explanations(tmp_path: Pat
             # plots over time (issue 33): GPU utilisation and queue length, drawn as lines
             # once the page has two samples, each chart labelled in words for screen readers
             page.locator("figure.plot polyline").first.wait_for(timeout=20_000)
-            assert page.locator("figure.plot").count() >= 2
+            assert page.locator("figure.plot").count() == 3  # GPUs, queue, owners' shares
+            assert "ann: 100%" in page.locator("figure.plot").nth(2).inner_text()
             label = page.locator("figure.plot svg").first.get_attribute("aria-label") or ""
             assert "GPU utilisation" in label and "%" in label, label
             # contrast: every kind of text on the page against its background, WCAG AA

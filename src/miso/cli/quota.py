@@ -99,6 +99,8 @@ def set_quota(
     reset: Annotated[bool, typer.Option(
         "--reset", help="Clear every weight and quota of the owner (defaults again).")]
     = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the API's answer (JSON).")]
+    = False,
     url: Url = None,
     token: Token = None,
     token_file: TokenFile = None,
@@ -130,10 +132,14 @@ def set_quota(
              "--max-time or --reset")
     with client(url, token, state_dir, token_file=token_file) as c:
         if reset:
-            call(c.clear_quota, owner)
-            typer.echo(f"quota of {owner} cleared (defaults: weight 1, no limits)")
+            cleared = call(c.clear_quota, owner)
+            typer.echo(json.dumps(cleared, default=str) if json_out else
+                       f"quota of {owner} cleared (defaults: weight 1, no limits)")
             return
         out = call(c.set_quota, owner, **fields)
+    if json_out:
+        typer.echo(json.dumps(out, default=str))
+        return
     q = out.get("quota") or {}
     typer.echo("quota of {}: weight {}, max in use {}, max queued {}, priority limit {}".format(
         *_row({**q, "owner": owner})))

@@ -74,6 +74,8 @@ def add(
     unix_user: Annotated[str | None, typer.Option(
         "--unix-user", help="Unix account (name or uid) the user's jobs run as when the "
         "agent runs as root; it must exist and must not be root (uid 0).")] = None,
+    json_out: Annotated[bool, typer.Option(
+        "--json", help='Print {"name", "admin", "token"} JSON.')] = False,
     url: Url = None,
     token: Token = None,
     token_file: TokenFile = None,
@@ -103,7 +105,8 @@ def add(
             new = call(c.add_user, name, admin=admin, unix_user=unix_user)["token"]
     typer.echo(f"user {name} added{' (admin)' if admin else ''}; its token is printed once:",
                err=True)
-    typer.echo(new)
+    typer.echo(json.dumps({"name": name, "admin": admin or store is not None, "token": new})
+               if json_out else new)
 
 
 @user_app.command("list")
@@ -132,6 +135,8 @@ def list_users(
 @user_app.command("remove")
 def remove(
     name: Annotated[str, typer.Argument(help="User name.")],
+    json_out: Annotated[bool, typer.Option("--json", help='Print {"removed"} JSON.')]
+    = False,
     url: Url = None,
     token: Token = None,
     token_file: TokenFile = None,
@@ -140,13 +145,15 @@ def remove(
     """Remove a user (admin only); its token stops working at once."""
     with client(url, token, state_dir, token_file=token_file) as c:
         call(c.remove_user, name)
-    typer.echo(f"user {name} removed")
+    typer.echo(json.dumps({"removed": name}) if json_out else f"user {name} removed")
 
 
 @user_app.command("rotate")
 def rotate(
     name: Annotated[str, typer.Argument(help="User name (admins: anyone; others: "
                                         "themselves).")],
+    json_out: Annotated[bool, typer.Option("--json", help='Print {"name", "token"} JSON.')]
+    = False,
     url: Url = None,
     token: Token = None,
     token_file: TokenFile = None,
@@ -174,4 +181,4 @@ def rotate(
         write_private(op, new + "\n")
         typer.echo(f"updated {op}", err=True)
     typer.echo(f"new token of {name}, printed once:", err=True)
-    typer.echo(new)
+    typer.echo(json.dumps({"name": name, "token": new}) if json_out else new)

@@ -191,13 +191,25 @@
       gpus[g.id] = Math.min(1, busy / units);
     }
     const owners = {};
-    for (const o of v.owners || []) {
-      const name = o.owner === "others" && o.owners != null ? `others (${o.owners})` : o.owner;
-      owners[name] = o.usage_share || 0;
+    if (v.owners) {  // tenancy on: each owner's share of the recent (decayed) GPU time
+      for (const o of v.owners) {
+        const name = o.owner === "others" && o.owners != null ? `others (${o.owners})` : o.owner;
+        owners[name] = o.usage_share || 0;
+      }
+    } else {  // else: each owner's share of the placement units in use now
+      const ownerOf = Object.fromEntries(v.jobs.map((j) => [j.id, j.owner || "?"]));
+      let total = 0;
+      for (const g of v.gpus) for (const s of g.slices) {
+        if (!s.job) continue;
+        const who = s.job === "other" ? "other users" : (ownerOf[s.job] || "?");
+        owners[who] = (owners[who] || 0) + s.size;
+        total += s.size;
+      }
+      for (const k of Object.keys(owners)) owners[k] /= total || 1;
     }
     const queued = v.counts ? v.counts.queued : v.queue.length;
     if (HISTORY.length && HISTORY[HISTORY.length - 1].t === v.time) return;
-    HISTORY.push({ t: v.time, gpus, queued, owners });
+    HISTORY.push({ t: v.time, gpus, queued, owners, tenancy: !!v.owners });
     if (HISTORY.length > MAX_SAMPLES) HISTORY.shift();
   }
 
@@ -256,7 +268,9 @@
       Math.max(1, ...qs), (v) => String(Math.round(v))));
     const owners = [...new Set(HISTORY.flatMap((h) => Object.keys(h.owners)))];
     if (owners.length) {
-      box.append(chart("Each owner's share of recent GPU time", Object.fromEntries(
+      box.append(chart(HISTORY[HISTORY.length - 1].tenancy ?
+        "Each owner's share of recent GPU time" : "Each owner's share of the GPUs in use",
+      Object.fromEntries(
         owners.map((o) => [o, HISTORY.map((h) => (o in h.owners ? h.owners[o] : null))])),
       1, pct));
     }
