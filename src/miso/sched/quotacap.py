@@ -13,6 +13,7 @@ profile in any case (admission checked that one). Pure; a run without in-use quo
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from miso.mig import Placement
@@ -29,33 +30,50 @@ def capped_speeds(state: ClusterState, gpu: str, speeds: dict[str, dict[str, flo
     ten = state.tenancy
     if ten is None or not ten.config.max_in_use:
         return speeds
-    caps = ten.config.max_in_use
-    jobs = state.jobs
-    mine: dict[str, list[str]] = {}
-    for j in speeds:
-        if j in jobs and jobs[j].spec.owner in caps:
-            mine.setdefault(jobs[j].spec.owner, []).append(j)
+    mine = capped_jobs(state, speeds, ten.config.max_in_use)
     if not mine:
         return speeds
-    from miso.sched.tenancy import job_charge  # noqa: PLC0415 - tenancy calls this module
-
     model = state.gpus[gpu].geom.model
     full = model.full_profile().compute_slices
     out = dict(speeds)
     for owner, js in mine.items():
-        elsewhere = sum(job_charge(gs, j) for g, gs in state.gpus.items() if g != gpu
-                        for j in gs.jobs if jobs[j].spec.owner == owner)
-        each = (caps[owner] - elsewhere) / len(js)
+        each = (ten.config.max_in_use[owner] - held_elsewhere(state, gpu, owner)) / len(js)
         for j in js:
             sp = speeds[j]
             share = {p: model.profile(p).compute_slices / full for p in sp}
-            kept = {p: v for p, v in sp.items() if share[p] <= each + 1e-9}
-            if not kept and sp:  # admission's own guarantee: the smallest slice
-                small = min(share.values())
-                kept = {p: v for p, v in sp.items() if share[p] <= small + 1e-9}
+            kept = within(sp, share, each)
             if len(kept) < len(sp):
                 out[j] = kept
     return out
+
+
+def capped_jobs(state: ClusterState, speeds: dict[str, dict[str, float]],
+                caps: Mapping[str, float]) -> dict[str, list[str]]:
+    """The jobs of ``speeds`` whose owner has an in-use quota, by owner."""
+    mine: dict[str, list[str]] = {}
+    for j in speeds:
+        if j in state.jobs and state.jobs[j].spec.owner in caps:
+            mine.setdefault(state.jobs[j].spec.owner, []).append(j)
+    return mine
+
+
+def held_elsewhere(state: ClusterState, gpu: str, owner: str) -> float:
+    """GPU-equivalents ``owner``'s jobs hold on the GPUs other than ``gpu``."""
+    from miso.sched.tenancy import job_charge  # noqa: PLC0415 - tenancy calls this module
+
+    jobs = state.jobs
+    return sum(job_charge(gs, j) for g, gs in state.gpus.items() if g != gpu
+               for j in gs.jobs if jobs[j].spec.owner == owner)
+
+
+def within(sp: dict[str, float], share: dict[str, float], each: float) -> dict[str, float]:
+    """The profiles of ``sp`` whose GPU share is at most ``each``; none fits: the smallest
+    (admission's own guarantee)."""
+    kept = {p: v for p, v in sp.items() if share[p] <= each + 1e-9}
+    if not kept and sp:
+        small = min(share.values())
+        kept = {p: v for p, v in sp.items() if share[p] <= small + 1e-9}
+    return kept
 
 
 def capped_alone(state: ClusterState, gpu: str, job: str, full: Placement) -> Placement:
