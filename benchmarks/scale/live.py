@@ -535,6 +535,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write the result here")
     ap.add_argument("--ranges", default=str(RANGES),
                     help="bounds per size (JSON); 'none' to check nothing")
+    ap.add_argument("--duration-scale", type=float,
+                    help="the config's duration_scale (jobs' work: the MISO trace's times this; "
+                    "1.0 keeps every job running through the run, so the queue stays deep)")
     ap.add_argument("--sim", action="store_true", help="also run the simulator on the config")
     ap.add_argument("--keep", action="store_true", help="keep the state directory")
     ap.add_argument("--serve", help=argparse.SUPPRESS)
@@ -543,6 +546,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.serve:
         return serve_main(Path(a.serve), json.loads(a.config_json), a.gpus)
     cfg = json.loads(Path(a.config).read_text())
+    if a.duration_scale is not None:
+        cfg["duration_scale"] = a.duration_scale
     if not (8 <= a.gpus <= MAX_GPUS and a.gpus % int(cfg["gpus_per_node"]) == 0
             and 1 <= a.jobs <= MAX_JOBS):
         ap.error(f"need 8 <= --gpus <= {MAX_GPUS} (a multiple of {cfg['gpus_per_node']}) "
