@@ -435,7 +435,14 @@ class Clients:
 # ---- the run ------------------------------------------------------------------------------------
 
 
+def _terminated(*_: Any) -> None:
+    raise SystemExit("terminated")  # so that the server process is ended too (finally)
+
+
 def run(gpus: int, n: int, cfg: dict[str, Any], keep: bool = False) -> dict[str, Any]:
+    import signal
+
+    signal.signal(signal.SIGTERM, _terminated)
     state = Path(tempfile.mkdtemp(prefix="miso-scale-"))
     load0 = loadavg()
     proc = subprocess.Popen([sys.executable, __file__, "--serve", str(state), "--gpus",
