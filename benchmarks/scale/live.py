@@ -293,7 +293,7 @@ def replan(lc: Any, ctl: Any, gpus: int, per: int) -> dict[str, Any]:
     for n in nodes:
         lc.transport.remove(n)
     t0 = time.monotonic()
-    while time.monotonic() - t0 < 120:
+    while time.monotonic() - t0 < 60:
         gone = {g["id"].split("/")[0] for g in ctl.cluster()["gpus"]}
         if not gone & set(nodes):
             break
