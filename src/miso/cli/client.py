@@ -335,7 +335,9 @@ def status(
 
     checks.number(limit, "--limit", low=1)
     with client(url, token, state_dir, address, token_file) as c:
-        st = call(c.status, limit, state=state, owner=owner, summary=summary)
+        asked = {k: v for k, v in (("state", state), ("owner", owner), ("summary", summary))
+                 if v}
+        st = call(c.status, limit, **asked)
     if json_out:
         typer.echo(json.dumps(st, indent=2, default=str))
         return
