@@ -174,6 +174,47 @@ class Recorder:
         agent.launch = launch
 
 
+#: Innermost frames of a thread that waits (a lock, a queue, a socket, a timer).
+IDLE_FILES = {"threading.py", "queue.py", "selectors.py", "base_events.py"}
+IDLE_CALLS = {"wait", "sleep", "select", "_worker", "run_forever"}
+
+
+class Sampler:
+    """A sampling profiler of every thread of this process (``sys._current_frames`` every
+    ``every`` s): the innermost frames of this project's code seen most, by thread kind.
+    Where py-spy is not installed, it says where the server's CPU goes."""
+
+    def __init__(self, every: float = 0.005) -> None:
+        self.every = every
+        self.counts: dict[tuple[str, str], int] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        me = threading.get_ident()
+        while not self.stop.wait(self.every):
+            names = {t.ident: t.name for t in threading.enumerate()}
+            for ident, frame in sys._current_frames().items():  # noqa: SLF001
+                if ident == me:
+                    continue
+                top = frame.f_code
+                if Path(top.co_filename).name in IDLE_FILES or top.co_name in IDLE_CALLS:
+                    continue  # waiting, not running
+                kind = names.get(ident, "?").split("-")[0:2]
+                where = []
+                f: Any = frame
+                while f is not None and len(where) < 3:
+                    code = f.f_code
+                    if "miso" in code.co_filename or "site-packages" in code.co_filename:
+                        where.append(f"{Path(code.co_filename).name}:{code.co_name}")
+                    f = f.f_back
+                key = ("-".join(kind), " < ".join(where))
+                self.counts[key] = self.counts.get(key, 0) + 1
+
+    def top(self, n: int = 40) -> list[tuple[int, str, str]]:
+        return sorted(((c, k[0], k[1]) for k, c in self.counts.items()), reverse=True)[:n]
+
+
 def serve_main(state: Path, cfg: dict[str, Any], gpus: int) -> int:
     import logging
 
@@ -222,6 +263,9 @@ def serve_main(state: Path, cfg: dict[str, Any], gpus: int) -> int:
         tmp.write_text(json.dumps(data))
         tmp.replace(state / name)
 
+    sampler = Sampler() if os.environ.get("MISO_SCALE_SAMPLE") else None
+    if sampler is not None:
+        sampler.thread.start()
     for line in sys.stdin:
         cmd = line.split()
         if not cmd:
@@ -232,6 +276,10 @@ def serve_main(state: Path, cfg: dict[str, Any], gpus: int) -> int:
             rec.marked = True
         elif cmd[0] == "finish":
             answer("server.json", finish(lc, ctl, rec, state))
+            if sampler is not None:
+                sampler.stop.set()
+                Path(os.environ["MISO_SCALE_SAMPLE"]).write_text(
+                    "\n".join(f"{c:6d} {k:16s} {w}" for c, k, w in sampler.top()) + "\n")
             break
     srv.stop()
     lc.close()
@@ -245,7 +293,7 @@ def replan(lc: Any, ctl: Any, gpus: int, per: int) -> dict[str, Any]:
     for n in nodes:
         lc.transport.remove(n)
     t0 = time.monotonic()
-    while time.monotonic() - t0 < 120:
+    while time.monotonic() - t0 < 60:
         gone = {g["id"].split("/")[0] for g in ctl.cluster()["gpus"]}
         if not gone & set(nodes):
             break
@@ -387,7 +435,14 @@ class Clients:
 # ---- the run ------------------------------------------------------------------------------------
 
 
+def _terminated(*_: Any) -> None:
+    raise SystemExit("terminated")  # so that the server process is ended too (finally)
+
+
 def run(gpus: int, n: int, cfg: dict[str, Any], keep: bool = False) -> dict[str, Any]:
+    import signal
+
+    signal.signal(signal.SIGTERM, _terminated)
     state = Path(tempfile.mkdtemp(prefix="miso-scale-"))
     load0 = loadavg()
     proc = subprocess.Popen([sys.executable, __file__, "--serve", str(state), "--gpus",
@@ -535,6 +590,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write the result here")
     ap.add_argument("--ranges", default=str(RANGES),
                     help="bounds per size (JSON); 'none' to check nothing")
+    ap.add_argument("--duration-scale", type=float,
+                    help="the config's duration_scale (jobs' work: the MISO trace's times this; "
+                    "1.0 keeps every job running through the run, so the queue stays deep)")
     ap.add_argument("--sim", action="store_true", help="also run the simulator on the config")
     ap.add_argument("--keep", action="store_true", help="keep the state directory")
     ap.add_argument("--serve", help=argparse.SUPPRESS)
@@ -543,6 +601,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.serve:
         return serve_main(Path(a.serve), json.loads(a.config_json), a.gpus)
     cfg = json.loads(Path(a.config).read_text())
+    if a.duration_scale is not None:
+        cfg["duration_scale"] = a.duration_scale
     if not (8 <= a.gpus <= MAX_GPUS and a.gpus % int(cfg["gpus_per_node"]) == 0
             and 1 <= a.jobs <= MAX_JOBS):
         ap.error(f"need 8 <= --gpus <= {MAX_GPUS} (a multiple of {cfg['gpus_per_node']}) "

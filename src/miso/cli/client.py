@@ -424,8 +424,11 @@ def status(
     checks.number(limit, "--limit", low=1)
     checks.number(interval, "--interval", low=0.2)
     with client(url, token, state_dir, address, token_file) as c:
+        asked = {k: v for k, v in (("state", state), ("owner", owner), ("summary", summary))
+                 if v}
+
         def draw() -> None:
-            st = call(c.status, limit, state=state, owner=owner, summary=summary)
+            st = call(c.status, limit, **asked)
             if json_out:
                 typer.echo(json.dumps(st, indent=2, default=str))
                 return

@@ -406,7 +406,12 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
                 continue
             sc.place(j, g)
             self.dirty.add(g)
-        for g in sorted(self.dirty, key=lambda x: self._order.get(x, 0)):
+        # A GPU with a plan in flight stays dirty and is not re-planned (replan's first
+        # check; no plan is acknowledged during a decision): left out before sorting, so an
+        # event costs the GPUs that can be re-planned, not every busy one of a big cluster.
+        gpus = sc.state.gpus
+        ready = [g for g in self.dirty if g not in gpus or not gpus[g].busy]
+        for g in sorted(ready, key=lambda x: self._order.get(x, 0)):
             self.replan(now, g, sc)
 
     # -- events -----------------------------------------------------------------------------
