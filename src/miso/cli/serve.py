@@ -32,8 +32,10 @@ def serve(
     model: Annotated[str | None, typer.Option("--model", help="Catalogue model.")] = None,
     slo_p99_ms: Annotated[float | None, typer.Option(
         "--slo-p99-ms", help="Latency SLO: p99 in ms.")] = None,
-    min_replicas: Annotated[int, typer.Option("--min-replicas")] = 1,
-    max_replicas: Annotated[int, typer.Option("--max-replicas")] = 8,
+    min_replicas: Annotated[int, typer.Option(
+        "--min-replicas", help="Replicas kept however low the request rate.")] = 1,
+    max_replicas: Annotated[int, typer.Option(
+        "--max-replicas", help="Replicas at most however high the request rate.")] = 8,
     memory_gb: Annotated[float | None, typer.Option(
         "--memory-gb", help="GPU memory of one replica in GB (its slice is at least this).")]
     = None,
