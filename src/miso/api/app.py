@@ -77,7 +77,7 @@ class ControllerLike(Protocol):
                env: dict[str, str] | None = None, cwd: str | None = None,
                owner: str | None = None, unix_user: str | None = None,
                request_id: str | None = None, owner_name: str | None = None,
-               priority: int = 0) -> str: ...
+               priority: int = 0, num_gpus: int = 1, nodes: int | None = None) -> str: ...
 
     def cancel(self, job: str) -> dict[str, Any]: ...
 
@@ -258,6 +258,8 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
         if body.priority:
             check_priority_allowed(body.priority, user)
             retry["priority"] = body.priority
+        if body.num_gpus != 1 or body.nodes is not None:  # a gang
+            retry.update(num_gpus=body.num_gpus, nodes=body.nodes)
         try:
             jid = controller.submit(list(body.command), name=body.name,
                                     memory_gb=body.memory_gb, workload=body.workload,

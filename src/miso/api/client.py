@@ -63,8 +63,13 @@ class Client:
     def submit(self, command: list[str], *, name: str | None = None,
                memory_gb: float | None = None, workload: str | None = None,
                env: dict[str, str] | None = None, cwd: str | None = None,
-               request_id: str | None = None, priority: str | int | None = None) -> str:
+               request_id: str | None = None, priority: str | int | None = None,
+               num_gpus: int | None = None, nodes: int | None = None) -> str:
         body: dict[str, Any] = {"command": command, "env": env or {}}
+        if num_gpus is not None and num_gpus != 1:
+            body["num_gpus"] = num_gpus
+        if nodes is not None:
+            body["nodes"] = nodes
         for k, v in (("name", name), ("memory_gb", memory_gb), ("workload", workload),
                      ("cwd", cwd), ("request_id", request_id), ("priority", priority)):
             if v is not None:

@@ -37,6 +37,10 @@ class SubmitRequest(_Body):
     #: ``high``, ``normal``, ``low`` or an integer (who may ask for more than ``normal``:
     #: admins, and users up to their ``priority_limit``).
     priority: int | Annotated[str, Field(max_length=16)] | None = None
+    #: Whole GPUs the job runs on at once (a gang when > 1; at most the cluster's GPUs).
+    num_gpus: int = Field(default=1, ge=1, le=65536)
+    #: Nodes a gang is spread over, equal counts each (None: as few as fit).
+    nodes: int | None = Field(default=None, ge=1, le=65536)
 
     @field_validator("priority")
     @classmethod

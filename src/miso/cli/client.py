@@ -151,6 +151,13 @@ def submit(
         "priority first (clusters with tenancy: `miso cluster up --fair-share`). Above normal "
         "needs an admin or the priority limit an admin gave you (`miso quota`).  "
         "[default: normal]")] = None,
+    gpus: Annotated[int, typer.Option(
+        "--gpus", help="Whole GPUs the job runs on at once: one process per GPU, all started, "
+        "checkpointed and restarted together (a gang), each given RANK, LOCAL_RANK, "
+        "WORLD_SIZE, MASTER_ADDR and MASTER_PORT for torch.distributed.  [default: 1]")] = 1,
+    nodes: Annotated[int | None, typer.Option(
+        "--nodes", help="Spread the --gpus over exactly this many nodes, equal counts each.  "
+        "[default: as few nodes as fit]")] = None,
     url: Url = None,
     token: Token = None,
     token_file: TokenFile = None,
@@ -169,6 +176,8 @@ def submit(
     if memory_gb is not None:
         checks.positive(memory_gb, "--memory-gb")
     prio = _priority(priority)
+    if gpus < 1 or (nodes is not None and (nodes < 1 or gpus % nodes)):
+        fail(f"--gpus must be >= 1 and --nodes divide it evenly (got {gpus}, {nodes})")
     variables = parse_env(list(env or []), env_all)
     from miso.api.client import ApiError
 
@@ -179,7 +188,9 @@ def submit(
         while True:
             try:
                 jid = c.submit(list(command), name=name, memory_gb=memory_gb, env=variables,
-                               cwd=os.getcwd(), request_id=request, priority=prio)
+                               cwd=os.getcwd(), request_id=request, priority=prio,
+                               **({"num_gpus": gpus, "nodes": nodes}
+                                  if gpus != 1 or nodes is not None else {}))
                 break
             except ApiError as e:  # retried only when the answer may have been lost
                 if e.status not in (0, 502, 503, 504) or time.time() > deadline:

@@ -30,6 +30,7 @@ from typing import Any
 
 from miso.agent import runas
 from miso.controller.executor import PlanExecutor
+from miso.controller.gangs import check_gang_request
 from miso.controller.loop import EventLoop
 from miso.controller.owners import owner_table
 from miso.controller.poller import AgentPoller
@@ -51,6 +52,7 @@ from miso.mig import GPU_MODELS, geometry
 from miso.sched import JobSpec, JobSubmitted, Policy
 from miso.sched.clock import Clock
 from miso.sched.estimators import make_estimator
+from miso.sched.gangs import GangLayer, with_gangs
 from miso.sched.policies import build_policy, policy_options
 from miso.sched.tenancyconfig import queued_quota_reason
 from miso.transport.base import NodeUnavailable, Transport
@@ -98,6 +100,10 @@ class Controller:
         self.rt = Runtime(store, transport, self.cfg, self.checkpoint_root, clock)
         #: ``policy`` (tests) replaces the one ``config`` names
         self.policy = policy if policy is not None else make_controller_policy(self.cfg)
+        # gangs beside the policy, always (a live cluster may get one any time); without a
+        # multi-GPU job the layer passes everything through: one-GPU decisions are unchanged
+        self.policy = with_gangs(self.policy) if not isinstance(self.policy, GangLayer) \
+            else self.policy
         self.executor = PlanExecutor(self.rt)
         self.loop = EventLoop(self.rt, self.executor, self.policy, self.cfg.policy)
         self.loop.on_ledger = self.usage.save
@@ -172,7 +178,7 @@ class Controller:
                env: dict[str, str] | None = None, cwd: str | None = None,
                owner: str | None = None, unix_user: str | None = None,
                request_id: str | None = None, owner_name: str | None = None,
-               priority: int = 0) -> str:
+               priority: int = 0, num_gpus: int = 1, nodes: int | None = None) -> str:
         """Queue a job; returns its id. Raises :class:`SubmitError` on bad input.
 
         ``memory_gb`` is the job's peak GPU memory in GB (10^9 bytes). ``env`` is added to the
@@ -182,8 +188,9 @@ class Controller:
         safe: a second submission with the same id and request returns the first one's job;
         with another request it is a :class:`SubmitConflict`. ``priority`` (an integer,
         :func:`miso.sched.tenancy.parse_priority`) orders it before lower ones when tenancy is
-        on; refused when it is off (it would do nothing). Who may ask for what is the API's
-        check.
+        on; refused when it is off (it would do nothing). ``num_gpus`` > 1 makes it a gang
+        on that many whole GPUs (``nodes``: spread over that many nodes, equal counts;
+        :mod:`miso.controller.gangs`). Who may ask for what is the API's check.
         """
         command = [str(c) for c in command]
         if not command:
@@ -216,6 +223,7 @@ class Controller:
         if priority and self.loop.state.tenancy is None:
             raise SubmitError(f"priority {priority}: this cluster runs one FIFO queue; "
                               "priorities need tenancy (miso cluster up --fair-share)")
+        check_gang_request(num_gpus, nodes, len(self.rt.gpus))
         self._check_queued_quota(owner, owner_name)
         ten = self.cfg.tenancy
         if ten is not None and (owner or "") in ten.max_queued:
@@ -234,7 +242,8 @@ class Controller:
             rec = self.store.submit(command=command, name=name, memory_gb=memory_gb,
                                     memory_gib=gib, workload=workload, env=env, cwd=cwd,
                                     at=self.now(), owner=owner, unix_user=unix_user,
-                                    request_id=request_id, owner_name=owner_name)
+                                    request_id=request_id, owner_name=owner_name,
+                                    num_gpus=num_gpus, nodes=nodes)
         except StoreConflict as e:
             raise SubmitConflict(str(e)) from None
         except StoreError as e:
@@ -396,7 +405,7 @@ def _spec(rec: JobRecord, priority: int = 0) -> JobSpec:
     gib = rec.memory_gib if rec.memory_gib is not None else rec.memory_gb * GIB_PER_GB
     return JobSpec(rec.id, rec.name, gib, rec.workload,
                    checkpointable=rec.checkpointable is not False, owner=rec.owner or "",
-                   priority=priority)
+                   priority=priority, num_gpus=rec.num_gpus or 1, nodes=rec.nodes)
 
 
 def _check_program_of_account(program: str, env: dict[str, str], unix_user: str | None) -> None:

@@ -199,6 +199,8 @@ class AgentPoller:
         now = rt.now()
         for a in rep["jobs"]:
             job, attempt = a["job"], a["attempt"]
+            if self.executor.gangs.rank_report(node, a):
+                continue  # a gang's rank >= 1 (:mod:`miso.controller.gangs`)
             with rt.lock:
                 run = rt.runs.get(job)
                 current = run is not None and run.attempt == attempt and run.node == node
@@ -248,7 +250,8 @@ class AgentPoller:
             run.status = a["status"]
             if a["status"] == "finished":
                 rt.post_event(JobFinished(job))
-            elif a["status"] == "fenced" and not run.stopping:
+            elif a["status"] == "fenced" and not run.stopping \
+                    and not self.executor.gangs.owns(job):  # a gang's rank 0: it fails
                 log.warning("job %s attempt %d was fenced on %s: restarting it in place",
                             job, attempt, node)
                 self.executor.submit(run.gpu, Relaunch(job, run.gpu, run.placement,

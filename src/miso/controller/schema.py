@@ -118,6 +118,8 @@ CREATE TABLE IF NOT EXISTS events (
 #: Columns added by schema version 2 (added in place to a version-1 store).
 V2_COLUMNS = (("request_id", "TEXT"), ("memory_gib", "REAL"), ("checkpointable", "INTEGER"),
                ("note", "TEXT NOT NULL DEFAULT ''"))
+#: Columns of jobs on several GPUs (gangs), added in place (nullable: NULL is one GPU, any node).
+GANG_COLUMNS = (("num_gpus", "INTEGER"), ("nodes", "INTEGER"))
 
 #: A job that ended in one of these states gives its name back (a re-run after a fix).
 NAME_FREED = (JobStatus.FAILED.value, JobStatus.CANCELLED.value)
@@ -165,6 +167,10 @@ class JobRecord:
     memory_gib: float | None = None
     checkpointable: bool | None = None
     note: str = ""
+    #: whole GPUs the job runs on at once (a gang when > 1; None: one GPU)
+    num_gpus: int | None = None
+    #: nodes a gang is spread over, equal counts each (None: as few as fit)
+    nodes: int | None = None
 
     @property
     def terminal(self) -> bool:
