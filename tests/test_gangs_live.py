@@ -133,3 +133,24 @@ def test_lost_node_requeues_the_whole_gang(tmp_path: Path) -> None:
         assert len(atts) == 2 and all(a["ended_at"] is not None for a in atts)
         assert len(_ranks(out)) == 2  # no rank ran again
         assert jid in ctl.loop.state.gangs.queue
+
+
+def test_submit_keeps_gpus_and_refuses_more_than_the_cluster(tmp_path: Path) -> None:
+    from miso.api.models import SubmitRequest
+
+    with _cluster(tmp_path) as c:
+        ctl = c.controller
+        assert ctl is not None
+        assert _until(lambda: len(ctl.rt.gpus) == 2)
+        with pytest.raises(SubmitError, match="the cluster has 2"):
+            ctl.submit([sys.executable, "-c", "pass"], num_gpus=3)
+        with pytest.raises(SubmitError, match="--nodes"):
+            ctl.submit([sys.executable, "-c", "pass"], num_gpus=2, nodes=3)
+        jid = ctl.submit([sys.executable, "-c", "pass"], num_gpus=2, nodes=2)
+        rec = ctl.store.get(jid)
+        assert (rec.num_gpus, rec.nodes) == (2, 2)
+        one = ctl.store.get(ctl.submit([sys.executable, "-c", "pass"]))
+        assert one.num_gpus is None
+    assert SubmitRequest(command=["x"]).num_gpus == 1
+    with pytest.raises(ValueError):
+        SubmitRequest(command=["x"], num_gpus=0)
