@@ -154,3 +154,50 @@ def test_submit_keeps_gpus_and_refuses_more_than_the_cluster(tmp_path: Path) -> 
     assert SubmitRequest(command=["x"]).num_gpus == 1
     with pytest.raises(ValueError):
         SubmitRequest(command=["x"], num_gpus=0)
+
+
+#: A rank using the job helper: rank 0 reports and saves; every rank exits 75 when asked.
+CKPT_JOB = textwrap.dedent("""\
+    import os, time
+    from miso import job
+    ctx = job.context()
+    st = ctx.load() or {"iteration": 0}
+    for it in range(st["iteration"], 400):
+        time.sleep(0.02)
+        ctx.report(it + 1, 400)
+        if ctx.checkpoint_requested():
+            ctx.save_json({"iteration": it + 1}, iteration=it + 1)
+            ctx.exit_checkpointed()
+    ctx.finish()
+""")
+
+
+def test_stop_gang_checkpoints_every_rank_then_resumes(tmp_path: Path) -> None:
+    """A StopGang (here from a test policy) asks every rank to save and exit: all exit
+    checkpointed (a rank >= 1 writes no progress, yet is not taken for a job without the
+    helper), and the gang starts again whole from rank 0's checkpoint."""
+    from test_gangs_torch import STOP, StopOnTick
+
+    from miso.controller.controller import Controller, make_controller_policy
+    from miso.controller.storefile import open_store
+
+    cfg = ControllerConfig(policy="miso", **FAST)
+    c = LocalCluster(tmp_path / "state", nodes=2, gpus_per_node=1, config=cfg, start=False)
+    ctl = Controller(open_store(c.dir), c.transport, cfg, checkpoint_root=c.dir / "checkpoints",
+                     policy=StopOnTick(make_controller_policy(cfg)))
+    ctl.start()
+    c.controller = ctl
+    try:
+        script = tmp_path / "ck.py"
+        script.write_text(CKPT_JOB)
+        jid = ctl.submit([sys.executable, str(script)], num_gpus=2)
+        assert _until(lambda: (ctl.store.get(jid).iteration or 0) >= 5)
+        ctl.rt.queue.put(("tick", STOP))
+        assert _until(lambda: len(ctl.store.attempts(jid)) == 4)
+        atts = ctl.store.attempts(jid)
+        assert [a["status"] for a in atts[:2]] == ["checkpointed", "checkpointed"]
+        assert (atts[2]["resume_iteration"] or 0) >= 5
+        ctl.cancel(jid)
+        assert _until(lambda: _running(c) == 0)
+    finally:
+        c.close()

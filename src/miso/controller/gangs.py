@@ -183,7 +183,8 @@ class GangRunner:
                         "gpu": ref.index, "placement": [full.start, full.profile],
                         "mps_pct": None, "checkpoint_dir": str(ck_dir), "resume_from": path,
                         "env": {**rec.env, **rank_env(rank, local, world, port)},
-                        "cwd": rec.cwd, "owner": rec.owner, "unix_user": rec.unix_user}
+                        "cwd": rec.cwd, "owner": rec.owner, "unix_user": rec.unix_user,
+                        "rank": rank}
                 run = Run(job, attempt, ref.node, ref.id, ref.index, full, None, time.time())
                 # the core hears a gang's speed from its progress only (its GPUs are held)
                 run.observed_sent = True
