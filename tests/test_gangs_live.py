@@ -183,6 +183,8 @@ def test_stop_gang_checkpoints_every_rank_then_resumes(tmp_path: Path) -> None:
 
     cfg = ControllerConfig(policy="miso", **FAST)
     c = LocalCluster(tmp_path / "state", nodes=2, gpus_per_node=1, config=cfg, start=False)
+    for agent in c.transport.agents().values():
+        agent.no_helper_after = 0.0  # a silent attempt asked to checkpoint is killed at once
     ctl = Controller(open_store(c.dir), c.transport, cfg, checkpoint_root=c.dir / "checkpoints",
                      policy=StopOnTick(make_controller_policy(cfg)))
     ctl.start()
