@@ -106,6 +106,9 @@ class Agent:
         self.log_cap = log_cap_bytes(log_cap_mb)
         self._lock = threading.RLock()
         self._attempts: dict[tuple[str, int], Attempt] = {}
+        #: attempts that are a gang's rank >= 1 (spec ``rank``): they write no progress
+        #: (rank 0 does), so their silence does not mean they cannot checkpoint
+        self._followers: set[tuple[str, int]] = set()
         self._mps: dict[tuple[int, Placement], MpsHandle] = {}
         self._closed = False
         self.lease_file = self.workdir / "lease"
@@ -286,6 +289,8 @@ class Agent:
                 jd / "progress.json", jd / "checkpoint.request", log_file, time.time(),
                 RateTracker(self.rate_window, self.change_threshold), exit_record=record,
                 token=token)
+            if int(spec.get("rank") or 0) > 0:
+                self._followers.add((job, attempt))
             return {"ok": True, "pid": proc.pid, "error": "", "log": str(log_file)}
 
     def checkpoint(self, job: str, attempt: int) -> bool:
@@ -300,6 +305,8 @@ class Agent:
                 # The helper is up (its handler is installed): signal it.
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(a.proc.pid, CHECKPOINT_SIGNAL)
+            elif (job, attempt) in self._followers:
+                pass  # a gang's rank >= 1: its helper sees the flag file
             elif time.time() - a.started > self.no_helper_after:
                 # Never reported progress: it does not use miso.job and cannot save.
                 self._kill(a)
@@ -351,6 +358,7 @@ class Agent:
             a = self._attempts.get((job, attempt))
             if a is not None and a.proc.poll() is not None:
                 del self._attempts[(job, attempt)]
+                self._followers.discard((job, attempt))
 
     def report(self, lease_until: float | None = None) -> dict[str, Any]:
         """Every attempt's state (see :func:`attempt_report`). With ``lease_until`` (seconds

@@ -82,7 +82,8 @@ class ControllerLike(Protocol):
                env: dict[str, str] | None = None, cwd: str | None = None,
                owner: str | None = None, unix_user: str | None = None,
                request_id: str | None = None, owner_name: str | None = None,
-               priority: int = 0, host_memory_gb: float | None = None) -> str: ...
+               priority: int = 0, host_memory_gb: float | None = None,
+               num_gpus: int = 1, nodes: int | None = None) -> str: ...
 
     def cancel(self, job: str) -> dict[str, Any]: ...
 
@@ -291,6 +292,8 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
             retry["host_memory_gb"] = body.host_memory_gb
         if body.time_limit_s is not None:
             retry["time_limit_s"] = body.time_limit_s
+        if body.num_gpus != 1 or body.nodes is not None:  # a gang
+            retry.update(num_gpus=body.num_gpus, nodes=body.nodes)
         try:
             jid = controller.submit(list(body.command), name=body.name,
                                     memory_gb=body.memory_gb, workload=body.workload,

@@ -65,8 +65,13 @@ class Client:
                env: dict[str, str] | None = None, cwd: str | None = None,
                request_id: str | None = None, priority: str | int | None = None,
                host_memory_gb: float | None = None,
-               time_limit_s: float | None = None) -> str:
+               time_limit_s: float | None = None,
+               num_gpus: int | None = None, nodes: int | None = None) -> str:
         body: dict[str, Any] = {"command": command, "env": env or {}}
+        if num_gpus is not None and num_gpus != 1:
+            body["num_gpus"] = num_gpus
+        if nodes is not None:
+            body["nodes"] = nodes
         for k, v in (("name", name), ("memory_gb", memory_gb), ("workload", workload),
                      ("cwd", cwd), ("request_id", request_id), ("priority", priority),
                      ("host_memory_gb", host_memory_gb), ("time_limit_s", time_limit_s)):

@@ -44,6 +44,10 @@ class SubmitRequest(_Body):
     #: The most the job may run, in seconds (``miso submit --time``; Slurm's formats are
     #: parsed by the client): past it it is checkpointed and ended.
     time_limit_s: float | None = Field(default=None, gt=0, le=MAX_TIME_S)
+    #: Whole GPUs the job runs on at once (a gang when > 1; at most the cluster's GPUs).
+    num_gpus: int = Field(default=1, ge=1, le=65536)
+    #: Nodes a gang is spread over, equal counts each (None: as few as fit).
+    nodes: int | None = Field(default=None, ge=1, le=65536)
 
     @field_validator("priority")
     @classmethod

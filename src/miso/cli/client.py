@@ -168,6 +168,13 @@ def submit(
         "D-HH:MM:SS. Past it the job is checkpointed (if it saves) and ended.  [default: your "
         "maximum, if an admin set one]")] = None,
     json_out: Annotated[bool, typer.Option("--json", help='Print {"id": ...} JSON.')] = False,
+    gpus: Annotated[int, typer.Option(
+        "--gpus", help="Whole GPUs the job runs on at once: one process per GPU, all started, "
+        "checkpointed and restarted together (a gang), each given RANK, LOCAL_RANK, "
+        "WORLD_SIZE, MASTER_ADDR and MASTER_PORT for torch.distributed.  [default: 1]")] = 1,
+    nodes: Annotated[int | None, typer.Option(
+        "--nodes", help="Spread the --gpus over exactly this many nodes, equal counts each.  "
+        "[default: as few nodes as fit]")] = None,
     url: Url = None,
     token: Token = None,
     token_file: TokenFile = None,
@@ -189,6 +196,8 @@ def submit(
         checks.positive(host_memory_gb, "--host-memory-gb")
     prio = _priority(priority)
     limit = _time_limit(time_limit)
+    if gpus < 1 or (nodes is not None and (nodes < 1 or gpus % nodes)):
+        fail(f"--gpus must be >= 1 and --nodes divide it evenly (got {gpus}, {nodes})")
     variables = parse_env(list(env or []), env_all)
     from miso.api.client import ApiError
 
@@ -202,7 +211,9 @@ def submit(
                                cwd=os.getcwd(), request_id=request, priority=prio,
                                time_limit_s=limit,
                                **({"host_memory_gb": host_memory_gb}
-                                  if host_memory_gb is not None else {}))
+                                  if host_memory_gb is not None else {}),
+                               **({"num_gpus": gpus, "nodes": nodes}
+                                  if gpus != 1 or nodes is not None else {}))
                 break
             except ApiError as e:  # retried only when the answer may have been lost
                 if e.status not in (0, 502, 503, 504) or time.time() > deadline:

@@ -31,6 +31,7 @@ from typing import Any
 from miso import runtimedir
 from miso.agent import runas
 from miso.controller.executor import PlanExecutor
+from miso.controller.gangs import check_gang_request
 from miso.controller.loop import EventLoop
 from miso.controller.owners import owner_table
 from miso.controller.poller import AgentPoller
@@ -53,6 +54,7 @@ from miso.mig import GPU_MODELS, geometry
 from miso.sched import JobSpec, JobSubmitted, Policy
 from miso.sched.clock import Clock
 from miso.sched.estimators import make_estimator
+from miso.sched.gangs import GangLayer, with_gangs
 from miso.sched.policies import build_policy, policy_options
 from miso.sched.tenancyconfig import queued_quota_reason
 from miso.transport.base import NodeUnavailable, Transport
@@ -103,6 +105,10 @@ class Controller:
         self.rt = Runtime(store, transport, self.cfg, self.checkpoint_root, clock)
         #: ``policy`` (tests) replaces the one ``config`` names
         self.policy = policy if policy is not None else make_controller_policy(self.cfg)
+        # gangs beside the policy, always (a live cluster may get one any time); without a
+        # multi-GPU job the layer passes everything through: one-GPU decisions are unchanged
+        self.policy = with_gangs(self.policy) if not isinstance(self.policy, GangLayer) \
+            else self.policy
         self.executor = PlanExecutor(self.rt)
         self.loop = EventLoop(self.rt, self.executor, self.policy, self.cfg.policy)
         self.loop.time_limits = self.time_limits
@@ -189,7 +195,8 @@ class Controller:
                owner: str | None = None, unix_user: str | None = None,
                request_id: str | None = None, owner_name: str | None = None,
                priority: int = 0, host_memory_gb: float | None = None,
-               time_limit_s: float | None = None) -> str:
+               time_limit_s: float | None = None, num_gpus: int = 1,
+               nodes: int | None = None) -> str:
         """Queue a job; returns its id. Raises :class:`SubmitError` on bad input.
 
         ``memory_gb`` is the job's peak GPU memory in GB (10^9 bytes). ``env`` is added to the
@@ -201,7 +208,9 @@ class Controller:
         :func:`miso.sched.tenancy.parse_priority`) orders it before lower ones when tenancy is
         on; refused when it is off (it would do nothing). Who may ask for what is the API's
         check. ``time_limit_s``: the most it may run (``--time``; default and maximum: its
-        owner's ``max_time``); past it it is checkpointed and ended.
+        owner's ``max_time``); past it it is checkpointed and ended. ``num_gpus`` > 1 makes
+        it a gang on that many whole GPUs (``nodes``: spread over that many nodes, equal
+        counts; :mod:`miso.controller.gangs`).
         """
         command = [str(c) for c in command]
         if not command:
@@ -239,6 +248,7 @@ class Controller:
         if priority and self.loop.state.tenancy is None:
             raise SubmitError(f"priority {priority}: this cluster runs one FIFO queue; "
                               "priorities need tenancy (miso cluster up --fair-share)")
+        check_gang_request(num_gpus, nodes, len(self.rt.gpus))
         self._check_queued_quota(owner, owner_name)
         ten = self.cfg.tenancy
         if ten is not None and (owner or "") in ten.max_queued:
@@ -262,7 +272,8 @@ class Controller:
                                     memory_gib=gib, workload=workload, env=env, cwd=cwd,
                                     at=self.now(), owner=owner, unix_user=unix_user,
                                     request_id=request_id, owner_name=owner_name,
-                                    host_memory_gb=host_memory_gb)
+                                    host_memory_gb=host_memory_gb,
+                                    num_gpus=num_gpus, nodes=nodes)
         except StoreConflict as e:
             raise SubmitConflict(str(e)) from None
         except StoreError as e:
@@ -430,7 +441,7 @@ def _spec(rec: JobRecord, priority: int = 0) -> JobSpec:
     gib = rec.memory_gib if rec.memory_gib is not None else rec.memory_gb * GIB_PER_GB
     return JobSpec(rec.id, rec.name, gib, rec.workload,
                    checkpointable=rec.checkpointable is not False, owner=rec.owner or "",
-                   priority=priority)
+                   priority=priority, num_gpus=rec.num_gpus or 1, nodes=rec.nodes)
 
 
 def _check_program_of_account(program: str, env: dict[str, str], unix_user: str | None) -> None:

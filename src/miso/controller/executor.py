@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 
 from miso.agent.agent import layout_data, placement_of
+from miso.controller.gangs import GangRunner
 from miso.controller.gpu_worker import GpuWorker
 from miso.controller.launcher import Launcher, Relaunch
 from miso.controller.profile_run import ProfileRun
@@ -46,6 +47,8 @@ class PlanExecutor:
         self._busy = 0
         self.launcher = Launcher(rt)
         self.profiler = ProfileRun(rt, self.launcher)
+        #: gangs' starts and stops (:mod:`miso.controller.gangs`)
+        self.gangs = GangRunner(rt, self.launcher)
 
     # ---- workers ------------------------------------------------------------------------
 
@@ -79,13 +82,15 @@ class PlanExecutor:
 
     def busy(self) -> bool:
         with self.rt.lock:
-            return bool(self._busy) or any(w.pending() for w in self._workers.values())
+            return bool(self._busy) or any(w.pending() for w in self._workers.values()) \
+                or self.gangs.busy()
 
     def close(self) -> None:
         with self.rt.lock:
             workers = list(self._workers.values())
         for w in workers:
             w.close()
+        self.gangs.close()
 
     # ---- one decision -------------------------------------------------------------------
 

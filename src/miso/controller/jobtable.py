@@ -60,7 +60,8 @@ class JobTable:
                at: float | None = None, owner: str | None = None,
                unix_user: str | None = None, request_id: str | None = None,
                owner_name: str | None = None,
-               host_memory_gb: float | None = None) -> JobRecord:
+               host_memory_gb: float | None = None, num_gpus: int = 1,
+               nodes: int | None = None) -> JobRecord:
         """Add a queued job. Names are unique among an owner's active and finished jobs; a
         failed or cancelled job's name is free again (its records stay, by id; the name then
         means the newest job).
@@ -111,6 +112,9 @@ class JobTable:
                          workload, json.dumps(env or {}), cwd, JobStatus.QUEUED.value,
                          time.time() - self.s.epoch if at is None else at, owner, unix_user,
                          request_id, owner_name, host_memory_gb))
+                    if num_gpus != 1 or nodes is not None:  # a gang (GANG_COLUMNS)
+                        self.s.conn.execute("UPDATE jobs SET num_gpus=?, nodes=? WHERE id=?",
+                                            (int(num_gpus), nodes, jid))
                     self.s.set_meta("next_job", str(n + 1))
                     self.s.conn.execute("COMMIT")
                 except BaseException:

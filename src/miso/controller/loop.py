@@ -48,6 +48,7 @@ from miso.sched import (
     Tick,
     WakeUp,
 )
+from miso.sched.decisions import StartGang, StopGang
 from miso.sched.driver import DriverStep
 from miso.sched.fairwait import fair_waits
 from miso.sched.progress import full_gpu_work, slice_speed
@@ -140,6 +141,12 @@ class EventLoop:
     def join(self, timeout: float) -> None:
         if self._thread is not None:
             self._thread.join(timeout=timeout)
+
+    @property
+    def _gangs(self) -> Any:
+        """The executor's gang runner (:mod:`miso.controller.gangs`); None for a test's
+        stand-in executor."""
+        return getattr(self.executor, "gangs", None)
 
     def snapshot(self) -> dict[str, Any]:
         """GPUs (layout, phase, jobs) and the queue as of the last handled item."""
@@ -285,6 +292,9 @@ class EventLoop:
             else:
                 self.rt.store.finish(ev.job, JobStatus.OVER_LIMIT if ev.reason.startswith(
                     LIMIT_REASON) else JobStatus.FAILED, reason=ev.reason, at=now)
+            # a gang's other ranks end too
+            if self._gangs is not None:
+                self._gangs.end(ev.job, finished=isinstance(ev, JobFinished))
         self.step.observer = self.rt.observer
         self.step(now, ev)
 
@@ -293,7 +303,7 @@ class EventLoop:
         """A job's own progress report (iterations left, iterations/s on its slice) as
         :class:`JobProgress` in full-GPU seconds (:mod:`miso.sched.progress`)."""
         js = self.state.jobs.get(job)
-        gs = self.state.gpus.get(gpu)
+        gs = self.state.gpus.get(gpu) or self.state.gangs.gpus.get(gpu)  # or held for gangs
         if js is None or gs is None or js.gpu != gpu:
             return
         speed = slice_speed(gs.geom, None if mps_pct is not None else placement, mps_pct,
@@ -344,6 +354,9 @@ class EventLoop:
                     rt.store.update(j, state=JobStatus.QUEUED, gpu=None, placement=None)
             case WakeUp(at=at, tag=tag):
                 rt.clock.at(at, ("tick", tag))
+            case StartGang() | StopGang():
+                if self._gangs is not None:
+                    self._gangs.submit(d)
 
     def _cancel(self, job: str) -> None:
         rt = self.rt
@@ -356,6 +369,8 @@ class EventLoop:
         if run is not None:
             with contextlib.suppress(NodeUnavailable):
                 rt.call(run.node, "kill", run.job, run.attempt)
+        if self._gangs is not None:
+            self._gangs.end(job, finished=False)  # every rank of a gang
         js = self.state.jobs.get(job)
         if js is not None and js.status not in (JobStatus.FINISHED, JobStatus.FAILED):
             self._handle(JobFailed(job, "cancelled"))
@@ -393,6 +408,9 @@ class EventLoop:
         """The node's lease has run out (its guards killed its jobs): requeue its jobs, except
         those whose exit record says they finished."""
         rt = self.rt
+        if node in rt.fencing and self._gangs is not None:
+            # gangs with a rank there end whole (other nodes' ranks too) and wait requeued
+            self._gangs.node_lost(node)
         with rt.lock:
             if node not in rt.fencing:
                 return
@@ -419,7 +437,8 @@ class EventLoop:
                 self._handle(JobFinished(r.job))
         for g in gpus:
             self.executor.remove_gpu(g.id)
-            for j in list(self.state.gpus[g.id].jobs) if g.id in self.state.gpus else []:
+            gs = self.state.gpus.get(g.id) or self.state.gangs.gpus.get(g.id)
+            for j in list(gs.jobs) if gs is not None else []:
                 rt.store.update(j, state=JobStatus.QUEUED, gpu=None, placement=None, mps_pct=None)
             self._handle(GpuRemoved(g.id))
         with rt.lock:
@@ -445,7 +464,8 @@ class EventLoop:
         return view
 
     def _update_snapshot(self, *, fresh: bool = False) -> None:
-        gpus = [self._gpu_view(gid, gs) for gid, gs in self.state.gpus.items()]
+        held = self.state.gangs.gpus  # GPUs held for gangs: shown too
+        gpus = [self._gpu_view(gid, gs) for gid, gs in {**self.state.gpus, **held}.items()]
         if len(self._gpu_views) > 2 * len(gpus) + 16:  # forget removed GPUs
             self._gpu_views = {g["id"]: self._gpu_views[g["id"]] for g in gpus}
         self._snap_at, self._snap_stale = time.monotonic(), False

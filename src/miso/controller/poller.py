@@ -215,6 +215,8 @@ class AgentPoller:
         rt = self.rt
         for a in rep["jobs"]:
             job, attempt = a["job"], a["attempt"]
+            if self.executor.gangs.rank_report(node, a):
+                continue  # a gang's rank >= 1 (:mod:`miso.controller.gangs`)
             with rt.lock:
                 run = rt.runs.get(job)
                 current = run is not None and run.attempt == attempt and run.node == node
@@ -269,7 +271,8 @@ class AgentPoller:
             run.status = a["status"]
             if a["status"] == AttemptStatus.FINISHED:
                 rt.post_event(JobFinished(job))
-            elif a["status"] == AttemptStatus.FENCED and not run.stopping:
+            elif a["status"] == AttemptStatus.FENCED and not run.stopping \
+                    and not self.executor.gangs.owns(job):  # a gang's rank 0: it fails
                 log.warning("job %s attempt %d was fenced on %s: restarting it in place",
                             job, attempt, node)
                 self.executor.submit(run.gpu, Relaunch(job, run.gpu, run.placement,

@@ -119,6 +119,8 @@ CREATE TABLE IF NOT EXISTS events (
 #: Columns added by schema version 2 (added in place to a version-1 store).
 V2_COLUMNS = (("request_id", "TEXT"), ("memory_gib", "REAL"), ("checkpointable", "INTEGER"),
                ("note", "TEXT NOT NULL DEFAULT ''"), ("host_memory_gb", "REAL"))
+#: Columns of jobs on several GPUs (gangs), added in place (nullable: NULL is one GPU, any node).
+GANG_COLUMNS = (("num_gpus", "INTEGER"), ("nodes", "INTEGER"))
 
 #: A job that ended in one of these states gives its name back (a re-run after a fix).
 NAME_FREED = (JobStatus.FAILED.value, JobStatus.CANCELLED.value, JobStatus.OVER_LIMIT.value)
@@ -168,6 +170,10 @@ class JobRecord:
     note: str = ""
     #: the job's own host-memory bound, GB (None: its node's default; issue 26)
     host_memory_gb: float | None = None
+    #: whole GPUs the job runs on at once (a gang when > 1; None: one GPU)
+    num_gpus: int | None = None
+    #: nodes a gang is spread over, equal counts each (None: as few as fit)
+    nodes: int | None = None
 
     @property
     def terminal(self) -> bool:

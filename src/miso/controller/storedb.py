@@ -14,7 +14,13 @@ import threading
 import time
 from pathlib import Path
 
-from miso.controller.schema import SCHEMA, SCHEMA_VERSION, V2_COLUMNS, StoreError
+from miso.controller.schema import (
+    GANG_COLUMNS,
+    SCHEMA,
+    SCHEMA_VERSION,
+    V2_COLUMNS,
+    StoreError,
+)
 from miso.sqlitebackup import backup_private
 
 
@@ -46,6 +52,9 @@ class StoreDb:
                         self.conn.execute(f"ALTER TABLE jobs ADD COLUMN {col} TEXT")
                 if "host_memory_gb" not in cols:  # issue 26: a job's host-memory bound
                     self.conn.execute("ALTER TABLE jobs ADD COLUMN host_memory_gb REAL")
+                for col, decl in GANG_COLUMNS:
+                    if col not in cols:
+                        self.conn.execute(f"ALTER TABLE jobs ADD COLUMN {col} {decl}")
                 self.conn.execute("CREATE INDEX IF NOT EXISTS jobs_owner ON jobs(owner, seq)")
                 # the unique-name check of every submit (a table scan without it)
                 self.conn.execute("CREATE INDEX IF NOT EXISTS jobs_name ON jobs(name, owner)")
