@@ -102,9 +102,11 @@ def test_all_or_nothing_launch_then_every_rank_runs(tmp_path: Path) -> None:
         (out / "release").touch()
         assert _until(lambda: c.controller.store.get(jid).state == "finished")
         assert _until(lambda: _running(c) == 0)
+        # every attempt's end reaches the store (the poller records a rank's exit after it)
+        assert _until(lambda: all(a["ended_at"] is not None
+                                  for a in c.controller.store.attempts(jid)))
         atts = c.controller.store.attempts(jid)
         assert atts[0]["status"] in ("killed", "failed", "checkpointed")
-        assert all(a["ended_at"] is not None for a in atts)
 
 
 def test_cancel_ends_every_rank(tmp_path: Path) -> None:
