@@ -66,7 +66,7 @@ def test_a_waiting_jobs_line_counts_the_gpus_of_a_big_cluster() -> None:
     assert "1024 GPUs: 256 reconfiguring, 768 steady, 1024 jobs placed" in line
     assert len(line) < 300
     small = why({"id": "j1", "state": "queued", "memory_gib": 5.0}, {"gpus": gpus[:2]})
-    assert "n0/0 reconfiguring 1 jobs, n0/1 steady 1 jobs" in small
+    assert "n0/0 reconfiguring 1 job, n0/1 steady 1 job" in small
 
 
 def test_miso_status_summary_first_and_filters(tmp_path: Path,

@@ -375,6 +375,12 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
         if not self.backfill:
             super().on_capacity(now, sc)
             return
+        self.place_queued(now, sc)
+        self.replan_dirty(now, sc)
+
+    def place_queued(self, now: float, sc: Scratch) -> None:
+        """Place the first ``BACKFILL_WINDOW`` queued jobs where each fits, in order; a job
+        that starves holds a GPU when it finds no room (:meth:`gpu_to_hold`)."""
         jobs = sc.state.jobs
         # A job at least this large fits nowhere now (fit is monotone); per owner when
         # owners' entitlements decide which GPUs a job may join (Scratch.may_join).
@@ -406,9 +412,11 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
                 continue
             sc.place(j, g)
             self.dirty.add(g)
-        # A GPU with a plan in flight stays dirty and is not re-planned (replan's first
-        # check; no plan is acknowledged during a decision): left out before sorting, so an
-        # event costs the GPUs that can be re-planned, not every busy one of a big cluster.
+
+    def replan_dirty(self, now: float, sc: Scratch) -> None:
+        """Re-plan the dirty GPUs without a plan in flight (a busy one stays dirty: replan's
+        first check; no plan is acknowledged during a decision), left out before sorting so
+        an event costs the GPUs that can be re-planned, not every busy one of a big cluster."""
         gpus = sc.state.gpus
         ready = [g for g in self.dirty if g not in gpus or not gpus[g].busy]
         for g in sorted(ready, key=lambda x: self._order.get(x, 0)):
