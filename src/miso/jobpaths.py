@@ -58,9 +58,15 @@ def read_json_in(base: str | Path, parts: list[str], name: str, limit: int) -> A
         return None
     finally:
         os.close(d)
+    return read_json_fd(fd, limit)
+
+
+def read_json_fd(fd: int, limit: int) -> Any | None:
+    """JSON of the open file ``fd`` (closed here): None unless a regular file of one link
+    count and at most ``limit`` bytes holding JSON (nested too deep counts as not JSON)."""
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:  # no hard link to another file
             return None
         data = os.read(fd, limit + 1)
     except OSError:
@@ -71,7 +77,7 @@ def read_json_in(base: str | Path, parts: list[str], name: str, limit: int) -> A
         return None
     try:
         return json.loads(data)
-    except (ValueError, RecursionError):
+    except (ValueError, RecursionError):  # RecursionError: [[[[...]]]] nested too deep
         return None
 
 

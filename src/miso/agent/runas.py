@@ -18,7 +18,6 @@ owner passed (``miso submit --env``/``--env-all``) and miso's own (:mod:`miso.jo
 
 from __future__ import annotations
 
-import json
 import os
 import pwd
 import re
@@ -26,6 +25,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from miso.jobpaths import read_json_fd
 
 
 class RunAsError(ValueError):
@@ -162,21 +163,7 @@ def read_json(path: str | Path, limit: int = 1 << 20) -> Any | None:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:  # no hard link to another file
-            return None
-        data = os.read(fd, limit + 1)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    if len(data) > limit:
-        return None
-    try:
-        return json.loads(data)
-    except (ValueError, RecursionError):  # RecursionError: [[[[...]]]] nested too deep
-        return None
+    return read_json_fd(fd, limit)
 
 
 def open_log(path: str | Path) -> int:
