@@ -206,3 +206,25 @@ def test_router_process_serves_reports_and_refuses_other_calls() -> None:
         rp.stop()
         be.stop()
     assert rp.proc.returncode == 0
+
+
+def test_a_client_behind_its_schedule_stops_on_time() -> None:
+    """A ramp far beyond what one client can send (here 1M requests/s for 60 s at a closed
+    port) ends at ``end_s``, saying how far into its schedule it got, instead of running on
+    for as long as the whole schedule takes to send."""
+    import asyncio
+    import socket
+    import time
+
+    from miso import loadgen
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed once the block ends: connections are refused
+    arrivals = loadgen.ramp_arrivals([1, 1], 1_000_000.0, 60.0)
+    t0 = time.monotonic()
+    res = asyncio.run(loadgen.run_load(f"http://127.0.0.1:{port}/x", arrivals,
+                                       concurrency=64, timeout_s=1.0, end_s=1.0))
+    assert time.monotonic() - t0 < 15.0
+    assert res.cut_at_s is not None and 0.0 < res.cut_at_s < 60.0
+    assert loadgen.summarize(res)["cut_at_s"] == res.cut_at_s

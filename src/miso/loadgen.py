@@ -43,6 +43,8 @@ class Sample:
 class LoadResult:
     samples: list[Sample] = field(default_factory=list)
     dropped: int = 0  # arrivals over the concurrency bound
+    #: the schedule time the client had reached when its time was up (None: it kept up)
+    cut_at_s: float | None = None
     replicas: list[tuple[float, int]] = field(default_factory=list)  # (t, ready replicas)
     offered: list[tuple[float, float]] = field(default_factory=list)  # (t, rate)
 
@@ -150,9 +152,12 @@ async def _request(pool: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]
 async def run_load(url: str, arrivals: Iterable[float], *, concurrency: int = 512,
                    timeout_s: float = 30.0, body: bytes = b"{}",
                    on_tick: Callable[[float], Any] | None = None,
-                   tick_s: float = 2.0) -> LoadResult:
+                   tick_s: float = 2.0, end_s: float | None = None) -> LoadResult:
     """Send one request at each arrival time (s from now); ``on_tick(t)`` runs every
-    ``tick_s`` (e.g. to read the service's replicas)."""
+    ``tick_s`` (e.g. to read the service's replicas). With ``end_s``, nothing is sent after
+    ``end_s`` s: a client that fell behind its schedule stops on time, and the arrivals it
+    did not send are reported (``cut_at_s``: how far into its schedule it got), not silently
+    spread over a longer run."""
     u = urlsplit(url)
     if u.scheme != "http" or not u.hostname:
         raise ValueError(f"need an http:// URL, got {url!r}")
@@ -192,6 +197,9 @@ async def run_load(url: str, arrivals: Iterable[float], *, concurrency: int = 51
     tick = asyncio.create_task(ticker())
     behind = 0
     for t in arrivals:
+        if end_s is not None and time.monotonic() - start > end_s:
+            res.cut_at_s = t
+            break
         delay = start + t - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
@@ -227,6 +235,8 @@ def summarize(res: LoadResult, slo_ms: float | None = None,
     out: dict[str, Any] = {
         "requests": len(s) + res.dropped, "errors": int((~ok).sum()) + res.dropped,
         "dropped": res.dropped,
+        # the client could not keep to its schedule: the load it offered stopped here (s)
+        "cut_at_s": res.cut_at_s,
         "p50_ms": round(float(np.percentile(lat, 50)), 3) if len(lat) else None,
         "p99_ms": round(float(np.percentile(lat, 99)), 3) if len(lat) else None,
         "slo_p99_ms": slo_ms,

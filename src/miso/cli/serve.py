@@ -172,7 +172,8 @@ def load(
         res_holder.setdefault("replicas", []).append((t, int(s["ready_replicas"])))
 
     res = asyncio.run(loadgen.run_load(target, arrivals, concurrency=concurrency,
-                                       on_tick=tick if c is not None else None))
+                                       on_tick=tick if c is not None else None,
+                                       end_s=duration + 5.0 if ramp else None))
     res.replicas = res_holder.get("replicas", [])
     out = loadgen.summarize(res, slo_ms)
     out["url"], out["generated_at"] = target, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
