@@ -20,9 +20,6 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.slow
 @pytest.mark.ray
-@pytest.mark.xfail(strict=False, reason="not fixed yet: with the head's process group killed "
-                   "(Ray outlives it), 4 of 6 jobs still had two attempts alive at once "
-                   "(2026-12-02, 3 cycles; main e8424d3: 3 of 6); whole-session kills: 0")
 def test_head_sigkill_cycles__no_job_twice_none_lost_no_progress_lost(tmp_path: Path) -> None:
     out = tmp_path / "head-kill.json"
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
