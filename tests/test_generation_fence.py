@@ -139,3 +139,30 @@ def test_ray_processes_keep_the_children_of_a_dying_worker() -> None:
 
     assert os.environ["RAY_kill_child_processes_on_worker_exit"] == "0"  # noqa: SIM112 - Ray's
     assert raycluster.RAY_ENV.items() <= ray_env({"PATH": "/bin"}).items()
+
+
+def test_a_new_agent_ends_the_processes_of_a_job_whose_guard_is_gone(tmp_path: Path) -> None:
+    """A guard killed outright leaves its job's other processes in the attempt's cgroup
+    (``miso-<guard pid>``): the next agent of the node kills them before it launches."""
+    home = guard.own_cgroup()
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a guard pid that is gone
+    path = os.path.join(home or "/nonexistent", f"miso-{dead.pid}")
+    try:
+        os.mkdir(path)
+    except OSError:
+        pytest.skip("no writable cgroup v2 here")
+    job = subprocess.Popen(["sleep", "60"])
+    try:
+        try:
+            Path(path, "cgroup.procs").write_text(str(job.pid))
+        except OSError:
+            pytest.skip("cannot move a process into a cgroup here")
+        generation.fence_leftovers(tmp_path, generation.bump(tmp_path))
+        assert job.wait(timeout=3) == -9
+        assert not os.path.isdir(path)
+    finally:
+        if job.poll() is None:
+            job.kill()
+        if os.path.isdir(path):
+            os.rmdir(path)
