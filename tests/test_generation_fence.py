@@ -89,3 +89,80 @@ def test_agent__a_new_agent_ends_the_old_ones_jobs_before_it_launches(tmp_path: 
         old.shutdown()
         if new is not None:
             new.shutdown()
+
+
+def _guard(tmp_path: Path, agent_pid: int, cmd: list[str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-I", "-S", guard.__file__, "--agent-pid", str(agent_pid),
+         "--exit-record", str(tmp_path / "exit.json"), "--", *cmd], start_new_session=True)
+
+
+def test_guard__a_guard_killed_outright_takes_its_jobs_main_process_with_it(
+        tmp_path: Path) -> None:
+    """Ray SIGKILLed every guard with its agent (issue 26, item 2): the jobs ran on, orphaned,
+    beside the next cluster's attempts. A guard's job now dies with its guard."""
+    proc = _guard(tmp_path, os.getpid(), ["sleep", "60"])
+    try:
+        wait_for(lambda: guard.descendants(proc.pid), timeout=5)
+        job = guard.descendants(proc.pid)[0]
+        proc.kill()
+        proc.wait(timeout=5)
+        wait_for(lambda: not _alive(job), timeout=3)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for p in guard.descendants(proc.pid):
+            os.kill(p, 9)
+
+
+def test_guard__an_agent_left_a_zombie_is_dead_to_its_guards(tmp_path: Path) -> None:
+    """An orphaned agent may stay a zombie for seconds: its guards fence at once."""
+    agent = subprocess.Popen(["true"])  # exits; never reaped here: a zombie
+    wait_for(lambda: not _alive(agent.pid), timeout=5)
+    assert not guard.alive(agent.pid) and guard.alive(os.getpid())
+    proc = _guard(tmp_path, agent.pid, ["sleep", "60"])
+    try:
+        assert proc.wait(timeout=5) == 137
+        rec = json.loads((tmp_path / "exit.json").read_text())
+        assert rec["fenced"] and rec["why"] == "agent died"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        agent.wait()
+
+
+def test_ray_processes_keep_the_children_of_a_dying_worker() -> None:
+    """Every Ray miso starts (the local head here, ``ray start`` in deploy) is told not to
+    SIGKILL a dead worker's children: the agent's guards must outlive it to end their jobs."""
+    from miso import raycluster
+    from miso.deploy.node import ray_env
+
+    assert os.environ["RAY_kill_child_processes_on_worker_exit"] == "0"  # noqa: SIM112 - Ray's
+    assert raycluster.RAY_ENV.items() <= ray_env({"PATH": "/bin"}).items()
+
+
+def test_a_new_agent_ends_the_processes_of_a_job_whose_guard_is_gone(tmp_path: Path) -> None:
+    """A guard killed outright leaves its job's other processes in the attempt's cgroup
+    (``miso-<guard pid>``): the next agent of the node kills them before it launches."""
+    home = guard.own_cgroup()
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a guard pid that is gone
+    path = os.path.join(home or "/nonexistent", f"miso-{dead.pid}")
+    try:
+        os.mkdir(path)
+    except OSError:
+        pytest.skip("no writable cgroup v2 here")
+    job = subprocess.Popen(["sleep", "60"])
+    try:
+        try:
+            Path(path, "cgroup.procs").write_text(str(job.pid))
+        except OSError:
+            pytest.skip("cannot move a process into a cgroup here")
+        generation.fence_leftovers(tmp_path, generation.bump(tmp_path))
+        assert job.wait(timeout=3) == -9
+        assert not os.path.isdir(path)
+    finally:
+        if job.poll() is None:
+            job.kill()
+        if os.path.isdir(path):
+            os.rmdir(path)

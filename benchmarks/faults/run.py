@@ -423,11 +423,12 @@ def head_kill_trial(base: Path, k: int, rng: random.Random, cycles: int = 20,
     samp.start()
     done = False
     kinds = []
+    busy = 0  # kills with a job running (once all have finished a kill tests nothing)
     try:
         ids = [cli_submit(sd, mark, WORKLOADS[i % len(WORKLOADS)], seconds)
                for i in range(jobs)]
         for c in range(cycles):
-            wait_until(lambda: "running" in cli_states(sd).values(), 60, 0.5)
+            busy += wait_until(lambda: "running" in cli_states(sd).values(), 60, 0.5)
             if c % 2 == 0:  # right after a decision: a new attempt row appears
                 n0 = attempt_rows(sd)
                 wait_until(lambda n0=n0: attempt_rows(sd) > n0, 20, 0.02)
@@ -453,7 +454,8 @@ def head_kill_trial(base: Path, k: int, rng: random.Random, cycles: int = 20,
                 os.kill(p, signal.SIGKILL)
     out = evaluate(sd, mark, jobs, samp.finish())
     out.update(fault="head-kill", trial=k, completed=done, cycles=cycles, kill=kill,
-               kills_after_decision=kinds.count("after-decision"), note="")
+               kills_after_decision=kinds.count("after-decision"), kills_while_running=busy,
+               job_seconds=seconds, note="")
     return out
 
 
@@ -519,6 +521,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--faults", default="controller-kill,agent-kill,agent-stop,submit-kill,"
                     "store-damage,disk-full,whole-cluster,concurrent-up")
     ap.add_argument("--cycles", type=int, default=20, help="head kills per head-kill trial")
+    ap.add_argument("--job-seconds", type=float, default=20.0,
+                    help="head-kill: each job's length (s); about 8 per cycle keeps jobs "
+                    "running through every kill")
     ap.add_argument("--head-kill", choices=("pgroup", "session"), default="pgroup",
                     help="head-kill: SIGKILL the head's process group (Ray's processes outlive "
                     "it a while) or its whole session")
@@ -566,7 +571,8 @@ def main(argv: list[str] | None = None) -> int:
                 record(trial(base, k, rng))
     if "head-kill" in faults:
         for k in range(a.slow_trials):
-            record(head_kill_trial(base, k, rng, a.cycles, kill=a.head_kill))
+            record(head_kill_trial(base, k, rng, a.cycles, seconds=a.job_seconds,
+                                   kill=a.head_kill))
     summary = summarize(rows)
     print(json.dumps({"summary": summary, "wall_s": round(time.time() - t_start)}), flush=True)
     if a.json:

@@ -72,6 +72,15 @@ __all__ = [
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
+#: Ray's settings every Ray process miso starts must have (inherited through the environment
+#: by the raylet and its workers). By default a Ray worker that exits SIGKILLs its child
+#: processes: an agent actor dying with its head (a SIGKILL of the head's process group) took
+#: every guard of its node with it, at once, so no guard could end its job, and the orphaned
+#: jobs ran on beside the attempts the next cluster launched (issue 26, item 2). Each guard
+#: ends its own job when its agent is gone (:mod:`miso.agent.guard`), and only it can.
+RAY_ENV = {"RAY_kill_child_processes_on_worker_exit": "0"}
+os.environ.update(RAY_ENV)
+
 
 def _ray() -> Any:
     import ray  # noqa: PLC0415

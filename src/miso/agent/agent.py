@@ -118,6 +118,10 @@ class Agent:
         self.generation = generation.bump(self.workdir)
         self._generation_ro = generation.reader(self.workdir)
         generation.fence_leftovers(self.workdir, self.generation)
+        left = generation.leftover_guards(self.workdir, self.generation)
+        if left:  # never launch beside an attempt of an older life (Ray starts us again)
+            raise RuntimeError(f"{self.node}: {len(left)} guard(s) of an older agent could "
+                               f"not be ended (pids {left[:5]}); not taking the node")
 
     # ---- lease --------------------------------------------------------------------------
 

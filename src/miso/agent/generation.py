@@ -108,6 +108,7 @@ def fence_leftovers(workdir: Path, generation: int) -> int:
     wait until none is left; returns how many there were."""
     pids = leftover_guards(workdir, generation)
     if not pids:
+        end_orphaned_cgroups()
         return 0
     log.warning("%s: %d guard(s) of an older agent still run: fencing them before any launch",
                 workdir.name, len(pids))
@@ -125,7 +126,29 @@ def fence_leftovers(workdir: Path, generation: int) -> int:
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline and any(_running(p) for p in left):
             time.sleep(0.05)
+    end_orphaned_cgroups()
     return len(pids)
+
+
+def end_orphaned_cgroups() -> int:
+    """Kill what is left in the attempt cgroups (``miso-<guard pid>``, beside this agent's
+    own) whose guard is gone: the processes of a job whose guard was killed outright, which
+    no guard will end. Returns how many processes were there."""
+    home = guard.own_cgroup()
+    if home is None:
+        return 0
+    try:
+        names = os.listdir(home)
+    except OSError:
+        return 0
+    n = 0
+    for name in names:
+        pid = name.removeprefix("miso-")
+        if name.startswith("miso-") and pid.isdigit() and not _running(int(pid)):
+            n += guard.end_cgroup(int(pid))
+    if n:
+        log.warning("ended %d process(es) of jobs whose guard was gone", n)
+    return n
 
 
 def _running(pid: int) -> bool:

@@ -57,6 +57,7 @@ from collections.abc import Iterator
 
 POLL_S = 0.1
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_PDEATHSIG = 1
 #: Bytes of the note that replaces the middle of a capped log (fixed: rewritten in place).
 MARK_BYTES = 100
 #: Largest environment file the guard reads.
@@ -85,13 +86,16 @@ def replaced(fd: int, generation: int) -> bool:
 
 
 def alive(pid: int) -> bool:
+    """Whether ``pid`` runs: a zombie (an agent that died and is not reaped yet, which may
+    take seconds once it is orphaned) is dead."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    stat = _stat(str(pid))
+    return stat is not None and stat[1] not in ("Z", "X")
 
 
 def write_record(path: str | None, returncode: int | None, fenced: bool, why: str) -> None:
@@ -575,6 +579,18 @@ def write_limit_record(path: str | None, why: str, returncode: int | None = None
             os.unlink(tmp)
 
 
+def in_child(guard_pid: int, cwd: str | None) -> None:
+    """In the job's process before ``exec`` (after the drop to its account, which would clear
+    it): die with the guard. A guard killed outright (SIGKILL, by anything) can end nothing
+    itself; its job's main process then goes at once instead of running on unwatched beside
+    the next attempt (issue 26, item 2)."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != guard_pid:  # the guard died before the line above
+        os._exit(137)
+    if cwd:
+        os.chdir(cwd)
+
+
 def main(argv: list[str]) -> int:
     if "--" not in argv:
         print("usage: guard.py --lease-fd FD --agent-pid PID [--env-file F] [--exit-record F] "
@@ -634,12 +650,13 @@ def main(argv: list[str]) -> int:
         # that comes before miso.job is imported (a slow `import torch`) stays pending, and
         # the helper unblocks it once its handler is in place, so it never kills the job.
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+        guard_pid = os.getpid()
         try:
             with job_rlimits(bounds):
                 child = subprocess.Popen(
                     cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL, env=env,
-                    preexec_fn=(lambda: os.chdir(cwd)) if cwd else None,
+                    preexec_fn=lambda: in_child(guard_pid, cwd),
                     **kw)  # type: ignore[call-overload]
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)

@@ -170,6 +170,14 @@ def ray_command() -> list[str]:
     return [sys.executable, "-m", "ray.scripts.scripts"]
 
 
+def ray_env(env: dict[str, str] | None) -> dict[str, str]:
+    """The environment of ``ray start``: ``env`` (or ours) with the settings that let each
+    guard outlive its agent long enough to end its job (:data:`miso.raycluster.RAY_ENV`)."""
+    from miso.raycluster import RAY_ENV  # noqa: PLC0415
+
+    return {**(os.environ if env is None else env), **RAY_ENV}
+
+
 class Node:
     """``ray start --block`` as a child, stopped and reaped with everything below it."""
 
@@ -188,7 +196,7 @@ class Node:
         try:
             self.proc = subprocess.Popen([*ray_command(), *self.args], stdout=out,
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env=self.env)
+                                         env=ray_env(self.env))
         finally:
             if out is not None:
                 out.close()
