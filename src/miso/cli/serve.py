@@ -49,9 +49,9 @@ def serve(
     state_dir: StateDir = None,
 ) -> None:
     """Start an inference service (or --stop one); prints its URL."""
-    c = client(url, token, state_dir, token_file=token_file)
     if stop is not None:
-        out = call(c.request, "DELETE", f"/services/{stop}")
+        with client(url, token, state_dir, token_file=token_file) as c:
+            out = call(c.request, "DELETE", f"/services/{stop}")
         console.print(f"stopped {out['name']}: its replicas drain and stop")
         return
     if name is None or not command or model is None or slo_p99_ms is None:
@@ -63,7 +63,8 @@ def serve(
                             "cwd": os.getcwd()}
     if memory_gb is not None:
         body["memory_gb"] = memory_gb
-    out = call(c.request, "POST", "/services", json=body)
+    with client(url, token, state_dir, token_file=token_file) as c:
+        out = call(c.request, "POST", "/services", json=body)
     console.print(out["url"])
 
 
@@ -75,8 +76,8 @@ def services(
     state_dir: StateDir = None,
 ) -> None:
     """Services: URL, rate, replicas and slices, p50/p99 vs SLO, attainment (5 min)."""
-    c = client(url, token, state_dir, token_file=token_file)
-    out = call(c.request, "GET", "/services")
+    with client(url, token, state_dir, token_file=token_file) as c:
+        out = call(c.request, "GET", "/services")
     if as_json:
         print(json.dumps(out, indent=2))
         return
