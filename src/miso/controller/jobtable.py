@@ -217,6 +217,21 @@ class JobTable:
             rows = self.s.conn.execute(f"SELECT id, owner FROM jobs WHERE id IN ({marks})", ids)
             return {str(i): o for i, o in rows}
 
+    def pinned(self, ids: list[str] | set[str]) -> dict[str, tuple[str | None, str | None, str]]:
+        """Those of ``ids`` that cannot checkpoint (``checkpointable`` false), each with its
+        owner, owner name and name: what ``status`` says about the jobs that keep their slices,
+        in one read per 500 ids instead of one per job (unknown ids are left out)."""
+        ids = list(ids)
+        out: dict[str, tuple[str | None, str | None, str]] = {}
+        with self.s.lock:
+            for i in range(0, len(ids), 500):
+                part = ids[i:i + 500]
+                rows = self.s.conn.execute(
+                    "SELECT id, owner, owner_name, name FROM jobs WHERE checkpointable=0 AND "
+                    f"id IN ({','.join('?' * len(part))})", part)
+                out.update({str(j): (o, n, str(nm)) for j, o, n, nm in rows})
+        return out
+
     def owner_rows(self) -> list[tuple[str, str, float]]:
         """``(job id, owner, submitted_at as wall-clock time)`` of every job with an owner."""
         with self.s.lock:

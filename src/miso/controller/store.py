@@ -96,6 +96,7 @@ class JobStore:
     counts = _part("table", JobTable.counts)
     brief = _part("table", JobTable.brief)
     owners = _part("table", JobTable.owners)
+    pinned = _part("table", JobTable.pinned)
     owner_rows = _part("table", JobTable.owner_rows)
     set_owner = _part("table", JobTable.set_owner)
     job_ids = _part("table", JobTable.job_ids)
