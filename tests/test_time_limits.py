@@ -118,10 +118,14 @@ def test_why__a_waiting_owner_is_told_whose_jobs_cannot_be_moved() -> None:
     assert "cannot be moved" not in why(a, snap, pinned, admin=True, owner_of=mine)
 
 
-def test_fair_share__an_operator_lets_it_stop_jobs_that_cannot_checkpoint_after_a_grace():
+@pytest.mark.parametrize("policy", ["miso", "miso+"])
+def test_fair_share__an_operator_lets_it_stop_jobs_that_cannot_checkpoint_after_a_grace(
+        policy: str) -> None:
     """Owner H's 14 jobs that cannot checkpoint hold both GPUs; L submits one job. Without
     the setting L waits for H's jobs to end; with ``--stop-uncheckpointable-after 600`` fair
-    share requeues H's jobs (they lose their progress) once they ran 600 s."""
+    share requeues H's jobs (they lose their progress) once they ran 600 s. (miso+ before
+    the fix: its room test ignored its pinned residents - one job that cannot checkpoint on
+    each GPU - so reclaim saw room for L that placement then refused, and requeued nothing.)"""
     from miso.cli.cluster import tenancy_options
     from miso.sched import RequeueJob
 
@@ -130,8 +134,8 @@ def test_fair_share__an_operator_lets_it_stop_jobs_that_cannot_checkpoint_after_
     jobs = [TraceJob(f"h{i:02d}", float(i), 20000.0, "resnet_train64", "H") for i in range(14)]
     jobs.append(TraceJob("l", 1000.0, 2000.0, "resnet_train64", "L"))
     cfg = WorldConfig(n_gpus=2, no_checkpoint_frac=1.0)
-    held = run_policy("miso", jobs, cfg, record=True, tenancy=TenancyConfig(min_run_s=600.0))
-    freed = run_policy("miso", jobs, cfg, record=True, tenancy=TenancyConfig(
+    held = run_policy(policy, jobs, cfg, record=True, tenancy=TenancyConfig(min_run_s=600.0))
+    freed = run_policy(policy, jobs, cfg, record=True, tenancy=TenancyConfig(
         min_run_s=opts["min_run_s"], preempt_uncheckpointable=True))
     assert not [d for _, d in held.log if isinstance(d, RequeueJob)]
     stopped = [(t, d) for t, d in freed.log if isinstance(d, RequeueJob)]
