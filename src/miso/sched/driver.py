@@ -78,6 +78,8 @@ class DriverStep:
         self.events = 0
         self.decisions = 0
         self.errors: list[str] = []
+        if state.tenancy is not None:  # in-use quotas count the slices this policy gives
+            state.tenancy.whole_gpus = bool(getattr(policy, "whole_gpus_only", False))
 
     def fold(self, now: float, ev: JobProgress) -> None:
         """Fold a progress report into the state (no decision point)."""
