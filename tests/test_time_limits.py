@@ -96,6 +96,54 @@ def test_live__past_its_limit_a_saving_job_is_checkpointed_and_ended_others_ende
         shutil.rmtree(d, ignore_errors=True)
 
 
+def test_live__requeue_at_the_limit_a_saving_job_resumes_from_its_checkpoint() -> None:
+    """With ``ControllerConfig(time_limit_action="requeue")`` (``miso cluster up
+    --at-time-limit requeue``) a job that saves is checkpointed at its limit, goes back to the
+    queue and resumes from its checkpoint (its limit counts per run, a time slice); one that
+    cannot save is still ended. Before: both ended, ``failed``."""
+    from miso.agent import Agent
+    from miso.backend.emulated import EmulatedBackend
+    from miso.controller import Controller, ControllerConfig
+    from miso.controller.storefile import open_store
+    from miso.transport.inprocess import LocalTransport
+
+    d = Path(tempfile.mkdtemp(prefix="miso-time-"))
+    transport = LocalTransport()
+    transport.add(Agent("node0", EmulatedBackend(2, node="node0"), d / "agents" / "node0",
+                        no_helper_after=0.3))
+    cfg = ControllerConfig(**{**FAST, "checkpoint_timeout": 3.0},  # type: ignore[arg-type]
+                           time_limit_action="requeue")
+    ctl = Controller(open_store(d), transport, cfg, checkpoint_root=d / "checkpoints")
+    ctl.start()
+    try:
+        saver = ctl.submit(emu("resnet_train128", 6.0), time_limit_s=2.0)
+        plain = ctl.submit(["sleep", "600"], time_limit_s=2.0)
+        wait_for(lambda: ctl.store.get(plain).state == "failed", 20)
+        assert ctl.store.get(plain).reason.startswith("time limit 00:00:02 reached")
+        wait_for(lambda: ctl.store.get(saver).state in ("finished", "failed"), 60)
+        rec = ctl.store.get(saver)
+        assert rec.state == "finished", rec.reason
+        atts = ctl.store.attempts(saver)
+        assert len(atts) >= 2, atts
+        assert any(a.get("start_iteration") for a in atts[1:]), atts  # resumed, not anew
+        assert ctl.loop.health() == []
+    finally:
+        ctl.stop(stop_jobs=True)
+        ctl.store.close()
+        transport.agents()["node0"].shutdown()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_cli__at_time_limit_takes_end_or_requeue_only() -> None:
+    import typer
+
+    from miso.cli.cluster import time_limit_action
+
+    assert time_limit_action("end") == "end" and time_limit_action("requeue") == "requeue"
+    with pytest.raises(typer.Exit):
+        time_limit_action("pause")
+
+
 def test_why__a_waiting_owner_is_told_whose_jobs_cannot_be_moved() -> None:
     """Two jobs of bob that do not checkpoint hold both GPUs: alice's queued job says so -
     by name to an admin, as "another user's jobs" to anyone else (before: only "the policy
