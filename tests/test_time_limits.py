@@ -201,3 +201,28 @@ def test_cli__submit_time_and_quota_max_time_refuse_a_bad_limit_in_one_line() ->
     assert len(r.output.strip().splitlines()) == 1
     r = run_cli("quota", "set", "alice", "--max-time", "forever")
     assert r.exit_code != 0 and "time limit 'forever'" in r.output
+
+
+def test_core__a_job_stopped_outside_the_policy_is_queued_and_placed_again() -> None:
+    """``JobStopped`` (the live requeue at a time limit): the job leaves its GPU for the
+    queue, the policy hears of the room and places it again; a stale one (another GPU) is
+    dropped."""
+    from miso.sched import ClusterState, GpuAdded, JobSpec, JobStopped, JobSubmitted
+    from miso.sched.decisions import ApplyLayout, PlaceJob
+    from miso.sched.driver import DriverStep
+    from miso.sched.events import LayoutApplied
+    from miso.sched.policies import make_policy
+
+    st = ClusterState()
+    out: list[object] = []
+    step = DriverStep(st, make_policy("nopart"), execute=lambda now, d, ctx: out.append(d))
+    step(0.0, GpuAdded("g0", "A100-40GB"))
+    step(1.0, JobSubmitted(JobSpec("a", "a", 4.0, "resnet_train64")))
+    plan = next(d for d in out if isinstance(d, ApplyLayout))
+    step(1.0, LayoutApplied("g0", plan.plan_id))
+    assert st.jobs["a"].gpu == "g0" and str(st.jobs["a"].status) == "running"
+    assert not step(5.0, JobStopped("a", "g9", "time limit"))  # not where it runs: stale
+    out.clear()
+    assert step(5.0, JobStopped("a", "g0", "time limit"))
+    assert st.jobs["a"].restarts == 1
+    assert [d for d in out if isinstance(d, PlaceJob)] == [PlaceJob("a", "g0")]
