@@ -147,6 +147,8 @@ def test_k8s__one_privileged_worker_per_node_with_all_its_gpus_and_a_miso_head()
     for ct in (head, c):
         env = {e["name"]: e["value"] for e in ct["env"]}
         assert env["RAY_AUTH_MODE"] == "token" and env["RAY_AUTH_TOKEN_PATH"]
+        # a dead worker's children live on: each guard ends its own job (issue 26)
+        assert env["RAY_kill_child_processes_on_worker_exit"] == "0"
         mounts = {m["mountPath"] for m in ct["volumeMounts"]}
         assert env["MISO_STATE_DIR"] in mounts
         assert os.path.dirname(env["RAY_AUTH_TOKEN_PATH"]) in mounts

@@ -133,3 +133,39 @@ def test_live__quota_max_in_use_half_then_one_job_on_an_idle_cluster() -> None:
         shutil.rmtree(d, ignore_errors=True)
     assert seen and max(seen) > 0, seen
     assert max(seen) <= 0.5 + 1e-9, max(seen)
+
+
+def test_sim__nopart_gives_whole_gpus_only_so_the_cap_counts_whole_gpus() -> None:
+    """Under ``nopart`` every slice is a whole GPU: admission counts a job as 1.0, so an
+    owner capped at 1.5 runs one job at a time on an idle cluster of 2 GPUs (before: both,
+    2.0, since admission counted 1.0 + the smallest MIG slice, which nopart never gives)."""
+    peak, obs = _peak_held("U")
+    jobs = [TraceJob(f"u{i}", 0.0, 600.0, "resnet_train64", "U") for i in range(2)]
+    r = run_policy("nopart", jobs, WorldConfig(n_gpus=2), observer=obs,
+                   tenancy=TenancyConfig(max_in_use={"U": 1.5}))
+    assert all(f > 0 for f in r.finish)
+    assert peak["in_use"] == pytest.approx(1.0), peak
+    free, obs2 = _peak_held("U")
+    run_policy("nopart", jobs, WorldConfig(n_gpus=2), observer=obs2, tenancy=TenancyConfig())
+    assert free["in_use"] == pytest.approx(2.0)
+
+
+def test_nopart__an_owner_capped_below_a_gpu_waits_and_is_told_why() -> None:
+    """Capped at 0.5 under ``nopart`` the owner's job is not placed (a whole GPU is 1.0)
+    and its wait names the quota; another owner's job runs."""
+    from miso.sched import GpuAdded, JobSpec, JobSubmitted
+    from miso.sched.driver import DriverStep
+    from miso.sched.policies import make_policy
+
+    st = ClusterState(TenancyConfig(max_in_use={"U": 0.5}))
+    pol = make_policy("nopart")
+    out: list[Any] = []
+    step = DriverStep(st, pol, execute=lambda now, d, ctx: out.append(d))
+    step(0.0, GpuAdded("g0", "A100-40GB"))
+    step(0.0, GpuAdded("g1", "A100-40GB"))
+    step(1.0, JobSubmitted(JobSpec("u1", "u1", 4.0, "resnet_train64", owner="U")))
+    step(2.0, JobSubmitted(JobSpec("v1", "v1", 4.0, "resnet_train64", owner="V")))
+    assert st.jobs["u1"].gpu is None and st.jobs["v1"].gpu is not None, out
+    assert st.tenancy is not None
+    why = st.tenancy.why_waiting("u1")
+    assert why is not None and "needs at least 1.00" in why, why

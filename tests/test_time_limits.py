@@ -96,6 +96,54 @@ def test_live__past_its_limit_a_saving_job_is_checkpointed_and_ended_others_ende
         shutil.rmtree(d, ignore_errors=True)
 
 
+def test_live__requeue_at_the_limit_a_saving_job_resumes_from_its_checkpoint() -> None:
+    """With ``ControllerConfig(time_limit_action="requeue")`` (``miso cluster up
+    --at-time-limit requeue``) a job that saves is checkpointed at its limit, goes back to the
+    queue and resumes from its checkpoint (its limit counts per run, a time slice); one that
+    cannot save is still ended. Before: both ended, ``failed``."""
+    from miso.agent import Agent
+    from miso.backend.emulated import EmulatedBackend
+    from miso.controller import Controller, ControllerConfig
+    from miso.controller.storefile import open_store
+    from miso.transport.inprocess import LocalTransport
+
+    d = Path(tempfile.mkdtemp(prefix="miso-time-"))
+    transport = LocalTransport()
+    transport.add(Agent("node0", EmulatedBackend(2, node="node0"), d / "agents" / "node0",
+                        no_helper_after=0.3))
+    cfg = ControllerConfig(**{**FAST, "checkpoint_timeout": 3.0},  # type: ignore[arg-type]
+                           time_limit_action="requeue")
+    ctl = Controller(open_store(d), transport, cfg, checkpoint_root=d / "checkpoints")
+    ctl.start()
+    try:
+        saver = ctl.submit(emu("resnet_train128", 6.0), time_limit_s=2.0)
+        plain = ctl.submit(["sleep", "600"], time_limit_s=2.0)
+        wait_for(lambda: ctl.store.get(plain).state == "failed", 20)
+        assert ctl.store.get(plain).reason.startswith("time limit 00:00:02 reached")
+        wait_for(lambda: ctl.store.get(saver).state in ("finished", "failed"), 60)
+        rec = ctl.store.get(saver)
+        assert rec.state == "finished", rec.reason
+        atts = ctl.store.attempts(saver)
+        assert len(atts) >= 2, atts
+        assert any(a.get("start_iteration") for a in atts[1:]), atts  # resumed, not anew
+        assert ctl.loop.health() == []
+    finally:
+        ctl.stop(stop_jobs=True)
+        ctl.store.close()
+        transport.agents()["node0"].shutdown()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_cli__at_time_limit_takes_end_or_requeue_only() -> None:
+    import typer
+
+    from miso.cli.cluster import time_limit_action
+
+    assert time_limit_action("end") == "end" and time_limit_action("requeue") == "requeue"
+    with pytest.raises(typer.Exit):
+        time_limit_action("pause")
+
+
 def test_why__a_waiting_owner_is_told_whose_jobs_cannot_be_moved() -> None:
     """Two jobs of bob that do not checkpoint hold both GPUs: alice's queued job says so -
     by name to an admin, as "another user's jobs" to anyone else (before: only "the policy
@@ -118,10 +166,14 @@ def test_why__a_waiting_owner_is_told_whose_jobs_cannot_be_moved() -> None:
     assert "cannot be moved" not in why(a, snap, pinned, admin=True, owner_of=mine)
 
 
-def test_fair_share__an_operator_lets_it_stop_jobs_that_cannot_checkpoint_after_a_grace():
+@pytest.mark.parametrize("policy", ["miso", "miso+"])
+def test_fair_share__an_operator_lets_it_stop_jobs_that_cannot_checkpoint_after_a_grace(
+        policy: str) -> None:
     """Owner H's 14 jobs that cannot checkpoint hold both GPUs; L submits one job. Without
     the setting L waits for H's jobs to end; with ``--stop-uncheckpointable-after 600`` fair
-    share requeues H's jobs (they lose their progress) once they ran 600 s."""
+    share requeues H's jobs (they lose their progress) once they ran 600 s. (miso+ before
+    the fix: its room test ignored its pinned residents - one job that cannot checkpoint on
+    each GPU - so reclaim saw room for L that placement then refused, and requeued nothing.)"""
     from miso.cli.cluster import tenancy_options
     from miso.sched import RequeueJob
 
@@ -130,8 +182,8 @@ def test_fair_share__an_operator_lets_it_stop_jobs_that_cannot_checkpoint_after_
     jobs = [TraceJob(f"h{i:02d}", float(i), 20000.0, "resnet_train64", "H") for i in range(14)]
     jobs.append(TraceJob("l", 1000.0, 2000.0, "resnet_train64", "L"))
     cfg = WorldConfig(n_gpus=2, no_checkpoint_frac=1.0)
-    held = run_policy("miso", jobs, cfg, record=True, tenancy=TenancyConfig(min_run_s=600.0))
-    freed = run_policy("miso", jobs, cfg, record=True, tenancy=TenancyConfig(
+    held = run_policy(policy, jobs, cfg, record=True, tenancy=TenancyConfig(min_run_s=600.0))
+    freed = run_policy(policy, jobs, cfg, record=True, tenancy=TenancyConfig(
         min_run_s=opts["min_run_s"], preempt_uncheckpointable=True))
     assert not [d for _, d in held.log if isinstance(d, RequeueJob)]
     stopped = [(t, d) for t, d in freed.log if isinstance(d, RequeueJob)]
@@ -149,3 +201,28 @@ def test_cli__submit_time_and_quota_max_time_refuse_a_bad_limit_in_one_line() ->
     assert len(r.output.strip().splitlines()) == 1
     r = run_cli("quota", "set", "alice", "--max-time", "forever")
     assert r.exit_code != 0 and "time limit 'forever'" in r.output
+
+
+def test_core__a_job_stopped_outside_the_policy_is_queued_and_placed_again() -> None:
+    """``JobStopped`` (the live requeue at a time limit): the job leaves its GPU for the
+    queue, the policy hears of the room and places it again; a stale one (another GPU) is
+    dropped."""
+    from miso.sched import ClusterState, GpuAdded, JobSpec, JobStopped, JobSubmitted
+    from miso.sched.decisions import ApplyLayout, PlaceJob
+    from miso.sched.driver import DriverStep
+    from miso.sched.events import LayoutApplied
+    from miso.sched.policies import make_policy
+
+    st = ClusterState()
+    out: list[object] = []
+    step = DriverStep(st, make_policy("nopart"), execute=lambda now, d, ctx: out.append(d))
+    step(0.0, GpuAdded("g0", "A100-40GB"))
+    step(1.0, JobSubmitted(JobSpec("a", "a", 4.0, "resnet_train64")))
+    plan = next(d for d in out if isinstance(d, ApplyLayout))
+    step(1.0, LayoutApplied("g0", plan.plan_id))
+    assert st.jobs["a"].gpu == "g0" and str(st.jobs["a"].status) == "running"
+    assert not step(5.0, JobStopped("a", "g9", "time limit"))  # not where it runs: stale
+    out.clear()
+    assert step(5.0, JobStopped("a", "g0", "time limit"))
+    assert st.jobs["a"].restarts == 1
+    assert [d for d in out if isinstance(d, PlaceJob)] == [PlaceJob("a", "g0")]

@@ -60,57 +60,47 @@ def as_account_writable(name: str, dirs: list[str]) -> list[str]:
     return out
 
 
-def check() -> dict[str, Any]:
-    sd = Path(tempfile.mkdtemp(prefix="miso-pc-"))
-    os.chmod(sd, 0o755)  # jobs' accounts must reach their own dirs below it
-    res: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-    try:
-        with unix_account("misopc") as acct:
-            t0 = time.time()
-            r = miso(sd, "cluster", "up", "--emulated", "--gpus", "2", "--fair-share",
-                     "--state-dir", str(sd))
-            res["up_s"] = round(time.time() - t0, 1)
-            if r.returncode != 0:
-                res["error"] = f"cluster up: {r.stderr.strip()[-400:]}"
-                return res
-            try:
-                r = miso(sd, "user", "add", "u", "--unix-user", acct.pw_name)
-                token = r.stdout.strip().split()[-1] if r.returncode == 0 else ""
-                if not token:
-                    res["error"] = f"user add: {r.stderr.strip()}"
-                    return res
-                r = miso(sd, "submit", "--name", "bounds", "--", "/bin/sh", "-c", JOB,
-                         token=token)
-                jid = r.stdout.strip()
-                deadline = time.time() + 120
-                state = ""
-                while time.time() < deadline:
-                    st = miso(sd, "status", "--json", token=token)
-                    js = json.loads(st.stdout)["jobs"] if st.returncode == 0 else []
-                    state = next((j["state"] for j in js if j["id"] == jid), "")
-                    if state in ("finished", "failed", "over_limit", "cancelled"):
-                        break
-                    time.sleep(1)
-                res["job_state"] = state
-                logs = miso(sd, "logs", jid, token=token).stdout
-                res["job_output"] = [ln for ln in logs.splitlines() if "=" in ln][-4:]
-                ray = sorted(ray_dirs_from_proc())
-                ours = [d for d in ray if "miso-ray-" in d]
-                res["ray_dirs"] = ours
-                roots = [*ours, str(sd), str(sd / "checkpoints"), str(sd / "agents")]
-                gids = set(os.getgrouplist(acct.pw_name, acct.pw_gid))
-                bad = writable_dirs(roots, acct.pw_uid, gids)
-                every = sorted({str(p) for r0 in ours for p in [Path(r0), Path(r0).parent,
-                                                              *Path(r0).rglob("*")]
-                                if p.is_dir() and not p.is_symlink()})
-                res["dirs_walked"] = len(every)
-                res["writable_by_account_modebits"] = bad
-                res["writable_by_account_test_w"] = as_account_writable(acct.pw_name, every)
-            finally:
-                d = miso(sd, "cluster", "down", "--state-dir", str(sd))
-                res["down_rc"] = d.returncode
-    finally:
-        shutil.rmtree(sd, ignore_errors=True)
+def audit(sd: Path, acct: Any, ray_marker: str, res: dict[str, Any],
+          extra_roots: tuple[str, ...] = ()) -> None:
+    """On a running cluster of state dir ``sd``: a user mapped to ``acct`` runs :data:`JOB`;
+    then every directory of Ray's (``--temp-dir``/``--session_dir`` of the running Ray
+    processes whose path holds ``ray_marker``), the state dir, its checkpoint and agent roots
+    and ``extra_roots`` is walked for dirs the account can write. Fills ``res``."""
+    r = miso(sd, "user", "add", "u", "--unix-user", acct.pw_name)
+    token = r.stdout.strip().split()[-1] if r.returncode == 0 else ""
+    if not token:
+        res["error"] = f"user add: {r.stderr.strip()}"
+        return
+    r = miso(sd, "submit", "--name", "bounds", "--", "/bin/sh", "-c", JOB, token=token)
+    jid = r.stdout.strip()
+    deadline = time.time() + 120
+    state = ""
+    while time.time() < deadline:
+        st = miso(sd, "status", "--json", token=token)
+        js = json.loads(st.stdout)["jobs"] if st.returncode == 0 else []
+        state = next((j["state"] for j in js if j["id"] == jid), "")
+        if state in ("finished", "failed", "over_limit", "cancelled"):
+            break
+        time.sleep(1)
+    res["job_state"] = state
+    logs = miso(sd, "logs", jid, token=token).stdout
+    res["job_output"] = [ln for ln in logs.splitlines() if "=" in ln][-4:]
+    ray = sorted(ray_dirs_from_proc())
+    ours = [d for d in ray if ray_marker in d]
+    res["ray_dirs"] = ours
+    roots = [*ours, *extra_roots, str(sd), str(sd / "checkpoints"), str(sd / "agents")]
+    gids = set(os.getgrouplist(acct.pw_name, acct.pw_gid))
+    bad = writable_dirs(roots, acct.pw_uid, gids)
+    every = sorted({str(p) for r0 in [*ours, *extra_roots]
+                    for p in [Path(r0), Path(r0).parent, *Path(r0).rglob("*")]
+                    if p.is_dir() and not p.is_symlink()})
+    res["dirs_walked"] = len(every)
+    res["writable_by_account_modebits"] = bad
+    res["writable_by_account_test_w"] = as_account_writable(acct.pw_name, every)
+
+
+def verdict(res: dict[str, Any]) -> dict[str, Any]:
+    """``res`` with the bounds the job printed judged and ``ok`` set."""
     out = " ".join(res.get("job_output", []))
     nums = dict(kv.split("=", 1) for kv in out.split() if "=" in kv)
     pid_max = int(nums.get("pid_max", "0") or 0)
@@ -124,6 +114,29 @@ def check() -> dict[str, Any]:
                  and res["process_bound_below_pid_max"] and res["memory_bound"]
                  and bool(res.get("ray_dirs")))
     return res
+
+
+def check() -> dict[str, Any]:
+    sd = Path(tempfile.mkdtemp(prefix="miso-pc-"))
+    os.chmod(sd, 0o755)  # jobs' accounts must reach their own dirs below it
+    res: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    try:
+        with unix_account("misopc") as acct:
+            t0 = time.time()
+            r = miso(sd, "cluster", "up", "--emulated", "--gpus", "2", "--fair-share",
+                     "--state-dir", str(sd))
+            res["up_s"] = round(time.time() - t0, 1)
+            if r.returncode != 0:
+                res["error"] = f"cluster up: {r.stderr.strip()[-400:]}"
+                return verdict(res)
+            try:
+                audit(sd, acct, "miso-ray-", res)
+            finally:
+                d = miso(sd, "cluster", "down", "--state-dir", str(sd))
+                res["down_rc"] = d.returncode
+    finally:
+        shutil.rmtree(sd, ignore_errors=True)
+    return verdict(res)
 
 
 def main() -> int:

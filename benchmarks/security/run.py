@@ -2,6 +2,7 @@
 of each attack, with real Unix accounts (created and removed here: run as root).
 
     python benchmarks/security/run.py --trials 5 --json security.json
+    python benchmarks/security/run.py --suite issue26 --trials 5 --json trust.json
 
 Each trial starts an emulated cluster in this process (:class:`miso.transport.inprocess.
 LocalCluster`: the controller, the real agent and guard, real job processes; the transport is
@@ -79,7 +80,8 @@ CFG: dict[str, Any] = {"profile_seconds_per_level": 0.3, "profile_warmup_s": 0.1
                        "checkpoint_timeout": 3.0, "poll_interval": 0.1, "lease_s": 2.0}
 STANDARD = ("escalations", "affected", "outliving", "lost", "twice")
 #: Figures summarised by their largest value over trials (the other keys are counts: summed).
-MAXED = ("log_mib", "cap_mib", "tail_ms", "tail_peak_mib", "rss_growth_mib")
+MAXED = ("log_mib", "cap_mib", "tail_ms", "tail_peak_mib", "rss_growth_mib", "stop_s",
+         "in_use_peak", "l_wait_s")
 Attack = Callable[["Env"], dict[str, Any]]
 
 
@@ -457,23 +459,48 @@ def builtin_attacks() -> dict[str, Attack]:
                for h in ("cancel", "exit", "fence", "down")}}
 
 
+def _module(name: str) -> Any:
+    """``benchmarks/security/<name>.py`` as a module, or None when it is not there."""
+    path = Path(__file__).with_name(f"{name}.py")
+    if not path.exists():
+        return None
+    spec = importlib.util.spec_from_file_location(f"miso_security_{name}", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def all_attacks() -> dict[str, Attack]:
-    """The built-in attacks, then those of ``control_plane.py`` if it is there."""
+    """The built-in attacks, then those of ``control_plane.py`` and ``trust_attacks.py``
+    (issue 26) if they are there."""
     attacks = builtin_attacks()
-    extra = Path(__file__).with_name("control_plane.py")
-    if extra.exists():
-        spec = importlib.util.spec_from_file_location("miso_security_control_plane", extra)
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        attacks.update(mod.attacks())
+    for name in ("control_plane", "trust_attacks"):
+        mod = _module(name)
+        if mod is not None:
+            attacks.update(mod.attacks())
     return attacks
+
+
+def suite(name: str) -> list[str] | None:
+    """The attacks of a named suite (``issue26``: ``trust_attacks.py``'s); None: all."""
+    if name == "issue26":
+        mod = _module("trust_attacks")
+        return list(mod.attacks()) if mod is not None else []
+    return None
+
+
+#: Counts that must be 0 besides :data:`STANDARD` (issue 26's targets; ``trust_attacks``).
+TARGETS = ("root_writes", "unstopped", "leaks", "quota_overruns", "held", "accepted_hostile",
+           "loop_deaths")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--trials", type=int, default=3, help="trials of each attack")
     ap.add_argument("--attacks", default=None, help="comma-separated names (default: all)")
+    ap.add_argument("--suite", choices=("all", "issue26"), default="all",
+                    help="issue26: the attacks of issue 26 only (trust_attacks.py)")
     ap.add_argument("--flood-mb", type=int, default=256, help="MB the log-flood job writes")
     ap.add_argument("--late", type=float, default=30.0,
                     help="a victim job finishing later than this after submission is affected")
@@ -483,7 +510,7 @@ def main() -> int:
         print("run as root: the attacks use real Unix accounts", file=sys.stderr)
         return 2
     attacks = all_attacks()
-    names = a.attacks.split(",") if a.attacks else list(attacks)
+    names = a.attacks.split(",") if a.attacks else (suite(a.suite) or list(attacks))
     unknown = [n for n in names if n not in attacks]
     if unknown:
         print(f"unknown attacks: {', '.join(unknown)}; known: {', '.join(attacks)}",
@@ -517,7 +544,11 @@ def main() -> int:
     print(json.dumps(out), flush=True)
     if a.json:
         Path(a.json).write_text(json.dumps({"trials": rows, **out}, indent=1))
-    bad = sum(t.get(k, 0) for t in summary.values() for k in (*STANDARD, "errors"))
+    bad = sum(t.get(k, 0) for t in summary.values() for k in (*STANDARD, *TARGETS, "errors"))
+    for name, key in (("baseline-old-temp-dir", "baseline_root_writes"),
+                      ("baseline-noncheckpointing-hold", "baseline_held")):
+        base = summary.get(name)  # without the fix the attack must work, or it is not real
+        bad += int(base is not None and base.get(key, 0) < base["trials"])
     return 1 if bad else 0
 
 

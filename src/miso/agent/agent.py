@@ -49,7 +49,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from miso.agent import generation, guard, logfile, runas
+from miso.agent import generation, jobprocs, logfile, runas
 from miso.agent.attempt import (
     Attempt,
     RateTracker,
@@ -341,12 +341,12 @@ class Agent:
             os.killpg(a.proc.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             a.proc.wait(timeout=5)
-        if guard.end_cgroup(a.proc.pid):
+        if jobprocs.end_cgroup(a.proc.pid):
             log.warning("%s: killed what %s attempt %d left in its cgroup", self.node, a.job,
                         a.attempt)
         if a.token:
             for _ in range(3):
-                pids = guard.token_pids(a.token)
+                pids = jobprocs.token_pids(a.token)
                 if not pids:
                     break
                 for pid in pids:

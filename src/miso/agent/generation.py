@@ -22,7 +22,7 @@ import signal
 import time
 from pathlib import Path
 
-from miso.agent import guard
+from miso.agent import guard, jobprocs
 
 log = logging.getLogger(__name__)
 
@@ -114,12 +114,12 @@ def fence_leftovers(workdir: Path, generation: int) -> int:
                 workdir.name, len(pids))
     for wait, sig in ((SELF_FENCE_S, None), (HANGUP_S, signal.SIGHUP),
                       (1.0, signal.SIGKILL)):
-        left = [p for p in pids if guard.alive(p)]
+        left = [p for p in pids if jobprocs.alive(p)]
         for p in left:
             if sig == signal.SIGKILL:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(p, signal.SIGKILL)
-                guard.end_cgroup(p)
+                jobprocs.end_cgroup(p)
             if sig is not None:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(p, sig)
@@ -134,7 +134,7 @@ def end_orphaned_cgroups() -> int:
     """Kill what is left in the attempt cgroups (``miso-<guard pid>``, beside this agent's
     own) whose guard is gone: the processes of a job whose guard was killed outright, which
     no guard will end. Returns how many processes were there."""
-    home = guard.own_cgroup()
+    home = jobprocs.own_cgroup()
     if home is None:
         return 0
     try:
@@ -145,7 +145,7 @@ def end_orphaned_cgroups() -> int:
     for name in names:
         pid = name.removeprefix("miso-")
         if name.startswith("miso-") and pid.isdigit() and not _running(int(pid)):
-            n += guard.end_cgroup(int(pid))
+            n += jobprocs.end_cgroup(int(pid))
     if n:
         log.warning("ended %d process(es) of jobs whose guard was gone", n)
     return n

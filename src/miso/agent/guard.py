@@ -10,7 +10,9 @@ starts it with an isolated interpreter (``-I -S``) and a fixed environment, and 
 environment arrives in ``--env-file`` (a 0600 file in the agent's own attempt directory, read
 and removed at start). That environment, the job's working directory (``--cwd``, entered
 after the drop) and the job's account (``--uid``/``--gid``/``--groups``) apply only to the
-child. This module is stdlib only (it cannot import miso under ``-I``; it also starts fast).
+child. This module and its siblings :mod:`~miso.agent.jobprocs` (the job's processes),
+:mod:`~miso.agent.limits` (its bounds) and :mod:`~miso.agent.output` (its capped log) are
+stdlib only (they cannot import miso under ``-I``; they also start fast).
 
 The guard
 
@@ -53,13 +55,49 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+
+try:  # a module of miso (the agent and tests read its helpers)
+    from miso.agent.jobprocs import Tracker, alive, descendants, end_cgroup, own_cgroup
+    from miso.agent.limits import (
+        BOUNDS_EVERY_S,
+        DISK_EVERY_S,
+        bounds_of,
+        job_rlimits,
+        limit_at_exit,
+        limit_cgroup,
+        over_bounds,
+        over_disk,
+        write_limit_record,
+    )
+    from miso.agent.output import Output
+except ImportError:  # the guard itself: ``python -I -S guard.py`` cannot import miso; its
+    # stdlib-only siblings, by path (this root-owned directory, nothing a job can write)
+    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+    from jobprocs import (  # type: ignore[no-redef]
+        Tracker,
+        alive,
+        descendants,
+        end_cgroup,
+        own_cgroup,
+    )
+    from limits import (  # type: ignore[no-redef]
+        BOUNDS_EVERY_S,
+        DISK_EVERY_S,
+        bounds_of,
+        job_rlimits,
+        limit_at_exit,
+        limit_cgroup,
+        over_bounds,
+        over_disk,
+        write_limit_record,
+    )
+    from output import Output  # type: ignore[no-redef]
+
+#: Re-exported for the agent and the tests (the job's processes: :mod:`miso.agent.jobprocs`).
+__all__ = ["alive", "descendants", "end_cgroup", "main", "own_cgroup"]
 
 POLL_S = 0.1
-PR_SET_CHILD_SUBREAPER = 36
 PR_SET_PDEATHSIG = 1
-#: Bytes of the note that replaces the middle of a capped log (fixed: rewritten in place).
-MARK_BYTES = 100
 #: Largest environment file the guard reads.
 ENV_FILE_LIMIT = 4 << 20
 
@@ -85,19 +123,6 @@ def replaced(fd: int, generation: int) -> bool:
         return False
 
 
-def alive(pid: int) -> bool:
-    """Whether ``pid`` runs: a zombie (an agent that died and is not reaped yet, which may
-    take seconds once it is orphaned) is dead."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    stat = _stat(str(pid))
-    return stat is not None and stat[1] not in ("Z", "X")
-
-
 def write_record(path: str | None, returncode: int | None, fenced: bool, why: str) -> None:
     if not path:
         return
@@ -111,274 +136,6 @@ def write_record(path: str | None, returncode: int | None, fenced: bool, why: st
     except OSError:  # e.g. the disk is full: the agent still sees the exit code
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-
-
-# ---- the job's processes ----------------------------------------------------------------
-
-def _stat(pid: str) -> tuple[int, str] | None:
-    """(ppid, state) of a process, None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            text = f.read(4096)
-    except OSError:
-        return None
-    fields = text.rpartition(b")")[2].split()  # the name (comm) may hold spaces and ")"
-    try:
-        return int(fields[1]), fields[0].decode()
-    except (IndexError, ValueError):
-        return None
-
-
-def descendants(root: int) -> list[int]:
-    """Live (not zombie) descendants of ``root``, from ``/proc``."""
-    children: dict[int, list[int]] = {}
-    live: set[int] = set()
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        st = _stat(name)
-        if st is None:
-            continue
-        children.setdefault(st[0], []).append(int(name))
-        if st[1] != "Z":
-            live.add(int(name))
-    out, todo = [], [root]
-    while todo:
-        for c in children.get(todo.pop(), ()):
-            out.append(c)
-            todo.append(c)
-    return [p for p in out if p in live]
-
-
-def token_pids(token: str) -> list[int]:
-    """Processes whose environment holds ``MISO_ATTEMPT_TOKEN=<token>`` (a job may clear its
-    environment: the last resort, after the cgroup and the guard)."""
-    needle = f"\0MISO_ATTEMPT_TOKEN={token}\0".encode()
-    out = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as f:
-                env = b"\0" + f.read(1 << 20) + b"\0"
-        except OSError:
-            continue
-        if needle in env:
-            out.append(int(name))
-    return out
-
-
-def cgroup2_root() -> str | None:
-    """Mount point of the cgroup v2 hierarchy, if any."""
-    try:
-        with open("/proc/self/mounts") as f:
-            for line in f:
-                parts = line.split()
-                if len(parts) > 2 and parts[2] == "cgroup2":
-                    return parts[1]
-    except OSError:
-        pass
-    return None
-
-
-def cgroup_procs(path: str) -> list[int]:
-    try:
-        with open(os.path.join(path, "cgroup.procs")) as f:
-            return [int(x) for x in f.read().split()]
-    except (OSError, ValueError):
-        return []
-
-
-def kill_cgroup(path: str) -> None:
-    """SIGKILL every process of a cgroup (``cgroup.kill``, else one by one)."""
-    try:
-        with open(os.path.join(path, "cgroup.kill"), "w") as f:
-            f.write("1")
-    except OSError:
-        for p in cgroup_procs(path):
-            if p != os.getpid():
-                with contextlib.suppress(OSError):
-                    os.kill(p, signal.SIGKILL)
-
-
-def own_cgroup() -> str | None:
-    """This process's cgroup v2 directory, if the node has a cgroup2 mount."""
-    mnt = cgroup2_root()
-    if mnt is None:
-        return None
-    try:
-        with open("/proc/self/cgroup") as f:
-            own = next(ln.split(":", 2)[2].strip() for ln in f if ln.startswith("0::"))
-    except (OSError, StopIteration):
-        return None
-    return os.path.join(mnt, own.lstrip("/"))
-
-
-def end_cgroup(guard_pid: int) -> int:
-    """Kill what is left in the cgroup of a guard that is gone (the guard was started by this
-    process, so its cgroup is ``miso-<pid>`` under this process's own); returns how many
-    processes were still there."""
-    home = own_cgroup()
-    path = os.path.join(home, f"miso-{guard_pid}") if home else None
-    if path is None or not os.path.isdir(path):
-        return 0
-    left = cgroup_procs(path)
-    kill_cgroup(path)
-    deadline = time.time() + 2.0
-    while cgroup_procs(path) and time.time() < deadline:
-        time.sleep(0.01)
-    with contextlib.suppress(OSError):
-        os.rmdir(path)
-    return len(left)
-
-
-class Tracker:
-    """The set of the job's processes: a cgroup v2 when usable, the subreaper tree always."""
-
-    def __init__(self) -> None:
-        self.cgroup: str | None = None
-        self.subreaper = False
-        with contextlib.suppress(OSError, AttributeError):
-            libc = ctypes.CDLL(None, use_errno=True)
-            self.subreaper = libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
-        self.home = own_cgroup()
-        if self.home is None:
-            return
-        try:
-            path = os.path.join(self.home, f"miso-{os.getpid()}")
-            if os.path.isdir(path):  # left by an earlier guard with this pid
-                kill_cgroup(path)
-                os.rmdir(path)
-            os.mkdir(path, 0o755)
-            self.cgroup = path
-        except OSError:
-            self.cgroup = None
-
-    def enter(self) -> None:
-        """Move the guard into the attempt's cgroup (its next child starts there)."""
-        if self.cgroup is None:
-            return
-        try:
-            with open(os.path.join(self.cgroup, "cgroup.procs"), "w") as f:
-                f.write(str(os.getpid()))
-        except OSError:
-            self.close()
-
-    def leave(self) -> None:
-        """Move the guard back out: only the job's processes stay in the cgroup."""
-        if self.cgroup is None or self.home is None:
-            return
-        try:
-            with open(os.path.join(self.home, "cgroup.procs"), "w") as f:
-                f.write(str(os.getpid()))
-        except OSError:
-            pass
-
-    def left(self) -> list[int]:
-        """Processes of the job still alive."""
-        me = os.getpid()
-        cg = [p for p in cgroup_procs(self.cgroup) if p != me] if self.cgroup else []
-        return sorted(set(cg) | set(descendants(me)))
-
-    def kill_all(self, reap: object) -> int:
-        """SIGKILL every process of the job until none is left; returns how many remain
-        (0 unless one cannot be killed within ~5 s)."""
-        deadline = time.time() + 5.0
-        while True:
-            if self.cgroup:
-                kill_cgroup(self.cgroup)
-            pids = descendants(os.getpid())
-            for sig in (signal.SIGSTOP, signal.SIGKILL):  # stopped first: no new forks
-                for p in pids:
-                    with contextlib.suppress(OSError):
-                        os.kill(p, sig)
-            reap()  # type: ignore[operator]
-            rest = self.left()
-            if not rest or time.time() > deadline:
-                return len(rest)
-            time.sleep(0.01)
-
-    def close(self) -> None:
-        if self.cgroup is not None:
-            with contextlib.suppress(OSError):
-                os.rmdir(self.cgroup)
-            self.cgroup = None
-
-
-# ---- output -----------------------------------------------------------------------------
-
-class Output:
-    """Copies the job's pipe to the log; a failed write drops the data (and says so later).
-
-    With a cap, the log keeps its first ``cap // 4`` bytes, a fixed-size note of what was
-    dropped, and the last ``cap // 2`` bytes (compacted in place, in chunks: the guard's
-    memory does not grow with the output).
-    """
-
-    def __init__(self, fd: int, log: str | None = None, cap: int = 0) -> None:
-        self.fd = fd
-        self.dropped = 0  # lost to failed writes
-        self.cut = 0  # dropped from the middle by the cap
-        self.cap = cap if cap >= 8 * MARK_BYTES else 0
-        self.log = log
-        if log is not None:
-            self.out = os.open(log, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-            self.size = os.lseek(self.out, 0, os.SEEK_END)
-        else:
-            self.out, self.size = 1, 0
-
-    def pump(self, timeout: float) -> bool:
-        """Copy what is there within ``timeout`` s; False at end of file."""
-        ready, _, _ = select.select([self.fd], [], [], timeout)
-        if not ready:
-            return True
-        data = os.read(self.fd, 65536)
-        if not data:
-            return False
-        self.write(data)
-        return True
-
-    def write(self, data: bytes) -> None:
-        if self.dropped:
-            data = f"[miso: {self.dropped} bytes of output lost: disk full?]\n".encode() + data
-        try:
-            if self.log is None:
-                os.write(self.out, data)
-            else:
-                os.pwrite(self.out, data, self.size)
-                self.size += len(data)
-                if self.cap and self.size > self.cap:
-                    self._compact()
-            self.dropped = 0
-        except OSError:
-            self.dropped += len(data)
-
-    def _compact(self) -> None:
-        head, keep = self.cap // 4, self.cap // 2
-        start = head + MARK_BYTES
-        src = self.size - keep
-        self.cut += src - (start if self.cut else head)
-        pos = 0
-        while pos < keep:
-            chunk = os.pread(self.out, min(1 << 20, keep - pos), src + pos)
-            if not chunk:
-                break
-            os.pwrite(self.out, chunk, start + pos)
-            pos += len(chunk)
-        os.ftruncate(self.out, start + pos)
-        self.size = start + pos
-        note = (f"\n[miso: {self.cut} bytes dropped from the middle of this log; "
-                f"cap {self.cap / (1 << 20):g} MiB]")
-        os.pwrite(self.out, note.encode()[:MARK_BYTES - 1].ljust(MARK_BYTES - 1) + b"\n", head)
-        with contextlib.suppress(OSError):
-            tmp = f"{self.log}.cap.tmp"
-            with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
-                              0o600), "w") as f:
-                json.dump({"dropped": self.cut, "cap": self.cap, "head": head}, f)
-            os.replace(tmp, f"{self.log}.cap")
-
-    def note(self, text: str) -> None:
-        self.write(text.encode(errors="replace"))
 
 
 # ---- main -------------------------------------------------------------------------------
@@ -400,183 +157,6 @@ def read_env(path: str | None) -> dict[str, str]:
             "=" not in k for k, v in env.items()):
         raise ValueError("bad environment file")
     return env
-
-
-# ---- the job's bounds on its node (issue 26, item 3) ------------------------------------
-#
-# ``--max-procs N``: the job's processes at most (cgroup ``pids.max``; RLIMIT_NPROC of its
-# account, set before the drop); ``--max-memory BYTES``: its host memory (cgroup
-# ``memory.max``; RLIMIT_DATA, set before the drop); ``--io-weight W`` (cgroup ``io.weight``);
-# ``--disk-budget BYTES`` over ``--disk-dirs`` (a JSON list: its checkpoint dir, its own
-# files): measured every DISK_EVERY_S. A job at or past a bound is ended; its exit record
-# says ``limit`` (a distinct end state, "over_limit" in the store).
-
-BOUNDS_EVERY_S = 0.5
-DISK_EVERY_S = 2.0
-#: Most entries a disk measurement visits (a job's tree of a million empty files is bounded
-#: by this, not by its size).
-DISK_MAX_ENTRIES = 200_000
-
-
-def bounds_of(args: dict[str, str]) -> dict[str, int]:
-    """The bounds among the guard's options (absent: no bound)."""
-    out = {}
-    for key in ("max-procs", "max-memory", "io-weight", "disk-budget"):
-        v = args.get(f"--{key}", "")
-        if v.isdigit() and int(v) > 0:
-            out[key] = int(v)
-    return out
-
-
-def data_limit(max_memory: int) -> int:
-    """RLIMIT_DATA for a memory bound: a margin above it, so that the guard's sampler (which
-    ends the job at the bound, a clear reason) usually acts first; the kernel's refusal is
-    the hard stop for an allocation faster than the sampler."""
-    return max_memory + max(max_memory // 8, 64 << 20)
-
-
-@contextlib.contextmanager
-def job_rlimits(bounds: dict[str, int]) -> Iterator[None]:
-    """RLIMIT_NPROC and RLIMIT_DATA (:func:`data_limit`) lowered on this (root) guard while it
-    starts the job, so the job inherits them from before the drop to its account; the guard's
-    own are restored
-    after (root is not bound by NPROC; DATA applies to it only for that moment).
-    RLIMIT_NPROC counts every process of the account (its other jobs too). RLIMIT_AS is not
-    used: CUDA reserves far more address space than memory."""
-    import resource  # noqa: PLC0415 - stdlib, only when bounded
-
-    saved = []
-    for key, res in (("max-procs", resource.RLIMIT_NPROC), ("max-memory", resource.RLIMIT_DATA)):
-        if key in bounds:
-            old = resource.getrlimit(res)
-            want = bounds[key] if key == "max-procs" else data_limit(bounds[key])
-            lim = want if old[1] == resource.RLIM_INFINITY else min(want, old[1])
-            with contextlib.suppress(OSError, ValueError):
-                resource.setrlimit(res, (lim, lim))
-                saved.append((res, old))
-    try:
-        yield
-    finally:
-        for res, old in saved:
-            with contextlib.suppress(OSError, ValueError):
-                resource.setrlimit(res, old)
-
-
-def limit_cgroup(path: str | None, home: str | None, bounds: dict[str, int]) -> list[str]:
-    """Write the bounds to the attempt's cgroup where its controllers are available (asked of
-    ``home``'s subtree first); returns the files written."""
-    if path is None:
-        return []
-    if home is not None:
-        for ctl in ("pids", "memory", "io"):
-            with contextlib.suppress(OSError), \
-                    open(os.path.join(home, "cgroup.subtree_control"), "w") as f:
-                f.write(f"+{ctl}")
-    done = []
-    for key, name, value in (("max-procs", "pids.max", "{}"), ("max-memory", "memory.max", "{}"),
-                             ("max-memory", "memory.swap.max", "0"),
-                             ("io-weight", "io.weight", "default {}")):
-        if key in bounds:
-            try:
-                with open(os.path.join(path, name), "w") as f:
-                    f.write(value.format(bounds[key]))
-                done.append(name)
-            except OSError:
-                pass
-    return done
-
-
-def _rss(pids: list[int]) -> int:
-    size = os.sysconf("SC_PAGE_SIZE")
-    total = 0
-    for pid in pids:
-        with contextlib.suppress(OSError, ValueError, IndexError), \
-                open(f"/proc/{pid}/statm", "rb") as f:
-            total += int(f.read(256).split()[1]) * size
-    return total
-
-
-def disk_used(dirs: list[str]) -> int:
-    """Bytes allocated under ``dirs`` (the job's own: walked through directory fds, links
-    never followed; at most DISK_MAX_ENTRIES entries)."""
-    total, seen = 0, 0
-    for d in dirs:
-        with contextlib.suppress(OSError):
-            for _top, dnames, fnames, dfd in os.fwalk(d, follow_symlinks=False):
-                for name in (*dnames, *fnames):
-                    seen += 1
-                    with contextlib.suppress(OSError):
-                        total += os.stat(name, dir_fd=dfd, follow_symlinks=False).st_blocks * 512
-                if seen > DISK_MAX_ENTRIES:
-                    return total
-    return total
-
-
-def over_bounds(bounds: dict[str, int], job_pid: int, cgroup: str | None) -> str:
-    """Why the job is at or past its process or memory bound now, or ""."""
-    if "max-procs" not in bounds and "max-memory" not in bounds:
-        return ""
-    pids = descendants(os.getpid())
-    if "max-procs" in bounds and len(pids) >= bounds["max-procs"]:
-        return f"processes: {len(pids)} reached its bound of {bounds['max-procs']}"
-    if "max-memory" in bounds:
-        used = _rss(pids)
-        PEAK_RSS[0] = max(PEAK_RSS[0], used)
-        if cgroup is not None:
-            with contextlib.suppress(OSError, ValueError):
-                with open(os.path.join(cgroup, "memory.events")) as f:
-                    ev = dict(line.split() for line in f if line.strip())
-                if int(ev.get("oom_kill", "0")) > 0:
-                    return f"host memory: killed by the kernel at {bounds['max-memory']} bytes"
-        if used >= bounds["max-memory"]:
-            return (f"host memory: {used / 2**30:.2f} GiB resident reached its bound of "
-                    f"{bounds['max-memory'] / 2**30:.2f} GiB")
-    return ""
-
-
-#: The job's largest resident memory seen by :func:`over_bounds`.
-PEAK_RSS = [0]
-
-
-def limit_at_exit(bounds: dict[str, int], rc: int) -> str:
-    """Why a job that failed by itself did so at its memory bound (its allocation refused by
-    RLIMIT_DATA after the sampler saw it near the bound), or ""."""
-    if rc == 0 or "max-memory" not in bounds:
-        return ""
-    import resource  # noqa: PLC0415 - stdlib, only when bounded
-
-    # the kernel's peak of every reaped process of the job (the sampler may miss a fast one)
-    peak = max(PEAK_RSS[0], resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)
-    if peak < 0.9 * bounds["max-memory"]:
-        return ""
-    return (f"host memory: failed at {peak / 2**30:.2f} GiB resident, at its bound of "
-            f"{bounds['max-memory'] / 2**30:.2f} GiB")
-
-
-def over_disk(bounds: dict[str, int], dirs: list[str]) -> str:
-    """Why the job is past its disk budget now, or ""."""
-    if "disk-budget" not in bounds or not dirs:
-        return ""
-    used = disk_used(dirs)
-    if used > bounds["disk-budget"]:
-        return (f"disk: {used / 2**20:.0f} MiB in its checkpoint dir and files, over its "
-                f"budget of {bounds['disk-budget'] / 2**20:.0f} MiB")
-    return ""
-
-
-def write_limit_record(path: str | None, why: str, returncode: int | None = None) -> None:
-    """The exit record of a job ended for a bound (``limit``: the reason)."""
-    if not path:
-        return
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        with open(tmp, "w") as f:
-            json.dump({"returncode": returncode, "fenced": False, "why": why, "limit": why,
-                       "time": time.time()}, f)
-        os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
 
 
 def in_child(guard_pid: int, cwd: str | None) -> None:

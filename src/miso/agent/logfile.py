@@ -1,7 +1,7 @@
 """Reading a job's (capped) log from its end: ``miso logs --tail N`` costs O(N lines), not
 O(file), and the reader's memory does not grow with the log.
 
-The guard caps each attempt's log (:class:`miso.agent.guard.Output`); when it has dropped
+The guard caps each attempt's log (:class:`miso.agent.output.Output`); when it has dropped
 bytes from the middle it leaves ``<log>.cap`` (``{"dropped", "cap", "head"}``), which
 :func:`cap_note` turns into the line ``miso logs`` prints above the attempt's lines.
 """

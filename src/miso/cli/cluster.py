@@ -77,6 +77,16 @@ def _config(policy: str, profile_seconds: float, checkpoint_timeout: float,
             "checkpoint_timeout": checkpoint_timeout, "estimator": estimator}
 
 
+def time_limit_action(text: str) -> str:
+    """``--at-time-limit``: ``end`` or ``requeue`` (:attr:`ControllerConfig.time_limit_action
+    <miso.controller.runtime.ControllerConfig.time_limit_action>`); one line otherwise."""
+    from miso.controller.runtime import TIME_LIMIT_ACTIONS
+
+    if text not in TIME_LIMIT_ACTIONS:
+        fail(f"--at-time-limit {text!r}: expected {' or '.join(TIME_LIMIT_ACTIONS)}")
+    return text
+
+
 def tenancy_options(fair_share: bool, half_life: float | None, preempt: bool,
                     min_run_s: float | None, reclaim: bool = True,
                     demand_per_job: float | None = None,
@@ -261,6 +271,11 @@ def up(
         "checkpoint, of an owner above its entitlement, may be stopped and requeued (it loses "
         "its progress) for an owner below its own once it ran this many seconds (the minimum "
         "run time of every reclaim).  [default: never stopped]")] = None,
+    at_time_limit: Annotated[str, typer.Option(
+        "--at-time-limit", help="What happens to a job past its --time: end (checkpointed if "
+        "it saves, then failed) or requeue (a job that saves is checkpointed and queued again, "
+        "resuming from its checkpoint; its limit counts per run; one that cannot save ends).")
+    ] = "end",
 ) -> None:
     """Start the controller and one agent per GPU node (settings from --config FILE too).
 
@@ -287,6 +302,7 @@ def up(
                               demand_per_job, stop_uncheckpointable_after)
     if tenancy is not None:
         cfg["tenancy"] = tenancy
+    cfg["time_limit_action"] = time_limit_action(at_time_limit)
     api = {**_api_listen(listen, tls_cert, tls_key, insecure),
            "metrics_public": metrics_public}
     _private_state_dir(sd)

@@ -40,6 +40,7 @@ from miso.sched import (
     JobFailed,
     JobFinished,
     JobProgress,
+    JobStopped,
     PlaceJob,
     Policy,
     RequeueJob,
@@ -268,6 +269,8 @@ class EventLoop:
             self._safe(self._node_lost, item[1])
         elif kind == "time_limit":  # its attempt stopped (:meth:`_time_out`): it ends
             self._safe(self._handle, JobFailed(item[1], item[2]))
+        elif kind == "time_requeue":  # stopped after a checkpoint: back in the queue
+            self._safe(self._time_requeue, *item[1:])
         elif kind == "tenancy" and self.state.tenancy is not None:
             # new weights / quotas (``miso quota set``): the next decision orders by them
             self.state.tenancy.config = item[1]
@@ -389,20 +392,50 @@ class EventLoop:
             runs = [r for r in self.rt.runs.values() if r.job in limits and not r.stopping]
         now = time.time()
         for r in runs:
-            used = run_time(self.rt.store.attempts(r.job), r.attempt, r.launched, now)
+            requeue = self.requeues_at_limit(r.job)
+            used = now - r.launched if requeue else \
+                run_time(self.rt.store.attempts(r.job), r.attempt, r.launched, now)
             if used < limits[r.job]:
                 continue
             r.stopping = True
-            reason = time_limit_reason(limits[r.job], used)
+            reason = time_limit_reason(limits[r.job], used, requeue)
             log.info("job %s: %s", r.job, reason)
-            threading.Thread(target=self._time_out, args=(r, reason), name="miso-timeout",
-                             daemon=True).start()
+            threading.Thread(target=self._time_out, args=(r, reason, requeue),
+                             name="miso-timeout", daemon=True).start()
 
-    def _time_out(self, run: Any, reason: str) -> None:
+    def requeues_at_limit(self, job: str) -> bool:
+        """Whether ``job`` goes back to the queue at its time limit (the operator's
+        ``time_limit_action`` "requeue", a job that saves, on one GPU) instead of ending. A
+        job that has saved a checkpoint counts as saving while a new attempt starts up (the
+        agent calls an attempt without a helper report yet uncheckpointable)."""
+        js = self.state.jobs.get(job)
+        if self.rt.cfg.time_limit_action != "requeue" or js is None or js.spec.gang:
+            return False
+        rec = self.rt.job(job)
+        return js.spec.checkpointable or bool(rec is not None and rec.checkpoint_iteration)
+
+    def _time_out(self, run: Any, reason: str, requeue: bool = False) -> None:
         try:
             self.executor.launcher.stop([run])
         finally:
-            self.rt.queue.put(("time_limit", run.job, reason))
+            self.rt.queue.put(("time_requeue", run.job, run.gpu, reason) if requeue
+                              else ("time_limit", run.job, reason))
+
+    def _time_requeue(self, job: str, gpu: str, reason: str) -> None:
+        """A job stopped at its time limit after a checkpoint: back in the queue (the core
+        hears :class:`~miso.sched.events.JobStopped`; the policy places it again, and it
+        resumes from its checkpoint). A job that moved, ended or runs again meanwhile: left
+        as it is."""
+        rt = self.rt
+        js = self.state.jobs.get(job)
+        with rt.lock:
+            again = rt.runs.get(job)
+        if js is None or js.gpu != gpu or again is not None:
+            return
+        rt.store.update(job, state=JobStatus.QUEUED, gpu=None, placement=None, mps_pct=None)
+        rt.store.log_event(rt.now(), "time-limit-requeue", {"job": job, "gpu": gpu,
+                                                            "reason": reason})
+        self._handle(JobStopped(job, gpu, reason))
 
     def _node_lost(self, node: str) -> None:
         """The node's lease has run out (its guards killed its jobs): requeue its jobs, except

@@ -43,6 +43,10 @@ class QuotaExceeded(SubmitError):
     """The submitter is at its queued-jobs quota (``miso quota``): HTTP 429."""
 
 
+#: What happens to a job past its time limit (:attr:`ControllerConfig.time_limit_action`).
+TIME_LIMIT_ACTIONS = ("end", "requeue")
+
+
 @dataclass
 class ControllerConfig:
     """Knobs of the live controller. Times in seconds."""
@@ -68,10 +72,18 @@ class ControllerConfig:
     #: Owners' usage, fair share, quotas and preemption (:mod:`miso.sched.tenancy`); None:
     #: one FIFO queue.
     tenancy: TenancyConfig | None = None
+    #: Past its time limit (``miso submit --time``) a job is ``"end"``ed (checkpointed if it
+    #: saves, then failed: the default), or with ``"requeue"`` a job that saves is
+    #: checkpointed and put back in the queue, its limit counting per run (a time slice); a
+    #: job that cannot save is ended either way (issue 26).
+    time_limit_action: str = "end"
 
     def __post_init__(self) -> None:
         if isinstance(self.tenancy, dict):  # from JSON (``miso cluster up --fair-share``)
             self.tenancy = TenancyConfig(**self.tenancy)
+        if self.time_limit_action not in TIME_LIMIT_ACTIONS:
+            raise ValueError(f"time_limit_action {self.time_limit_action!r}: expected one of "
+                             f"{', '.join(TIME_LIMIT_ACTIONS)}")
 
 
 @dataclass

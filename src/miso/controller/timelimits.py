@@ -6,7 +6,10 @@ maximum (a quota, ``miso quota set U --max-time``); asking for more than the max
 at submission, as Slurm refuses a job over its partition's ``MaxTime``. A job's run time is the
 sum of its attempts' (a job requeued by the policy keeps what it used). Past its limit a job is
 checkpointed (a job that saves does so) and ended as failed with the reason ``time limit``
-(:meth:`miso.controller.loop.EventLoop`).
+(:meth:`miso.controller.loop.EventLoop`); with the operator's ``time_limit_action``
+"requeue" (``miso cluster up --at-time-limit requeue``) a job that saves is instead put back
+in the queue after its checkpoint and resumes from it, its limit counting per run (a time
+slice); a job that cannot save is ended either way.
 """
 
 from __future__ import annotations
@@ -102,6 +105,9 @@ def run_time(attempts: list[dict[str, Any]], current: int, launched_wall: float,
     return past + max(0.0, now_wall - launched_wall)
 
 
-def time_limit_reason(limit: float, used: float) -> str:
+def time_limit_reason(limit: float, used: float, requeue: bool = False) -> str:
+    if requeue:
+        return (f"time limit {format_time(limit)} reached (ran {format_time(used)} since its "
+                f"start): checkpointed and requeued")
     return (f"time limit {format_time(limit)} reached (ran {format_time(used)}): checkpointed "
             f"if it saves, then ended")

@@ -59,6 +59,7 @@ from miso.sched.events import (
     JobProgress,
     JobSpec,
     JobSpeedChanged,
+    JobStopped,
     JobSubmitted,
     LayoutApplied,
     LayoutFailed,
@@ -83,7 +84,7 @@ from miso.sched.policies import make_policy, policy_names, register  # noqa: E40
 __all__ = [
     "MPS_LEVELS", "ApplyLayout", "ClusterState", "ContractError", "Decision", "Event", "GpuAdded",
     "GpuRemoved", "GpuState", "JobCheckpointable", "JobFailed", "JobFinished", "JobProgress",
-    "JobSpec",
+    "JobSpec", "JobStopped",
     "JobSpeedChanged", "JobState", "JobStatus", "JobSubmitted", "LayoutApplied", "LayoutFailed",
     "NoisyOracle", "Phase", "PlaceJob", "Policy", "PredictorEstimator", "ProfilingFinished",
     "RequeueCause", "RequeueJob", "RunMps", "SpeedEstimator", "SpeedObserved", "SpeedTable",

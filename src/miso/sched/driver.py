@@ -27,6 +27,7 @@ from miso.sched.events import (
     JobFinished,
     JobProgress,
     JobSpeedChanged,
+    JobStopped,
     JobSubmitted,
     SpeedObserved,
 )
@@ -45,6 +46,9 @@ def stale(ev: Event, state: ClusterState) -> bool:
             return js is None or js.status in _ENDED
         case JobSubmitted(job=spec):
             return spec.id in state.jobs
+        case JobStopped(job=j, gpu=g):  # moved or ended since it was stopped
+            js = state.jobs.get(j)
+            return js is None or js.status in _ENDED or js.gpu != g or g not in state.gpus
         case SpeedObserved(job=j, gpu=g) | JobSpeedChanged(job=j, gpu=g):
             js = state.jobs.get(j)
             return js is None or js.status in _ENDED or js.gpu != g
@@ -78,6 +82,8 @@ class DriverStep:
         self.events = 0
         self.decisions = 0
         self.errors: list[str] = []
+        if state.tenancy is not None:  # in-use quotas count the slices this policy gives
+            state.tenancy.whole_gpus = bool(getattr(policy, "whole_gpus_only", False))
 
     def fold(self, now: float, ev: JobProgress) -> None:
         """Fold a progress report into the state (no decision point)."""

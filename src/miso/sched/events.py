@@ -127,6 +127,17 @@ class JobFailed(Event):
 
 
 @dataclass(frozen=True)
+class JobStopped(Event):
+    """A rule outside the policy stopped the job on ``gpu`` after a checkpoint and put it back
+    in the queue (the operator's requeue at a time limit, issue 26): it resumes from its
+    checkpoint when placed again; its GPU has room, as after a job's end."""
+
+    job: str
+    gpu: str
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class JobCheckpointable(Event):
     """The driver learned whether a job can checkpoint (the ``miso.job`` helper announces it;
     a job that never does cannot). ``ClusterState`` updates the job's spec."""

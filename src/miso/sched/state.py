@@ -39,6 +39,7 @@ from miso.sched.events import (
     JobFinished,
     JobProgress,
     JobSpec,
+    JobStopped,
     JobSubmitted,
     LayoutApplied,
     LayoutFailed,
@@ -221,6 +222,8 @@ class ClusterState:
                 for j in gs.jobs:
                     self._to_queue(j)
                 self._changed(g)
+            case JobStopped(job=j):
+                self._requeue(j)
             case JobFinished(job=j) | JobFailed(job=j):
                 self._ended(now, j, JobStatus.FINISHED if isinstance(event, JobFinished)
                             else JobStatus.FAILED)

@@ -30,7 +30,9 @@ gives the same order), then submission time (FIFO within an owner).
 
 **Quotas:** ``max_in_use[owner]`` caps the GPU-equivalents an owner holds: a queued job is offered
 to the policy only while ``in use + its smallest fitting slice`` stays under the cap (the policy
-may then give it a larger slice; a running job is never stopped for that); otherwise it waits,
+may then give it a larger slice, within the cap: :mod:`miso.sched.quotacap`; under a policy of
+whole GPUs only, ``nopart``, the smallest slice is the whole GPU; a running job is never stopped
+for that); otherwise it waits,
 and :meth:`Tenancy.why_waiting` says why. ``max_queued[owner]`` caps an owner's queued jobs: a
 driver refuses a submission over it with :meth:`Tenancy.refuse_submit`'s one-line reason.
 
@@ -152,6 +154,10 @@ class Tenancy:
         self.waiting: dict[str, str] = {}
         self._geoms: dict[Geometry, None] = {}    # GPU geometries seen (smallest slices)
         self._smallest: dict[float, float] = {}   # memory -> smallest fitting charge
+        #: the policy gives whole GPUs only (``nopart``): a job's smallest charge is 1.0, so
+        #: an in-use quota caps whole GPUs (set by the driver from the policy's
+        #: ``whole_gpus_only``)
+        self.whole_gpus = False
         #: GPUs held per owner: each occupied GPU counts 1, split by its owners' charges
         self.held: dict[str, float] = {}
         self._split: dict[str, dict[str, float]] = {}   # gpu -> owner -> part of the GPU held
@@ -367,7 +373,9 @@ class Tenancy:
 
     def smallest_charge(self, job: str) -> float:
         """The smallest GPU-equivalent share of a slice that holds the job on any GPU model
-        the cluster has had (cached per memory size)."""
+        the cluster has had (cached per memory size); 1.0 under a policy of whole GPUs."""
+        if self.whole_gpus:
+            return 1.0
         mem = self.state.jobs[job].spec.memory_gb
         got = self._smallest.get(mem)
         if got is None:

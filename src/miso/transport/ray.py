@@ -105,7 +105,9 @@ class AgentActor:
                  rate_window: float = 1.0, change_threshold: float = 0.25) -> None:
         from miso.agent import Agent  # noqa: PLC0415
         from miso.agent.incarnation import Incarnation  # noqa: PLC0415
+        from miso.transport.rayletenv import refuse_unless_children_kept  # noqa: PLC0415
 
+        refuse_unless_children_kept()  # or a crash may leave jobs running twice (issue 26)
         os.umask(0o077)  # private state: job logs and directories of this node
         #: this life of the agent (a new one after every restart by Ray)
         self.agent = Incarnation(Agent(node, make_backend(backend, node), workdir,

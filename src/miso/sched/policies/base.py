@@ -17,6 +17,7 @@ from miso.sched.events import (
     JobFailed,
     JobFinished,
     JobSpeedChanged,
+    JobStopped,
     JobSubmitted,
     LayoutApplied,
     LayoutFailed,
@@ -334,6 +335,7 @@ _HOOKS: dict[type, Any] = {
     JobSubmitted: lambda p, now, ev, sc: p.on_submit(now, ev, sc),
     JobFinished: _finished,
     JobFailed: _finished,
+    JobStopped: lambda p, now, ev, sc: p.on_finish(now, ev.job, ev.gpu, sc),  # room freed
     ProfilingFinished: _profiled,
     LayoutApplied: _applied,
     LayoutFailed: _failed,

@@ -18,6 +18,7 @@ class NoPart(BasePolicy):
     """One job per whole GPU, FIFO. A new job takes the free GPU that was added first."""
 
     name = "nopart"
+    whole_gpus_only = True  # in-use quotas count a job as a whole GPU (issue 26)
 
     def __init__(self) -> None:
         self.occ: Occupancy[Scratch] = Occupancy(

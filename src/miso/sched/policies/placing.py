@@ -66,6 +66,13 @@ class GpuChoice:
             return None
         return g
 
+    def has_room(self, sc: Scratch, job: str) -> bool:
+        """Whether some GPU holds ``job`` beside its pinned residents, as :meth:`choose_gpu`
+        asks (fair share's reclaim asks first: a GPU held by a job that cannot checkpoint is
+        no room for the waiting owner, issue 26)."""
+        return any(n == 0 or self.fits_beside_pinned(g, job, sc)
+                   for n, g in self.candidate_gpus(sc, job))
+
     def batch_full(self, g: str, sc: Scratch) -> bool:
         """Whether ``g``, the least crowded GPU, already runs ``batch_jobs`` jobs in a fixed
         mix (:meth:`in_batch`) where a restart costs at least ``batch_restart_frac`` of the
