@@ -124,6 +124,39 @@ class ServicePlanner:
         self.measured: dict[tuple[str, str, str], float] = {}
         #: GPUs the planner must not use (e.g. held by training the driver will not move)
         self.blocked: set[str] = set()
+        #: the price of putting a replica on (gpu, slot): the training progress it displaces
+        #: (:class:`~miso.sched.servicepolicy.ServicesFirst` sets it from the cluster state);
+        #: None: first fit. Among the GPUs of one placement tier the cheapest slot wins.
+        self.slot_cost: Callable[[str, Placement], float] | None = None
+
+    # -- the cluster's GPUs -----------------------------------------------------------------
+    def add_gpu(self, gpu: str, model: str) -> None:
+        """A GPU joined the cluster (no-op when known)."""
+        if gpu not in self.gpus:
+            self.gpus[gpu] = geometry(model)
+            self.order.append(gpu)
+            self.held[gpu] = []
+
+    def remove_gpu(self, gpu: str) -> list[tuple[str, str]]:
+        """A GPU left: its replicas are gone (returned as (service, replica)); their services
+        are short until the next plan."""
+        lost = [(svc, rid) for svc, rid, _ in self.held.pop(gpu, [])]
+        for svc, rid in lost:
+            s = self.services.get(svc)
+            if s is not None:
+                s.replicas.pop(rid, None)
+        self.gpus.pop(gpu, None)
+        if gpu in self.order:
+            self.order.remove(gpu)
+        return lost
+
+    def replan(self, now: float, service: str, trigger: str = "replan"
+               ) -> list[StartReplica | DrainReplica]:
+        """Plan ``service`` again (e.g. after it lost replicas with a GPU)."""
+        s = self.services.get(service)
+        if s is None or s.stopped:
+            return []
+        return self._plan(now, s, trigger)
 
     # -- capacities -------------------------------------------------------------------------
     def cap(self, spec: ServiceSpec, gpu_model: str, profile: str) -> float:
@@ -205,14 +238,21 @@ class ServicePlanner:
 
     # -- placement --------------------------------------------------------------------------
     def _slot_on(self, gpu: str, profile: str) -> Placement | None:
+        """The first valid slot (no ``slot_cost``) or the cheapest one of ``profile`` on
+        ``gpu`` beside its replicas."""
         geom = self.gpus[gpu]
         held = [pl for _, _, pl in self.held[gpu]]
         prof = geom.model.profile(profile)
+        best: tuple[float, Placement] | None = None
         for start in prof.starts:
             cand = Placement(start, profile)
             if is_valid(geom, [*held, cand]):
-                return cand
-        return None
+                if self.slot_cost is None:
+                    return cand
+                c = self.slot_cost(gpu, cand)
+                if best is None or c < best[0]:
+                    best = (c, cand)
+        return best[1] if best else None
 
     def place(self, s: ServiceState, profile: str, avoid: set[str]) -> tuple[str, Placement
                                                                            ] | None:
@@ -224,10 +264,20 @@ class ServicePlanner:
         fresh = [g for g in self.order if not self.held[g] and g not in self.blocked]
         for pool in ([g for g in used if g not in avoid], [g for g in fresh if g not in avoid],
                      used, fresh):
-            for g in pool:
+            best: tuple[float, int, str, Placement] | None = None
+            for i, g in enumerate(pool):
                 slot = self._slot_on(g, profile)
-                if slot is not None:
+                if slot is None:
+                    continue
+                if self.slot_cost is None:
                     return g, slot
+                c = self.slot_cost(g, slot)
+                if best is None or (c, i) < best[:2]:
+                    best = (c, i, g, slot)
+                if c <= 0:
+                    break  # displaces nothing: the first such GPU of the tier
+            if best is not None:
+                return best[2], best[3]
         return None
 
     def _start(self, now: float, s: ServiceState, profile: str, why: dict) -> StartReplica | None:
