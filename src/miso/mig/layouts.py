@@ -112,10 +112,10 @@ def _geometry(model_name: str, names: tuple[str, ...], driver: int) -> Geometry:
 def beside(geom: Geometry, reserved: Iterable[Placement]) -> Geometry:
     """The geometry of the slices ``geom`` leaves free around the instances ``reserved`` (an
     inference service's replicas): every profile keeps only the starts that overlap no reserved
-    instance, its instance count and the GPU's shrink by the reserved ones, and a profile with
-    no start left is dropped. A layout is valid on it exactly when it is valid on ``geom``
-    together with ``reserved`` (current drivers). Cached: equal reservations give one object.
-    No reservation: ``geom`` itself."""
+    instance, its instance count and the GPU's shrink by the reserved ones; a profile with no
+    start left stays, with none (speed tables keep the GPU's profiles; no layout uses it). A
+    layout is valid on it exactly when it is valid on ``geom`` together with ``reserved``
+    (current drivers). Cached: equal reservations give one object. No reservation: ``geom``."""
     res = tuple(sorted(reserved))
     if not res:
         return geom
@@ -138,9 +138,10 @@ def _beside(geom: Geometry, res: tuple[Placement, ...]) -> Geometry:
     profs = []
     for p in geom.profiles:
         starts = tuple(s for s in p.starts if not (((1 << p.size) - 1) << s) & used)
-        left = p.max_count - count[p.name]
-        if starts and left > 0:
-            profs.append(replace(p, starts=starts, max_count=left))
+        left = max(0, p.max_count - count[p.name])
+        if not starts or not left:
+            starts, left = (), 0
+        profs.append(replace(p, starts=starts, max_count=left))
     model = replace(geom.model, max_instances=geom.model.max_instances - len(res))
     return Geometry(model, tuple(profs), geom.driver)
 
