@@ -191,7 +191,8 @@ def _random_stream(policy: str, seed: int, tenancy: TenancyConfig | None = None,
             deliver(Tick(w.tag))
         else:
             running = [j for j, js in st.jobs.items() if js.status is JobStatus.RUNNING]
-            assert running, f"stuck: {sorted(st.queue)} " + "\n".join(f"{t:.0f} {x}" for t, x in log[-40:])
+            assert running, f"stuck: {sorted(st.queue)} " + "\n".join(
+                f"{t:.0f} {x}" for t, x in log[-40:])
             deliver(JobFinished(running[0]))
     left = sorted(j for j, js in st.jobs.items() if js.status is not JobStatus.FINISHED)
     assert not left, f"jobs never finished: {left}"
@@ -252,44 +253,132 @@ def test_state__a_replica_reserves_its_slice_from_training_and_gives_it_back():
 
 
 def test_services_first__a_replica_goes_where_it_stops_the_least_training():
-    """Two GPUs: g0 runs two jobs on 4g+3g, g1 one job on its whole GPU. A service needing a
-    4g slice takes it from g1? No: from the GPU where it displaces least (one job either way,
-    the smaller share: g0's 3g slot is too small, so g0's 4g job (4/7) vs g1's 7g job
-    (7/7)): g0, and the displaced job is checkpointed before the replica starts."""
+    """g0 runs job 1 on 4g@0 and job 2 on 3g@4; g1 runs job 3 on its whole GPU. A llama2-7b
+    service needs one 3g slice (its smallest that holds the model): 3g@4 of g0 stops job 2
+    (one restart, 3/7 of a GPU), 3g@0 of g0 stops job 1 (4/7), either slot of g1 stops job 3
+    (7/7). It takes 3g@4 of g0, and job 2 is checkpointed just before."""
+    from miso.sched import PlaceJob
+
     pol = _policy()
     st = ClusterState()
-    decided: list[object] = []
-    step = DriverStep(st, pol, execute=lambda t, d, c: decided.append(d),
-                      on_contract_error=lambda t, d, e: pytest.fail(str(e)))
     for g in ("g0", "g1"):
-        step(0.0, GpuAdded(g, "A100-40GB"))
-    for i, g in ((1, "g0"), (2, "g0"), (3, "g1")):
-        step(0.0, JobSubmitted(JobSpec(str(i), "j", 4.0, "resnet_train64")))
-    # force the layouts: g0 4g+3g, g1 whole
-    gs0, gs1 = st.gpus["g0"], st.gpus["g1"]
-    for d in list(decided):
-        if isinstance(d, ApplyLayout | StartProfiling):
-            step(1.0, LayoutApplied(d.gpu, d.plan_id) if isinstance(d, ApplyLayout) else
-                 ProfilingFinished(d.gpu, d.plan_id, {j: (1.0, 0.8, 0.3) for j in d.jobs}))
-    for _ in range(5):
-        for d in list(decided):
-            if isinstance(d, ApplyLayout) and st.gpus[d.gpu].pending is d:
-                step(2.0, LayoutApplied(d.gpu, d.plan_id))
-    assert not gs0.pending and not gs1.pending
-    # a service that needs one 4g-sized replica (memory: llama2-7b needs a 20 GB slice)
+        st.observe(0.0, GpuAdded(g, "A100-40GB"))
+        pol.decide(0.0, GpuAdded(g, "A100-40GB"), st)
+    layout = {"g0": {"1": Placement(0, "4g.20gb"), "2": Placement(4, "3g.20gb")},
+              "g1": {"3": Placement(0, "7g.40gb")}}
+    for g, asg in layout.items():
+        for j in asg:
+            st.observe(0.0, JobSubmitted(JobSpec(j, "j", 4.0, "resnet_train64")))
+            st.apply(0.0, PlaceJob(j, g))
+        pid = st.new_plan_id()
+        st.apply(0.0, ApplyLayout(g, pid, tuple(asg.values()), asg))
+        st.observe(1.0, LayoutApplied(g, pid))
     spec = ServiceSpec("chat", "alice", "llama2-7b", 10_000, min_replicas=1, headroom=0.0)
-    decided.clear()
-    step(3.0, ServiceSubmitted(spec))
-    starts = [d for d in decided if isinstance(d, StartReplica)]
-    assert len(starts) == 1
-    d = starts[0]
-    cost = pol.slot_cost
-    assert all(cost(d.gpu, d.slot) <= cost(g, Placement(s, d.profile))
-               for g in ("g0", "g1") for s in geometry("A100-40GB").model.profile(
-                   d.profile).starts
-               if is_valid(st.gpus[g].base or st.gpus[g].geom,
-                           [*st.services.slots(g), Placement(s, d.profile)]))
-    requeued = [x.job for x in decided if isinstance(x, RequeueJob)]
-    i_start = decided.index(d)
-    assert all(decided.index(x) < i_start for x in decided if isinstance(x, RequeueJob))
-    assert set(requeued) <= set(st.jobs)
+    ev = ServiceSubmitted(spec)
+    st.observe(2.0, ev)
+    ds = pol.decide(2.0, ev, st)
+    starts = [d for d in ds if isinstance(d, StartReplica)]
+    assert [(d.gpu, d.slot) for d in starts] == [("g0", Placement(4, "3g.20gb"))]
+    assert [d.job for d in ds if isinstance(d, RequeueJob)] == ["2"]
+    assert ds.index(starts[0]) > [i for i, d in enumerate(ds) if isinstance(d, RequeueJob)][0]
+    for d in ds:  # the decisions keep the contract, in order
+        st.apply(2.0, d)
+    assert st.gpus["g0"].assignment == {"1": Placement(0, "4g.20gb")}
+    assert st.jobs["2"].status is JobStatus.QUEUED
+
+
+# -- parity: the simulator and the live controller, services in the stream ----------------------
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.decisions: list[tuple[float, object]] = []
+
+    def on_event(self, now: float, ev: object, state: object) -> None:
+        pass
+
+    def on_decision(self, now: float, d: object, state: object) -> None:
+        self.decisions.append((now, d))
+
+    def on_timing(self, name: str, seconds: float) -> None:
+        pass
+
+
+class _Executor:
+    def submit(self, gpu: str, d: object) -> bool:
+        return True
+
+    def remove_gpu(self, gpu: str) -> None:
+        pass
+
+    def busy(self) -> bool:
+        return False
+
+
+def test_parity__services_and_training_give_the_same_decisions_sim_and_live():
+    """One simulated run of two services (a 5x rate step) beside a Poisson training stream
+    on 4 GPUs, replayed event by event into the live controller's loop (virtual clock, the
+    same ServicesFirst policy): the same decisions, replicas and checkpoints included."""
+    from miso.controller import Controller, ControllerConfig
+    from miso.controller.runtime import GpuRef
+    from miso.controller.store import JobStore
+    from miso.sched import Decision
+    from miso.sched.clock import VirtualClock
+    from miso.serving.traces import step_trace
+    from miso.sim.run import build_policy
+    from miso.sim.servicecluster import ServicesSimulator
+    from miso.sim.traces import TraceJob, poisson_jobs
+    from miso.sim.world import WorldConfig
+
+    span = 900.0
+    svcs = [(SERVICES[0], step_trace(150.0, span, 400.0, 5.0, 400.0, seed=1)),
+            (SERVICES[1], step_trace(1500.0, span, 300.0, 5.0, 500.0, seed=2))]
+    raw = sorted(poisson_jobs(20, seed=4, mean_interarrival_s=30.0),
+                 key=lambda j: (j.submit_s, int(j.id)))
+    jobs = [TraceJob(f"j{i + 1:04d}", j.submit_s, j.duration_s, j.workload)
+            for i, j in enumerate(raw)]
+    cfg = WorldConfig(n_gpus=4, restart_s=60.0)
+
+    def policy() -> ServicesFirst:
+        return ServicesFirst(build_policy("miso+", jobs, cfg, 3))
+
+    sim = ServicesSimulator(policy(), jobs, cfg, svcs, span, record=True, seed=3)
+    log = sim.run().log
+    sim_decisions = [(t, d) for t, d in log if isinstance(d, Decision)]
+    assert any(isinstance(d, StartReplica) for _, d in sim_decisions)
+    assert any(isinstance(d, DrainReplica) for _, d in sim_decisions)
+    # replicas took slices from training (checkpoints) in this stream
+    assert any(isinstance(d, RequeueJob) and "replica" in d.reason for _, d in sim_decisions)
+
+    clock = VirtualClock()
+    store = JobStore(":memory:")
+    con = Controller(store, None, ControllerConfig(policy="miso+"),  # type: ignore[arg-type]
+                     checkpoint_root="/nonexistent", clock=clock, policy=policy())
+    rec = _Recorder()
+    con.observer = rec
+    con.loop.executor = _Executor()  # type: ignore[assignment]
+    loop, rt = con.loop, con.rt
+    geom = geometry(cfg.gpu_model)
+    for t, item in log:
+        if isinstance(item, Decision):
+            continue
+        clock.advance_to(t)
+        if isinstance(item, Tick):
+            assert loop.run_due(), f"the live loop raised no timer at {t} ({item})"
+            continue
+        if isinstance(item, GpuAdded):
+            rt.gpus[item.gpu] = GpuRef(item.gpu, "n0", 0, item.model, geom)
+        elif isinstance(item, JobSubmitted):
+            spec = item.job
+            got = store.submit(command=["train"], name=spec.name, memory_gb=spec.memory_gb,
+                               memory_gib=spec.memory_gb, workload=spec.workload, at=t)
+            assert got.id == spec.id
+        loop.handle(("event", item))
+    assert not con.errors, con.errors
+    live = rec.decisions
+    for i, (a, b) in enumerate(zip(sim_decisions, live, strict=False)):
+        assert repr(a) == repr(b), f"decision {i} differs:\nsim:  {a}\nlive: {b}"
+    assert len(sim_decisions) == len(live)
+    # the live state holds the same replicas on the same slices as the simulator's
+    assert {r: (x.gpu, x.slot) for r, x in con.loop.state.services.replicas.items()} == \
+        {r: (x.gpu, x.slot) for r, x in sim.state.services.replicas.items()}

@@ -30,8 +30,7 @@ from miso.sched.services import ServiceSpec
 from miso.serving.traces import RequestTrace, azure_llm_trace, diurnal_trace, step_trace
 from miso.sim.cotrain import run_training
 from miso.sim.servicecluster import run_shared
-from miso.sim.servicesim import STRATEGIES, ServicesRun, calibrated_capacity, run_miso, \
-    run_strategy
+from miso.sim.servicesim import STRATEGIES, ServicesRun, calibrated_capacity, run_miso, run_strategy
 from miso.sim.traces import poisson_jobs
 from miso.sim.world import WorldConfig
 
