@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 from miso.mig import Geometry, Placement, geometry, is_valid
 from miso.sched import servicerate
-from miso.sched.servicerate import PlanRate, RateSignal
+from miso.sched.servicerate import PlanRate
 from miso.sched.services import (
     DrainReplica,
     ReplicaDrained,
@@ -71,11 +71,14 @@ class ReplicaState:
 
 
 @dataclass
-class ServiceState(RateSignal):
-    """A service's rate signal (:class:`~miso.sched.servicerate.RateSignal`: ``ewma``,
-    ``last``, ``history``) and replicas."""
+class ServiceState:
+    """A service's rate signal (the fields of :class:`~miso.sched.servicerate.RateSignal`)
+    and replicas."""
 
-    spec: ServiceSpec = field(kw_only=True)
+    spec: ServiceSpec
+    ewma: float = 0.0
+    last: float = 0.0
+    history: list[tuple[float, float]] = field(default_factory=list)
     replicas: dict[str, ReplicaState] = field(default_factory=dict)
     next_id: int = 0
     over_since: float | None = None
@@ -281,7 +284,7 @@ class ServicePlanner:
 
     def register(self, spec: ServiceSpec) -> ServiceState:
         """Know ``spec`` without planning it (static baselines place replicas themselves)."""
-        self.services[spec.name] = ServiceState(spec=spec)
+        self.services[spec.name] = ServiceState(spec)
         return self.services[spec.name]
 
     def start_replica(self, now: float, service: str, profile: str, why: dict
@@ -311,7 +314,7 @@ class ServicePlanner:
         """A new (or restarted) service: plan its first replicas; a running one is ignored."""
         if spec.name in self.services and not self.services[spec.name].stopped:
             return []
-        self.services[spec.name] = ServiceState(spec=spec)
+        self.services[spec.name] = ServiceState(spec)
         return self._plan(now, self.services[spec.name], "submitted")
 
     def _on_rate(self, now: float, name: str, rate: float) -> list[StartReplica | DrainReplica]:

@@ -1,7 +1,7 @@
 """A service's request-rate signal and the rate its replicas are planned for.
 
-Pure (no I/O). Per service the planner keeps a :class:`RateSignal` (EWMA, last rate, the
-recent history) and asks :func:`plan_rate` for the rate to cover:
+Pure (no I/O). Per service the planner keeps a rate signal (:class:`RateSignal`: EWMA, last
+rate, the recent history) and asks :func:`plan_rate` for the rate to cover:
 
 * **base**: the largest of the smoothed rate (EWMA), the last observed rate and the peak
   observed over the last ``lookback_s`` (bursty services keep their burst capacity);
@@ -19,7 +19,7 @@ the service scales out before its SLO is missed without covering the rise twice.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 
@@ -34,13 +34,13 @@ class RateConfig(Protocol):
     trend_t: float
 
 
-@dataclass
-class RateSignal:
-    """One service's observed rates (req/s)."""
+class RateSignal(Protocol):
+    """One service's observed rates (req/s): what :func:`record_rate` keeps
+    (:class:`~miso.sched.serviceplan.ServiceState` has these fields)."""
 
-    ewma: float = 0.0
-    last: float = 0.0
-    history: list[tuple[float, float]] = field(default_factory=list)
+    ewma: float
+    last: float
+    history: list[tuple[float, float]]
 
 
 @dataclass(frozen=True)
