@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 from miso.mig import Geometry, Placement, geometry, is_valid
 from miso.sched import servicerate
+from miso.sched.servicecover import cheapest_covering
 from miso.sched.servicerate import PlanRate
 from miso.sched.services import (
     DrainReplica,
@@ -195,32 +196,9 @@ class ServicePlanner:
     def cheapest(self, spec: ServiceSpec, need: float, at_least: int, at_most: int
                  ) -> list[str] | None:
         """Fewest compute slices (then fewest replicas) of profiles covering ``need`` with a
-        replica count in [at_least, at_most]; None if no count covers it."""
-        opts = self.options(spec)
-        if not opts:
-            return None
-        best: tuple[int, int, list[str]] | None = None
-        # a covering uses at most need / smallest-capacity + 1 replicas; bound the search
-        k_max = min(at_most, max(at_least, 1) + 64)
-
-        def rec(i: int, left: float, count: int, slices: int, chosen: list[str]) -> None:
-            nonlocal best
-            if best is not None and (slices, count) >= best[:2]:
-                return
-            if left <= 1e-9 and count >= at_least:
-                best = (slices, count, list(chosen))
-                return
-            if count >= k_max or i >= len(opts):
-                return
-            name, c, g = opts[i]
-            # take this profile once more (stay at i), or move on to the next one
-            chosen.append(name)
-            rec(i, left - c, count + 1, slices + g, chosen)
-            chosen.pop()
-            rec(i + 1, left, count, slices, chosen)
-
-        rec(0, need, 0, 0, [])
-        return best[2] if best else None
+        replica count in [at_least, at_most]; None if no count covers it
+        (:func:`miso.sched.servicecover.cheapest_covering`)."""
+        return cheapest_covering(self.options(spec), need, at_least, at_most)
 
     # -- placement --------------------------------------------------------------------------
     def _slot_on(self, gpu: str, profile: str) -> Placement | None:
