@@ -6,8 +6,10 @@ Patel et al., Splitwise, ISCA 2024), time-compressed ``--compress`` x and rate-s
 services' peak needs about 6 of the 16 GPUs; a Poisson stream of training jobs (MISO trace
 workloads) at ``--train-load`` of the GPUs the services leave on average under miso+.
 
-Per strategy: services are planned and served request by request
-(:mod:`miso.sim.servicesim`), then training runs under miso+ on the GPUs they leave
+miso+: services and training in one run through the scheduling core
+(:mod:`miso.sim.servicecluster`: replicas first, training packed in the slices they leave
+free). The baselines: services planned and served request by request
+(:mod:`miso.sim.servicesim`), then training under miso+ on the GPUs they leave whole
 (:mod:`miso.sim.cotrain`). ``training-only`` is the training stream alone on the GPUs the
 services left free on average (16 - miso+'s service GPU-fraction, rounded).
 
@@ -27,7 +29,8 @@ import numpy as np
 from miso.sched.services import ServiceSpec
 from miso.serving.traces import RequestTrace, azure_llm_trace, diurnal_trace, step_trace
 from miso.sim.cotrain import run_training
-from miso.sim.servicesim import STRATEGIES, ServicesRun, run_strategy
+from miso.sim.servicecluster import run_shared
+from miso.sim.servicesim import STRATEGIES, ServicesRun, calibrated_capacity, run_miso, run_strategy
 from miso.sim.traces import poisson_jobs
 from miso.sim.world import WorldConfig
 
@@ -91,8 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     gpus = {f"gpu{i}": GPU for i in range(args.gpus)}
     svcs = services(args.compress, args.scenario, args.seed, args.rate_scale)
     span = max(tr.duration_s for _, tr in svcs)
-    runs = {s: run_strategy(s, svcs, gpus, seed=args.seed, span_s=span) for s in STRATEGIES}
     if args.services_only:
+        runs = {s: run_strategy(s, svcs, gpus, seed=args.seed, span_s=span) for s in STRATEGIES}
         out = {name: summary(run) for name, run in runs.items()}
         for name, o in out.items():
             print(f"{name:13s} attainment_min {o['attainment_min']:.4f}  minutes>=99% "
@@ -107,7 +110,10 @@ def main(argv: list[str] | None = None) -> int:
             with open(args.json, "w") as f:
                 json.dump(out, f, indent=1)
         return 0
-    mean_frac = runs["miso+"].slice_hours * 3600.0 / span
+    cap = calibrated_capacity(svcs)
+    plan = run_miso(svcs, gpus, span, capacity=cap)  # sizes the training stream
+    mean_frac = sum(r.slices / 7.0 * (min(r.gone_s, span) - min(r.start_s, span))
+                    for r in plan.replicas) / span
     left = max(1, round(args.gpus - mean_frac))
     cfg = WorldConfig(gpu_model=GPU, n_gpus=args.gpus)
     mean_dur = 770.3  # the MISO trace's mean duration on a full GPU (s)
@@ -123,12 +129,18 @@ def main(argv: list[str] | None = None) -> int:
                               "requests": int(tr.arrivals_s.size),
                               "peak_10s_rps": round(float(tr.rate_per_window(10).max()), 1)}
                      for s, tr in svcs}}}
-    for name, run in runs.items():
-        try:
-            res = run_training("miso+", jobs, cfg, run.gpu_intervals(), seed=args.seed)
-            jct: float | None = round(float(np.mean(res.jct)), 1)
-        except RuntimeError:  # services kept every GPU: training never finished
-            jct = None
+    for name in STRATEGIES:
+        jct: float | None
+        if name == "miso+":  # one run: replicas first, training beside them
+            run, res = run_shared(svcs, jobs, cfg, span, seed=args.seed, capacity=cap)
+            jct = round(float(np.mean(res.jct)), 1)
+        else:
+            run = run_strategy(name, svcs, gpus, seed=args.seed, span_s=span)
+            try:
+                res = run_training("miso+", jobs, cfg, run.gpu_intervals(), seed=args.seed)
+                jct = round(float(np.mean(res.jct)), 1)
+            except RuntimeError:  # services kept every GPU: training never finished
+                jct = None
         out[name] = summary(run) | {"training_avg_jct_s": jct}
         print(f"{name:13s} attainment_min {out[name]['attainment_min']:.4f}  minutes>=99% "
               f"{out[name]['minutes_meeting_99_min']:.3f}  dropped {out[name]['dropped']}  "

@@ -97,7 +97,7 @@ class PartitionOptimizer:
         self.geom = geom
         self.profile_names = tuple(p.name for p in geom.profiles)
         self.profile_index = {n: i for i, n in enumerate(self.profile_names)}
-        self.max_jobs = max(len(lay) for lay in enumerate_layouts(geom))
+        self.max_jobs = max((len(lay) for lay in enumerate_layouts(geom)), default=0)
         self._tables = {n: _build_tables(geom, n) for n in range(1, self.max_jobs + 1)}
 
     # -- core ---------------------------------------------------------------------------

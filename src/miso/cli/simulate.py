@@ -327,7 +327,7 @@ def simulate(
         if fairness_report:
             _print_fairness(summary)
     if services is not None:
-        out["services"] = _services(services, model, gpus, tjobs, cfg, seed, pols[0])
+        out["services"] = _services(services, cfg.gpu_model, cfg.n_gpus, tjobs, cfg, seed, pols[0])
     if plot is not None:
         from miso.sim.plots import bars, rel_jct_cdf
 

@@ -5,6 +5,7 @@ from miso.mig.layouts import (
     Geometry,
     Layout,
     Placement,
+    beside,
     canonical,
     enumerate_layouts,
     geometry,
@@ -18,6 +19,6 @@ from miso.mig.transition import TransitionError, TransitionPlan, plan_transition
 
 __all__ = [
     "CURRENT_DRIVER", "GPU_MODELS", "Geometry", "GpuModel", "Layout", "Placement", "Profile",
-    "TransitionError", "TransitionPlan", "canonical", "enumerate_layouts", "geometry", "gpu_model",
-    "is_valid", "multiset", "multisets", "plan_transition", "violations",
+    "TransitionError", "TransitionPlan", "beside", "canonical", "enumerate_layouts", "geometry",
+    "gpu_model", "is_valid", "multiset", "multisets", "plan_transition", "violations",
 ]

@@ -109,6 +109,43 @@ def _geometry(model_name: str, names: tuple[str, ...], driver: int) -> Geometry:
     return Geometry(m, tuple(profs), driver)
 
 
+def beside(geom: Geometry, reserved: Iterable[Placement]) -> Geometry:
+    """The geometry of the slices ``geom`` leaves free around the instances ``reserved`` (an
+    inference service's replicas): every profile keeps only the starts that overlap no reserved
+    instance, its instance count and the GPU's shrink by the reserved ones; a profile with no
+    start left stays, with none (speed tables keep the GPU's profiles; no layout uses it). A
+    layout is valid on it exactly when it is valid on ``geom`` together with ``reserved``
+    (current drivers). Cached: equal reservations give one object. No reservation: ``geom``."""
+    res = tuple(sorted(reserved))
+    if not res:
+        return geom
+    return _beside(geom, res)
+
+
+@cache
+def _beside(geom: Geometry, res: tuple[Placement, ...]) -> Geometry:
+    from dataclasses import replace
+
+    probs = violations(geom, res)
+    if probs:
+        raise ValueError(f"reserved instances invalid on {geom.model.name}: {'; '.join(probs)}")
+    by = {p.name: p for p in geom.model.profiles}
+    used = 0
+    count: Counter[str] = Counter()
+    for pl in res:
+        used |= ((1 << by[pl.profile].size) - 1) << pl.start
+        count[pl.profile] += 1
+    profs = []
+    for p in geom.profiles:
+        starts = tuple(s for s in p.starts if not (((1 << p.size) - 1) << s) & used)
+        left = max(0, p.max_count - count[p.name])
+        if not starts or not left:
+            starts, left = (), 0
+        profs.append(replace(p, starts=starts, max_count=left))
+    model = replace(geom.model, max_instances=geom.model.max_instances - len(res))
+    return Geometry(model, tuple(profs), geom.driver)
+
+
 def violations(geom: Geometry, layout: Iterable[Placement]) -> list[str]:
     """Explain why ``layout`` is invalid on ``geom``; an empty list means it is valid."""
     problems: list[str] = []

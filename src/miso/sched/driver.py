@@ -5,7 +5,8 @@ differ only in where events come from and how a decision is carried out; everyth
 an event and the execution of its decisions is this one function, so the two cannot drift:
 
 1. **filter** stale events (:func:`stale`): a second report of a job that already ended, a
-   duplicate submission, a speed report for a job that has left the GPU it was measured on;
+   duplicate submission, a speed report for a job that has left the GPU it was measured on, a
+   report of a replica or service the state does not know (:mod:`miso.sched.servicestate`);
 2. **observe**: ``state.observe(now, ev)``; a :class:`~miso.sched.events.JobProgress` stops
    here (it is folded into the job's state, policies read it there; it is not a decision point);
 3. **decide**: ``policy.decide(now, ev, state)``;
@@ -32,6 +33,7 @@ from miso.sched.events import (
     SpeedObserved,
 )
 from miso.sched.policy import Policy
+from miso.sched.services import SERVICE_EVENTS
 from miso.sched.state import ClusterState, ContractError, JobStatus
 
 _ENDED = (JobStatus.FINISHED, JobStatus.FAILED)
@@ -52,6 +54,8 @@ def stale(ev: Event, state: ClusterState) -> bool:
         case SpeedObserved(job=j, gpu=g) | JobSpeedChanged(job=j, gpu=g):
             js = state.jobs.get(j)
             return js is None or js.status in _ENDED or js.gpu != g
+        case _ if isinstance(ev, SERVICE_EVENTS):
+            return state.services.stale(ev)
     return False
 
 

@@ -4,20 +4,20 @@ Pure (no I/O). :class:`ServicePlanner` folds service events and answers
 :class:`~miso.sched.services.StartReplica` / :class:`~miso.sched.services.DrainReplica`
 decisions, each with a ``why``. The rules:
 
-* **Covering**: every service's non-draining replicas together cover its plan rate x
-  (1 + headroom), each replica counted at its capacity at the SLO
+* **Covering**: every service's non-draining replicas together cover its target: its plan
+  rate x (1 + headroom), or its forecast when higher (:mod:`miso.sched.servicerate`: the
+  smoothed, last and recent-peak rates, and a rising trend that stands out of the noise times
+  the time a new replica needs), each replica counted at its capacity at the SLO
   (:func:`miso.serving.catalog.capacity_rps`, or a capacity measured live).
-* **Plan rate**: the largest of the smoothed rate (EWMA), the last observed rate and the peak
-  observed over the last ``lookback_s`` (bursty services keep their burst capacity), plus the
-  rising trend (least-squares slope of the last ``trend_points`` observations) times the time a
-  new replica needs (load time + one window): scale out before the SLO is missed. Only a rise
-  that stands out of the noise counts (the slope's t statistic >= ``trend_t``): the slope of a
-  flat, noisy rate is no forecast and boosting it held capacity for nothing.
 * **Cheapest covering**: the multiset of profiles with the fewest compute slices (then fewest
   replicas) whose capacities sum to the target, from ``min_replicas`` to ``max_replicas``.
 * **Spreading**: a service with >= 2 replicas spans >= 2 GPUs (one GPU's repartition never
   takes the whole service down); replicas go first-fit onto GPUs that already host service
-  slices (packing keeps whole GPUs free for training), a fresh GPU last.
+  slices (packing keeps whole GPUs free for training), a fresh GPU last; with a
+  ``slot_cost`` (the training a slot stops) the cheapest slot of a tier wins.
+* **Scale out** by the cheapest covering of the shortfall, or, when the cheapest covering of
+  the whole target takes fewer slices than the live replicas plus that top-up, by a
+  make-before-break resize to it (no piecemeal 7g + 4 x 3g where 2 x 7g cover).
 * **Scale in with hysteresis**: only when the cheapest covering of target x (1 +
   ``hysteresis``) takes fewer compute slices than the live replicas, continuously for
   ``scale_in_delay_s``, and never within ``cooldown_s`` of a scale-out. Then that covering's
@@ -34,6 +34,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from miso.mig import Geometry, Placement, geometry, is_valid
+from miso.sched import servicerate
+from miso.sched.servicecover import cheapest_covering
+from miso.sched.servicerate import PlanRate
 from miso.sched.services import (
     DrainReplica,
     ReplicaDrained,
@@ -70,7 +73,8 @@ class ReplicaState:
 
 @dataclass
 class ServiceState:
-    """A service's rate signal and replicas."""
+    """A service's rate signal (the fields of :class:`~miso.sched.servicerate.RateSignal`)
+    and replicas."""
 
     spec: ServiceSpec
     ewma: float = 0.0
@@ -124,6 +128,39 @@ class ServicePlanner:
         self.measured: dict[tuple[str, str, str], float] = {}
         #: GPUs the planner must not use (e.g. held by training the driver will not move)
         self.blocked: set[str] = set()
+        #: the price of putting a replica on (gpu, slot): the training progress it displaces
+        #: (:class:`~miso.sched.servicepolicy.ServicesFirst` sets it from the cluster state);
+        #: None: first fit. Among the GPUs of one placement tier the cheapest slot wins.
+        self.slot_cost: Callable[[str, Placement], float] | None = None
+
+    # -- the cluster's GPUs -----------------------------------------------------------------
+    def add_gpu(self, gpu: str, model: str) -> None:
+        """A GPU joined the cluster (no-op when known)."""
+        if gpu not in self.gpus:
+            self.gpus[gpu] = geometry(model)
+            self.order.append(gpu)
+            self.held[gpu] = []
+
+    def remove_gpu(self, gpu: str) -> list[tuple[str, str]]:
+        """A GPU left: its replicas are gone (returned as (service, replica)); their services
+        are short until the next plan."""
+        lost = [(svc, rid) for svc, rid, _ in self.held.pop(gpu, [])]
+        for svc, rid in lost:
+            s = self.services.get(svc)
+            if s is not None:
+                s.replicas.pop(rid, None)
+        self.gpus.pop(gpu, None)
+        if gpu in self.order:
+            self.order.remove(gpu)
+        return lost
+
+    def replan(self, now: float, service: str, trigger: str = "replan"
+               ) -> list[StartReplica | DrainReplica]:
+        """Plan ``service`` again (e.g. after it lost replicas with a GPU)."""
+        s = self.services.get(service)
+        if s is None or s.stopped:
+            return []
+        return self._plan(now, s, trigger)
 
     # -- capacities -------------------------------------------------------------------------
     def cap(self, spec: ServiceSpec, gpu_model: str, profile: str) -> float:
@@ -141,78 +178,45 @@ class ServicePlanner:
                 out.append((p.name, c, p.compute_slices))
         return sorted(out, key=lambda o: (o[2], -o[1]))
 
-    # -- the rate signal --------------------------------------------------------------------
+    # -- the rate signal (:mod:`miso.sched.servicerate`) ----------------------------------
+    def rates(self, s: ServiceState) -> PlanRate:
+        """The rate ``s`` is planned for: base, the trend's boost and the slope."""
+        return servicerate.plan_rate(s, catalog.load_time_s(s.spec.model), self.cfg)
+
     def plan_rate(self, s: ServiceState) -> tuple[float, float]:
-        """(rate to plan for, trend in req/s per s)."""
-        pts = s.history[-self.cfg.trend_points:]
-        slope, t_stat = 0.0, 0.0
-        if len(pts) >= 2:
-            tm = sum(t for t, _ in pts) / len(pts)
-            rm = sum(r for _, r in pts) / len(pts)
-            den = sum((t - tm) ** 2 for t, _ in pts)
-            if den > 0:
-                slope = sum((t - tm) * (r - rm) for t, r in pts) / den
-                resid = sum((r - rm - slope * (t - tm)) ** 2 for t, r in pts)
-                dof = len(pts) - 2
-                if dof > 0 and resid > 0:
-                    t_stat = slope / math.sqrt(resid / dof / den)
-                elif slope != 0:
-                    t_stat = math.copysign(math.inf, slope)
-        lead = catalog.load_time_s(s.spec.model) + self.cfg.window_s
-        recent = max((r for t, r in s.history if t >= s.history[-1][0] - self.cfg.lookback_s),
-                     default=0.0)
-        base = max(s.ewma, s.last, recent)
-        # a noisy rate's slope is no forecast: only a rise that stands out of the noise
-        # (t statistic of the slope >= trend_t) is boosted
-        rising = slope > 0 and t_stat >= self.cfg.trend_t
-        boost = min(slope * lead, self.cfg.max_trend_boost * max(s.ewma, s.last)) \
-            if rising else 0.0
-        return base + boost, slope
+        """(forecast rate: base + trend boost, trend in req/s per s)."""
+        p = self.rates(s)
+        return p.forecast, p.slope
 
     def target(self, s: ServiceState) -> float:
-        return self.plan_rate(s)[0] * (1.0 + s.spec.headroom)
+        """The rate the live replicas must cover (:func:`miso.sched.servicerate.target`)."""
+        return servicerate.target(self.rates(s), s.spec.headroom)
 
     # -- covering ---------------------------------------------------------------------------
     def cheapest(self, spec: ServiceSpec, need: float, at_least: int, at_most: int
                  ) -> list[str] | None:
         """Fewest compute slices (then fewest replicas) of profiles covering ``need`` with a
-        replica count in [at_least, at_most]; None if no count covers it."""
-        opts = self.options(spec)
-        if not opts:
-            return None
-        best: tuple[int, int, list[str]] | None = None
-        # a covering uses at most need / smallest-capacity + 1 replicas; bound the search
-        k_max = min(at_most, max(at_least, 1) + 64)
-
-        def rec(i: int, left: float, count: int, slices: int, chosen: list[str]) -> None:
-            nonlocal best
-            if best is not None and (slices, count) >= best[:2]:
-                return
-            if left <= 1e-9 and count >= at_least:
-                best = (slices, count, list(chosen))
-                return
-            if count >= k_max or i >= len(opts):
-                return
-            name, c, g = opts[i]
-            # take this profile once more (stay at i), or move on to the next one
-            chosen.append(name)
-            rec(i, left - c, count + 1, slices + g, chosen)
-            chosen.pop()
-            rec(i + 1, left, count, slices, chosen)
-
-        rec(0, need, 0, 0, [])
-        return best[2] if best else None
+        replica count in [at_least, at_most]; None if no count covers it
+        (:func:`miso.sched.servicecover.cheapest_covering`)."""
+        return cheapest_covering(self.options(spec), need, at_least, at_most)
 
     # -- placement --------------------------------------------------------------------------
     def _slot_on(self, gpu: str, profile: str) -> Placement | None:
+        """The first valid slot (no ``slot_cost``) or the cheapest one of ``profile`` on
+        ``gpu`` beside its replicas."""
         geom = self.gpus[gpu]
         held = [pl for _, _, pl in self.held[gpu]]
         prof = geom.model.profile(profile)
+        best: tuple[float, Placement] | None = None
         for start in prof.starts:
             cand = Placement(start, profile)
             if is_valid(geom, [*held, cand]):
-                return cand
-        return None
+                if self.slot_cost is None:
+                    return cand
+                c = self.slot_cost(gpu, cand)
+                if best is None or c < best[0]:
+                    best = (c, cand)
+        return best[1] if best else None
 
     def place(self, s: ServiceState, profile: str, avoid: set[str]) -> tuple[str, Placement
                                                                            ] | None:
@@ -224,10 +228,20 @@ class ServicePlanner:
         fresh = [g for g in self.order if not self.held[g] and g not in self.blocked]
         for pool in ([g for g in used if g not in avoid], [g for g in fresh if g not in avoid],
                      used, fresh):
-            for g in pool:
+            best: tuple[float, int, str, Placement] | None = None
+            for i, g in enumerate(pool):
                 slot = self._slot_on(g, profile)
-                if slot is not None:
+                if slot is None:
+                    continue
+                if self.slot_cost is None:
                     return g, slot
+                c = self.slot_cost(g, slot)
+                if best is None or (c, i) < best[:2]:
+                    best = (c, i, g, slot)
+                if c <= 0:
+                    break  # displaces nothing: the first such GPU of the tier
+            if best is not None:
+                return best[2], best[3]
         return None
 
     def _start(self, now: float, s: ServiceState, profile: str, why: dict) -> StartReplica | None:
@@ -286,19 +300,8 @@ class ServicePlanner:
         s = self.services.get(name)
         if s is None or s.stopped:
             return []
-        self._record_rate(s, now, max(0.0, float(rate)))
+        servicerate.record_rate(s, now, max(0.0, float(rate)), self.cfg)
         return self._plan(now, s, "rate")
-
-    def _record_rate(self, s: ServiceState, now: float, rate: float) -> None:
-        """The rate signal: EWMA, last rate and the history the trend and the lookback peak
-        read (kept for ``lookback_s``, at least ``trend_points`` long)."""
-        s.ewma = rate if not s.history else (
-            self.cfg.ewma_alpha * rate + (1 - self.cfg.ewma_alpha) * s.ewma)
-        s.last = rate
-        s.history.append((now, rate))
-        while s.history and now - s.history[0][0] > self.cfg.lookback_s and \
-                len(s.history) > self.cfg.trend_points:
-            s.history.pop(0)
 
     def _on_ready(self, now: float, name: str, rid: str) -> list[StartReplica | DrainReplica]:
         """A replica serves: it now counts as ready (retiring ones may drain)."""
@@ -306,7 +309,7 @@ class ServicePlanner:
         if s is None or rid not in s.replicas:
             return []
         s.replicas[rid].ready = True
-        return self._plan(now, s, "replica_ready")
+        return [] if s.stopped else self._plan(now, s, "replica_ready")
 
     def _on_drained(self, name: str, rid: str) -> list[StartReplica | DrainReplica]:
         """A replica is gone: forget it and free its slot."""
@@ -340,14 +343,14 @@ class ServicePlanner:
         for r in s.replicas.values():
             if r.slot.profile == profile and self.gpus[r.gpu].model.name == gpu_model:
                 r.capacity = self.measured[(name, gpu_model, profile)]
-        return self._plan(now, s, "capacity_measured")
+        return [] if s.stopped else self._plan(now, s, "capacity_measured")
 
     # -- the plan ---------------------------------------------------------------------------
     def _why(self, s: ServiceState, trigger: str, **kw: object) -> dict:
-        rate, slope = self.plan_rate(s)
+        p = self.rates(s)
         return dict(trigger=trigger, service=s.spec.name, rate_rps=round(s.last, 2),
-                    smoothed_rps=round(s.ewma, 2), trend_rps_per_s=round(slope, 4),
-                    target_rps=round(rate * (1 + s.spec.headroom), 2),
+                    smoothed_rps=round(s.ewma, 2), trend_rps_per_s=round(p.slope, 4),
+                    target_rps=round(servicerate.target(p, s.spec.headroom), 2),
                     slo_ms=s.spec.slo_p99_ms, percentile=s.spec.percentile, **kw)
 
     def _plan(self, now: float, s: ServiceState, trigger: str
@@ -394,10 +397,26 @@ class ServicePlanner:
 
     def _scale_out(self, now: float, s: ServiceState, target: float, covered: float,
                    trigger: str) -> list[StartReplica | DrainReplica]:
-        """Scale-out: start the replicas that cover the shortfall; starts the cooldown."""
+        """Scale-out: start the replicas that cover the shortfall, or, when the cheapest
+        covering of the whole target takes fewer compute slices than the live replicas plus
+        that top-up, resize to it make-before-break (replicas grown piecemeal, 7g + 4 x 3g,
+        become 2 x 7g); starts the cooldown."""
         spec = s.spec
+        live = s.live()
+        add = self._profiles_to_add(spec, target - covered, len(live))
+        if covered + 1e-9 < target and len(live) >= spec.min_replicas:
+            whole = self.cheapest(spec, target, spec.min_replicas, spec.max_replicas)
+            have = [r.slot.profile for r in live]
+            if whole is not None and self._slices(spec, whole) < self._slices(spec, have + add):
+                out = self._resize_to(now, s, whole, covered, trigger, "scale_out", (
+                    f"scale out {spec.name}: target {target:.1f}/s > covered {covered:.1f}/s; "
+                    f"resize to {'+'.join(whole)} (fewer slices than adding "
+                    f"{'+'.join(add)}), new replicas before draining"))
+                if out:
+                    s.last_out = now
+                    return out
         out: list[StartReplica | DrainReplica] = []
-        for prof in self._profiles_to_add(spec, target - covered, len(s.live())):
+        for prof in add:
             d = self._start(now, s, prof, self._why(
                 s, trigger, action="scale_out", covered_rps=round(covered, 2),
                 note=(f"scale out {spec.name}: target {target:.1f}/s > covered "
@@ -447,7 +466,19 @@ class ServicePlanner:
         if want is None or self._slices(spec, want) >= self._slices(
                 spec, [r.slot.profile for r in live]):
             return []
-        # keep the live replicas the new covering also uses (largest capacity first)
+        out = self._resize_to(now, s, want, covered, trigger, "resize", (
+            f"resize {spec.name}: {covered:.1f}/s covered > target {target:.1f}/s x "
+            f"{1 + self.cfg.hysteresis:g} for {self.cfg.scale_in_delay_s:g}s; start "
+            f"{'+'.join(want)} before draining"))
+        s.over_since = None
+        return out
+
+    def _resize_to(self, now: float, s: ServiceState, want: list[str], covered: float,
+                   trigger: str, action: str, note: str) -> list[StartReplica | DrainReplica]:
+        """Make-before-break resize to the covering ``want``: the live replicas it also uses
+        stay (largest capacity first), the others retire (drained once the ready replicas
+        cover the target: :meth:`_drain_retired`), its missing replicas start."""
+        live = s.live()
         keep: list[ReplicaState] = []
         rest = list(want)
         for r in sorted(live, key=lambda r: -r.capacity):
@@ -463,13 +494,9 @@ class ServicePlanner:
                 r.retiring = True
         for prof in rest:
             d = self._start(now, s, prof, self._why(
-                s, trigger, action="resize", covered_rps=round(covered, 2),
-                note=(f"resize {spec.name}: {covered:.1f}/s covered > target {target:.1f}/s "
-                      f"x {1 + self.cfg.hysteresis:g} for {self.cfg.scale_in_delay_s:g}s; "
-                      f"start {prof} before draining")))
+                s, trigger, action=action, covered_rps=round(covered, 2), note=note))
             if d is not None:
                 out.append(d)
-        s.over_since = None
         return out
 
     def _drain_retired(self, now: float, s: ServiceState, trigger: str) -> list[DrainReplica]:

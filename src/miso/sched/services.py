@@ -105,6 +105,14 @@ class ServiceCapacityObserved(Event):
     capacity_rps: float
 
 
+@dataclass(frozen=True)
+class ServiceSlicesChanged(Event):
+    """Replicas took or gave back slices of ``gpu``: what a training policy is told (by
+    :class:`~miso.sched.servicepolicy.ServicesFirst`; never delivered by a driver)."""
+
+    gpu: str
+
+
 # ---- decisions ----------------------------------------------------------------------------
 
 

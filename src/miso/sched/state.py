@@ -47,6 +47,8 @@ from miso.sched.events import (
     SpeedObserved,
 )
 from miso.sched.gangstate import GangBook
+from miso.sched.services import SERVICE_EVENTS, DrainReplica, StartReplica
+from miso.sched.servicestate import ServiceBook
 from miso.sched.tenancy import Tenancy
 from miso.sched.tenancyconfig import TenancyConfig
 
@@ -110,6 +112,9 @@ class GpuState:
     mps_shares: dict[str, int] = field(default_factory=dict)  # applied MPS shares (MPS mode)
     pending: Decision | None = None                          # plan issued, not acknowledged
     applied_plan_id: int = 0
+    #: the whole GPU's geometry while service replicas hold some of its slices (``geom`` is
+    #: then what they leave free: :mod:`miso.sched.servicestate`); None: no replica
+    base: Geometry | None = None
 
     @property
     def model(self) -> str:
@@ -152,6 +157,8 @@ class ClusterState:
         self._progress_watchers: list[Callable[[str], None]] = []
         #: owners' usage, fair-share order and quotas (:mod:`miso.sched.tenancy`); None: FIFO
         self.tenancy: Tenancy | None = Tenancy(tenancy, self) if tenancy is not None else None
+        #: inference services and their replicas' slices (:mod:`miso.sched.servicestate`)
+        self.services = ServiceBook(self)
 
     def watch(self, fn: Callable[[str], None]) -> None:
         """Call ``fn(gpu)`` after every change to a GPU's resident jobs, plans, layout or
@@ -218,6 +225,7 @@ class ClusterState:
             case GpuRemoved(gpu=g) if g in self.gangs.gpus:
                 self.gangs.lost(g)
             case GpuRemoved(gpu=g):
+                self.services.gpu_removed(g)
                 gs = self.gpus.pop(g)
                 for j in gs.jobs:
                     self._to_queue(j)
@@ -266,6 +274,8 @@ class ClusterState:
             case SpeedObserved(job=j, placement=pl, rate=r):
                 if j in self.jobs:
                     self.jobs[j].observed.setdefault(pl.profile, r)
+            case _ if isinstance(event, SERVICE_EVENTS):
+                self.services.observe(now, event)
             case _:
                 pass
 
@@ -378,7 +388,9 @@ class ClusterState:
                     raise ContractError(f"StartProfiling on {g}: jobs {sorted(jobs)} are not the "
                                         f"resident jobs {sorted(gs.jobs)}")
                 self._stop_running(gs)
-                gs.layout = (Placement(0, gs.geom.model.full_profile().name),)
+                # beside service replicas the jobs are profiled in the free slices
+                gs.layout = () if gs.base is not None else (
+                    Placement(0, gs.geom.model.full_profile().name),)
                 gs.pending = d
                 gs.phase = Phase.PROFILING
                 self._changed(g)
@@ -436,6 +448,8 @@ class ClusterState:
                 pass
             case HoldGpu() | ReleaseGpu() | StartGang() | StopGang():
                 self.gangs.apply(d)
+            case StartReplica() | DrainReplica():
+                self.services.apply(now, d)
             case _:
                 raise ContractError(f"unknown decision {d!r}")
 

@@ -163,6 +163,8 @@ class Tenancy:
         self._split: dict[str, dict[str, float]] = {}   # gpu -> owner -> part of the GPU held
         #: resident jobs per owner (the demand of :meth:`entitlements`, with the queued ones)
         self.resident: dict[str, int] = {}
+        #: gpu -> replica -> (owner, charge): service replicas' slices, charged to their owner
+        self._replicas: dict[str, dict[str, tuple[str, float]]] = {}
         state.watch(self._changed)
 
     # -- the ledger ---------------------------------------------------------------------------
@@ -195,6 +197,10 @@ class Tenancy:
             self.resident[o] -= 1
             if j not in st.jobs or st.jobs[j].gpu != g or st.jobs[j].status.value != "running":
                 self.running_since.pop(j, None)
+        for o, c in self._replicas.pop(g, {}).values():
+            self.in_use[o] = self.in_use.get(o, 0.0) - c
+            if abs(self.in_use[o]) < 1e-12:
+                self.in_use[o] = 0.0
         for o, part in self._split.pop(g, {}).items():
             self.held[o] -= part
             if abs(self.held[o]) < 1e-12:
@@ -225,6 +231,15 @@ class Tenancy:
             else:
                 self.running_since.pop(j, None)
         self._held[g] = held
+        reps = st.services.on_gpu(g)
+        if reps:  # a replica's slice counts against its owner like a job's instance
+            base = (gs.base or gs.geom).model
+            full = base.full_profile().compute_slices
+            rc = {r.id: (r.owner, base.profile(r.slot.profile).compute_slices / full * weight)
+                  for r in reps}
+            for o, c in rc.values():
+                self.in_use[o] = self.in_use.get(o, 0.0) + c
+            self._replicas[g] = rc
         if held:
             split: dict[str, float] = {}
             tot = sum(c for _, c in held.values())

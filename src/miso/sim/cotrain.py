@@ -1,11 +1,12 @@
 """Training jobs on the GPUs services leave: the training simulator with GPUs taken and given
 back over time.
 
-Services are planned first (:mod:`miso.sim.servicesim`); a GPU that holds at least one service
-slice is taken from training for that interval (``GpuRemoved``: its jobs are checkpointed and
-requeued, paying the restart) and given back when its last replica is gone (``GpuAdded``).
-An approximation of co-location: training does not use the free slices of a GPU that also
-hosts a replica.
+For the baselines (and training policies without a per-GPU optimizer) services are planned
+first (:mod:`miso.sim.servicesim`); a GPU that holds at least one service slice is taken from
+training for that interval (``GpuRemoved``: its jobs are checkpointed and requeued, paying the
+restart) and given back when its last replica is gone (``GpuAdded``): training does not use
+the free slices of a GPU that hosts a replica. miso+'s services run with the training through
+the scheduling core instead (:mod:`miso.sim.servicecluster`), training packing those slices.
 """
 
 from __future__ import annotations
@@ -56,6 +57,12 @@ def run_training(policy: str, jobs: Sequence[TraceJob], cfg: WorldConfig,
     return SharedClusterSimulator(pol, jobs, cfg, taken or {}, seed=seed).run()
 
 
+#: training policies that pack the slices beside replicas (MIG policies with a per-GPU
+#: optimizer): with them ``miso+`` services run through the core with training
+#: (:mod:`miso.sim.servicecluster`); with the others the services' GPUs are taken whole
+SHARED_POLICIES = ("miso+", "miso", "oracle")
+
+
 def services_report(services: Sequence[Any], gpu_model: str, n_gpus: int,
                     jobs: Sequence[TraceJob], cfg: WorldConfig, seed: int = 1,
                     window_s: float = 30.0, policy: str = "miso+") -> dict[str, Any]:
@@ -68,13 +75,22 @@ def services_report(services: Sequence[Any], gpu_model: str, n_gpus: int,
 
     gpus = {f"gpu{i}": gpu_model for i in range(n_gpus)}
     out: dict[str, Any] = {}
+    span = max(tr.duration_s for _, tr in services)
     for strat in STRATEGIES:
-        run = run_strategy(strat, services, gpus, window_s=window_s, seed=seed)
-        try:
-            res = run_training(policy, jobs, cfg, run.gpu_intervals(), seed=seed)
-            jct: float | None = round(float(np.mean(res.jct)), 1)
-        except RuntimeError:  # the services keep every GPU: training never finishes
-            jct = None
+        jct: float | None
+        if strat == "miso+" and policy in SHARED_POLICIES:
+            # one run through the core: replicas first, training in the slices they leave
+            from miso.sim.servicecluster import run_shared
+
+            run, res = run_shared(services, jobs, cfg, span, policy, seed, window_s)
+            jct = round(float(np.mean(res.jct)), 1)
+        else:
+            run = run_strategy(strat, services, gpus, window_s=window_s, seed=seed)
+            try:
+                res = run_training(policy, jobs, cfg, run.gpu_intervals(), seed=seed)
+                jct = round(float(np.mean(res.jct)), 1)
+            except RuntimeError:  # the services keep every GPU: training never finishes
+                jct = None
         out[strat] = {
             "attainment_min": round(run.attainment_min, 6), "dropped": run.dropped,
             "slice_hours": round(run.slice_hours, 4),

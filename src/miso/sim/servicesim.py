@@ -149,7 +149,7 @@ class ServicesRun:
 RATE_SUB_S = 10.0
 
 
-def _window_rates(trace: RequestTrace, window_s: float, n: int) -> np.ndarray:
+def window_rates(trace: RequestTrace, window_s: float, n: int) -> np.ndarray:
     """Per window, the peak rate of its ``RATE_SUB_S`` sub-windows (req/s)."""
     sub = min(RATE_SUB_S, window_s)
     per = max(1, int(round(window_s / sub)))
@@ -231,7 +231,7 @@ def run_miso(services: Sequence[tuple[ServiceSpec, RequestTrace]], gpus: dict[st
                              capacity or catalogue_capacity)
     book = _Book(specs, gm, reconfig_s)
     n = math.ceil(span_s / window_s)
-    rates = {s.name: _window_rates(tr, window_s, n) for s, tr in services}
+    rates = {s.name: window_rates(tr, window_s, n) for s, tr in services}
     log: list[tuple[float, object]] = []
 
     def handle(now: float, ev: object, warm: bool = False) -> None:
@@ -281,7 +281,7 @@ def run_static(services: Sequence[tuple[ServiceSpec, RequestTrace]], gpus: dict[
     log: list[tuple[float, object]] = []
     free = list(gpus)
     for s, tr in services:
-        peak = float(_window_rates(tr, window_s, n).max()) * (1.0 + s.headroom)
+        peak = float(window_rates(tr, window_s, n).max()) * (1.0 + s.headroom)
         if mig:
             planner.register(s)
             want = planner.cheapest(s, peak, max(s.min_replicas, 1), s.max_replicas) or []
@@ -334,7 +334,7 @@ def run_hpa(services: Sequence[tuple[ServiceSpec, RequestTrace]], gpus: dict[str
                 still.append((when, g))
         pending_free = still
         for s, tr in services:
-            rate = float(_window_rates(tr, window_s, n)[max(0, k - 1) if k else 0])
+            rate = float(window_rates(tr, window_s, n)[max(0, k - 1) if k else 0])
             full, cap = _whole_gpu_capacity(s, gm, capacity)
             want = max(s.min_replicas, 1, math.ceil(rate * (1 + s.headroom) / cap))
             want = min(want, s.max_replicas)

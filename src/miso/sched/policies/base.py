@@ -29,6 +29,7 @@ from miso.sched.policies.entitled import Entitled
 from miso.sched.policies.framework import ENTITLEMENT, PREEMPT, Cycle, Filter, PostFilter, Profile
 from miso.sched.policies.ordernote import order_note
 from miso.sched.quotacap import capped_speeds
+from miso.sched.services import ServiceSlicesChanged
 from miso.sched.state import ClusterState
 
 
@@ -295,6 +296,10 @@ class BasePolicy:
     def on_capacity(self, now: float, sc: Scratch) -> None:
         pass
 
+    def on_slices_changed(self, now: float, gpu: str, sc: Scratch) -> None:
+        """Service replicas took or gave back slices of ``gpu`` (:mod:`miso.sched.servicestate`)."""
+        self.on_capacity(now, sc)
+
     def on_speed_changed(self, now: float, ev: JobSpeedChanged, sc: Scratch) -> None:
         pass
 
@@ -344,4 +349,5 @@ _HOOKS: dict[type, Any] = {
     JobSpeedChanged: lambda p, now, ev, sc: p.on_speed_changed(now, ev, sc),
     SpeedObserved: lambda p, now, ev, sc: p.on_speed_observed(now, ev, sc),
     Tick: lambda p, now, ev, sc: p.on_tick(now, ev, sc),
+    ServiceSlicesChanged: lambda p, now, ev, sc: p.on_slices_changed(now, ev.gpu, sc),
 }

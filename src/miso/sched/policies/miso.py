@@ -168,6 +168,11 @@ class Miso(BasePolicy):
         self._order[gpu] = len(self._order)
         self.on_capacity(now, sc)
 
+    def on_slices_changed(self, now: float, gpu: str, sc: Scratch) -> None:
+        """Service replicas took or gave back slices of ``gpu``: re-plan it, place the queue."""
+        self.dirty.add(gpu)
+        self.on_capacity(now, sc)
+
     # -- planning -------------------------------------------------------------------------
     def plannable(self, g: str, sc: Scratch) -> bool:
         """True when ``g`` can be re-planned now; a busy GPU is marked dirty (re-planned once
@@ -191,7 +196,7 @@ class Miso(BasePolicy):
         if not jobs:
             return
         full = Placement(0, gs.geom.model.full_profile().name)
-        if len(jobs) == 1:
+        if len(jobs) == 1 and gs.base is None:  # (beside service replicas: the optimizer)
             # Alone: the full GPU is optimal whatever the speeds; no profiling needed.
             full = capped_alone(st, g, jobs[0], full)  # (or what its owner's quota allows)
             if gs.layout != (full,) or gs.assignment.get(jobs[0]) != full:

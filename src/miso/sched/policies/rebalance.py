@@ -119,6 +119,8 @@ class Rebalancing:
         if sc.queue(1):
             return
         for target in self.donors.idle(sc):
+            if st.gpus[target].base is not None:
+                continue  # service replicas hold slices of it: not a whole idle GPU
             got = self.donors.pop(sc)
             if got is None:
                 return
