@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from miso.sched.decisions import Decision
+from miso.sched.decisions import Decision, RepartitionDeclined
 from miso.sched.events import (
     Event,
     JobFailed,
@@ -114,7 +114,8 @@ class DriverStep:
                 if self.on_contract_error is not None:
                     self.on_contract_error(now, d, e)
                 continue
-            self.decisions += 1
+            if not isinstance(d, RepartitionDeclined):  # a record: it decides nothing
+                self.decisions += 1
             if obs is not None:
                 obs.on_decision(now, d, st)
             if self.record is not None:
