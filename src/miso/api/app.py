@@ -83,7 +83,8 @@ class ControllerLike(Protocol):
                owner: str | None = None, unix_user: str | None = None,
                request_id: str | None = None, owner_name: str | None = None,
                priority: int = 0, host_memory_gb: float | None = None,
-               num_gpus: int = 1, nodes: int | None = None) -> str: ...
+               num_gpus: int = 1, nodes: int | None = None, profile: str | None = None,
+               after: list[str] | None = None) -> str: ...
 
     def cancel(self, job: str) -> dict[str, Any]: ...
 
@@ -294,6 +295,8 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
             retry["time_limit_s"] = body.time_limit_s
         if body.num_gpus != 1 or body.nodes is not None:  # a gang
             retry.update(num_gpus=body.num_gpus, nodes=body.nodes)
+        if body.profile is not None or body.after:  # --profile, --after
+            retry.update(profile=body.profile, after=list(body.after))
         try:
             jid = controller.submit(list(body.command), name=body.name,
                                     memory_gb=body.memory_gb, workload=body.workload,

@@ -175,6 +175,13 @@ def submit(
     nodes: Annotated[int | None, typer.Option(
         "--nodes", help="Spread the --gpus over exactly this many nodes, equal counts each.  "
         "[default: as few nodes as fit]")] = None,
+    profile: Annotated[str | None, typer.Option(
+        "--profile", help="Run the job on this MIG profile only (e.g. 3g.20gb, as "
+        "Kubernetes' nvidia.com/mig-3g.20gb): the policy never gives it another slice.  "
+        "[default: the policy chooses]")] = None,
+    after: Annotated[list[str] | None, typer.Option(
+        "--after", help="Start only once this job (id or name) has ended, whatever its end "
+        "(Slurm's --dependency=afterany; repeatable).")] = None,
     url: Url = None,
     token: Token = None,
     token_file: TokenFile = None,
@@ -213,7 +220,9 @@ def submit(
                                **({"host_memory_gb": host_memory_gb}
                                   if host_memory_gb is not None else {}),
                                **({"num_gpus": gpus, "nodes": nodes}
-                                  if gpus != 1 or nodes is not None else {}))
+                                  if gpus != 1 or nodes is not None else {}),
+                               **({"profile": profile} if profile else {}),
+                               **({"after": list(after)} if after else {}))
                 break
             except ApiError as e:  # retried only when the answer may have been lost
                 if e.status not in (0, 502, 503, 504) or time.time() > deadline:

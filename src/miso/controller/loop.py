@@ -375,6 +375,7 @@ class EventLoop:
                 rt.call(run.node, "kill", run.job, run.attempt)
         if self._gangs is not None:
             self._gangs.end(job, finished=False)  # every rank of a gang
+        self.step.dependencies.forget(job)  # held for --after: never delivered now
         js = self.state.jobs.get(job)
         if js is not None and js.status not in (JobStatus.FINISHED, JobStatus.FAILED):
             self._handle(JobFailed(job, "cancelled"))
@@ -478,6 +479,9 @@ class EventLoop:
             queued = set(self.state.queue)
             self._declined = {j: v for j, v in self._declined.items() if j in queued}
             snap["declined"] = dict(self._declined)
+        held = self.step.dependencies.waiting()
+        if held:  # held until the jobs named by --after ended
+            snap["after"] = {j: list(deps) for j, deps in held.items()}
         ten = self.state.tenancy
         if ten is not None:
             snap["held"] = dict(ten.waiting)      # queued job -> why (over a quota)

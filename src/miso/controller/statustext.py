@@ -108,6 +108,10 @@ def why(j: dict[str, Any], snap: dict[str, Any],
     held = (snap.get("held") or {}).get(j["id"])
     if held:
         return f"waiting: {held}"
+    after = (snap.get("after") or {}).get(j["id"])
+    if after:
+        return (f"waiting for job{'s' if len(after) != 1 else ''} {', '.join(after)} to end "
+                "(--after)")
     fair = (snap.get("fair_wait") or {}).get(j["id"])
     if fair:
         return fair_wait_reason(fair, admin=admin)
