@@ -41,3 +41,10 @@ def test_decision_hash_unchanged(run: str, entry: str) -> None:
 def test_every_entry_is_guarded() -> None:
     assert all(set(WANT[r]) == set(GUARD.ENTRIES) for r in WANT)
     assert set(WANT) == {r.name for r in GUARD.runs()}
+
+
+def test_declined_records_unchanged() -> None:
+    """miso+'s declined-repartition records (not decisions: left out of the hashes above)
+    are guarded on their own (re-record with ``--declined`` when their words change)."""
+    want = json.loads(GUARD.DECLINED.read_text())
+    assert GUARD.declined_hashes() == want

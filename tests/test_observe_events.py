@@ -37,7 +37,7 @@ def test_simulate_events__every_decision_logged_per_policy_with_reasons(sim_log:
     assert [r["seq"] for r in recs] == list(range(1, len(recs) + 1))
     for r in recs:
         assert r["kind"] in ("PlaceJob", "StartProfiling", "ApplyLayout", "RequeueJob",
-                             "WakeUp", "RunMps")
+                             "WakeUp", "RunMps", "RepartitionDeclined")
         assert r["trigger"] and r["note"]
     # every job of each run was placed exactly once or more, never lost from the log
     for pol in ("miso", "miso+"):

@@ -4,6 +4,11 @@ leave every hash unchanged; ``tests/test_decision_hash.py`` compares against the
 checked in at ``benchmarks/sim/results/decision_hash.json``.
 
     python benchmarks/sim/decision_hash.py [--json FILE] [--policy P,...] [--run NAME,...]
+        [--declined FILE]
+
+miso+'s :class:`~miso.sched.decisions.RepartitionDeclined` records (issue 33) decide nothing:
+they are left out of these hashes (recorded before they existed) and hashed on their own
+(``--declined``, ``results/declined_hash.json``).
 
 Runs (each exercises a different part of the policies):
 
@@ -30,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from miso.sched.decisions import Decision
+from miso.sched.decisions import Decision, RepartitionDeclined
 from miso.sched.tenancyconfig import HIGH, TenancyConfig
 from miso.sim.run import ALL_POLICIES, run_policy
 from miso.sim.traces import TraceJob, assign_tenants, poisson_jobs
@@ -99,7 +104,24 @@ def decision_log(run: Run, entry: str) -> list[tuple[float, Decision]]:
     policy, kw = VARIANTS.get(entry, (entry, {}))
     r = run_policy(policy, run.jobs, run.cfg, run.seed, record=True, tenancy=run.tenancy,
                    **kw)
-    return [(t, d) for t, d in r.log if isinstance(d, Decision)]
+    # RepartitionDeclined is a record, not an action (miso.sched.policies.declined): left
+    # out, so the hashes recorded before it existed still prove every decision unchanged.
+    return [(t, d) for t, d in r.log
+            if isinstance(d, Decision) and not isinstance(d, RepartitionDeclined)]
+
+
+#: The declined-repartition records' own guard: miso+'s records on the three runs, hashed.
+DECLINED = Path(__file__).parent / "results" / "declined_hash.json"
+
+
+def declined_hashes() -> dict[str, str]:
+    """Per run, the hash of miso+'s :class:`RepartitionDeclined` records (the gain and
+    restart price of each repartition it gave up, with their words)."""
+    out = {}
+    for run in runs():
+        r = run_policy("miso+", run.jobs, run.cfg, run.seed, record=True, tenancy=run.tenancy)
+        out[run.name] = digest([(t, d) for t, d in r.log if isinstance(d, RepartitionDeclined)])
+    return out
 
 
 def digest(log: list[tuple[float, Decision]]) -> str:
@@ -141,12 +163,16 @@ def main() -> None:
     ap.add_argument("--json", default=None, help="write the hashes here")
     ap.add_argument("--policy", default=",".join(ENTRIES))
     ap.add_argument("--run", default=None)
+    ap.add_argument("--declined", default=None,
+                    help="write the hashes of miso+'s declined-repartition records here")
     ap.add_argument("--check", action="store_true", help=f"compare with {RESULTS}")
     a = ap.parse_args()
     names = tuple(a.run.split(",")) if a.run else None
     got = hashes(tuple(a.policy.split(",")), names, verbose=True)
     if a.json:
         Path(a.json).write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
+    if a.declined:
+        Path(a.declined).write_text(json.dumps(declined_hashes(), indent=1) + "\n")
     if a.check:
         want = json.loads(RESULTS.read_text())
         bad = [(r, p) for r, ps in got.items() for p, h in ps.items() if want[r][p] != h]

@@ -53,8 +53,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
-import time
 from collections.abc import Iterable
 from typing import Annotated, Any, Protocol
 
@@ -65,6 +63,7 @@ from starlette.exceptions import HTTPException
 
 from miso.api.limits import BodySizeLimit
 from miso.api.models import QuotaRequest, SubmitRequest, UserRequest
+from miso.api.statusview import ClusterSnapshot, gpu_view, status_summary
 from miso.api.users import User, UserError, UserStore
 from miso.api.wire import API, MAX_BODY_BYTES
 from miso.controller.owners import owner_view
@@ -83,7 +82,8 @@ class ControllerLike(Protocol):
                owner: str | None = None, unix_user: str | None = None,
                request_id: str | None = None, owner_name: str | None = None,
                priority: int = 0, host_memory_gb: float | None = None,
-               num_gpus: int = 1, nodes: int | None = None) -> str: ...
+               num_gpus: int = 1, nodes: int | None = None, profile: str | None = None,
+               after: list[str] | None = None) -> str: ...
 
     def cancel(self, job: str) -> dict[str, Any]: ...
 
@@ -131,57 +131,6 @@ AdminDep = Annotated[User, Depends(require_admin)]
 # ---- views ----------------------------------------------------------------------------------
 
 
-class _Snapshot:
-    """The controller's cluster snapshot and the job counts of everyone, re-read at most
-    every ``ttl`` seconds (a cluster view; each user's own jobs are always read fresh)."""
-
-    def __init__(self, ctl: ControllerLike, ttl: float) -> None:
-        self.ctl, self.ttl = ctl, ttl
-        self._lock = threading.Lock()
-        self._at = 0.0
-        self._snap: dict[str, Any] = {}
-
-    def get(self) -> dict[str, Any]:
-        with self._lock:
-            if time.monotonic() - self._at > self.ttl:
-                snap = self.ctl.cluster()
-                snap["counts"] = self.ctl.store.counts()
-                self._snap, self._at = snap, time.monotonic()
-            return self._snap
-
-
-def status_summary(snap: dict[str, Any], user: Any, mine: dict[str, int],
-                   api_url: str | None) -> dict[str, Any]:
-    """What ``miso status`` shows first, at any size: job counts by state (the user's, and
-    everyone's from the snapshot, counted in SQL), GPUs by phase, nodes, queue length; no job
-    or GPU list."""
-    phases: dict[str, int] = {}
-    for g in snap.get("gpus", []):
-        phases[str(g.get("phase"))] = phases.get(str(g.get("phase")), 0) + 1
-    out: dict[str, Any] = {
-        "api_url": api_url, "user": user.name, "admin": user.admin, "summary": True,
-        "time": snap.get("time"), "policy": snap.get("policy"),
-        "nodes": len(snap.get("nodes", [])), "lost_nodes": snap.get("lost_nodes", []),
-        "gpus": len(snap.get("gpus", [])), "gpu_phases": phases,
-        "queue": len(snap.get("queue", [])),
-        "counts": {"mine": mine, "all": snap.get("counts", {})}}
-    if user.admin:
-        out["errors"] = snap.get("errors", [])
-    return out
-
-
-def gpu_view(gpu: dict[str, Any], mine: set[str] | None) -> dict[str, Any]:
-    """One GPU of the snapshot as a user sees it: own jobs by id, the others as a count
-    (``mine`` None: everything, for admins)."""
-    if mine is None:
-        return {**gpu, "other_jobs": 0}
-    jobs = [j for j in gpu.get("jobs", []) if j in mine]
-    return {**gpu, "jobs": jobs,
-            "assignment": {j: p for j, p in gpu.get("assignment", {}).items() if j in mine},
-            "mps_shares": {j: s for j, s in gpu.get("mps_shares", {}).items() if j in mine},
-            "other_jobs": len(gpu.get("jobs", [])) - len(jobs)}
-
-
 class Json(JSONResponse):
     """A JSON answer of plain data, serialised directly (FastAPI's generic encoder costs
     milliseconds for a page of job records)."""
@@ -218,7 +167,7 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
     app.state.api_url = api_url
     app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes)
     store = controller.store
-    snapshot = _Snapshot(controller, snapshot_ttl)
+    snapshot = ClusterSnapshot(controller, snapshot_ttl)
 
     @app.exception_handler(HTTPException)
     async def _http_error(_: Request, exc: HTTPException) -> JSONResponse:
@@ -294,6 +243,8 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
             retry["time_limit_s"] = body.time_limit_s
         if body.num_gpus != 1 or body.nodes is not None:  # a gang
             retry.update(num_gpus=body.num_gpus, nodes=body.nodes)
+        if body.profile is not None or body.after:  # --profile, --after
+            retry.update(profile=body.profile, after=list(body.after))
         try:
             jid = controller.submit(list(body.command), name=body.name,
                                     memory_gb=body.memory_gb, workload=body.workload,

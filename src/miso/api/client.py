@@ -66,8 +66,13 @@ class Client:
                request_id: str | None = None, priority: str | int | None = None,
                host_memory_gb: float | None = None,
                time_limit_s: float | None = None,
-               num_gpus: int | None = None, nodes: int | None = None) -> str:
+               num_gpus: int | None = None, nodes: int | None = None,
+               profile: str | None = None, after: list[str] | None = None) -> str:
         body: dict[str, Any] = {"command": command, "env": env or {}}
+        if profile is not None:
+            body["profile"] = profile
+        if after:
+            body["after"] = list(after)
         if num_gpus is not None and num_gpus != 1:
             body["num_gpus"] = num_gpus
         if nodes is not None:

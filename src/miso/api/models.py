@@ -48,6 +48,12 @@ class SubmitRequest(_Body):
     num_gpus: int = Field(default=1, ge=1, le=65536)
     #: Nodes a gang is spread over, equal counts each (None: as few as fit).
     nodes: int | None = Field(default=None, ge=1, le=65536)
+    #: The MIG profile the job runs on, only (``miso submit --profile 3g.20gb``).
+    profile: str | None = Field(default=None, pattern=r"^[0-9]+g\.[0-9]+gb(\+[a-z]+)?$",
+                                max_length=32)
+    #: Jobs (ids or names) that must end before this one may start (``--after``).
+    after: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(
+        default_factory=list, max_length=64)
 
     @field_validator("priority")
     @classmethod

@@ -6,11 +6,16 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from miso.cli import checks
+from miso.cli.simfairness import add_fairness as _add_fairness
+from miso.cli.simfairness import print_fairness as _print_fairness
+from miso.cli.simfairness import print_owners as _print_owners
+from miso.cli.simfairness import tenancy_setup as _tenancy
+from miso.cli.simservices import run_services as _services
 from miso.cli.text import fail, make_console
 
 SWEEP_IAT = (20.0, 30.0, 45.0, 60.0, 90.0, 120.0)
@@ -341,60 +346,6 @@ def simulate(
     _write(json_out, out)
 
 
-def _tenancy(tjobs: list, tenants: int | None, skew: float | None, fair_share: bool,
-             half_life: float, priority_frac: float, preempt: bool, min_run_s: float,
-             seed: int, reclaim: bool = True, demand_per_job: float = 0.5
-             ) -> tuple[list, object]:
-    """The jobs with owners and priorities, and the tenancy config (None when the run has
-    neither owners nor priorities nor fair share: the plain FIFO queue)."""
-    from miso.sched.tenancyconfig import TenancyConfig
-    from miso.sim.traces import assign_tenants, mark_priority
-
-    if tenants is not None:
-        tjobs = assign_tenants(tjobs, tenants, 1.0 / tenants if skew is None else skew,
-                               seed=seed)
-    if priority_frac > 0:
-        tjobs = mark_priority(tjobs, priority_frac, seed=seed)
-    if not (fair_share or preempt or any(j.owner or j.priority for j in tjobs)):
-        return tjobs, None
-    return tjobs, TenancyConfig(fair_share=fair_share, half_life_s=half_life, preempt=preempt,
-                                min_run_s=min_run_s, reclaim=reclaim,
-                                demand_per_job=demand_per_job)
-
-
-def _add_fairness(summary: dict, raw: dict, pols: list[str], tjobs: list, cfg: object,
-                  seed: int, tenancy: object) -> None:
-    """``summary[p]["fairness"]`` for every policy (the reference runs: fair share off, each
-    owner alone on its share; see :mod:`miso.sim.fairness`)."""
-    from miso.sched.tenancyconfig import TenancyConfig
-    from miso.sim.fairness import fairness_of
-    from miso.sim.run import run_policy
-
-    ten = tenancy if isinstance(tenancy, TenancyConfig) else TenancyConfig(fair_share=False)
-    for p in pols:
-        summary[p]["fairness"] = fairness_of(p, raw[p], tjobs, cfg, seed, ten, run_policy)
-
-
-def _print_fairness(summary: dict) -> None:
-    from rich.table import Table
-
-    t = Table("policy", "owner", "sharing incentive", "entitled GPUs", "avg JCT s",
-              "alone avg JCT s")
-    for p, s in summary.items():
-        f = s["fairness"]
-        for o, si in f["sharing_incentive"].items():
-            t.add_row(p, o, f"{si:.2f}", str(f["entitled_gpus"][o]),
-                      f"{f['owners_avg_jct_s'][o]:.0f}", f"{f['owners_alone_avg_jct_s'][o]:.0f}")
-    c = make_console()
-    c.print(t)
-    for p, s in summary.items():
-        f = s["fairness"]
-        c.print(f"{p}: price of fairness {f['price']:+.1%} (avg JCT {f['avg_jct_s']:.0f} s vs "
-                f"{f['off_avg_jct_s']:.0f} s with fair share off); finish-time fairness rho "
-                f"max {f['rho_max']:.2f}, p95 {f['rho_p95']:.2f}; reclaims {f['reclaims']}, "
-                f"restarts {f['restarts']} (off: {f['off_restarts']})")
-
-
 def _event_log(path: Path | None, logs: list):  # noqa: ANN202 - None or a factory
     """Observer factory writing every policy's decisions to ``path`` (a fresh file); the logs
     it opens go to ``logs`` (close them after the runs)."""
@@ -415,24 +366,6 @@ def _event_log(path: Path | None, logs: list):  # noqa: ANN202 - None or a facto
         return Observer(None, logs[-1], estimates=policy_estimates(policy))
 
     return make
-
-
-def _services(path: Path, model: str, gpus: int, tjobs: list, cfg: object, seed: int,
-              policy: str) -> dict:
-    from miso.sim.cotrain import services_report
-    from miso.sim.servicefile import load_services
-
-    try:
-        svcs, window = load_services(path)
-    except (OSError, ValueError, TypeError) as e:
-        fail(f"--services: {e}")
-    rep = services_report(svcs, model, gpus, tjobs, cfg, seed, window, policy)
-    for strat, r in rep.items():
-        jct = r["training_avg_jct_s"]
-        print(f"services {strat:11s} attainment_min {r['attainment_min']:.4f}  dropped "
-              f"{r['dropped']}  slice_hours {r['slice_hours']:.3f}  training_avg_jct_s "
-              f"{'never (no GPU left)' if jct is None else f'{jct:.0f}'}")
-    return rep
 
 
 def _to_stdout(path: Path | None) -> bool:
@@ -459,29 +392,6 @@ def _print_table(summary: dict[str, dict[str, float]]) -> None:
                   f"{s['gpu_utilisation']:.2f}", f"{s['wall_s']:.2f}")
     make_console().print(t)
     _print_owners(summary)
-
-
-def _print_owners(summary: dict[str, dict[str, Any]]) -> None:
-    """Per-owner results of a run with owners (``--tenants``, a trace's users): jobs, average
-    JCT, mean slowdown and share of the GPU time, per policy; Jain's index over the owners'
-    slowdowns."""
-    from rich.table import Table
-
-    rows = [(p, o, v) for p, s in summary.items()
-            for o, v in (s.get("owners") or {}).items()]
-    if not rows:
-        return
-    t = Table("policy", "owner", "jobs", "avg JCT s", "mean slowdown", "GPU share",
-              title="Per owner")
-    for p, o, v in rows:
-        t.add_row(p, str(o), str(v["jobs"]), f"{v['avg_jct_s']:.0f}",
-                  f"{v['mean_slowdown']:.2f}", f"{100 * v['gpu_share']:.0f}%")
-    con = make_console()
-    con.print(t)
-    for p, s in summary.items():
-        if "jain_slowdown" in s:
-            con.print(f"{p}: Jain's fairness index over the owners' mean slowdowns "
-                      f"{s['jain_slowdown']:.3f} (1 = equal)")
 
 
 def _print_sweep(data: dict[str, dict[str, dict[str, float]]]) -> None:

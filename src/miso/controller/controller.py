@@ -37,6 +37,7 @@ from miso.controller.owners import owner_table
 from miso.controller.poller import AgentPoller
 from miso.controller.quotas import Quota, QuotaStore, check_priority, tenancy_config
 from miso.controller.recovery import recover
+from miso.controller.requests import dependency_ids, pinned_memory
 from miso.controller.runtime import (
     ControllerConfig,
     QuotaExceeded,
@@ -196,7 +197,8 @@ class Controller:
                request_id: str | None = None, owner_name: str | None = None,
                priority: int = 0, host_memory_gb: float | None = None,
                time_limit_s: float | None = None, num_gpus: int = 1,
-               nodes: int | None = None) -> str:
+               nodes: int | None = None, profile: str | None = None,
+               after: list[str] | None = None) -> str:
         """Queue a job; returns its id. Raises :class:`SubmitError` on bad input.
 
         ``memory_gb`` is the job's peak GPU memory in GB (10^9 bytes). ``env`` is added to the
@@ -210,7 +212,10 @@ class Controller:
         check. ``time_limit_s``: the most it may run (``--time``; default and maximum: its
         owner's ``max_time``); past it it is checkpointed and ended. ``num_gpus`` > 1 makes
         it a gang on that many whole GPUs (``nodes``: spread over that many nodes, equal
-        counts; :mod:`miso.controller.gangs`).
+        counts; :mod:`miso.controller.gangs`). ``profile`` pins it to one MIG profile (a GPU
+        model of the cluster must have it; the job's memory is that slice's);
+        ``after``: jobs (ids or names, the submitter's) that must end first
+        (:mod:`miso.controller.requests`).
         """
         command = [str(c) for c in command]
         if not command:
@@ -262,6 +267,9 @@ class Controller:
             limit = self.time_limits.limit_for(owner or "", time_limit_s)
         except ValueError as e:
             raise SubmitError(str(e)) from None
+        if profile is not None:
+            gib, memory_gb = pinned_memory(profile, gib, self._geometries())
+        after = dependency_ids(self.store, after or [], owner)
         biggest, where = self._largest_slice()
         if gib > biggest + 1e-9:
             raise SubmitError(f"job needs {memory_gb:g} GB ({gib:.2f} GiB), more than the "
@@ -273,7 +281,8 @@ class Controller:
                                     at=self.now(), owner=owner, unix_user=unix_user,
                                     request_id=request_id, owner_name=owner_name,
                                     host_memory_gb=host_memory_gb,
-                                    num_gpus=num_gpus, nodes=nodes)
+                                    num_gpus=num_gpus, nodes=nodes, profile=profile,
+                                    after=after)
         except StoreConflict as e:
             raise SubmitConflict(str(e)) from None
         except StoreError as e:
@@ -428,6 +437,12 @@ class Controller:
 
     # ---- helpers ------------------------------------------------------------------------
 
+    def _geometries(self) -> list[Any]:
+        """The cluster's GPU geometries (every known model's while no GPU has joined)."""
+        with self.rt.lock:
+            geoms = list({g.geom for g in self.rt.gpus.values()})
+        return geoms or [geometry(m) for m in GPU_MODELS]
+
     def _largest_slice(self) -> tuple[float, str]:
         with self.rt.lock:
             geoms = list({g.geom for g in self.rt.gpus.values()})  # a few models, not 1,000
@@ -441,7 +456,8 @@ def _spec(rec: JobRecord, priority: int = 0) -> JobSpec:
     gib = rec.memory_gib if rec.memory_gib is not None else rec.memory_gb * GIB_PER_GB
     return JobSpec(rec.id, rec.name, gib, rec.workload,
                    checkpointable=rec.checkpointable is not False, owner=rec.owner or "",
-                   priority=priority, num_gpus=rec.num_gpus or 1, nodes=rec.nodes)
+                   priority=priority, num_gpus=rec.num_gpus or 1, nodes=rec.nodes,
+                   profile=rec.profile, after=tuple(rec.after or ()))
 
 
 def _check_program_of_account(program: str, env: dict[str, str], unix_user: str | None) -> None:

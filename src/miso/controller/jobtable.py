@@ -61,7 +61,8 @@ class JobTable:
                unix_user: str | None = None, request_id: str | None = None,
                owner_name: str | None = None,
                host_memory_gb: float | None = None, num_gpus: int = 1,
-               nodes: int | None = None) -> JobRecord:
+               nodes: int | None = None, profile: str | None = None,
+               after: list[str] | None = None) -> JobRecord:
         """Add a queued job. Names are unique among an owner's active and finished jobs; a
         failed or cancelled job's name is free again (its records stay, by id; the name then
         means the newest job).
@@ -115,6 +116,10 @@ class JobTable:
                     if num_gpus != 1 or nodes is not None:  # a gang (GANG_COLUMNS)
                         self.s.conn.execute("UPDATE jobs SET num_gpus=?, nodes=? WHERE id=?",
                                             (int(num_gpus), nodes, jid))
+                    if profile is not None or after:  # REQUEST_COLUMNS
+                        self.s.conn.execute(
+                            "UPDATE jobs SET mig_profile=?, after_jobs=? WHERE id=?",
+                            (profile, json.dumps(list(after)) if after else None, jid))
                     self.s.set_meta("next_job", str(n + 1))
                     self.s.conn.execute("COMMIT")
                 except BaseException:
@@ -138,6 +143,12 @@ class JobTable:
         if d.get("checkpointable") is not None:
             d["checkpointable"] = bool(d["checkpointable"])
         d["note"] = d.get("note") or ""
+        d["profile"] = d.pop("mig_profile", None)
+        after = json.loads(d.pop("after_jobs", None) or "null")
+        if after is not None and not (isinstance(after, list)
+                                      and all(isinstance(a, str) for a in after)):
+            raise ValueError("after must be a list of job ids")
+        d["after"] = after
         return JobRecord(**d)
 
     def _rows(self, rows: list[sqlite3.Row]) -> list[JobRecord]:

@@ -49,7 +49,7 @@ from miso.sched import (
     Tick,
     WakeUp,
 )
-from miso.sched.decisions import StartGang, StopGang
+from miso.sched.decisions import RepartitionDeclined, StartGang, StopGang
 from miso.sched.driver import DriverStep
 from miso.sched.fairwait import fair_waits
 from miso.sched.progress import full_gpu_work, slice_speed
@@ -97,6 +97,8 @@ class EventLoop:
                                record=self._record, observer=rt.observer,
                                on_contract_error=self._contract_error)
         self._snapshot: dict[str, Any] = {"gpus": [], "queue": []}
+        #: queued job -> the policy's last declined share for it (RepartitionDeclined)
+        self._declined: dict[str, dict[str, Any]] = {}
         #: called with the tenancy ledger whenever an owner's charge changed (the controller
         #: keeps it in the store: :mod:`miso.controller.usagestore`)
         self.on_ledger: Callable[[list[UsageRecord]], None] | None = None
@@ -357,6 +359,8 @@ class EventLoop:
                     rt.store.update(j, state=JobStatus.QUEUED, gpu=None, placement=None)
             case WakeUp(at=at, tag=tag):
                 rt.clock.at(at, ("tick", tag))
+            case RepartitionDeclined(job=j) if j:
+                self._declined[j] = declined_json(d)
             case StartGang() | StopGang():
                 if self._gangs is not None:
                     self._gangs.submit(d)
@@ -374,6 +378,7 @@ class EventLoop:
                 rt.call(run.node, "kill", run.job, run.attempt)
         if self._gangs is not None:
             self._gangs.end(job, finished=False)  # every rank of a gang
+        self.step.dependencies.forget(job)  # held for --after: never delivered now
         js = self.state.jobs.get(job)
         if js is not None and js.status not in (JobStatus.FINISHED, JobStatus.FAILED):
             self._handle(JobFailed(job, "cancelled"))
@@ -503,6 +508,13 @@ class EventLoop:
             self._gpu_views = {g["id"]: self._gpu_views[g["id"]] for g in gpus}
         self._snap_at, self._snap_stale = time.monotonic(), False
         snap: dict[str, Any] = {"gpus": gpus, "queue": list(self.state.queue)}
+        if self._declined:  # only while the job still waits in the queue
+            queued = set(self.state.queue)
+            self._declined = {j: v for j, v in self._declined.items() if j in queued}
+            snap["declined"] = dict(self._declined)
+        held = self.step.dependencies.waiting()
+        if held:  # held until the jobs named by --after ended
+            snap["after"] = {j: list(deps) for j, deps in held.items()}
         ten = self.state.tenancy
         if ten is not None:
             snap["held"] = dict(ten.waiting)      # queued job -> why (over a quota)
@@ -520,6 +532,14 @@ class EventLoop:
                               for o, r in ten.report(self.state.now).items()}
         with self.rt.lock:
             self._snapshot = snap
+
+
+def declined_json(d: RepartitionDeclined) -> dict[str, Any]:
+    """What ``status`` says of a job that waits for a whole GPU rather than share one: the
+    GPU, the seconds sharing would save before its restarts and what they cost, and how many
+    running jobs they stop (no job ids: a reader may not see others' jobs)."""
+    return {"gpu": d.gpu, "gain_s": round(d.gain, 1), "price_s": round(d.price, 1),
+            "restarts": len(d.restarts)}
 
 
 def _fair_wait_json(state: ClusterState) -> dict[str, dict[str, Any]]:

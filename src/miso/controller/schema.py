@@ -121,6 +121,9 @@ V2_COLUMNS = (("request_id", "TEXT"), ("memory_gib", "REAL"), ("checkpointable",
                ("note", "TEXT NOT NULL DEFAULT ''"), ("host_memory_gb", "REAL"))
 #: Columns of jobs on several GPUs (gangs), added in place (nullable: NULL is one GPU, any node).
 GANG_COLUMNS = (("num_gpus", "INTEGER"), ("nodes", "INTEGER"))
+#: A job pinned to one MIG profile (``--profile``) and the jobs it waits for (``--after``, a
+#: JSON list), added in place (nullable: NULL is any profile, no dependency).
+REQUEST_COLUMNS = (("mig_profile", "TEXT"), ("after_jobs", "TEXT"))
 
 #: A job that ended in one of these states gives its name back (a re-run after a fix).
 NAME_FREED = (JobStatus.FAILED.value, JobStatus.CANCELLED.value, JobStatus.OVER_LIMIT.value)
@@ -174,6 +177,10 @@ class JobRecord:
     num_gpus: int | None = None
     #: nodes a gang is spread over, equal counts each (None: as few as fit)
     nodes: int | None = None
+    #: the MIG profile the job is pinned to (None: the policy chooses)
+    profile: str | None = None
+    #: jobs (ids) that must end before it may start (None: none)
+    after: list[str] | None = None
 
     @property
     def terminal(self) -> bool:

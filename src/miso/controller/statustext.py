@@ -108,6 +108,10 @@ def why(j: dict[str, Any], snap: dict[str, Any],
     held = (snap.get("held") or {}).get(j["id"])
     if held:
         return f"waiting: {held}"
+    after = (snap.get("after") or {}).get(j["id"])
+    if after:
+        return (f"waiting for job{'s' if len(after) != 1 else ''} {', '.join(after)} to end "
+                "(--after)")
     fair = (snap.get("fair_wait") or {}).get(j["id"])
     if fair:
         return fair_wait_reason(fair, admin=admin)
@@ -126,6 +130,9 @@ def why(j: dict[str, Any], snap: dict[str, Any],
             return (f"{where}: {who} cannot checkpoint and keeps its slice until it "
                     "ends; no layout adds this job beside it")
         return f"{where}: placed there, its new layout is not applied yet"
+    declined = (snap.get("declined") or {}).get(j["id"])
+    if declined:
+        return declined_wait(declined)
     gpus = snap["gpus"]
     if len(gpus) <= BUSY_LISTED:
         busy = ", ".join(f"{g['id']} {g['phase']} {len(g['jobs'])} job"
@@ -139,6 +146,20 @@ def why(j: dict[str, Any], snap: dict[str, Any],
     pinned = pinned_holders(j, snap, cannot_checkpoint, owner_of, admin=admin)
     return (f"waiting for a slice with {j.get('memory_gib') or 0:.1f} GiB; the policy has not "
             f"placed it ({busy})" + (f": {pinned}" if pinned else ""))
+
+
+def declined_wait(d: dict[str, Any]) -> str:
+    """Why a queued job waits for a whole GPU rather than share one (the policy's
+    :class:`~miso.sched.decisions.RepartitionDeclined` for it, as the loop keeps it)."""
+    n = int(d.get("restarts") or 0)
+    gain, price = float(d.get("gain_s") or 0.0), float(d.get("price_s") or 0.0)
+    if gain > 0 and n:
+        because = (f"sharing it would end the jobs {gain:.0f} s sooner in total, but "
+                   f"restarting its {n} running job{'s' if n != 1 else ''} costs "
+                   f"{price:.0f} s")
+    else:
+        because = "sharing it would not end the jobs sooner, even without restarts"
+    return f"waiting for a whole GPU rather than share {d.get('gpu')}: {because}"
 
 
 def pinned_holders(j: dict[str, Any], snap: dict[str, Any],

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from miso.controller.schema import (
     GANG_COLUMNS,
+    REQUEST_COLUMNS,
     SCHEMA,
     SCHEMA_VERSION,
     V2_COLUMNS,
@@ -52,7 +53,7 @@ class StoreDb:
                         self.conn.execute(f"ALTER TABLE jobs ADD COLUMN {col} TEXT")
                 if "host_memory_gb" not in cols:  # issue 26: a job's host-memory bound
                     self.conn.execute("ALTER TABLE jobs ADD COLUMN host_memory_gb REAL")
-                for col, decl in GANG_COLUMNS:
+                for col, decl in (*GANG_COLUMNS, *REQUEST_COLUMNS):
                     if col not in cols:
                         self.conn.execute(f"ALTER TABLE jobs ADD COLUMN {col} {decl}")
                 self.conn.execute("CREATE INDEX IF NOT EXISTS jobs_owner ON jobs(owner, seq)")

@@ -39,7 +39,13 @@ from miso.sched import (
     Tick,
     WakeUp,
 )
-from miso.sched.decisions import HoldGpu, ReleaseGpu, StartGang, StopGang
+from miso.sched.decisions import (
+    HoldGpu,
+    ReleaseGpu,
+    RepartitionDeclined,
+    StartGang,
+    StopGang,
+)
 from miso.sched.events import profiling_run_order
 
 Speeds = Mapping[str, Mapping[str, float]]
@@ -172,6 +178,12 @@ def explain(now: float, d: Decision, state: ClusterState, ctx: Context) -> dict[
             rec.update(gpu=d.gpu, note=f"{d.gpu} " + ("held for a gang's reservation"
                                                       if isinstance(d, HoldGpu)
                                                       else "back to the policy"))
+        case RepartitionDeclined():
+            # a record, not an action: the repartition given up, its gain and restart price
+            rec.update(gpu=d.gpu, jobs=list(d.restarts), would_restart=list(d.restarts),
+                       gain=_fmt(d.gain), restart_price=_fmt(d.price))
+            if d.job:
+                rec["job"] = d.job
         case WakeUp():
             rec.update(at=round(d.at, 3), tag=d.tag,
                        note=f"{timer_words(d.tag)} at t={d.at:.1f}s")
@@ -371,6 +383,12 @@ def _describe(rec: Mapping[str, Any]) -> str:
             if gain is not None:
                 s += f", expected gain {gain:+.3f}"
             lines.append(s)
+    if kind == "RepartitionDeclined" and isinstance(rec.get("gain"), (int, float)):
+        unit = " s of completion time" if rec.get("unit") == "s" else \
+            " (total speed over the plan's horizon)"
+        lines.append(f"    gain {rec['gain']:.3f} vs restart price "
+                     f"{rec.get('restart_price') or 0.0:.3f}{unit}; would restart: "
+                     f"{', '.join(map(str, rec.get('would_restart') or [])) or 'none'}")
     if rec.get("restarts"):
         lines.append(f"    restarts: {', '.join(map(str, rec['restarts']))}")
     if rec.get("note"):
@@ -394,6 +412,9 @@ def _headline(rec: Mapping[str, Any]) -> str:
         return f"requeue job {rec.get('job')}"
     if kind == "WakeUp":
         return timer_words(rec.get("tag"))
+    if kind == "RepartitionDeclined":
+        return (f"job {rec['job']} waits for a whole GPU" if rec.get("job") else
+                "layout kept: repartition declined")
     if kind == "GpuLost":
         return "GPU lost (its node stopped answering or its agent restarted)"
     if kind == "GpuJoined":

@@ -104,6 +104,24 @@ class RequeueJob(Decision):
 
 
 @dataclass(frozen=True)
+class RepartitionDeclined(Decision):
+    """A record, not an action: the policy kept ``gpu``'s layout where a repartition would
+    have raised its total speed, because the restarts it needed cost more. ``restarts``: the
+    running jobs the declined plan would have restarted; ``gain``: what it would have won,
+    ``price``: what its restarts cost, in the same unit (``why["unit"]``: ``speed``, total
+    speed over the plan's horizon, or ``s``, summed completion time); ``job``: a queued job
+    that waits because of it ("" when the plan concerned only the GPU's residents). Drivers
+    log it and execute nothing; the state ignores it; it is not counted as a decision."""
+
+    gpu: str
+    restarts: tuple[str, ...]
+    gain: float
+    price: float
+    job: str = ""
+    why: Mapping[str, Any] | None = field(default=None, compare=False, hash=False)
+
+
+@dataclass(frozen=True)
 class WakeUp(Decision):
     """Deliver a :class:`~miso.sched.events.Tick` with ``tag`` at time ``at`` (s)."""
 

@@ -14,6 +14,9 @@ an event and the execution of its decisions is this one function, so the two can
    contract (:class:`~miso.sched.state.ContractError`, a policy bug) is skipped and reported
    through ``on_contract_error``, the others go on;
 5. **log** (``record``) and **execute** (``execute``) it.
+
+A submission naming jobs that have not ended (``JobSpec.after``) is held before step 2 and
+run through the step when its last dependency ends (:mod:`miso.sched.dependencies`).
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from miso.sched.decisions import Decision
+from miso.sched.decisions import Decision, RepartitionDeclined
+from miso.sched.dependencies import Dependencies
 from miso.sched.events import (
     Event,
     JobFailed,
@@ -88,6 +92,8 @@ class DriverStep:
         self.errors: list[str] = []
         if state.tenancy is not None:  # in-use quotas count the slices this policy gives
             state.tenancy.whole_gpus = bool(getattr(policy, "whole_gpus_only", False))
+        #: submissions held until the jobs they name in ``after`` ended (``--after``)
+        self.dependencies = Dependencies()
 
     def fold(self, now: float, ev: JobProgress) -> None:
         """Fold a progress report into the state (no decision point)."""
@@ -106,6 +112,8 @@ class DriverStep:
             return True
         if stale(ev, st):
             return False
+        if isinstance(ev, JobSubmitted) and self.dependencies.waits(ev, st):
+            return True  # not eligible yet: delivered once its dependencies ended
         self.events += 1
         obs = self.observer
         if obs is not None:
@@ -113,7 +121,17 @@ class DriverStep:
         st.observe(now, ev)
         if self.record is not None:
             self.record(now, ev)
-        for d in self.policy.decide(now, ev, st):
+        self.carry_out(now, self.policy.decide(now, ev, st))
+        if isinstance(ev, JobFinished | JobFailed):
+            for held in self.dependencies.released(st):
+                self(now, held)  # its last dependency ended: it arrives now
+        return True
+
+    def carry_out(self, now: float, decisions: list[Decision]) -> None:
+        """Steps 4-5 for each of the policy's decisions, in order."""
+        st = self.state
+        obs = self.observer
+        for d in decisions:
             ctx = self.before(now, d) if self.before is not None else None
             try:
                 st.apply(now, d)
@@ -124,10 +142,10 @@ class DriverStep:
                 if self.on_contract_error is not None:
                     self.on_contract_error(now, d, e)
                 continue
-            self.decisions += 1
+            if not isinstance(d, RepartitionDeclined):  # a record: it decides nothing
+                self.decisions += 1
             if obs is not None:
                 obs.on_decision(now, d, st)
             if self.record is not None:
                 self.record(now, d)
             self.execute(now, d, ctx)
-        return True

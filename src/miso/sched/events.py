@@ -43,6 +43,9 @@ class JobSpec:
     processes started, checkpointed and restarted together (:mod:`miso.sched.gangs`);
     ``nodes`` optionally spreads it over that many nodes (None: as few as fit).
     ``gpu_model`` optionally pins the job to one GPU model (None: any).
+    ``profile`` optionally pins the job to one MIG profile (``3g.20gb``; None: the policy
+    chooses; :func:`miso.sched.pinning.pinned_speeds`). ``after``: jobs that must end first
+    (:mod:`miso.sched.dependencies`).
     """
 
     id: str
@@ -56,6 +59,8 @@ class JobSpec:
     num_gpus: int = 1
     nodes: int | None = None
     gpu_model: str | None = None
+    profile: str | None = None
+    after: tuple[str, ...] = ()
 
     @property
     def gang(self) -> bool:

@@ -21,6 +21,7 @@ from miso.sched.decisions import (
     HoldGpu,
     PlaceJob,
     ReleaseGpu,
+    RepartitionDeclined,
     RequeueJob,
     RunMps,
     StartGang,
@@ -444,7 +445,7 @@ class ClusterState:
                 self._changed(g)
             case RequeueJob(job=j):
                 self._requeue(j)
-            case WakeUp():
+            case WakeUp() | RepartitionDeclined():
                 pass
             case HoldGpu() | ReleaseGpu() | StartGang() | StopGang():
                 self.gangs.apply(d)

@@ -148,7 +148,8 @@ class Simulator(ProfilingRuns, Disturbances):
             spec = JobSpec(tj.id, f"job-{tj.id}", mem, tj.workload,
                            duration_hint_s=tj.duration_s if ckpt and config.declare_work else None,
                            checkpointable=ckpt,
-                           owner=tj.owner, priority=tj.priority, num_gpus=tj.num_gpus)
+                           owner=tj.owner, priority=tj.priority, num_gpus=tj.num_gpus,
+                           profile=tj.profile, after=tuple(tj.after))
             jrng = np.random.default_rng([seed, zlib.crc32(tj.id.encode())])
             base = float(jrng.lognormal(2.0, 0.8))
             j = SimJob(tj, spec, workload_speeds(self.geom, cat[tj.workload]), base)

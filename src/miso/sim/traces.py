@@ -57,6 +57,10 @@ class TraceJob:
     priority: int = 0
     num_gpus: int = 1
     gpu_model: str | None = None
+    #: the MIG profile the job is pinned to (``JobSpec.profile``; None: the policy chooses)
+    profile: str | None = None
+    #: jobs (ids) that must end before this one is eligible (``JobSpec.after``)
+    after: tuple[str, ...] = ()
 
 
 #: Largest trace read (after decompression): the Philly trace is ~4 MiB; a bigger input is

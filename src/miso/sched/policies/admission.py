@@ -104,6 +104,7 @@ class Admission:
         that move paying a restart (no growth counted: the estimate leans to waiting, which
         restarts nobody). At light load a GPU frees soon and waiting wins; two equal jobs
         finish sooner on average one after the other than side by side on slices."""
+        self.share_estimate: dict[str, Any] | None = None  # its figures (declined.py)
         residents = sc.jobs_on(g)
         if not any(r in self.ran for r in residents):
             return False  # nobody runs there yet: a plan for all of them restarts nobody
@@ -122,6 +123,7 @@ class Admission:
             return True
         wait = t_free + self.remaining(job)
         share = self.remaining(job) / max(sp[job][shared.assignment[job].profile], 0.05)
+        moved = []
         for r in residents:
             before = current.get(r) or alone.assignment[r]
             after = shared.assignment[r]
@@ -129,10 +131,13 @@ class Admission:
             share += self.remaining(r) / max(sp[r][after.profile], 0.05)
             if r in self.ran and after != current.get(r):
                 share += self.restart_s
+                moved.append(r)
         # The estimate leans to waiting (residents growing into freed slices later, and the
         # queue behind a waiting job, are not counted): outside a fixed mix a newcomer waits
         # only when sharing looks ``wait_bias`` times worse (1.2 measured best at 90 s).
         bias = 1.0 if self.in_batch() else self.wait_bias
+        self.share_estimate = {"gpu": g, "job": job, "share_s": share, "wait_s": wait,
+                               "bias": bias, "restarts": moved, "restart_s": self.restart_s}
         return share >= bias * wait
 
     def gpu_ends_in(self, gs: Any) -> float:

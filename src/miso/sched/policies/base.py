@@ -25,6 +25,7 @@ from miso.sched.events import (
     SpeedObserved,
     Tick,
 )
+from miso.sched.pinning import pinned_speeds
 from miso.sched.policies.entitled import Entitled
 from miso.sched.policies.framework import ENTITLEMENT, PREEMPT, Cycle, Filter, PostFilter, Profile
 from miso.sched.policies.ordernote import order_note
@@ -153,6 +154,7 @@ class Scratch:
         """``speeds`` as the optimizer should see them: unchanged without entitlements; else
         :meth:`Entitled.speeds <miso.sched.policies.entitled.Entitled.speeds>`."""
         speeds = capped_speeds(self.state, gpu, speeds)  # in-use quotas are caps
+        speeds = pinned_speeds(self.state, speeds)  # a job pinned to a profile (pinning.py)
         return speeds if not self.owner_bound() else self.fair.speeds(gpu, speeds)
 
     def jobs_on(self, gpu: str) -> list[str]:

@@ -28,6 +28,7 @@ from miso.sched.events import (
 )
 from miso.sched.modelpref import model_order
 from miso.sched.occupancy import Occupancy
+from miso.sched.pinning import pinned_alone
 from miso.sched.policies.base import (
     BasePolicy,
     Scratch,
@@ -199,6 +200,7 @@ class Miso(BasePolicy):
         if len(jobs) == 1 and gs.base is None:  # (beside service replicas: the optimizer)
             # Alone: the full GPU is optimal whatever the speeds; no profiling needed.
             full = capped_alone(st, g, jobs[0], full)  # (or what its owner's quota allows)
+            full = pinned_alone(st, g, jobs[0], full)  # (or the profile it is pinned to)
             if gs.layout != (full,) or gs.assignment.get(jobs[0]) != full:
                 sc.out.append(ApplyLayout(g, st.new_plan_id(), (full,), {jobs[0]: full}))
             return

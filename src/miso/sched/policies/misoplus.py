@@ -21,6 +21,7 @@ from miso.sched.policies.base import (
 )
 from miso.sched.policies.baselines import BACKFILL_WINDOW
 from miso.sched.policies.burst import Burst
+from miso.sched.policies.declined import Declines, declined_plan
 from miso.sched.policies.economy import Relaunches, RestartEconomy
 from miso.sched.policies.explain import TRIGGERS, explain_plan
 from miso.sched.policies.miso import Miso
@@ -172,6 +173,7 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
         self.now = 0.0
         self.state: ClusterState | None = None
         self.donors = RebalanceIndex(self.best_donor)
+        self.declines = Declines()          # declined repartitions recorded (declined.py)
 
     # -- inputs -----------------------------------------------------------------------------
     def decide(self, now: float, event: Event, state: ClusterState) -> list[Decision]:
@@ -303,6 +305,7 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
         sol, assignment, reserved = self.keep_room(sc, g, jobs, speeds, sol, solve)
         lay = tuple(sorted(sol.layout))
         if lay == tuple(sorted(gs.layout)) and assignment == gs.assignment:
+            declined_plan(self, sc, g, speeds, current, pinned, (horizon, penalty), reserved)
             return
         why = self.plan_why(g, jobs, speeds, current, assignment, sol.objective, pinned,
                             horizon, reserved)

@@ -14,6 +14,7 @@ from typing import Any
 
 from miso.optimize import OptimizerError, optimizer_for
 from miso.sched.policies.base import Scratch, mix_feasible
+from miso.sched.policies.declined import declined_share
 
 
 class GpuChoice:
@@ -63,6 +64,7 @@ class GpuChoice:
                 and not self.heavy_load(sc) and not self.others_waiting(sc, job) \
                 and self.better_to_wait(g, job, sc):
             self.waited = True
+            declined_share(self, sc, g, job)  # the record of why it waits (declined.py)
             return None
         return g
 

@@ -1,0 +1,128 @@
+"""miso+'s declined repartitions, as decision records (issue 33): when the restart economy
+keeps a GPU's layout although another would run its jobs faster, or a queued job waits for a
+whole GPU rather than share one (which would restart its residents), the policy says so with
+a :class:`~miso.sched.decisions.RepartitionDeclined`: the gain it gave up and the restart
+price that outweighed it. Nothing depends on these records; they only explain.
+
+Two hooks call it: :meth:`MisoPlus.solve_and_apply` when the priced plan keeps the layout
+(:func:`declined_plan`), and :meth:`GpuChoice.choose_gpu` when a job waits for a whole GPU
+(:func:`declined_share`, from the figures :meth:`Admission.better_to_wait` leaves in
+``share_estimate``). A decline repeated unchanged (same GPU, same layouts, same jobs) is
+recorded once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from miso.mig import Placement
+from miso.optimize import OptimizerError, optimizer_for
+from miso.sched.decisions import RepartitionDeclined
+from miso.sched.policies.base import Scratch
+
+Speeds = Mapping[str, Mapping[str, float]]
+
+#: Declines remembered at most (GPUs and waiting jobs, the most recent kept).
+KEPT = 4096
+
+#: A gain below this (total speed) is a tie, not a repartition given up.
+MIN_GAIN = 1e-6
+
+
+class Declines:
+    """The last decline recorded per GPU and per waiting job (what repeats is not recorded
+    again)."""
+
+    def __init__(self) -> None:
+        self.last: dict[str, tuple[Any, ...]] = {}
+
+    def new(self, key: str, what: tuple[Any, ...]) -> bool:
+        """True (and remembered) when ``what`` differs from the last decline under ``key``."""
+        if self.last.get(key) == what:
+            return False
+        self.last.pop(key, None)
+        self.last[key] = what
+        if len(self.last) > KEPT:
+            del self.last[next(iter(self.last))]  # the oldest: ended jobs are not kept
+        return True
+
+
+def declined_plan(policy: Any, sc: Scratch, g: str, speeds: Speeds,
+                  current: Mapping[str, Placement], pinned: set[str],
+                  prices: tuple[float | None, Mapping[str, float]],
+                  reserved: str | None) -> None:
+    """``g`` keeps its layout under the restart-aware objective: when the plain objective
+    (throughput, restarts not priced) would have moved running jobs for a higher total
+    speed, record the gain and the restarts' price in ``sc.out``. ``prices``: the plan's
+    (horizon, restart price per running job) (:meth:`RestartEconomy.restart_prices`: total
+    speed over the horizon, the unit the plan was chosen in); ``reserved``: the instances the
+    kept layout holds free for the next arrival (:meth:`MisoPlus.keep_room`), else None."""
+    horizon, penalty = prices
+    if horizon is None or not penalty:
+        return  # no restart economy here: nothing was declined for its price
+    gs = sc.state.gpus[g]
+    try:
+        alt = optimizer_for(gs.geom).solve(speeds, current=dict(current),
+                                           objective=policy.objective, pinned=pinned)
+    except OptimizerError:
+        return
+    cur = sum(speeds[j][pl.profile] for j, pl in current.items() if pl.profile in speeds[j])
+    moved = tuple(alt.restarted)
+    gain = alt.throughput - cur
+    if gain <= MIN_GAIN or not moved or not policy.declines.new(
+            g, (tuple(sorted(gs.layout)), tuple(sorted(alt.layout)), moved, reserved)):
+        return
+    priced = {j: penalty.get(j, 0.0) for j in moved}
+    costs = {j: policy.restart_cost(j) for j in moved}
+    sc.out.append(RepartitionDeclined(
+        g, moved, gain, sum(priced.values()),
+        why={"trigger": policy.trigger, "unit": "speed", "horizon_s": horizon,
+             "throughput": alt.throughput, "current_objective": cur,
+             "layout": [str(p) for p in sorted(alt.layout)],
+             "assignment": {j: str(p) for j, p in alt.assignment.items()},
+             "restart_costs": costs, "restart_prices": priced, "reserved": reserved,
+             "note": plan_note(g, cur, alt.throughput, costs, sum(priced.values()), horizon,
+                               reserved)}))
+
+
+def plan_note(g: str, cur: float, thr: float, costs: Mapping[str, float], price: float,
+              horizon: float, reserved: str | None) -> str:
+    """A declined plan in words: the speed it would have won, each restart's cost (s), their
+    price over the horizon, and what outweighed the gain."""
+    gain = thr - cur
+    verdict = "the restarts outweigh the gain" if price >= gain - MIN_GAIN else \
+        "the restart-aware plan keeps it"
+    if reserved:
+        verdict += f"; {reserved} stays free for the next arrival, expected within the horizon"
+    priced = ", ".join(f"{j} ({c:.3g} s)" for j, c in costs.items())
+    return (f"{g}: kept its layout: a repartition would raise its total speed "
+            f"{cur:.2f} -> {thr:.2f} (gain {gain:.3f}) but restart {priced}, "
+            f"priced at {price:.3f} over a {horizon:.0f} s horizon: {verdict}")
+
+
+def declined_share(policy: Any, sc: Scratch, g: str, job: str) -> None:
+    """``job`` waits for a whole GPU rather than share ``g``: record the completion time
+    sharing would save before its restarts (``gain``, s, summed over ``g``'s jobs and the
+    newcomer) and what the restarts of ``g``'s running jobs cost (``price``, s), from the
+    estimate :meth:`Admission.better_to_wait` just made (``policy.share_estimate``)."""
+    est = getattr(policy, "share_estimate", None)
+    if not est or est.get("gpu") != g or est.get("job") != job:
+        return
+    moved = tuple(est["restarts"])
+    price = est["restart_s"] * len(moved)
+    gain = est["wait_s"] - (est["share_s"] - price)
+    if not policy.declines.new("job:" + job, (g, moved)):
+        return
+    if gain > 0 and moved:
+        why_not = (f"sharing would end the jobs {gain:.0f} s sooner in total, but restarting "
+                   f"{', '.join(moved)} costs {price:.0f} s")
+    else:
+        why_not = "sharing would not end the jobs sooner, even without restarts"
+    note = (f"job {job} waits for a whole GPU rather than share {g}: {why_not} "
+            f"(estimated total completion time sharing {est['share_s']:.0f} s vs waiting "
+            f"{est['wait_s']:.0f} s)")
+    sc.out.append(RepartitionDeclined(
+        g, moved, gain, price, job,
+        why={"trigger": policy.trigger, "unit": "s", "share_s": est["share_s"],
+             "wait_s": est["wait_s"], "bias": est["bias"], "note": note}))
