@@ -375,7 +375,7 @@ class EventLoop:
                 rt.call(run.node, "kill", run.job, run.attempt)
         if self._gangs is not None:
             self._gangs.end(job, finished=False)  # every rank of a gang
-        self.step.dependencies.forget(job)  # held for --after: never delivered now
+        self.step.drop_held(rt.now(), job)  # held for --after: never delivered now
         js = self.state.jobs.get(job)
         if js is not None and js.status not in (JobStatus.FINISHED, JobStatus.FAILED):
             self._handle(JobFailed(job, "cancelled"))
