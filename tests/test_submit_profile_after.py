@@ -4,6 +4,8 @@ both drivers share (:mod:`miso.sched.pinning`, :mod:`miso.sched.dependencies`)."
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from miso.sched import ApplyLayout, JobSubmitted, PlaceJob
@@ -144,7 +146,9 @@ def test_live_submit_after_holds_the_job_until_its_dependency_ended_then_runs_it
     assert jobs[second]["state"] == "queued"
     assert jobs[second]["why"] == f"waiting for job {first} to end (--after)"
     assert jobs[third]["why"] == f"waiting for job {second} to end (--after)"
-    con.cancel(third)  # cancelled while held: never delivered
+    done = threading.Event()
+    con.loop.handle(("cancel", third, done))  # the API's cancel; held: never delivered
+    assert done.is_set()
     con.loop.handle(("event", JobFinished(first)))
     _drain(con)
     assert second in st.jobs and third not in st.jobs
