@@ -343,6 +343,8 @@ class EventLoop:
 
     def _execute(self, d: Decision) -> None:
         rt = self.rt
+        if self._declined and isinstance(d, PlaceJob | ApplyLayout | RunMps | StartProfiling):
+            self._declined_stale(d.gpu)
         match d:
             case PlaceJob(job=j, gpu=g):
                 rt.store.update(j, gpu=g)
@@ -361,6 +363,11 @@ class EventLoop:
             case StartGang() | StopGang():
                 if self._gangs is not None:
                     self._gangs.submit(d)
+
+    def _declined_stale(self, gpu: str) -> None:
+        """``gpu``'s mix or layout changes: the waits declined against it are not current
+        any more (the policy records a new one if the job still waits)."""
+        self._declined = {j: v for j, v in self._declined.items() if v["gpu"] != gpu}
 
     def _cancel(self, job: str) -> None:
         rt = self.rt
