@@ -205,3 +205,33 @@ def test_api_and_cli_carry_profile_and_after(tmp_path, monkeypatch: pytest.Monke
                                  "--after", "prep", "--", "/bin/true"])
     assert r.exit_code == 0, r.output
     assert sent["profile"] == "3g.20gb" and sent["after"] == ["j0001", "prep"]
+
+
+def test_requeue_keeps_the_profile(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    import miso.cli.client as cc
+    from miso.cli.main import app as cli
+
+    sent: dict[str, object] = {}
+
+    class Fake:
+        def __enter__(self) -> Fake:
+            return self
+
+        def __exit__(self, *a: object) -> None:
+            return None
+
+        def job(self, job: str) -> dict:
+            return {"id": "j0003", "name": "t", "state": "failed", "command": ["true"],
+                    "env": {}, "cwd": "/w", "memory_gb": 21.5, "profile": "3g.20gb",
+                    "after": ["j0001"]}
+
+        def submit(self, command: list[str], **kw: object) -> str:
+            sent.update(kw)
+            return "j0010"
+
+    monkeypatch.setattr(cc, "client", lambda *a, **k: Fake())
+    r = CliRunner().invoke(cli, ["requeue", "j0003"])
+    assert r.exit_code == 0, r.output
+    assert sent["profile"] == "3g.20gb" and "after" not in sent  # its dependencies ended
