@@ -4,6 +4,8 @@ both drivers share (:mod:`miso.sched.pinning`, :mod:`miso.sched.dependencies`)."
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from miso.sched import ApplyLayout, JobSubmitted, PlaceJob
@@ -68,7 +70,10 @@ def test_a_chain_of_dependencies_runs_in_order_and_a_failed_one_releases_too() -
     step(3.0, JobFailed("a", "exit code 1"))  # afterany: a failure releases it too
     assert "b" in st.jobs and "c" not in st.jobs
     assert st.jobs["b"].submitted_at == 3.0
-    assert step.dependencies.forget("c") and step.dependencies.waiting() == {}
+    step(4.0, JobSubmitted(JobSpec("d", "d", 5.0, after=("c",))))
+    assert step.drop_held(5.0, "c")  # c cancelled while held: d waits for nothing now
+    assert "d" in st.jobs and st.jobs["d"].submitted_at == 5.0
+    assert step.dependencies.waiting() == {} and not step.drop_held(6.0, "c")
 
 
 # ---- the live controller (in-memory store, virtual clock, plans accepted, no agents) --------
@@ -141,10 +146,92 @@ def test_live_submit_after_holds_the_job_until_its_dependency_ended_then_runs_it
     assert jobs[second]["state"] == "queued"
     assert jobs[second]["why"] == f"waiting for job {first} to end (--after)"
     assert jobs[third]["why"] == f"waiting for job {second} to end (--after)"
-    con.cancel(third)  # cancelled while held: never delivered
+    done = threading.Event()
+    con.loop.handle(("cancel", third, done))  # the API's cancel; held: never delivered
+    assert done.is_set()
     con.loop.handle(("event", JobFinished(first)))
     _drain(con)
     assert second in st.jobs and third not in st.jobs
     assert con.store.get(third).state == "cancelled"
     with pytest.raises(SubmitError, match="no such job"):
         con.submit(["train"], after=["nope"])
+
+
+def test_api_and_cli_carry_profile_and_after(tmp_path, monkeypatch: pytest.MonkeyPatch  # noqa: ANN001
+                                             ) -> None:
+    """``POST /api/v1/jobs`` takes ``profile`` and ``after`` (validated: 422 on a malformed
+    profile, 400 on an unknown job) and the record shows them; ``miso submit --profile
+    --after`` sends them."""
+    from fastapi.testclient import TestClient
+    from typer.testing import CliRunner
+
+    import miso.cli.client as cc
+    from miso.api import UserStore, create_app
+    from miso.cli.main import app as cli
+
+    con = _controller("nopart")
+    users = UserStore(tmp_path / "users.db")
+    tok = {"Authorization": f"Bearer {users.add('ann', unix_user='nobody')}"}
+    with TestClient(create_app(con, users, snapshot_ttl=0.0)) as c:  # type: ignore[arg-type]
+        r = c.post("/api/v1/jobs", headers=tok, json={"command": ["true"], "name": "prep"})
+        first = r.json()["id"]
+        r = c.post("/api/v1/jobs", headers=tok, json={
+            "command": ["true"], "profile": "2g.10gb", "after": ["prep"]})
+        assert r.status_code == 201, r.text
+        rec = c.get(f"/api/v1/jobs/{r.json()['id']}", headers=tok).json()["job"]
+        assert rec["profile"] == "2g.10gb" and rec["after"] == [first]
+        bad = c.post("/api/v1/jobs", headers=tok, json={"command": ["true"],
+                                                         "profile": "big; rm -rf /"})
+        assert bad.status_code == 422
+        gone = c.post("/api/v1/jobs", headers=tok, json={"command": ["true"],
+                                                          "after": ["nosuch"]})
+        assert gone.status_code == 400 and "no such job" in gone.json()["error"]
+
+    sent: dict[str, object] = {}
+
+    class Fake:
+        def __enter__(self) -> Fake:
+            return self
+
+        def __exit__(self, *a: object) -> None:
+            return None
+
+        def submit(self, command: list[str], **kw: object) -> str:
+            sent.update(kw)
+            return "j0009"
+
+    monkeypatch.setattr(cc, "client", lambda *a, **k: Fake())
+    r = CliRunner().invoke(cli, ["submit", "--profile", "3g.20gb", "--after", "j0001",
+                                 "--after", "prep", "--", "/bin/true"])
+    assert r.exit_code == 0, r.output
+    assert sent["profile"] == "3g.20gb" and sent["after"] == ["j0001", "prep"]
+
+
+def test_requeue_keeps_the_profile(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    import miso.cli.client as cc
+    from miso.cli.main import app as cli
+
+    sent: dict[str, object] = {}
+
+    class Fake:
+        def __enter__(self) -> Fake:
+            return self
+
+        def __exit__(self, *a: object) -> None:
+            return None
+
+        def job(self, job: str) -> dict:
+            return {"id": "j0003", "name": "t", "state": "failed", "command": ["true"],
+                    "env": {}, "cwd": "/w", "memory_gb": 21.5, "profile": "3g.20gb",
+                    "after": ["j0001"]}
+
+        def submit(self, command: list[str], **kw: object) -> str:
+            sent.update(kw)
+            return "j0010"
+
+    monkeypatch.setattr(cc, "client", lambda *a, **k: Fake())
+    r = CliRunner().invoke(cli, ["requeue", "j0003"])
+    assert r.exit_code == 0, r.output
+    assert sent["profile"] == "3g.20gb" and "after" not in sent  # its dependencies ended

@@ -48,6 +48,7 @@ def requeue(
         env = dict(old.get("env") or {})
         jid = call(c.submit, list(old["command"]), name=new_name or None,
                    memory_gb=old.get("memory_gb"), workload=old.get("workload"), env=env,
-                   cwd=old.get("cwd"), request_id=uuid.uuid4().hex)
+                   cwd=old.get("cwd"), request_id=uuid.uuid4().hex,
+                   **({"profile": old["profile"]} if old.get("profile") else {}))
     typer.echo(json.dumps({"id": jid, "from": old["id"]}) if json_out
                else f"{jid} (requeued {old['id']} as {new_name})")

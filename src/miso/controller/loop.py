@@ -346,6 +346,8 @@ class EventLoop:
 
     def _execute(self, d: Decision) -> None:
         rt = self.rt
+        if self._declined and isinstance(d, PlaceJob | ApplyLayout | RunMps | StartProfiling):
+            self._declined_stale(d.gpu)
         match d:
             case PlaceJob(job=j, gpu=g):
                 rt.store.update(j, gpu=g)
@@ -365,6 +367,11 @@ class EventLoop:
                 if self._gangs is not None:
                     self._gangs.submit(d)
 
+    def _declined_stale(self, gpu: str) -> None:
+        """``gpu``'s mix or layout changes: the waits declined against it are not current
+        any more (the policy records a new one if the job still waits)."""
+        self._declined = {j: v for j, v in self._declined.items() if v["gpu"] != gpu}
+
     def _cancel(self, job: str) -> None:
         rt = self.rt
         if not rt.store.finish(job, JobStatus.CANCELLED, reason="cancelled by user", at=rt.now()):
@@ -378,7 +385,7 @@ class EventLoop:
                 rt.call(run.node, "kill", run.job, run.attempt)
         if self._gangs is not None:
             self._gangs.end(job, finished=False)  # every rank of a gang
-        self.step.dependencies.forget(job)  # held for --after: never delivered now
+        self.step.drop_held(rt.now(), job)  # held for --after: never delivered now
         js = self.state.jobs.get(job)
         if js is not None and js.status not in (JobStatus.FINISHED, JobStatus.FAILED):
             self._handle(JobFailed(job, "cancelled"))

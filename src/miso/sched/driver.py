@@ -127,6 +127,15 @@ class DriverStep:
                 self(now, held)  # its last dependency ended: it arrives now
         return True
 
+    def drop_held(self, now: float, job: str) -> bool:
+        """Forget ``job``, held for its dependencies (cancelled before it was eligible);
+        the jobs held only behind it are then delivered. True when it was held."""
+        if not self.dependencies.forget(job):
+            return False
+        for held in self.dependencies.released(self.state):
+            self(now, held)
+        return True
+
     def carry_out(self, now: float, decisions: list[Decision]) -> None:
         """Steps 4-5 for each of the policy's decisions, in order."""
         st = self.state

@@ -4,9 +4,9 @@ policies see such a job with a speed on that profile only, so every plan gives i
 that slice (:func:`pinned_speeds`, in ``Scratch.entitled_speeds``, the one filter of the
 speeds before the optimizer), and a pinned job alone on a GPU gets its profile, not the
 whole GPU (:func:`pinned_alone`). A GPU whose model lacks the profile offers it nothing (the
-optimizer finds no layout; the policy requeues it). Policies that do not partition with MIG
-(NoPart, MPS-only) run it as any other job. Before its first plan the job may be profiled
-under MPS on the whole GPU, as any newcomer.
+optimizer finds no layout; the policy requeues it). Policies that do not choose slices
+(NoPart, MPS-only, OptSta's fixed layout) run it as any other job of its memory. Before its
+first plan the job may be profiled under MPS on the whole GPU, as any newcomer.
 """
 
 from __future__ import annotations

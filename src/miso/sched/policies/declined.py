@@ -112,7 +112,7 @@ def declined_share(policy: Any, sc: Scratch, g: str, job: str) -> None:
     moved = tuple(est["restarts"])
     price = est["restart_s"] * len(moved)
     gain = est["wait_s"] - (est["share_s"] - price)
-    if not policy.declines.new("job:" + job, (g, moved)):
+    if not policy.declines.new("job:" + job, (g, tuple(sc.jobs_on(g)), moved)):
         return
     if gain > 0 and moved:
         why_not = (f"sharing would end the jobs {gain:.0f} s sooner in total, but restarting "
