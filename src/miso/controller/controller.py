@@ -430,7 +430,9 @@ class Controller:
 
     def _largest_slice(self) -> tuple[float, str]:
         with self.rt.lock:
-            geoms = list({g.geom for g in self.rt.gpus.values()})  # a few models, not 1,000
+            # a few models, not 1,000; by identity (geometries are built once per model and
+            # compare by identity): their hash is Python code, 1,024 calls per submission
+            geoms = list({id(g.geom): g.geom for g in self.rt.gpus.values()}.values())
         if not geoms:
             geoms = [geometry(m) for m in GPU_MODELS]
         best = max((p.memory_gib, p.name, g.model.name) for g in geoms for p in g.profiles)
