@@ -68,3 +68,35 @@ def test_a_status_pages_reads_do_not_grow_with_the_placed_jobs(tmp_path: Path) -
     # alice (not an admin) learns only that another user's jobs are pinned, never whose
     mine = alice["jobs"][-1]["why"]
     assert "another user's jobs cannot be moved" in mine and "bob" not in mine, mine
+
+
+def test_a_page_of_waiting_lines_looks_at_each_placed_job_once() -> None:
+    from collections import Counter
+
+    from miso.controller.statustext import SnapIndex, why
+
+    gpus = [{"id": f"n{i // 8}/{i % 8}", "phase": "steady" if i % 5 else "mig",
+             "jobs": [f"x{i}_{k}" for k in range(3)]} for i in range(40)]
+    snap = {"gpus": gpus}
+    looked: Counter[str] = Counter()
+
+    def cannot_checkpoint(x: str) -> bool:
+        looked[x] += 1
+        return x.endswith("_0") and x in ("x3_0", "x7_0")
+
+    owners = {"x3_0": "bob", "x7_0": "carol"}
+    ix = SnapIndex(snap, cannot_checkpoint)
+    jobs = [{"id": f"q{n}", "state": "queued", "memory_gib": 5.0, "owner_name": "alice"}
+            for n in range(30)] + [{"id": "x3_1", "state": "queued", "owner_name": "alice"}]
+    lines = [why(j, snap, cannot_checkpoint, admin=True, owner_of=owners.get, index=ix)
+             for j in jobs[:-1]]
+    assert max(looked.values()) == 1 and len(looked) == 120  # once per placed job, not per line
+    lines.append(why(jobs[-1], snap, cannot_checkpoint, admin=True, owner_of=owners.get,
+                     index=ix))  # placed: its own GPU's other jobs
+    assert lines[0].endswith("(40 GPUs: 8 mig, 32 steady, 120 jobs placed): bob's 1 job cannot "
+                             "be moved; carol's 1 job cannot be moved (they do not checkpoint)")
+    assert lines[-1] == ("waiting on n0/3: a job there cannot checkpoint and keeps its slice "
+                         "until it ends; no layout adds this job beside it")
+    # the same lines without a shared index
+    assert lines == [why(j, snap, cannot_checkpoint, admin=True, owner_of=owners.get)
+                     for j in jobs]

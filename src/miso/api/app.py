@@ -296,7 +296,7 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
                      state: str | None = None, owner: str | None = None,
                      summary: bool = False) -> Json:
         from miso.controller.schema import STATES  # noqa: PLC0415
-        from miso.controller.statustext import why  # noqa: PLC0415
+        from miso.controller.statustext import SnapIndex, why  # noqa: PLC0415
 
         snap = snapshot.get()
         if summary:
@@ -351,6 +351,7 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
                 return f"job {job} ({name})" if name and name != job else f"job {job}"
             return "another user's job"
 
+        index = SnapIndex(snap, cannot_checkpoint)  # one pass over the GPUs for the page
         out: dict[str, Any] = {
             "api_url": app.state.api_url, "user": user.name, "admin": user.admin,
             "time": snap.get("time"), "policy": snap.get("policy"),
@@ -358,7 +359,7 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
             "gpus": [gpu_view(g, mine) for g in snap.get("gpus", [])],
             "jobs": [{**x.to_json(), "why": why(x.to_json(), snap, cannot_checkpoint,
                                                  admin=user.admin, owner_of=owner_of,
-                                                 job_name=job_name),
+                                                 job_name=job_name, index=index),
                       "priority": prio.get(x.id, 0)} for x in recs],
             "counts": {"mine": store.counts(owner=user.id), "all": snap.get("counts", {})},
         }

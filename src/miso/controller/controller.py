@@ -46,7 +46,14 @@ from miso.controller.runtime import (
     SubmitError,
 )
 from miso.controller.statelock import StateDirLock
-from miso.controller.statustext import NO_NODES, fair_named, lost_node, owner_named, why
+from miso.controller.statustext import (
+    NO_NODES,
+    SnapIndex,
+    fair_named,
+    lost_node,
+    owner_named,
+    why,
+)
 from miso.controller.store import GIB_PER_GB, JobRecord, JobStore, StoreConflict, StoreError
 from miso.controller.timelimits import TimeLimitStore
 from miso.controller.usagestore import UsageStore
@@ -372,9 +379,10 @@ class Controller:
         jobs = [r.to_json() for r in self.store.jobs(limit=limit)]
         pinned = {j["id"] for j in jobs if j.get("checkpointable") is False}
         names = {j["id"]: j.get("owner_name") for j in jobs}
+        index = SnapIndex(snap, pinned.__contains__)  # one pass over the GPUs for all lines
         for j in jobs:
             j["why"] = why(j, snap, pinned.__contains__, owner_of=names.get,
-                           job_name=lambda x: f"job {x}")
+                           job_name=lambda x: f"job {x}", index=index)
         snap["jobs"] = jobs
         if not snap["nodes"] and any(j["state"] == JobStatus.QUEUED for j in jobs):
             fencing = snap["unreachable"]
@@ -445,7 +453,9 @@ class Controller:
 
     def _largest_slice(self) -> tuple[float, str]:
         with self.rt.lock:
-            geoms = list({g.geom for g in self.rt.gpus.values()})  # a few models, not 1,000
+            # a few models, not 1,000; by identity (geometries are built once per model and
+            # compare by identity): their hash is Python code, 1,024 calls per submission
+            geoms = list({id(g.geom): g.geom for g in self.rt.gpus.values()}.values())
         if not geoms:
             geoms = [geometry(m) for m in GPU_MODELS]
         best = max((p.memory_gib, p.name, g.model.name) for g in geoms for p in g.profiles)

@@ -79,16 +79,59 @@ def fair_named(waits: dict[str, dict[str, Any]], names: dict[str, str]
 BUSY_LISTED = 16
 
 
+class SnapIndex:
+    """What each queued job's line reads from one snapshot, built once and shared by a page
+    of lines (a scan of every GPU per line cost seconds for 1,000 lines at 1,024 GPUs): the
+    GPU each placed job is on, and the placed jobs that cannot checkpoint."""
+
+    def __init__(self, snap: dict[str, Any],
+                 cannot_checkpoint: Callable[[str], bool] | None = None) -> None:
+        self.snap = snap
+        self.cannot_checkpoint = cannot_checkpoint
+        self._on: dict[str, dict[str, Any]] | None = None
+        self._pinned: list[str] | None = None
+        self._phases: str | None = None
+
+    def gpu_of(self, job: str) -> dict[str, Any] | None:
+        """The (first) GPU of the snapshot that lists ``job``, else None."""
+        if self._on is None:
+            self._on = {}
+            for g in self.snap["gpus"]:
+                for x in g["jobs"]:
+                    self._on.setdefault(x, g)
+        return self._on.get(job)
+
+    def phases(self) -> str:
+        """The GPUs counted by phase and the jobs placed, in one line (a big cluster)."""
+        if self._phases is None:
+            gpus = self.snap["gpus"]
+            phases: dict[str, int] = {}
+            for g in gpus:
+                phases[g["phase"]] = phases.get(g["phase"], 0) + 1
+            self._phases = f"{len(gpus)} GPUs: " + ", ".join(f"{n} {ph}" for ph, n in sorted(
+                phases.items())) + f", {sum(len(g['jobs']) for g in gpus)} jobs placed"
+        return self._phases
+
+    def pinned(self) -> list[str]:
+        """Every placed job (GPU by GPU) that ``cannot_checkpoint`` says cannot checkpoint."""
+        if self._pinned is None:
+            cc = self.cannot_checkpoint
+            self._pinned = [] if cc is None else [
+                x for g in self.snap["gpus"] for x in g["jobs"] if cc(x)]
+        return self._pinned
+
+
 def why(j: dict[str, Any], snap: dict[str, Any],
         cannot_checkpoint: Callable[[str], bool] | None = None, *, admin: bool = False,
         owner_of: Callable[[str], str | None] | None = None,
-        job_name: Callable[[str], str] | None = None) -> str:
+        job_name: Callable[[str], str] | None = None, index: SnapIndex | None = None) -> str:
     """One line on why job ``j`` (a record as JSON) is where it is: its full failure reason
     when it ended, why it waits when queued (``snap`` is :meth:`Controller.cluster`), and for a
     job that sends no progress reports that it is not profiled. ``cannot_checkpoint(job id)``
     tells whether a resident of a GPU is pinned; ``job_name(job id)`` names it as the reader
     may see it ("job j0003 (train)", or "another user's job"); without it it is not named.
-    A fair-share wait names the other owners ahead only for an ``admin`` reader."""
+    A fair-share wait names the other owners ahead only for an ``admin`` reader. ``index``:
+    a :class:`SnapIndex` of ``snap`` and ``cannot_checkpoint`` shared by a page of lines."""
     state = j["state"]
     if state in TERMINAL:
         return str(j.get("reason") or "")
@@ -115,7 +158,8 @@ def why(j: dict[str, Any], snap: dict[str, Any],
     fair = (snap.get("fair_wait") or {}).get(j["id"])
     if fair:
         return fair_wait_reason(fair, admin=admin)
-    gpu = next((g for g in snap["gpus"] if j["id"] in g["jobs"]), None)
+    ix = index if index is not None else SnapIndex(snap, cannot_checkpoint)
+    gpu = ix.gpu_of(j["id"])
     if gpu is not None:
         where = f"waiting on {gpu['id']}"
         if gpu["phase"] == "reconfiguring":
@@ -138,12 +182,9 @@ def why(j: dict[str, Any], snap: dict[str, Any],
         busy = ", ".join(f"{g['id']} {g['phase']} {len(g['jobs'])} job"
                          f"{'' if len(g['jobs']) == 1 else 's'}" for g in gpus)
     else:  # a big cluster: GPUs by phase (one line, not one entry per GPU)
-        phases: dict[str, int] = {}
-        for g in gpus:
-            phases[g["phase"]] = phases.get(g["phase"], 0) + 1
-        busy = f"{len(gpus)} GPUs: " + ", ".join(f"{n} {ph}" for ph, n in sorted(
-            phases.items())) + f", {sum(len(g['jobs']) for g in gpus)} jobs placed"
-    pinned = pinned_holders(j, snap, cannot_checkpoint, owner_of, admin=admin)
+        busy = ix.phases()
+    pinned = pinned_holders(j, snap, cannot_checkpoint, owner_of, admin=admin,
+                            pinned=ix.pinned())
     return (f"waiting for a slice with {j.get('memory_gib') or 0:.1f} GiB; the policy has not "
             f"placed it ({busy})" + (f": {pinned}" if pinned else ""))
 
@@ -164,22 +205,25 @@ def declined_wait(d: dict[str, Any]) -> str:
 
 def pinned_holders(j: dict[str, Any], snap: dict[str, Any],
                    cannot_checkpoint: Callable[[str], bool] | None,
-                   owner_of: Callable[[str], str | None] | None, *, admin: bool) -> str:
+                   owner_of: Callable[[str], str | None] | None, *, admin: bool,
+                   pinned: list[str] | None = None) -> str:
     """Who else holds GPUs with jobs that cannot be moved (they do not checkpoint): for an
     ``admin``, ``bob's 2 jobs cannot be moved``; for anyone else ``another user's jobs cannot
     be moved`` (never a name); empty when no other owner's job is pinned. ``owner_of``: job ->
-    owner name."""
+    owner name. ``pinned``: the placed jobs that cannot checkpoint (:meth:`SnapIndex.pinned`),
+    when the caller has them."""
     if cannot_checkpoint is None or owner_of is None:
         return ""
+    if pinned is None:
+        pinned = SnapIndex(snap, cannot_checkpoint).pinned()
     mine = j.get("owner_name")
     counts: dict[str, int] = {}
-    for g in snap["gpus"]:
-        for x in g["jobs"]:
-            if x == j["id"] or not cannot_checkpoint(x):
-                continue
-            who = owner_of(x)
-            if who != mine:
-                counts[who or ""] = counts.get(who or "", 0) + 1
+    for x in pinned:
+        if x == j["id"]:
+            continue
+        who = owner_of(x)
+        if who != mine:
+            counts[who or ""] = counts.get(who or "", 0) + 1
     if not counts:
         return ""
     if not admin:
