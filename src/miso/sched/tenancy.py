@@ -68,6 +68,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from miso.sched.fairprice import Backlog, FairBudget, fair_cap
 from miso.sched.quotacap import reserved_charge
 from miso.sched.tenancyconfig import TenancyConfig, queued_quota_reason
 
@@ -157,6 +158,12 @@ class Tenancy:
         self._split: dict[str, dict[str, float]] = {}   # gpu -> owner -> part of the GPU held
         #: resident jobs per owner (the demand of :meth:`entitlements`, with the queued ones)
         self.resident: dict[str, int] = {}
+        #: active jobs per GPU, time-averaged (the fair slices' load signal)
+        self.backlog = Backlog()
+        #: the regime and fair slice cap of the last decision (None: no price stated)
+        self.budget: FairBudget | None = None
+        #: GPU -> when fair share last returned room on it (reclaim's rate limit)
+        self.reclaimed_at: dict[str, float] = {}
         state.watch(self._changed)
 
     # -- the ledger ---------------------------------------------------------------------------
@@ -227,6 +234,12 @@ class Tenancy:
             for o, part in split.items():
                 self.held[o] = self.held.get(o, 0.0) + part
             self._split[g] = split
+        self._sample_backlog()
+
+    def _sample_backlog(self) -> None:
+        st = self.state
+        self.backlog.sample(st.now, len(st.queue) + sum(self.resident.values()),
+                            len(st.gpus))
 
     def model_weight(self, model: str) -> float:
         """GPU-equivalents (of the first GPU model seen) one GPU of ``model`` is charged
@@ -263,6 +276,7 @@ class Tenancy:
         """An owner submitted a job (it appears in the reports with zero usage)."""
         self.usage.setdefault(owner, 0.0)
         self.total.setdefault(owner, 0.0)
+        self._sample_backlog()
 
     def charge_of(self, job: str) -> float:
         """GPU-equivalents ``job`` holds now (0 when queued)."""
@@ -274,11 +288,8 @@ class Tenancy:
         return self._split.get(gpu, {})
 
     # -- entitlements -------------------------------------------------------------------------
-    def entitlements(self, queued: Mapping[str, int]) -> dict[str, float]:
-        """GPUs each owner with active jobs is entitled to: the cluster's GPUs shared max-min
-        fair by weight over demands (an owner's demand: its resident jobs plus ``queued``, one
-        GPU each at most). Water-filling: owners whose demand is under their weighted part
-        get their demand; the rest is shared again among the others."""
+    def active(self, queued: Mapping[str, int]) -> dict[str, int]:
+        """Owner -> its active jobs: resident plus ``queued`` (owners with none left out)."""
         jobs: dict[str, int] = {}
         for o, n in self.resident.items():
             if n > 0:
@@ -286,9 +297,36 @@ class Tenancy:
         for o, n in queued.items():
             if n > 0:
                 jobs[o] = jobs.get(o, 0) + n
-        d = self.config.demand_per_job
+        return jobs
+
+    def fair_cap(self) -> float:
+        """The most of a GPU a fair slice may be now: ``demand_per_job`` without a stated
+        price, else the cap of the last :meth:`plan_budget`."""
+        if self.config.fairness_price is None or self.budget is None:
+            return self.config.demand_per_job
+        return self.budget.cap
+
+    def entitlements(self, queued: Mapping[str, int], demand_per_job: float | None = None,
+                     ) -> dict[str, float]:
+        """GPUs each owner with active jobs is entitled to: the cluster's GPUs shared max-min
+        fair by weight over demands (an owner's demand: its resident jobs plus ``queued``,
+        ``demand_per_job`` GPU each (default :meth:`fair_cap`), one GPU at least).
+        Water-filling: owners whose demand is under their weighted part get their demand;
+        the rest is shared again among the others."""
+        jobs = self.active(queued)
+        d = self.fair_cap() if demand_per_job is None else demand_per_job
         demand = {o: min(float(n), max(1.0, n * d)) for o, n in jobs.items()}
         return water_fill(float(len(self.state.gpus)), demand, self.config.weight)
+
+    def plan_budget(self, sizes: Iterable[float]) -> None:
+        """With a stated ``fairness_price``: choose the fair slice cap for this decision from
+        the backlog (:func:`miso.sched.fairprice.fair_cap`; ``sizes``: the profile sizes as
+        parts of a GPU) and keep it in :attr:`budget`. Nothing without a price."""
+        price = self.config.fairness_price
+        if price is None:
+            return
+        self._sample_backlog()
+        self.budget = fair_cap(price, self.backlog.value, list(sizes))
 
     def protected(self, owner: str, ents: Mapping[str, float]) -> bool:
         """Whether ``owner`` holds no more than its entitlement (``keep_margin`` included):

@@ -111,6 +111,11 @@ class Simulator(ProfilingRuns, Disturbances):
         self.preempt_lost_gpu_s = 0.0
         self.reclaims = 0
         self.reclaim_lost_gpu_s = 0.0
+        #: reclaims (one per job they were for) and those whose job then got no larger slice
+        #: than its packed share; job -> its packed share while its new slice is awaited
+        self.reclaim_events = 0
+        self.reclaims_useless = 0
+        self._reclaimed_for: dict[str, float] = {}
         mix = config.gpu_mix or ((config.gpu_model, config.n_gpus),)
         self.geom = geometry(mix[0][0])   # the first model: durations are on a whole one
         self.geoms = {m: geometry(m) for m, _ in mix}
@@ -272,7 +277,8 @@ class Simulator(ProfilingRuns, Disturbances):
             owner_gpu_s=dict(ten.total) if ten is not None else {},
             owner_usage=self.owner_usage, preemptions=self.preemptions,
             preempt_lost_gpu_s=self.preempt_lost_gpu_s, reclaims=self.reclaims,
-            reclaim_lost_gpu_s=self.reclaim_lost_gpu_s,
+            reclaim_lost_gpu_s=self.reclaim_lost_gpu_s, reclaim_events=self.reclaim_events,
+            reclaims_useless=self.reclaims_useless + len(self._reclaimed_for),
             num_gpus=np.array([j.spec.num_gpus for j in js]),
             gang_idle_gpu_s=self.gang_idle_gpu_s)
 
@@ -486,6 +492,14 @@ class Simulator(ProfilingRuns, Disturbances):
                 self.set_rate(j, now, self.target_rate(j, g))
 
     # -- decisions ----------------------------------------------------------------------------
+    def _judge_reclaims(self, assignment: dict, geom: object) -> None:
+        """A job a reclaim was for, now given a slice: the reclaim was useless when that slice
+        is no larger than the job's packed share (what packing gave it anyway)."""
+        for jid, pl in assignment.items():
+            packed = self._reclaimed_for.pop(jid, None)
+            if packed is not None and self._share(pl, geom) <= packed + 1e-9:
+                self.reclaims_useless += 1
+
     def _exec(self, now: float, d: Decision, gid: str | None = None) -> None:
         cfg = self.cfg
         if isinstance(d, PlaceJob):
@@ -497,6 +511,8 @@ class Simulator(ProfilingRuns, Disturbances):
                 if g.mode == "mig" else {}
             cur_layout = g.layout if g.mode == "mig" else (g.full,)
             plan = plan_transition(g.geom, cur_layout, cur, d.layout, d.assignment)
+            if self._reclaimed_for:
+                self._judge_reclaims(d.assignment, g.geom)
             reconf = cfg.reconfig_s if (plan.destroy or plan.create) else 0.0
             keep_mps = None
             if g.mode == "prof" and len(d.assignment) == 1:
@@ -557,6 +573,11 @@ class Simulator(ProfilingRuns, Disturbances):
                 else:
                     self.reclaims += 1
                     self.reclaim_lost_gpu_s += lost
+            why = d.why or {}
+            if d.cause is RequeueCause.RECLAIMED and "for_job" in why:
+                if why["for_job"] not in self._reclaimed_for:
+                    self.reclaim_events += 1
+                self._reclaimed_for[str(why["for_job"])] = float(why["packed_share"])
             j.mode = None
             j.placement = None
             # The job's GPU before the requeue (``gid``): no scan over every GPU.

@@ -78,6 +78,8 @@ def fairness_report(shared: SimResult, off: SimResult, alone: Mapping[str, SimRe
         "avg_jct_s": float(shared.jct.mean()),
         "off_avg_jct_s": float(off.jct.mean()),
         "reclaims": shared.reclaims,
+        "reclaim_events": shared.reclaim_events,
+        "reclaims_useless": shared.reclaims_useless,
         "restarts": int(shared.restarts.sum()),
         "off_restarts": int(off.restarts.sum()),
         "jain_slowdown_secondary": jain([float(slow[owners == o].mean()) for o in mine]),
