@@ -362,7 +362,7 @@ def test_cli__cluster_up_tenancy_flags_are_checked_and_become_the_controllers():
     assert tenancy_options(False, None, False, None) is None
     got = tenancy_options(True, 3600.0, True, 30.0)
     assert got == {"fair_share": True, "preempt": True, "half_life_s": 3600.0,
-                   "min_run_s": 30.0}
+                   "min_run_s": 30.0, "fairness_price": "stored"}
     cfg = ControllerConfig(**json.loads(json.dumps({"tenancy": got})))
     assert cfg.tenancy == TenancyConfig(half_life_s=3600.0, preempt=True, min_run_s=30.0)
     got = tenancy_options(True, None, False, None, reclaim=False, demand_per_job=1 / 3)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any
@@ -159,9 +160,14 @@ def simulate(
         "--reclaim/--no-reclaim", help="With --fair-share: owners below their entitlement "
         "get fair slices and room lent to others is reclaimed (--no-reclaim: fair share "
         "orders the queue only).")] = True,
-    demand_per_job: Annotated[float, typer.Option(
-        help="With --fair-share: GPUs one job counts towards its owner's entitlement, the "
-        "most of a GPU a fair slice can be.")] = 0.5,
+    demand_per_job: Annotated[float | None, typer.Option(
+        help="With --fair-share: a fixed cap on fair slices instead of --fairness-price: GPUs "
+        "one job counts towards its owner's entitlement, the most of a GPU a fair slice can "
+        "be.")] = None,
+    fairness_price: Annotated[float | None, typer.Option(
+        "--fairness-price", help="With --fair-share: the share of the total average JCT you "
+        "accept to pay for fairness (0.05: 5 %); fair slices follow the backlog within it "
+        "(src/miso/sched/fairprice.py).  [default: 0.05]")] = None,
     fairness_report: Annotated[bool, typer.Option(
         "--fairness-report", help="Also run each policy with fair share off and each owner "
         "alone on its entitled share, and report the price of fairness, each owner's "
@@ -291,11 +297,11 @@ def simulate(
     except TraceError as e:
         fail(str(e))
     out["gang_jobs"] = sum(1 for j in tjobs if j.num_gpus > 1)  # jobs on several GPUs
-    if not 0 < demand_per_job <= 1:
-        fail(f"--demand-per-job must be in (0, 1], not {demand_per_job}")
+    price = fair_price_option(fair_share, demand_per_job, fairness_price)
     tjobs, tenancy = _tenancy(tjobs, tenants, tenant_skew, fair_share, half_life,
                               priority_frac, preempt, min_run_s, seed,
-                              reclaim=reclaim, demand_per_job=demand_per_job)
+                              reclaim=reclaim, demand_per_job=demand_per_job or 0.5,
+                              fairness_price=price)
     if fairness_report and not any(j.owner for j in tjobs):
         fail("--fairness-report needs owners: give --tenants (or a trace with a user or vc "
              "column)")
@@ -304,7 +310,7 @@ def simulate(
             "fair_share": fair_share, "half_life_s": half_life, "preempt": preempt,
             "min_run_s": min_run_s, "tenants": tenants, "tenant_skew": tenant_skew,
             "priority_frac": priority_frac, "reclaim": reclaim,
-            "demand_per_job": demand_per_job}
+            "demand_per_job": demand_per_job, "fairness_price": price}
     with Progress(*cols, transient=True) as prog:
         tasks = {p: prog.add_task(p, total=len(tjobs)) for p in pols}
 
@@ -343,7 +349,8 @@ def simulate(
 
 def _tenancy(tjobs: list, tenants: int | None, skew: float | None, fair_share: bool,
              half_life: float, priority_frac: float, preempt: bool, min_run_s: float,
-             seed: int, reclaim: bool = True, demand_per_job: float = 0.5
+             seed: int, reclaim: bool = True, demand_per_job: float = 0.5,
+             fairness_price: float | None = None
              ) -> tuple[list, object]:
     """The jobs with owners and priorities, and the tenancy config (None when the run has
     neither owners nor priorities nor fair share: the plain FIFO queue)."""
@@ -359,7 +366,32 @@ def _tenancy(tjobs: list, tenants: int | None, skew: float | None, fair_share: b
         return tjobs, None
     return tjobs, TenancyConfig(fair_share=fair_share, half_life_s=half_life, preempt=preempt,
                                 min_run_s=min_run_s, reclaim=reclaim,
-                                demand_per_job=demand_per_job)
+                                demand_per_job=demand_per_job, fairness_price=fairness_price)
+
+
+def fair_price_option(fair_share: bool, demand_per_job: float | None,
+                      fairness_price: float | None) -> float | None:
+    """The fairness price a run uses: ``--fairness-price`` (default
+    :data:`~miso.sched.fairprice.DEFAULT_PRICE`), None with a fixed ``--demand-per-job``;
+    one-line failures for a value out of range or both given."""
+    from miso.sched.fairprice import DEFAULT_PRICE
+    from miso.sched.tenancyconfig import MAX_FAIRNESS_PRICE
+
+    if demand_per_job is not None and not (math.isfinite(demand_per_job)
+                                           and 0 < demand_per_job <= 1):
+        fail(f"--demand-per-job must be in (0, 1], not {demand_per_job}")
+    if fairness_price is not None and not (math.isfinite(fairness_price)
+                                           and 0 <= fairness_price <= MAX_FAIRNESS_PRICE):
+        fail(f"--fairness-price must be a share from 0 to {MAX_FAIRNESS_PRICE:g} (0.05: 5 %), "
+             f"not {fairness_price}")
+    if fairness_price is not None and demand_per_job is not None:
+        fail("--fairness-price and --demand-per-job: give one (a price lets fair slices "
+             "follow the load; --demand-per-job fixes their cap)")
+    if fairness_price is not None and not fair_share:
+        fail("--fairness-price needs --fair-share")
+    if demand_per_job is not None or not fair_share:
+        return None
+    return DEFAULT_PRICE if fairness_price is None else fairness_price
 
 
 def _add_fairness(summary: dict, raw: dict, pols: list[str], tjobs: list, cfg: object,
@@ -391,7 +423,8 @@ def _print_fairness(summary: dict) -> None:
         f = s["fairness"]
         c.print(f"{p}: price of fairness {f['price']:+.1%} (avg JCT {f['avg_jct_s']:.0f} s vs "
                 f"{f['off_avg_jct_s']:.0f} s with fair share off); finish-time fairness rho "
-                f"max {f['rho_max']:.2f}, p95 {f['rho_p95']:.2f}; reclaims {f['reclaims']}, "
+                f"max {f['rho_max']:.2f}, p95 {f['rho_p95']:.2f}; reclaims {f['reclaims']} "
+                f"({f.get('reclaims_useless', 0)} that left their job no faster), "
                 f"restarts {f['restarts']} (off: {f['off_restarts']})")
 
 

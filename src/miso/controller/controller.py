@@ -35,7 +35,13 @@ from miso.controller.gangs import check_gang_request
 from miso.controller.loop import EventLoop
 from miso.controller.owners import owner_table
 from miso.controller.poller import AgentPoller
-from miso.controller.quotas import Quota, QuotaStore, check_priority, tenancy_config
+from miso.controller.quotas import (
+    Quota,
+    QuotaStore,
+    check_priority,
+    tenancy_config,
+    with_price,
+)
 from miso.controller.recovery import recover
 from miso.controller.runtime import (
     ControllerConfig,
@@ -93,8 +99,8 @@ class Controller:
         #: jobs' time limits and owners' maximum time (:mod:`miso.controller.timelimits`)
         self.time_limits = TimeLimitStore(store.path)
         #: the tenancy the operator asked for (``--fair-share``), before the stored quotas
-        self._base_tenancy = cfg.tenancy
-        self.cfg = replace(cfg, tenancy=tenancy_config(cfg.tenancy, self.quotas.list()))
+        self._base_tenancy = with_price(cfg.tenancy, self.quotas, cfg.fairness_price_stored)
+        self.cfg = replace(cfg, tenancy=tenancy_config(self._base_tenancy, self.quotas.list()))
         self._retune_lock = threading.Lock()
         #: owner id -> user name, for the per-owner view (from submissions and quotas)
         self.owner_names: dict[str, str] = {q.owner: q.name for q in self.quotas.list()}

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from miso.controller.schema import TENANCY_SCHEMA
-from miso.sched.tenancyconfig import TenancyConfig
+from miso.sched.fairprice import DEFAULT_PRICE
+from miso.sched.tenancyconfig import MAX_FAIRNESS_PRICE, TenancyConfig
 
 #: Bounds of what an admin may store (one-line ValueError beyond them).
 MIN_WEIGHT = 1e-3         # a ratio of 1e6 between two owners at most: the fair-share math
@@ -64,6 +65,32 @@ def check_priority(p: int) -> int:
     return p
 
 
+def check_price(p: float) -> float:
+    """``p`` when it is a fairness price an operator may state, else a one-line ValueError."""
+    if isinstance(p, bool) or not isinstance(p, int | float) or not math.isfinite(p) \
+            or not 0 <= p <= MAX_FAIRNESS_PRICE:
+        raise ValueError(f"fairness price {p!r}: expected a share from 0 to "
+                         f"{MAX_FAIRNESS_PRICE:g} (0.05: 5 %)")
+    return float(p)
+
+
+def with_price(base: TenancyConfig | None, quotas: QuotaStore, stored: bool
+               ) -> TenancyConfig | None:
+    """``base`` with its fairness price settled against the store: a price stated now is
+    kept for the next starts; ``stored`` (fair share with neither a price nor a fixed
+    ``--demand-per-job`` given) takes the kept one, else the default
+    (:data:`~miso.sched.fairprice.DEFAULT_PRICE`)."""
+    if base is None or not base.fair_share:
+        return base
+    if base.fairness_price is not None:
+        quotas.set_fairness_price(base.fairness_price)
+        return base
+    if stored:
+        kept = quotas.fairness_price()
+        return replace(base, fairness_price=DEFAULT_PRICE if kept is None else kept)
+    return base
+
+
 def check_quota(q: Quota) -> Quota:
     """``q`` when every field is within its bounds, else a one-line ValueError."""
     if q.weight is not None and (isinstance(q.weight, bool)
@@ -95,6 +122,8 @@ class QuotaStore:
         self._db.row_factory = sqlite3.Row
         with self._lock:
             self._db.executescript(TENANCY_SCHEMA)
+            self._db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, "
+                             "value TEXT NOT NULL)")
 
     def close(self) -> None:
         with self._lock:
@@ -140,6 +169,25 @@ class QuotaStore:
         with self._lock:
             return self._db.execute("DELETE FROM quotas WHERE owner=?",
                                     (owner,)).rowcount > 0
+
+    # ---- the cluster's fairness price ----------------------------------------------------
+
+    def fairness_price(self) -> float | None:
+        """The fairness price last stated for this cluster (``cluster up --fairness-price``),
+        or None."""
+        with self._lock:
+            r = self._db.execute("SELECT value FROM meta WHERE key='fairness_price'").fetchone()
+        try:
+            return None if r is None else check_price(float(r[0]))
+        except ValueError:
+            return None
+
+    def set_fairness_price(self, price: float) -> None:
+        """Keep ``price`` as this cluster's fairness price (ValueError out of bounds)."""
+        check_price(price)
+        with self._lock:
+            self._db.execute("INSERT INTO meta(key, value) VALUES('fairness_price', ?) ON "
+                             "CONFLICT(key) DO UPDATE SET value=excluded.value", (repr(price),))
 
     # ---- priorities ---------------------------------------------------------------------
 

@@ -68,10 +68,17 @@ class ControllerConfig:
     #: Owners' usage, fair share, quotas and preemption (:mod:`miso.sched.tenancy`); None:
     #: one FIFO queue.
     tenancy: TenancyConfig | None = None
+    #: fair share with neither a fairness price nor a fixed fair slice cap given: the price
+    #: kept in the store (:func:`miso.controller.quotas.with_price`)
+    fairness_price_stored: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.tenancy, dict):  # from JSON (``miso cluster up --fair-share``)
-            self.tenancy = TenancyConfig(**self.tenancy)
+            ten = dict(self.tenancy)
+            if ten.get("fairness_price") == "stored":
+                del ten["fairness_price"]
+                self.fairness_price_stored = True
+            self.tenancy = TenancyConfig(**ten)
 
 
 @dataclass

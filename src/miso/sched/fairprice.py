@@ -19,7 +19,8 @@ whole GPU); more is packing pressure; far more is a queue.
 A100-40GB: each compute slice of fair slice above what packing gives cost 5.5-8 % of the total
 average JCT at 1.6x and 3.25x the cluster, under 1 % at 0.9x). A job's *packed share* at
 pressure ``n`` is ``min(1, PACKED / n)`` of a GPU, the smallest slice at least (miso+
-packs ``n`` active jobs per GPU on fewer resident ones: :data:`PACKED`); a fair slice cap ``c`` above it is estimated to cost::
+packs ``n`` active jobs per GPU on fewer resident ones: :data:`PACKED`); a fair slice cap
+``c`` above it is estimated to cost::
 
     price(c) = SLOPE x min(1, n - 1) x max(0, c - packed share)
 
@@ -36,6 +37,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+#: The fairness price of ``miso simulate`` and ``miso cluster up --fair-share`` when none is
+#: stated (5 % of the total average JCT).
+DEFAULT_PRICE = 0.05
 #: Time constant (s) of the pressure's exponential average (about one typical job's length:
 #: a burst of arrivals does not flip the regime, a lasting load does).
 TAU_S = 1800.0
