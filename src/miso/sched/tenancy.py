@@ -98,6 +98,24 @@ def water_fill(capacity: float, demand: Mapping[str, float],
     return out
 
 
+def two_level_fill(capacity: float, demand: Mapping[str, float], config: TenancyConfig
+                   ) -> dict[str, float]:
+    """:func:`water_fill` between accounts (their demand: their owners' together; their
+    ``account_weight``), then within each account between its owners (their ``weight``):
+    Slurm's association tree with two levels. Without accounts: :func:`water_fill`."""
+    if not config.accounts:
+        return water_fill(capacity, demand, config.weight)
+    members: dict[str, dict[str, float]] = {}
+    for o, d in demand.items():
+        members.setdefault(config.account_of(o), {})[o] = d
+    got = water_fill(capacity, {a: sum(m.values()) for a, m in members.items()},
+                     config.account_weight)
+    out: dict[str, float] = {}
+    for a, m in members.items():
+        out.update(water_fill(got[a], m, config.weight))
+    return out
+
+
 def job_charge(gs: GpuState, job: str) -> float:
     """GPU-equivalents ``job`` holds on ``gs`` (see the module docstring)."""
     model = gs.geom.model
@@ -316,7 +334,7 @@ class Tenancy:
         jobs = self.active(queued)
         d = self.fair_cap() if demand_per_job is None else demand_per_job
         demand = {o: min(float(n), max(1.0, n * d)) for o, n in jobs.items()}
-        return water_fill(float(len(self.state.gpus)), demand, self.config.weight)
+        return two_level_fill(float(len(self.state.gpus)), demand, self.config)
 
     def plan_budget(self, sizes: Iterable[float]) -> None:
         """With a stated ``fairness_price``: choose the fair slice cap for this decision from
@@ -337,6 +355,21 @@ class Tenancy:
     def level(self, owner: str, now: float) -> float:
         """``u / w``: decayed usage per unit of entitlement (lower goes first)."""
         return self.usage_at(owner, now) / self.config.weight(owner)
+
+    def account_level(self, account: str, now: float) -> float:
+        """An account's decayed usage (its owners' together) per unit of its weight."""
+        cfg = self.config
+        use = sum(self.usage_at(o, now) for o in set(self.usage) | set(self.in_use)
+                  if cfg.account_of(o) == account)
+        return use / cfg.account_weight(account)
+
+    def levels(self, owner: str, now: float) -> tuple[float, float] | float:
+        """The queue order's key for ``owner``: :meth:`level`; with accounts (account's
+        level, the owner's level within it)."""
+        if not self.config.accounts:
+            return self.level(owner, now)
+        return (self.account_level(self.config.account_of(owner), now),
+                self.level(owner, now))
 
     def factor(self, owner: str, now: float) -> float:
         """Slurm's classic fair-share factor ``F = 2^(-U/S)`` (1: nothing used; 0.5: used
@@ -362,15 +395,16 @@ class Tenancy:
         cfg = self.config
         now = st.now
         queue = list(queue)
-        levels: dict[str, float] = {}
+        levels: dict[str, tuple[float, float] | float] = {}
         buckets: dict[tuple[int, str], list[str]] = {}
         for j in queue:
             spec = st.jobs[j].spec
             o = spec.owner
             if o not in levels:
-                levels[o] = self.level(o, now) if cfg.fair_share else 0.0
+                levels[o] = self.levels(o, now) if cfg.fair_share else 0.0
             buckets.setdefault((spec.priority, o), []).append(j)
-        # Within a priority, owners by level then by their oldest job (FIFO between equals).
+        # Within a priority, owners by level (their account's first, with accounts) then by
+        # their oldest job (FIFO between equals).
         keys = sorted(buckets, key=lambda k: (-k[0], levels[k[1]],
                                               st.jobs[buckets[k][0]].submitted_at,
                                               buckets[k][0]))

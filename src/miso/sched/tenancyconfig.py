@@ -68,6 +68,13 @@ class TenancyConfig:
     #: owner gets alone on its share) when not backlogged, and a slice whose estimated price
     #: stays within this one when backlogged.
     fairness_price: float | None = None
+    #: Accounts above owners (Slurm's association tree, two levels): owner -> its account.
+    #: Fair share is between accounts first (``account_weights``, default
+    #: ``default_weight``), then between the owners of one account (their ``weights``). An
+    #: owner in no account is an account of its own with its own weight (one level: as
+    #: without accounts).
+    accounts: Mapping[str, str] = field(default_factory=dict)
+    account_weights: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def entitled(self) -> bool:
@@ -89,9 +96,25 @@ class TenancyConfig:
         for o, w in {**self.weights, "": self.default_weight}.items():
             if not w > 0:
                 raise ValueError(f"weight of {o or 'an unnamed owner'} must be > 0, not {w}")
+        for a, w in self.account_weights.items():
+            if not w > 0:
+                raise ValueError(f"weight of account {a} must be > 0, not {w}")
 
     def weight(self, owner: str) -> float:
         return float(self.weights.get(owner, self.default_weight))
+
+    def account_of(self, owner: str) -> str:
+        """The account ``owner`` is in: the named one, else ``user:<owner>`` (its own)."""
+        a = self.accounts.get(owner)
+        return f"account:{a}" if a is not None else f"user:{owner}"
+
+    def account_weight(self, account: str) -> float:
+        """The weight of an account as :meth:`account_of` names it (an owner's own account:
+        the owner's weight)."""
+        kind, _, name = account.partition(":")
+        if kind == "user":
+            return self.weight(name)
+        return float(self.account_weights.get(name, self.default_weight))
 
 
 def queued_quota_reason(owner: str, queued: int, cap: int | None) -> str | None:

@@ -19,12 +19,12 @@ it has passed.
 **Only when it buys something** (issue 31): a reclaim restores the waiting job's fair slice;
 it is made only when that slice is larger than what packing already gives the job (its
 *packed share*, :func:`~miso.sched.fairprice.packed_share` at the backlog of
-:class:`~miso.sched.fairprice.Backlog`, rounded down to a slice that holds it), so a fair
-slice of one compute slice, which packing gives anyway, reclaims nothing. And at most one
-reclaim per GPU per ``min_run_s`` (``Tenancy.reclaimed_at``). Each reclaim's ``why`` names the
-job it is for (``for_job``), its fair slice and its packed share as parts of a GPU
-(``fair_slice``, ``packed_share``): the simulator counts the reclaims whose job then got no
-larger slice (``reclaims_useless``, expected 0).
+:class:`~miso.sched.fairprice.Backlog`, now or averaged, the larger, rounded down to a slice
+that holds it), so a fair slice of one compute slice, which packing gives anyway, reclaims
+nothing. And at most one reclaim per GPU per ``min_run_s`` (``Tenancy.reclaimed_at``). Each
+reclaim's ``why`` names the job it is for (``for_job``), its fair slice and its packed share
+as parts of a GPU (``fair_slice``, ``packed_share``): the simulator counts the reclaims whose
+job then got no larger slice (``reclaims_useless``, expected 0).
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def _worth(sc: Scratch, job: str) -> tuple[float, float] | None:
     fit = [p.compute_slices / full for p in geom.profiles if p.memory_gib + 1e-9 >= mem]
     if not fit:
         return None
-    share = packed_share(ten.backlog.value, min(fit))
+    share = packed_share(max(ten.backlog.value, ten.backlog.last), min(fit))  # now or lately
     packed = max(c for c in fit if c <= share + 1e-9)
     return (fair, packed) if fair > packed + 1e-9 else None
 
