@@ -18,8 +18,8 @@ it has passed.
 
 **Only when it buys something** (issue 31): a reclaim restores the waiting job's fair slice;
 it is made only when that slice is larger than what packing already gives the job (its
-*packed share*, :func:`~miso.sched.fairprice.packed_share` at the backlog of
-:class:`~miso.sched.fairprice.Backlog`, now or averaged, the larger, rounded down to a slice
+*packed share*: ``1 / n`` of a GPU at ``n`` active jobs per GPU, the backlog of
+:class:`~miso.sched.fairprice.Backlog` now or averaged, the larger, rounded down to a slice
 that holds it), so a fair slice of one compute slice, which packing gives anyway, reclaims
 nothing. And at most one reclaim per GPU per ``min_run_s`` (``Tenancy.reclaimed_at``). Each
 reclaim's ``why`` names the job it is for (``for_job``), its fair slice and its packed share
@@ -32,7 +32,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from miso.sched.decisions import RequeueCause, WakeUp
-from miso.sched.fairprice import packed_share
 from miso.sched.policies.preempt import DEFAULT_RESTART_S, victim_cost
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -116,8 +115,8 @@ def _worth(sc: Scratch, job: str) -> tuple[float, float] | None:
     fit = [p.compute_slices / full for p in geom.profiles if p.memory_gib + 1e-9 >= mem]
     if not fit:
         return None
-    share = packed_share(max(ten.backlog.value, ten.backlog.last), min(fit))  # now or lately
-    packed = max(c for c in fit if c <= share + 1e-9)
+    n = max(ten.backlog.value, ten.backlog.last, 1.0)   # active jobs per GPU, now or lately
+    packed = max(c for c in fit if c <= max(1.0 / n, min(fit)) + 1e-9)
     return (fair, packed) if fair > packed + 1e-9 else None
 
 
