@@ -78,7 +78,7 @@ def test_owner_view__a_non_admin_sees_its_row_and_the_others_as_counts_only():
     assert mine[0]["owner"] == "bob" and mine[0]["queued"] == 1
     assert mine[1] == {"owner": OTHERS, "owners": 2, "in_use": pytest.approx(1.0),
                        "usage_share": pytest.approx(0.75), "share": pytest.approx(0.4),
-                       "queued": 99, "running": 2}
+                       "held": 0.0, "entitled": 0.0, "queued": 99, "running": 2}
     text = json.dumps(mine)
     assert "alice" not in text and "carol" not in text and "u:a" not in text
     nobody = owner_view(table, "u:z", "zed")  # a user with no job and no quota
@@ -352,8 +352,10 @@ def test_cli__quota_set_show_submit_refused_with_one_line_and_status_owners(
     assert r.exit_code == 2 and "--weight '0'" in r.output
     st = json.loads(_miso("status", "--json", **me).stdout)
     assert [o["owner"] for o in st["owners"]][0] == "alice"
+    assert {"held", "entitled"} <= set(st["owners"][0])   # share received vs entitled
     r = _miso("status", **op)
     assert "Owners: usage against entitlement" in r.stdout and "alice" in r.stdout
+    assert "held / entitled" in r.stdout
 
 
 def test_cli__cluster_up_tenancy_flags_are_checked_and_become_the_controllers():
@@ -413,7 +415,12 @@ def test_live__b_starts_within_one_completion_after_a_floods_a_full_cluster(
     from miso.transport.inprocess import LocalCluster
 
     d = Path(tempfile.mkdtemp(prefix="miso-ten-"))  # under /tmp: jobs' accounts reach it
-    cfg = ControllerConfig(**FAST, policy=policy, tenancy=TenancyConfig())  # type: ignore[arg-type]
+    # as `miso cluster up --fair-share --fairness-price 0.05` configures it
+    from miso.cli.cluster import tenancy_options
+
+    ten = tenancy_options(True, None, False, None, fairness_price=0.05)
+    assert ten == {"fair_share": True, "preempt": False, "fairness_price": 0.05}
+    cfg = ControllerConfig(**FAST, policy=policy, tenancy=ten)  # type: ignore[arg-type]
     unix = "nobody" if os.geteuid() == 0 else None  # as root, users' jobs need an account
     with LocalCluster(d, gpus_per_node=2, config=cfg) as c:
         ctl = c.controller
@@ -431,6 +438,10 @@ def test_live__b_starts_within_one_completion_after_a_floods_a_full_cluster(
             b = client.post("/api/v1/jobs", headers=H(tb), json={
                 **_emu_job(2.0), "name": "b"}).json()["id"]
             wait_for(lambda: ctl.store.get(b).started_at is not None, 120)
+            # the status: each owner's GPUs held against its entitlement, and the regime
+            st = client.get("/api/v1/status", headers=H(ta)).json()
+            assert st["owners"][0]["owner"] == "usera" and "entitled" in st["owners"][0]
+            assert ctl.cfg.tenancy is not None and ctl.cfg.tenancy.fairness_price == 0.05
         recs = {r.id: r for r in ctl.store.jobs()}
         assert recs[b].state != "failed" and all(recs[j].state != "failed" for j in a)
         # the controller's own record, in order: after B's submission, how many of A's jobs

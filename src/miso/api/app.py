@@ -411,6 +411,8 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
         if snap.get("owners") is not None:
             out["owners"] = owner_view(snap["owners"], None if user.admin else user.id,
                                        user.name)
+        if snap.get("fair_slices") is not None:  # the fair slices' regime and budget
+            out["fair_slices"] = snap["fair_slices"]
         return Json(out)
 
     @r.get("/users/me")

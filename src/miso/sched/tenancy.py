@@ -467,9 +467,26 @@ class Tenancy:
             owner, sum(1 for j in st.queue if st.jobs[j].spec.owner == owner), cap)
 
     # -- reports ------------------------------------------------------------------------------
-    def report(self, now: float) -> dict[str, dict[str, float]]:
-        """Per owner: decayed usage, GPU-equivalents in use, weight, fair-share factor."""
+    def report(self, now: float) -> dict[str, dict[str, float | str]]:
+        """Per owner: decayed usage, GPU-equivalents in use, weight, fair-share factor, and
+        the share it receives against the one it is entitled to: ``held`` (GPUs it holds,
+        each occupied GPU counted once, split by charges) and ``entitled`` (its entitlement
+        now, :meth:`entitlements`: 0 without active jobs); with accounts, its ``account``."""
         owners = sorted(set(self.usage) | set(self.in_use))
-        return {o: {"usage_gpu_s": self.usage_at(o, now), "in_use": self.in_use.get(o, 0.0),
-                    "weight": self.config.weight(o), "fair_share": self.factor(o, now)}
-                for o in owners}
+        queued: dict[str, int] = {}
+        st = self.state
+        for j in st.queue:
+            o = st.jobs[j].spec.owner
+            queued[o] = queued.get(o, 0) + 1
+        ents = self.entitlements(queued) if st.gpus else {}
+        cfg = self.config
+        out: dict[str, dict[str, float | str]] = {}
+        for o in owners:
+            row: dict[str, float | str] = {
+                "usage_gpu_s": self.usage_at(o, now), "in_use": self.in_use.get(o, 0.0),
+                "weight": cfg.weight(o), "fair_share": self.factor(o, now),
+                "held": self.held.get(o, 0.0), "entitled": ents.get(o, 0.0)}
+            if o in cfg.accounts:
+                row["account"] = cfg.accounts[o]
+            out[o] = row
+        return out
