@@ -12,8 +12,9 @@ GPU time of the light owner's work became +12-15 % total average JCT at 3.25x th
 **The signal: packing pressure, not the queue.** miso+ absorbs up to ~2x the cluster by
 packing (the queue held at most 5 jobs at 1.6x), so the backlog is read as *active jobs per
 GPU* (resident plus queued), time-averaged (:class:`Backlog`, an exponential average with a
-time constant of ``TAU_S``): 1 job per GPU or fewer is no backlog (every job could have a
-whole GPU); more is packing pressure; far more is a queue.
+time constant of ``TAU_S``; the count now when it is larger, so a flood counts at once
+and fair slices grow back only as the average falls): 1 job per GPU or fewer is no
+backlog (every job could have a whole GPU); more is packing pressure; far more is a queue.
 
 **The price model** (fitted to issue 31's measured frontier, two owners 80/20 on 16
 A100-40GB: each compute slice of fair slice above what packing gives cost 5.5-8 % of the total

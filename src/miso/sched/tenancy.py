@@ -344,7 +344,9 @@ class Tenancy:
         if price is None:
             return
         self._sample_backlog()
-        self.budget = fair_cap(price, self.backlog.value, list(sizes))
+        # the backlog now or lately, the larger: a flood counts at once, and fair slices grow
+        # back only as the average falls
+        self.budget = fair_cap(price, max(self.backlog.value, self.backlog.last), list(sizes))
 
     def protected(self, owner: str, ents: Mapping[str, float]) -> bool:
         """Whether ``owner`` holds no more than its entitlement (``keep_margin`` included):
