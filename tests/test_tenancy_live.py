@@ -205,6 +205,38 @@ def test_api__quota_set_show_round_trip_and_admin_only_one_line_errors(api: Any)
     assert audit.count("quota-set") == 2 and "quota-clear" in audit
 
 
+def test_api__accounts_above_users_reach_the_loop_and_survive_in_the_store(api: Any) -> None:
+    """alice and bob join account ``lab`` (weight 2) by PUT /quotas/{name} ``account``; the
+    running loop's tenancy has them in it; GET /quotas lists the accounts; bad names and
+    weights are one-line 4xx; a non-admin may not set them."""
+    client, tokens, ctl, users = api
+    admin, alice = H(tokens["admin"]), H(tokens["alice"])
+    for who in ("alice", "bob"):
+        r = client.put(f"/api/v1/quotas/{who}", json={"account": "lab"}, headers=admin)
+        assert r.status_code == 200, r.text
+    r = client.put("/api/v1/accounts/lab", json={"weight": 2}, headers=admin)
+    assert r.status_code == 200 and r.json() == {"account": "lab", "weight": 2.0}
+    a, b = users.get("alice").id, users.get("bob").id
+    wait_for(lambda: ctl.loop.state.tenancy.config.accounts == {a: "lab", b: "lab"}
+             and ctl.loop.state.tenancy.config.account_weights == {"lab": 2.0}, 10)
+    ten = ctl.loop.state.tenancy.config
+    assert ten.account_weight(ten.account_of(a)) == 2.0
+    got = client.get("/api/v1/quotas", headers=admin).json()
+    assert got["accounts"] == {"lab": 2.0}
+    assert got["account_members"] == {"alice": "lab", "bob": "lab"}
+    assert ctl.quotas.accounts() == ({a: "lab", b: "lab"}, {"lab": 2.0})   # in the store
+    for path, body in (("/api/v1/accounts/lab", {"weight": 0}),
+                       ("/api/v1/quotas/alice", {"account": "no spaces"})):
+        r = client.put(path, json=body, headers=admin)
+        assert r.status_code == 422 and "\n" not in r.json()["error"], r.text
+    r = client.put("/api/v1/accounts/bad name", json={"weight": 1}, headers=admin)
+    assert r.status_code == 400 and "account 'bad name'" in r.json()["error"]
+    r = client.put("/api/v1/accounts/lab", json={"weight": 5}, headers=alice)
+    assert r.status_code == 403
+    r = client.put("/api/v1/quotas/bob", json={"account": None}, headers=admin)
+    wait_for(lambda: ctl.loop.state.tenancy.config.accounts == {a: "lab"}, 10)
+
+
 def test_api__queued_quota_refusal_is_429_with_its_line_and_a_change_applies_at_once(
         api: Any) -> None:
     client, tokens, ctl, _ = api

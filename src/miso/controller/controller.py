@@ -100,7 +100,8 @@ class Controller:
         self.time_limits = TimeLimitStore(store.path)
         #: the tenancy the operator asked for (``--fair-share``), before the stored quotas
         self._base_tenancy = with_price(cfg.tenancy, self.quotas, cfg.fairness_price_stored)
-        self.cfg = replace(cfg, tenancy=tenancy_config(self._base_tenancy, self.quotas.list()))
+        self.cfg = replace(cfg, tenancy=tenancy_config(self._base_tenancy, self.quotas.list(),
+                                                       self.quotas.accounts()))
         self._retune_lock = threading.Lock()
         #: owner id -> user name, for the per-owner view (from submissions and quotas)
         self.owner_names: dict[str, str] = {q.owner: q.name for q in self.quotas.list()}
@@ -321,6 +322,17 @@ class Controller:
         self._retune()
         return None if q.empty else q
 
+    def set_account(self, owner: str, name: str, account: str | None) -> None:
+        """Put ``owner`` in ``account`` (None: none) durably; the next decision uses it."""
+        self.quotas.set_account(owner, account)
+        self.owner_names[owner] = name
+        self._retune()
+
+    def set_account_weight(self, account: str, weight: float | None) -> None:
+        """Set ``account``'s weight (None: the default) durably; the next decision uses it."""
+        self.quotas.set_account_weight(account, weight)
+        self._retune()
+
     def clear_quota(self, owner: str) -> bool:
         """Forget ``owner``'s weight and quotas (defaults again)."""
         gone = self.quotas.clear(owner)
@@ -342,7 +354,8 @@ class Controller:
         events). A cluster started without tenancy enforces the queued-jobs quota now and
         the rest from its next start."""
         with self._retune_lock:  # read and hand over in one go: the last change wins
-            cfg = tenancy_config(self._base_tenancy, self.quotas.list())
+            cfg = tenancy_config(self._base_tenancy, self.quotas.list(),
+                                 self.quotas.accounts())
             if cfg is None and self.loop.state.tenancy is not None:
                 cfg = replace(self.loop.state.tenancy.config, weights={}, max_in_use={},
                               max_queued={})

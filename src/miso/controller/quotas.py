@@ -14,6 +14,7 @@ decision uses it (no restart).
 from __future__ import annotations
 
 import math
+import re
 import sqlite3
 import threading
 import time
@@ -63,6 +64,18 @@ def check_priority(p: int) -> int:
     if isinstance(p, bool) or not isinstance(p, int) or abs(p) > MAX_PRIORITY:
         raise ValueError(f"priority {p!r}: expected an integer within ±{MAX_PRIORITY}")
     return p
+
+
+#: An account's name: what `miso quota account NAME` takes.
+ACCOUNT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def check_account(name: str) -> str:
+    """``name`` when it is a valid account name, else a one-line ValueError."""
+    if not isinstance(name, str) or not ACCOUNT_NAME.fullmatch(name):
+        raise ValueError(f"account {name!r}: expected 1-64 letters, digits, '.', '_' or '-', "
+                         f"starting with a letter or digit")
+    return name
 
 
 def check_price(p: float) -> float:
@@ -170,6 +183,44 @@ class QuotaStore:
             return self._db.execute("DELETE FROM quotas WHERE owner=?",
                                     (owner,)).rowcount > 0
 
+    # ---- accounts above owners (Slurm's association tree, two levels) ----------------------
+
+    def accounts(self) -> tuple[dict[str, str], dict[str, float]]:
+        """(owner -> its account, account -> its weight; accounts without a stored weight
+        have the default)."""
+        with self._lock:
+            members = {str(r[0]): str(r[1]) for r in self._db.execute(
+                "SELECT owner, account FROM account_members")}
+            weights = {str(r[0]): float(r[1]) for r in self._db.execute(
+                "SELECT name, weight FROM accounts")}
+        return members, weights
+
+    def set_account(self, owner: str, account: str | None) -> None:
+        """Put ``owner`` in ``account`` (None: in none, its own account again)."""
+        if account is not None:
+            check_account(account)
+        with self._lock:
+            if account is None:
+                self._db.execute("DELETE FROM account_members WHERE owner=?", (owner,))
+            else:
+                self._db.execute("INSERT INTO account_members(owner, account) VALUES(?, ?) ON "
+                                 "CONFLICT(owner) DO UPDATE SET account=excluded.account",
+                                 (owner, account))
+
+    def set_account_weight(self, account: str, weight: float | None) -> None:
+        """Set ``account``'s fair-share weight (None: the default again); ValueError out of
+        bounds."""
+        check_account(account)
+        if weight is not None:
+            check_quota(Quota("", "", weight=weight))
+        with self._lock:
+            if weight is None:
+                self._db.execute("DELETE FROM accounts WHERE name=?", (account,))
+            else:
+                self._db.execute("INSERT INTO accounts(name, weight) VALUES(?, ?) ON "
+                                 "CONFLICT(name) DO UPDATE SET weight=excluded.weight",
+                                 (account, float(weight)))
+
     # ---- the cluster's fairness price ----------------------------------------------------
 
     def fairness_price(self) -> float | None:
@@ -222,11 +273,17 @@ def _quota(r: sqlite3.Row) -> Quota:
                  None if r["priority_limit"] is None else int(r["priority_limit"]))
 
 
-def tenancy_config(base: TenancyConfig | None, quotas: Iterable[Quota]) -> TenancyConfig | None:
+def tenancy_config(base: TenancyConfig | None, quotas: Iterable[Quota],
+                   accounts: tuple[dict[str, str], dict[str, float]] | None = None,
+                   ) -> TenancyConfig | None:
     """``base`` (the operator's ``--fair-share`` options) with the stored weights and quotas
-    over its own; None (a plain FIFO queue) when there is neither. Stored quotas alone turn
-    tenancy on without fair share (quotas and priorities, FIFO otherwise)."""
+    over its own, and the stored ``accounts`` (owner -> account, account -> weight); None (a
+    plain FIFO queue) when there is neither. Stored quotas alone turn tenancy on without fair
+    share (quotas and priorities, FIFO otherwise)."""
     qs = list(quotas)
+    if accounts is not None and accounts[0] and base is not None:
+        base = replace(base, accounts={**base.accounts, **accounts[0]},
+                       account_weights={**base.account_weights, **accounts[1]})
     if base is None and not any(q.weight is not None or q.max_in_use is not None
                                 or q.max_queued is not None for q in qs):
         return None
