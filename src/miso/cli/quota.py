@@ -72,8 +72,10 @@ def _tenancy_line(t: dict[str, Any]) -> str:
     if not t.get("live", True):
         return ("tenancy turns on at the controller's next start (quotas stored); the "
                 "queued-jobs quota applies now")
-    fs = (f"fair share on (half-life {t.get('half_life_s', 0):g} s)" if t.get("fair_share")
-          else "fair share off (FIFO within priorities)")
+    price = t.get("fairness_price")
+    fs = (f"fair share on (half-life {t.get('half_life_s', 0):g} s"
+          + (f", fairness price {100 * price:g} %" if price is not None else "") + ")"
+          if t.get("fair_share") else "fair share off (FIFO within priorities)")
     pre = f", preemption on (min run {t.get('min_run_s', 0):g} s)" if t.get("preempt") else ""
     return f"tenancy on: {fs}{pre}"
 

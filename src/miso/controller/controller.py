@@ -346,8 +346,8 @@ class Controller:
             return {"on": False}
         return {"on": True, "fair_share": ten.fair_share, "half_life_s": ten.half_life_s,
                 "preempt": ten.preempt, "min_run_s": ten.min_run_s,
-                "default_weight": ten.default_weight, "live": self.loop.state.tenancy
-                is not None}
+                "default_weight": ten.default_weight, "fairness_price": ten.fairness_price,
+                "live": self.loop.state.tenancy is not None}
 
     def _retune(self) -> None:
         """Give the loop the tenancy of the stored quotas (it swaps it in between two
