@@ -552,3 +552,33 @@ def test_web_page__owners_table_in_chromium_counts_only_for_a_non_admin(tmp_path
                 browser.close()
         finally:
             server.stop()
+
+
+def test_fairness_price__cluster_up_keeps_it_in_the_store_for_the_next_starts(tmp_path: Path):
+    """`cluster up --fair-share --fairness-price 0.1` keeps 0.1; a later `--fair-share` start
+    without it uses the kept one; a fresh cluster the default 0.05; `--demand-per-job` fixes
+    the cap instead (no price); out-of-range prices are refused."""
+    from miso.cli.cluster import tenancy_options
+    from miso.controller.quotas import QuotaStore, with_price
+
+    qs = QuotaStore(tmp_path / "jobs.db")
+    fresh = ControllerConfig(tenancy=tenancy_options(True, None, False, None))
+    assert fresh.fairness_price_stored
+    assert with_price(fresh.tenancy, qs, True).fairness_price == 0.05  # type: ignore[union-attr]
+    given = ControllerConfig(tenancy=tenancy_options(True, None, False, None,
+                                                     fairness_price=0.1))
+    assert with_price(given.tenancy, qs, given.fairness_price_stored).fairness_price == 0.1  # type: ignore[union-attr]
+    assert QuotaStore(tmp_path / "jobs.db").fairness_price() == 0.1      # durable
+    assert with_price(fresh.tenancy, qs, True).fairness_price == 0.1  # type: ignore[union-attr]
+    fixed = ControllerConfig(tenancy=tenancy_options(True, None, False, None,
+                                                     demand_per_job=0.5))
+    assert not fixed.fairness_price_stored
+    assert with_price(fixed.tenancy, qs, False).fairness_price is None  # type: ignore[union-attr]
+    assert with_price(None, qs, True) is None
+    with pytest.raises(ValueError, match="fairness price"):
+        qs.set_fairness_price(2.0)
+    for bad in (["--fairness-price", "0.05"],
+                ["--fair-share", "--fairness-price", "1.5"],
+                ["--fair-share", "--fairness-price", "0.05", "--demand-per-job", "0.5"]):
+        r = _miso("cluster", "up", "--emulated", "--state-dir", "/nonexistent/x", *bad)
+        assert r.exit_code == 2 and "error: --" in r.output, r.output
