@@ -51,6 +51,16 @@ least that large for those jobs (:meth:`~miso.sched.policies.base.Scratch.entitl
 waiting protected owner by checkpointing and requeueing their jobs (Kueue's
 ``reclaimWithinCohort``). Off with ``reclaim=False`` (order only).
 
+**A stated price** (``fairness_price``, issue 31): the fair slice's cap then follows the
+cluster's backlog instead of ``demand_per_job`` (:mod:`miso.sched.fairprice`; :meth:`Tenancy.
+plan_budget` once per decision, :attr:`Tenancy.budget` for the status), and reclaim acts only
+when the fair slice beats what packing gives (:mod:`miso.sched.policies.reclaim`).
+
+**Accounts** (``accounts``, ``account_weights``; Slurm's association tree, two levels):
+entitlements are water-filled between accounts, then between the owners of each
+(:mod:`miso.sched.fairfill`), and the queue goes by the account's ``u/w`` first, then the
+owner's. An owner in no account is an account of its own (one level, as before).
+
 **Priorities:** ``high`` (100), ``normal`` (0), ``low`` (-100) or any integer; see
 :mod:`miso.sched.policies.preempt` for preemption.
 
@@ -64,56 +74,20 @@ does, :mod:`miso.controller.usagestore`).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from miso.sched.fairfill import two_level_fill, water_fill
 from miso.sched.fairprice import Backlog, FairBudget, fair_cap
 from miso.sched.quotacap import reserved_charge
 from miso.sched.tenancyconfig import TenancyConfig, queued_quota_reason
 
+__all__ = ["Tenancy", "UsageRecord", "job_charge", "two_level_fill", "water_fill"]
+
 if TYPE_CHECKING:  # pragma: no cover
     from miso.mig import Geometry
     from miso.sched.state import ClusterState, GpuState
-
-
-def water_fill(capacity: float, demand: Mapping[str, float],
-               weight: Callable[[str], float]) -> dict[str, float]:
-    """Max-min fair shares of ``capacity`` by ``weight`` capped at ``demand`` (every owner of
-    ``demand``; the sum is ``min(capacity, total demand)``)."""
-    out: dict[str, float] = {}
-    left = dict(demand)
-    cap = capacity
-    while left:
-        tot_w = sum(weight(o) for o in left)
-        full = {o: d for o, d in left.items() if d <= cap * weight(o) / tot_w + 1e-12}
-        if not full:
-            for o in left:
-                out[o] = cap * weight(o) / tot_w
-            break
-        for o, d in full.items():
-            out[o] = d
-            cap -= d
-            del left[o]
-    return out
-
-
-def two_level_fill(capacity: float, demand: Mapping[str, float], config: TenancyConfig
-                   ) -> dict[str, float]:
-    """:func:`water_fill` between accounts (their demand: their owners' together; their
-    ``account_weight``), then within each account between its owners (their ``weight``):
-    Slurm's association tree with two levels. Without accounts: :func:`water_fill`."""
-    if not config.accounts:
-        return water_fill(capacity, demand, config.weight)
-    members: dict[str, dict[str, float]] = {}
-    for o, d in demand.items():
-        members.setdefault(config.account_of(o), {})[o] = d
-    got = water_fill(capacity, {a: sum(m.values()) for a, m in members.items()},
-                     config.account_weight)
-    out: dict[str, float] = {}
-    for a, m in members.items():
-        out.update(water_fill(got[a], m, config.weight))
-    return out
 
 
 def job_charge(gs: GpuState, job: str) -> float:
