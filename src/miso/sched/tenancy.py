@@ -52,9 +52,9 @@ waiting protected owner by checkpointing and requeueing their jobs (Kueue's
 ``reclaimWithinCohort``). Off with ``reclaim=False`` (order only).
 
 **A stated price** (``fairness_price``, issue 31): the fair slice's cap then follows the
-cluster's backlog instead of ``demand_per_job`` (:mod:`miso.sched.fairprice`; :meth:`Tenancy.
-plan_budget` once per decision, :attr:`Tenancy.budget` for the status), and reclaim acts only
-when the fair slice beats what packing gives (:mod:`miso.sched.policies.reclaim`).
+cluster's backlog instead of ``demand_per_job`` (:mod:`miso.sched.fairprice`;
+:meth:`Tenancy.plan_budget` once per decision, :attr:`Tenancy.budget` for the status), and
+reclaim acts only when the fair slice beats what packing gives (:mod:`miso.sched.policies.reclaim`).
 
 **Accounts** (``accounts``, ``account_weights``; Slurm's association tree, two levels):
 entitlements are water-filled between accounts, then between the owners of each
