@@ -69,6 +69,14 @@ def test_simulate_fairness_report_json(tmp_path):
         assert f["price"] == pytest.approx(f["avg_jct_s"] / f["off_avg_jct_s"] - 1)
         assert f["rho_max"] >= f["rho_p95"] > 0
         assert f["avg_jct_s"] == pytest.approx(data["policies"][p]["avg_jct_s"])
+        assert f["reclaims_useless"] == 0 and f["reclaim_events"] <= f["reclaims"]
+    # the default fairness price, in the config; --demand-per-job fixes the cap instead
+    assert data["config"]["tenancy"]["fairness_price"] == 0.05
+    for bad, why in ((["--fairness-price", "1.5"], "--fairness-price must be"),
+                     (["--fairness-price", "0.1", "--demand-per-job", "0.5"], "give one")):
+        res = CliRunner().invoke(app, ["simulate", "--gpus", "2", "--jobs", "5",
+                                       "--fair-share", *bad])
+        assert res.exit_code != 0 and why in res.output, res.output
 
 
 def test_fairness_report_refuses_ownerless_jobs(tmp_path):

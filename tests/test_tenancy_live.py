@@ -78,7 +78,7 @@ def test_owner_view__a_non_admin_sees_its_row_and_the_others_as_counts_only():
     assert mine[0]["owner"] == "bob" and mine[0]["queued"] == 1
     assert mine[1] == {"owner": OTHERS, "owners": 2, "in_use": pytest.approx(1.0),
                        "usage_share": pytest.approx(0.75), "share": pytest.approx(0.4),
-                       "queued": 99, "running": 2}
+                       "held": 0.0, "entitled": 0.0, "queued": 99, "running": 2}
     text = json.dumps(mine)
     assert "alice" not in text and "carol" not in text and "u:a" not in text
     nobody = owner_view(table, "u:z", "zed")  # a user with no job and no quota
@@ -203,6 +203,38 @@ def test_api__quota_set_show_round_trip_and_admin_only_one_line_errors(api: Any)
     assert client.get("/api/v1/quotas", headers=admin).json()["quotas"] == []
     audit = [e["action"] for e in users.audit(user="admin")]
     assert audit.count("quota-set") == 2 and "quota-clear" in audit
+
+
+def test_api__accounts_above_users_reach_the_loop_and_survive_in_the_store(api: Any) -> None:
+    """alice and bob join account ``lab`` (weight 2) by PUT /quotas/{name} ``account``; the
+    running loop's tenancy has them in it; GET /quotas lists the accounts; bad names and
+    weights are one-line 4xx; a non-admin may not set them."""
+    client, tokens, ctl, users = api
+    admin, alice = H(tokens["admin"]), H(tokens["alice"])
+    for who in ("alice", "bob"):
+        r = client.put(f"/api/v1/quotas/{who}", json={"account": "lab"}, headers=admin)
+        assert r.status_code == 200, r.text
+    r = client.put("/api/v1/accounts/lab", json={"weight": 2}, headers=admin)
+    assert r.status_code == 200 and r.json() == {"account": "lab", "weight": 2.0}
+    a, b = users.get("alice").id, users.get("bob").id
+    wait_for(lambda: ctl.loop.state.tenancy.config.accounts == {a: "lab", b: "lab"}
+             and ctl.loop.state.tenancy.config.account_weights == {"lab": 2.0}, 10)
+    ten = ctl.loop.state.tenancy.config
+    assert ten.account_weight(ten.account_of(a)) == 2.0
+    got = client.get("/api/v1/quotas", headers=admin).json()
+    assert got["accounts"] == {"lab": 2.0}
+    assert got["account_members"] == {"alice": "lab", "bob": "lab"}
+    assert ctl.quotas.accounts() == ({a: "lab", b: "lab"}, {"lab": 2.0})   # in the store
+    for path, body in (("/api/v1/accounts/lab", {"weight": 0}),
+                       ("/api/v1/quotas/alice", {"account": "no spaces"})):
+        r = client.put(path, json=body, headers=admin)
+        assert r.status_code == 422 and "\n" not in r.json()["error"], r.text
+    r = client.put("/api/v1/accounts/bad name", json={"weight": 1}, headers=admin)
+    assert r.status_code == 400 and "account 'bad name'" in r.json()["error"]
+    r = client.put("/api/v1/accounts/lab", json={"weight": 5}, headers=alice)
+    assert r.status_code == 403
+    r = client.put("/api/v1/quotas/bob", json={"account": None}, headers=admin)
+    wait_for(lambda: ctl.loop.state.tenancy.config.accounts == {a: "lab"}, 10)
 
 
 def test_api__queued_quota_refusal_is_429_with_its_line_and_a_change_applies_at_once(
@@ -352,8 +384,10 @@ def test_cli__quota_set_show_submit_refused_with_one_line_and_status_owners(
     assert r.exit_code == 2 and "--weight '0'" in r.output
     st = json.loads(_miso("status", "--json", **me).stdout)
     assert [o["owner"] for o in st["owners"]][0] == "alice"
+    assert {"held", "entitled"} <= set(st["owners"][0])   # share received vs entitled
     r = _miso("status", **op)
     assert "Owners: usage against entitlement" in r.stdout and "alice" in r.stdout
+    assert "held / entitled" in r.stdout
 
 
 def test_cli__cluster_up_tenancy_flags_are_checked_and_become_the_controllers():
@@ -362,7 +396,7 @@ def test_cli__cluster_up_tenancy_flags_are_checked_and_become_the_controllers():
     assert tenancy_options(False, None, False, None) is None
     got = tenancy_options(True, 3600.0, True, 30.0)
     assert got == {"fair_share": True, "preempt": True, "half_life_s": 3600.0,
-                   "min_run_s": 30.0}
+                   "min_run_s": 30.0, "fairness_price": "stored"}
     cfg = ControllerConfig(**json.loads(json.dumps({"tenancy": got})))
     assert cfg.tenancy == TenancyConfig(half_life_s=3600.0, preempt=True, min_run_s=30.0)
     got = tenancy_options(True, None, False, None, reclaim=False, demand_per_job=1 / 3)
@@ -413,7 +447,12 @@ def test_live__b_starts_within_one_completion_after_a_floods_a_full_cluster(
     from miso.transport.inprocess import LocalCluster
 
     d = Path(tempfile.mkdtemp(prefix="miso-ten-"))  # under /tmp: jobs' accounts reach it
-    cfg = ControllerConfig(**FAST, policy=policy, tenancy=TenancyConfig())  # type: ignore[arg-type]
+    # as `miso cluster up --fair-share --fairness-price 0.05` configures it
+    from miso.cli.cluster import tenancy_options
+
+    ten = tenancy_options(True, None, False, None, fairness_price=0.05)
+    assert ten == {"fair_share": True, "preempt": False, "fairness_price": 0.05}
+    cfg = ControllerConfig(**FAST, policy=policy, tenancy=ten)  # type: ignore[arg-type]
     unix = "nobody" if os.geteuid() == 0 else None  # as root, users' jobs need an account
     with LocalCluster(d, gpus_per_node=2, config=cfg) as c:
         ctl = c.controller
@@ -431,6 +470,10 @@ def test_live__b_starts_within_one_completion_after_a_floods_a_full_cluster(
             b = client.post("/api/v1/jobs", headers=H(tb), json={
                 **_emu_job(2.0), "name": "b"}).json()["id"]
             wait_for(lambda: ctl.store.get(b).started_at is not None, 120)
+            # the status: each owner's GPUs held against its entitlement, and the regime
+            st = client.get("/api/v1/status", headers=H(ta)).json()
+            assert st["owners"][0]["owner"] == "usera" and "entitled" in st["owners"][0]
+            assert ctl.cfg.tenancy is not None and ctl.cfg.tenancy.fairness_price == 0.05
         recs = {r.id: r for r in ctl.store.jobs()}
         assert recs[b].state != "failed" and all(recs[j].state != "failed" for j in a)
         # the controller's own record, in order: after B's submission, how many of A's jobs
@@ -509,3 +552,33 @@ def test_web_page__owners_table_in_chromium_counts_only_for_a_non_admin(tmp_path
                 browser.close()
         finally:
             server.stop()
+
+
+def test_fairness_price__cluster_up_keeps_it_in_the_store_for_the_next_starts(tmp_path: Path):
+    """`cluster up --fair-share --fairness-price 0.1` keeps 0.1; a later `--fair-share` start
+    without it uses the kept one; a fresh cluster the default 0.05; `--demand-per-job` fixes
+    the cap instead (no price); out-of-range prices are refused."""
+    from miso.cli.cluster import tenancy_options
+    from miso.controller.quotas import QuotaStore, with_price
+
+    qs = QuotaStore(tmp_path / "jobs.db")
+    fresh = ControllerConfig(tenancy=tenancy_options(True, None, False, None))
+    assert fresh.fairness_price_stored
+    assert with_price(fresh.tenancy, qs, True).fairness_price == 0.05  # type: ignore[union-attr]
+    given = ControllerConfig(tenancy=tenancy_options(True, None, False, None,
+                                                     fairness_price=0.1))
+    assert with_price(given.tenancy, qs, given.fairness_price_stored).fairness_price == 0.1  # type: ignore[union-attr]
+    assert QuotaStore(tmp_path / "jobs.db").fairness_price() == 0.1      # durable
+    assert with_price(fresh.tenancy, qs, True).fairness_price == 0.1  # type: ignore[union-attr]
+    fixed = ControllerConfig(tenancy=tenancy_options(True, None, False, None,
+                                                     demand_per_job=0.5))
+    assert not fixed.fairness_price_stored
+    assert with_price(fixed.tenancy, qs, False).fairness_price is None  # type: ignore[union-attr]
+    assert with_price(None, qs, True) is None
+    with pytest.raises(ValueError, match="fairness price"):
+        qs.set_fairness_price(2.0)
+    for bad in (["--fairness-price", "0.05"],
+                ["--fair-share", "--fairness-price", "1.5"],
+                ["--fair-share", "--fairness-price", "0.05", "--demand-per-job", "0.5"]):
+        r = _miso("cluster", "up", "--emulated", "--state-dir", "/nonexistent/x", *bad)
+        assert r.exit_code == 2 and "error: --" in r.output, r.output

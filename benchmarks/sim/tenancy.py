@@ -20,6 +20,12 @@ simulator (miso+ unless --policy says otherwise).
    queueing delay (submit to first start) against normal jobs', without and with preemption;
    restarts per job and the GPU time preemption (and fair share's reclaim) threw away.
 
+4. (``price``, issue 31) the fairness price: the two owners at 0.9x, 1.6x and 3.25x the
+   cluster (inter-arrival 217, 122, 60 s) with fair slices that follow the backlog within
+   ``--fairness-price`` (5 %): price, sharing incentives, rho, reclaims and those that left
+   their job no faster; and Philly by vc with the price (max sharing incentive, and the
+   largest vc's short jobs' mean slowdown: its jobs shorter than the trace's median).
+
 Prints Markdown tables; the figures in benchmarks/README.md ("Tenancy") come from this script.
 """
 
@@ -31,6 +37,8 @@ import statistics
 import time
 from pathlib import Path
 
+import numpy as np
+
 from miso.sched.tenancyconfig import TenancyConfig
 from miso.sim.fairness import fairness_report, reference_runs
 from miso.sim.metrics import summarize
@@ -41,6 +49,52 @@ from miso.sim.world import WorldConfig
 
 def run(policy, jobs, cfg, seed, tenancy):  # noqa: ANN001, ANN201
     return summarize(run_policy(policy, jobs, cfg, seed, tenancy=tenancy))
+
+
+def price_part(a: argparse.Namespace, pol: str) -> dict[str, object]:
+    """Issue 31's targets: fair slices within a stated price at three loads, and Philly."""
+    price = TenancyConfig(fairness_price=a.fairness_price)
+    got: dict[str, object] = {}
+    print(f"\n## Fair slices within a stated price ({a.fairness_price:.0%}), two owners 80/20, "
+          f"{a.jobs} Poisson jobs, {a.gpus} A100-40GB, {pol}")
+    print("| inter-arrival s | seed | price | sharing incentive heavy / light | rho max | "
+          "rho p95 | reclaims | reclaims that left their job no faster |")
+    print("|---|---|---|---|---|---|---|---|")
+    cfg = WorldConfig(n_gpus=a.gpus)
+    for iat in (float(x) for x in a.loads.split(",")):
+        for seed in range(1, a.seeds + 1):
+            jobs = assign_tenants(poisson_jobs(a.jobs, seed=seed, mean_interarrival_s=iat,
+                                               duration_column=a.duration_column),
+                                  2, 0.8, seed=seed)
+            ref_off, alone, ents = reference_runs(pol, jobs, cfg, seed, price, run_policy)
+            f = fairness_report(run_policy(pol, jobs, cfg, seed, tenancy=price), ref_off,
+                                alone, ents)
+            si = f["sharing_incentive"]
+            got[f"{iat:g}/{seed}"] = f
+            print(f"| {iat:g} | {seed} | {f['price']:+.1%} | {si['u0']:.3f} / {si['u1']:.3f} | "
+                  f"{f['rho_max']:.2f} | {f['rho_p95']:.2f} | {f['reclaims']} | "
+                  f"{f['reclaims_useless']} |", flush=True)
+    jobs = load_trace("philly", seed=1, max_jobs=a.philly_jobs)
+    pcfg = WorldConfig(n_gpus=a.philly_gpus)
+    ref_off, alone, ents = reference_runs(pol, jobs, pcfg, 1, price, run_policy)
+    r = run_policy(pol, jobs, pcfg, 1, tenancy=price)
+    f = fairness_report(r, ref_off, alone, ents)
+    owners = np.array(r.owners)
+    big = max(set(r.owners), key=lambda o: int((owners == o).sum()))
+    short = (owners == big) & (r.duration < np.median(r.duration))
+    slow = float((r.jct[short] / r.duration[short]).mean())
+    off_jct = dict(zip(ref_off.job_ids, ref_off.jct, strict=True))
+    ids = [i for i, k in zip(r.job_ids, short, strict=True) if k]
+    slow_off = float(np.mean([off_jct[i] for i in ids] / r.duration[short]))
+    print(f"\nPhilly by vc (first {a.philly_jobs} jobs, {a.philly_gpus} GPUs), price "
+          f"{a.fairness_price:.0%}: price {f['price']:+.1%}, max sharing incentive "
+          f"{f['sharing_incentive_max']:.2f}, rho max {f['rho_max']:.2f}; largest vc {big} "
+          f"({int((owners == big).sum())} jobs): its short jobs' mean slowdown {slow:.2f} "
+          f"(fair share off: {slow_off:.2f}); reclaims {f['reclaims']}, no faster "
+          f"{f['reclaims_useless']}", flush=True)
+    got["philly"] = {**f, "largest_vc": big, "largest_vc_short_slowdown": slow,
+                     "largest_vc_short_slowdown_off": slow_off}
+    return got
 
 
 def main() -> None:
@@ -56,7 +110,10 @@ def main() -> None:
                     help="MISO-trace column of the Poisson jobs' durations (exp_100_value: "
                     "mean 3,122 s, the default of `miso simulate`; duration_s: mean 770 s)")
     ap.add_argument("--skip", default="",
-                    help="comma list of parts to skip: skew,sizes,quota,philly,priority")
+                    help="comma list of parts to skip: skew,sizes,quota,philly,priority,price")
+    ap.add_argument("--fairness-price", type=float, default=0.05)
+    ap.add_argument("--loads", default="217,122,60",
+                    help="inter-arrival times (s) of the price part")
     ap.add_argument("--json", default="benchmarks/sim/results/tenancy.json")
     a = ap.parse_args()
     skip = set(filter(None, a.skip.split(",")))
@@ -194,6 +251,9 @@ def main() -> None:
                   f"{f['sharing_incentive_max']:.2f} | {f['rho_max']:.2f} | {f['rho_p95']:.2f} "
                   f"| {s['jain_slowdown']:.3f} | {s['reclaims']} |", flush=True)
         out["philly"] = philly
+
+    if "price" not in skip:
+        out["price"] = price_part(a, pol)
 
     if "priority" not in skip:
         print(f"\n## {a.priority_frac:.0%} high-priority jobs, {a.jobs} Poisson jobs (60 s), "

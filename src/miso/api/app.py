@@ -32,6 +32,8 @@ Endpoints::
     GET    /api/v1/quotas/{name}        (admin) one user's
     PUT    /api/v1/quotas/{name}        (admin) set some of them (null clears one)
     DELETE /api/v1/quotas/{name}        (admin) back to the defaults
+    PUT    /api/v1/accounts/{name}      (admin) an account's fair-share weight (users join one
+                                        with ``account`` in PUT /quotas/{name})
     GET    /healthz                     (no token) 200, or 503 while the loop is dead or stuck
 
 A submission may ask for a ``priority`` (``high``, ``normal``, ``low`` or an integer): above
@@ -62,7 +64,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from miso.api.limits import BodySizeLimit
-from miso.api.models import QuotaRequest, SubmitRequest, UserRequest
+from miso.api.models import AccountRequest, QuotaRequest, SubmitRequest, UserRequest
 from miso.api.statusview import ClusterSnapshot, gpu_view, status_summary
 from miso.api.users import User, UserError, UserStore
 from miso.api.wire import API, MAX_BODY_BYTES
@@ -369,6 +371,8 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
         if snap.get("owners") is not None:
             out["owners"] = owner_view(snap["owners"], None if user.admin else user.id,
                                        user.name)
+        if snap.get("fair_slices") is not None:  # the fair slices' regime and budget
+            out["fair_slices"] = snap["fair_slices"]
         return Json(out)
 
     @r.get("/users/me")
@@ -444,7 +448,13 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
         known = {u["id"]: u["name"] for u in users.list()}
         rows = [{**q.to_json(), "owner": known.get(o, q.name), "id": o}
                 for o, q in byid.items()]
-        return Json({"tenancy": info, "quotas": rows})
+        members, weights = qs.accounts() if hasattr(qs, "accounts") else ({}, {})
+        for row in rows:
+            row["account"] = members.get(row["id"])
+        return Json({"tenancy": info, "quotas": rows,
+                     "accounts": {a: weights.get(a) for a in
+                                  sorted(set(members.values()) | set(weights))},
+                     "account_members": {known.get(o, o): a for o, a in members.items()}})
 
     @r.get("/quotas/{name}")
     async def quota(name: str, _: AdminDep) -> Json:
@@ -456,6 +466,10 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
         qs = quota_store()
         u = quota_user(name)
         fields = {k: getattr(body, k) for k in body.model_fields_set}
+        if "account" in fields:  # the account above the user (fair share's first level)
+            if not hasattr(controller, "set_account"):
+                raise ApiError(501, "this server keeps no accounts")
+            controller.set_account(u.id, u.name, fields.pop("account"))
         limits = getattr(controller, "time_limits", None)
         if "max_time_s" in fields:  # kept beside the quotas (:mod:`...timelimits`)
             if limits is None:
@@ -470,6 +484,18 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
         info = controller.tenancy_info() if hasattr(controller, "tenancy_info") else {}
         return Json({"quota": quota_json(u, q if q is not None else qs.get(u.id)),
                      "tenancy": info})
+
+    @r.put("/accounts/{account}")
+    def set_account(account: str, body: AccountRequest, admin: AdminDep) -> Json:
+        if not hasattr(controller, "set_account_weight"):
+            raise ApiError(501, "this server keeps no accounts")
+        try:
+            controller.set_account_weight(account, body.weight)
+        except ValueError as e:
+            raise ApiError(400, " ".join(str(e).split())) from None
+        users.record(admin.name, "account-set", None, {"account": account,
+                                                       "weight": body.weight})
+        return Json({"account": account, "weight": body.weight})
 
     @r.delete("/quotas/{name}")
     def clear_quota(name: str, admin: AdminDep) -> Json:

@@ -149,5 +149,10 @@ class Client:
         ``priority_limit``; None clears one); ``{"quota", "tenancy"}``."""
         return dict(self.request("PUT", f"/quotas/{quote(name, safe='')}", json=fields))
 
+    def set_account_weight(self, account: str, weight: float | None) -> dict[str, Any]:
+        """Set an account's fair-share weight (None: the default)."""
+        return dict(self.request("PUT", f"/accounts/{quote(account, safe='')}",
+                                 json={"weight": weight}))
+
     def clear_quota(self, name: str) -> dict[str, Any]:
         return dict(self.request("DELETE", f"/quotas/{quote(name, safe='')}"))

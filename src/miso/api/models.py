@@ -103,6 +103,14 @@ def _priority_value(v: int | str | None) -> int | None:
     return check_priority(parse_priority(v))
 
 
+class AccountRequest(_Body):
+    """``PUT /api/v1/accounts/{name}``: the account's fair-share weight (null: the default)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    weight: float | None = Field(default=None, ge=MIN_WEIGHT, le=MAX_WEIGHT)
+
+
 class QuotaRequest(_Body):
     """``PUT /api/v1/quotas/{name}``: the fields given are set (null clears one: the default,
     no limit); the others are kept."""
@@ -116,6 +124,8 @@ class QuotaRequest(_Body):
     priority_limit: int | Annotated[str, Field(max_length=16)] | None = None
     #: The longest time limit the user's jobs may have, and their default (seconds).
     max_time_s: float | None = Field(default=None, gt=0, le=MAX_TIME_S)
+    #: The account the user is in (fair share between accounts first; null: none).
+    account: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
     @field_validator("priority_limit")
     @classmethod

@@ -91,6 +91,7 @@ def tenancy_options(fair_share: bool, half_life: float | None, preempt: bool,
                     min_run_s: float | None, reclaim: bool = True,
                     demand_per_job: float | None = None,
                     stop_uncheckpointable_after: float | None = None,
+                    fairness_price: float | None = None,
                     ) -> dict[str, Any] | None:
     """The controller's ``tenancy`` (:class:`miso.sched.tenancy.TenancyConfig` as JSON) from
     the ``--fair-share`` flags, or None (one FIFO queue; stored quotas still turn tenancy on)."""
@@ -109,6 +110,14 @@ def tenancy_options(fair_share: bool, half_life: float | None, preempt: bool,
         fail(f"--half-life must be a positive number of seconds, got {half_life}")
     if min_run_s is not None and not (math.isfinite(min_run_s) and min_run_s >= 0):
         fail(f"--min-run-s must be a non-negative number of seconds, got {min_run_s}")
+    if fairness_price is not None and not fair_share:
+        fail("--fairness-price needs --fair-share")
+    if fairness_price is not None and demand_per_job is not None:
+        fail("--fairness-price and --demand-per-job: give one (a price lets fair slices "
+             "follow the load; --demand-per-job fixes their cap)")
+    if fairness_price is not None and not (math.isfinite(fairness_price)
+                                           and 0 <= fairness_price <= 1):
+        fail(f"--fairness-price must be a share from 0 to 1 (0.05: 5 %), got {fairness_price}")
     grace = stop_uncheckpointable_after
     if grace is not None and not (fair_share and reclaim):
         fail("--stop-uncheckpointable-after needs --fair-share (with reclaim)")
@@ -131,6 +140,8 @@ def tenancy_options(fair_share: bool, half_life: float | None, preempt: bool,
         out["reclaim"] = False
     if demand_per_job is not None:
         out["demand_per_job"] = demand_per_job
+    elif fair_share:  # the price given, else the one the cluster's store keeps
+        out["fairness_price"] = "stored" if fairness_price is None else fairness_price
     return out
 
 
@@ -265,7 +276,13 @@ def up(
         "checkpoint and requeue); --no-reclaim: fair share orders the queue only.")] = True,
     demand_per_job: Annotated[float | None, typer.Option(
         "--demand-per-job", help="With --fair-share: the most of a GPU one job's fair slice can "
-        "be (0.5: a 3g slice on an A100; 1/3: 2g).  [default: 0.5]")] = None,
+        "be (0.5: a 3g slice on an A100; 1/3: 2g), fixed instead of --fairness-price.")]
+    = None,
+    fairness_price: Annotated[float | None, typer.Option(
+        "--fairness-price", help="With --fair-share: the share of the total average JCT the "
+        "cluster may pay for fairness (0.05: 5 %); fair slices follow the backlog within it. "
+        "Kept in the cluster's store for its next starts.  [default: the kept one, else "
+        "0.05]")] = None,
     stop_uncheckpointable_after: Annotated[float | None, typer.Option(
         "--stop-uncheckpointable-after", help="With --fair-share: a job that cannot "
         "checkpoint, of an owner above its entitlement, may be stopped and requeued (it loses "
@@ -299,7 +316,7 @@ def up(
              "polled by the controller; more do not come up on one machine)")
     cfg = _config(policy, profile_seconds, checkpoint_timeout, estimator)
     tenancy = tenancy_options(fair_share, half_life, preempt, min_run_s, reclaim,
-                              demand_per_job, stop_uncheckpointable_after)
+                              demand_per_job, stop_uncheckpointable_after, fairness_price)
     if tenancy is not None:
         cfg["tenancy"] = tenancy
     cfg["time_limit_action"] = time_limit_action(at_time_limit)

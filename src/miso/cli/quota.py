@@ -72,8 +72,10 @@ def _tenancy_line(t: dict[str, Any]) -> str:
     if not t.get("live", True):
         return ("tenancy turns on at the controller's next start (quotas stored); the "
                 "queued-jobs quota applies now")
-    fs = (f"fair share on (half-life {t.get('half_life_s', 0):g} s)" if t.get("fair_share")
-          else "fair share off (FIFO within priorities)")
+    price = t.get("fairness_price")
+    fs = (f"fair share on (half-life {t.get('half_life_s', 0):g} s"
+          + (f", fairness price {100 * price:g} %" if price is not None else "") + ")"
+          if t.get("fair_share") else "fair share off (FIFO within priorities)")
     pre = f", preemption on (min run {t.get('min_run_s', 0):g} s)" if t.get("preempt") else ""
     return f"tenancy on: {fs}{pre}"
 
@@ -96,6 +98,10 @@ def set_quota(
     max_time: Annotated[str | None, typer.Option(
         "--max-time", help="Longest time limit the owner's jobs may ask for, and their "
         "default (Slurm's formats: MM, HH:MM:SS, D-HH:MM:SS, ...).")] = None,
+    account: Annotated[str | None, typer.Option(
+        "--account", help="The account the owner is in (`miso quota account` sets its "
+        "weight): fair share goes between accounts first, then between the owners of one "
+        "(Slurm's association tree); `none`: in no account.")] = None,
     reset: Annotated[bool, typer.Option(
         "--reset", help="Clear every weight and quota of the owner (defaults again).")]
     = False,
@@ -125,11 +131,13 @@ def set_quota(
                 parse_time(max_time)
         except ValueError as e:
             fail(str(e))
+    if account is not None:
+        fields["account"] = None if account.strip().lower() in CLEAR else account.strip()
     if reset and fields:
         fail("--reset clears everything: give it alone")
     if not reset and not fields:
         fail("nothing to set: give --weight, --max-in-use, --max-queued, --priority-limit, "
-             "--max-time or --reset")
+             "--max-time, --account or --reset")
     with client(url, token, state_dir, token_file=token_file) as c:
         if reset:
             cleared = call(c.clear_quota, owner)
@@ -146,6 +154,28 @@ def set_quota(
     line = _tenancy_line(out.get("tenancy") or {})
     if line:
         typer.echo(line, err=True)
+
+
+@quota_app.command("account")
+def set_account(
+    name: Annotated[str, typer.Argument(help="The account (1-64 letters, digits, . _ -).")],
+    weight: Annotated[str, typer.Option(
+        "--weight", help="The account's fair-share weight (`none`: the default 1): accounts "
+        "share the cluster by these weights, then their owners by theirs.")],
+    json_out: Annotated[bool, typer.Option("--json", help="Print the API's answer (JSON).")]
+    = False,
+    url: Url = None,
+    token: Token = None,
+    token_file: TokenFile = None,
+    state_dir: StateDir = None,
+) -> None:
+    """Set an account's fair-share weight (admin only); owners join it with `quota set
+    USER --account NAME`."""
+    _, w = _number(weight, "--weight", positive=True)
+    with client(url, token, state_dir, token_file=token_file) as c:
+        out = call(c.set_account_weight, name, w)
+    typer.echo(json.dumps(out, default=str) if json_out else
+               f"account {name}: weight {'-' if w is None else f'{w:g}'}")
 
 
 @quota_app.command("show")

@@ -5,14 +5,16 @@ Used by :mod:`miso.cli.simulate`."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from miso.cli.text import make_console
+from miso.cli.text import fail, make_console
 
 
 def tenancy_setup(tjobs: list, tenants: int | None, skew: float | None, fair_share: bool,
              half_life: float, priority_frac: float, preempt: bool, min_run_s: float,
-             seed: int, reclaim: bool = True, demand_per_job: float = 0.5
+             seed: int, reclaim: bool = True, demand_per_job: float = 0.5,
+             fairness_price: float | None = None
              ) -> tuple[list, object]:
     """The jobs with owners and priorities, and the tenancy config (None when the run has
     neither owners nor priorities nor fair share: the plain FIFO queue)."""
@@ -28,7 +30,32 @@ def tenancy_setup(tjobs: list, tenants: int | None, skew: float | None, fair_sha
         return tjobs, None
     return tjobs, TenancyConfig(fair_share=fair_share, half_life_s=half_life, preempt=preempt,
                                 min_run_s=min_run_s, reclaim=reclaim,
-                                demand_per_job=demand_per_job)
+                                demand_per_job=demand_per_job, fairness_price=fairness_price)
+
+
+def fair_price_option(fair_share: bool, demand_per_job: float | None,
+                      fairness_price: float | None) -> float | None:
+    """The fairness price a run uses: ``--fairness-price`` (default
+    :data:`~miso.sched.fairprice.DEFAULT_PRICE`), None with a fixed ``--demand-per-job``;
+    one-line failures for a value out of range or both given."""
+    from miso.sched.fairprice import DEFAULT_PRICE
+    from miso.sched.tenancyconfig import MAX_FAIRNESS_PRICE
+
+    if demand_per_job is not None and not (math.isfinite(demand_per_job)
+                                           and 0 < demand_per_job <= 1):
+        fail(f"--demand-per-job must be in (0, 1], not {demand_per_job}")
+    if fairness_price is not None and not (math.isfinite(fairness_price)
+                                           and 0 <= fairness_price <= MAX_FAIRNESS_PRICE):
+        fail(f"--fairness-price must be a share from 0 to {MAX_FAIRNESS_PRICE:g} (0.05: 5 %), "
+             f"not {fairness_price}")
+    if fairness_price is not None and demand_per_job is not None:
+        fail("--fairness-price and --demand-per-job: give one (a price lets fair slices "
+             "follow the load; --demand-per-job fixes their cap)")
+    if fairness_price is not None and not fair_share:
+        fail("--fairness-price needs --fair-share")
+    if demand_per_job is not None or not fair_share:
+        return None
+    return DEFAULT_PRICE if fairness_price is None else fairness_price
 
 
 def add_fairness(summary: dict, raw: dict, pols: list[str], tjobs: list, cfg: object,
@@ -60,7 +87,8 @@ def print_fairness(summary: dict) -> None:
         f = s["fairness"]
         c.print(f"{p}: price of fairness {f['price']:+.1%} (avg JCT {f['avg_jct_s']:.0f} s vs "
                 f"{f['off_avg_jct_s']:.0f} s with fair share off); finish-time fairness rho "
-                f"max {f['rho_max']:.2f}, p95 {f['rho_p95']:.2f}; reclaims {f['reclaims']}, "
+                f"max {f['rho_max']:.2f}, p95 {f['rho_p95']:.2f}; reclaims {f['reclaims']} "
+                f"({f.get('reclaims_useless', 0)} that left their job no faster), "
                 f"restarts {f['restarts']} (off: {f['off_restarts']})")
 
 

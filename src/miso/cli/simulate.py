@@ -12,6 +12,7 @@ import typer
 
 from miso.cli import checks
 from miso.cli.simfairness import add_fairness as _add_fairness
+from miso.cli.simfairness import fair_price_option
 from miso.cli.simfairness import print_fairness as _print_fairness
 from miso.cli.simfairness import print_owners as _print_owners
 from miso.cli.simfairness import tenancy_setup as _tenancy
@@ -164,9 +165,14 @@ def simulate(
         "--reclaim/--no-reclaim", help="With --fair-share: owners below their entitlement "
         "get fair slices and room lent to others is reclaimed (--no-reclaim: fair share "
         "orders the queue only).")] = True,
-    demand_per_job: Annotated[float, typer.Option(
-        help="With --fair-share: GPUs one job counts towards its owner's entitlement, the "
-        "most of a GPU a fair slice can be.")] = 0.5,
+    demand_per_job: Annotated[float | None, typer.Option(
+        help="With --fair-share: a fixed cap on fair slices instead of --fairness-price: GPUs "
+        "one job counts towards its owner's entitlement, the most of a GPU a fair slice can "
+        "be.")] = None,
+    fairness_price: Annotated[float | None, typer.Option(
+        "--fairness-price", help="With --fair-share: the share of the total average JCT you "
+        "accept to pay for fairness (0.05: 5 %); fair slices follow the backlog within it "
+        "(src/miso/sched/fairprice.py).  [default: 0.05]")] = None,
     fairness_report: Annotated[bool, typer.Option(
         "--fairness-report", help="Also run each policy with fair share off and each owner "
         "alone on its entitled share, and report the price of fairness, each owner's "
@@ -296,11 +302,11 @@ def simulate(
     except TraceError as e:
         fail(str(e))
     out["gang_jobs"] = sum(1 for j in tjobs if j.num_gpus > 1)  # jobs on several GPUs
-    if not 0 < demand_per_job <= 1:
-        fail(f"--demand-per-job must be in (0, 1], not {demand_per_job}")
+    price = fair_price_option(fair_share, demand_per_job, fairness_price)
     tjobs, tenancy = _tenancy(tjobs, tenants, tenant_skew, fair_share, half_life,
                               priority_frac, preempt, min_run_s, seed,
-                              reclaim=reclaim, demand_per_job=demand_per_job)
+                              reclaim=reclaim, demand_per_job=demand_per_job or 0.5,
+                              fairness_price=price)
     if fairness_report and not any(j.owner for j in tjobs):
         fail("--fairness-report needs owners: give --tenants (or a trace with a user or vc "
              "column)")
@@ -309,7 +315,7 @@ def simulate(
             "fair_share": fair_share, "half_life_s": half_life, "preempt": preempt,
             "min_run_s": min_run_s, "tenants": tenants, "tenant_skew": tenant_skew,
             "priority_frac": priority_frac, "reclaim": reclaim,
-            "demand_per_job": demand_per_job}
+            "demand_per_job": demand_per_job, "fairness_price": price}
     with Progress(*cols, transient=True) as prog:
         tasks = {p: prog.add_task(p, total=len(tjobs)) for p in pols}
 

@@ -25,19 +25,27 @@ def owners_table(st: dict[str, Any]) -> list[Table]:
         return []
     t = Table(title="Owners: usage against entitlement (GPU-equivalents)")
     for c in ("owner", "usage share", "share (weight)", "fair-share factor", "in use",
-              "queued", "on GPUs", "quota in use / queued"):
+              "GPUs held / entitled", "queued", "on GPUs", "quota in use / queued"):
         t.add_column(c)
     for r in rows:
+        recv = f"{r.get('held', 0):.1f} / {r.get('entitled', 0):.1f}"
         if r.get("owner") == "others" and "owners" in r:
             t.add_row(safe(f"others ({r['owners']})"), f"{100 * r.get('usage_share', 0):.0f}%",
                       f"{100 * r.get('share', 0):.0f}%", "-", f"{r.get('in_use', 0):.2f}",
-                      str(r.get("queued", 0)), str(r.get("running", 0)), "-")
+                      recv, str(r.get("queued", 0)), str(r.get("running", 0)), "-")
             continue
         quota = f"{_or_dash(r.get('max_in_use'))} / {_or_dash(r.get('max_queued'))}"
-        t.add_row(safe(r.get("owner")), f"{100 * r.get('usage_share', 0):.0f}%",
+        name = r.get("owner") if not r.get("account") else f"{r['owner']} ({r['account']})"
+        t.add_row(safe(name), f"{100 * r.get('usage_share', 0):.0f}%",
                   f"{100 * r.get('share', 0):.0f}% ({r.get('weight', 1):g})",
-                  f"{r.get('fair_share', 1):.2f}", f"{r.get('in_use', 0):.2f}",
+                  f"{r.get('fair_share', 1):.2f}", f"{r.get('in_use', 0):.2f}", recv,
                   str(r.get("queued", 0)), str(r.get("running", 0)), quota)
+    fair = st.get("fair_slices")
+    if fair:
+        t.caption = (f"fair slices: {fair.get('regime')} ({fair.get('pressure', 0):.1f} active "
+                     f"jobs per GPU), at most {fair.get('fair_slice_cap', 0):.2f} of a GPU, "
+                     f"estimated price {100 * fair.get('price_estimate', 0):.1f} % of "
+                     f"{100 * fair.get('price', 0):.1f} %")
     return [t]
 
 

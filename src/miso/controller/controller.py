@@ -35,7 +35,13 @@ from miso.controller.gangs import check_gang_request
 from miso.controller.loop import EventLoop
 from miso.controller.owners import owner_table
 from miso.controller.poller import AgentPoller
-from miso.controller.quotas import Quota, QuotaStore, check_priority, tenancy_config
+from miso.controller.quotas import (
+    Quota,
+    QuotaStore,
+    check_priority,
+    tenancy_config,
+    with_price,
+)
 from miso.controller.recovery import recover
 from miso.controller.requests import dependency_ids, pinned_memory
 from miso.controller.runtime import (
@@ -101,8 +107,9 @@ class Controller:
         #: jobs' time limits and owners' maximum time (:mod:`miso.controller.timelimits`)
         self.time_limits = TimeLimitStore(store.path)
         #: the tenancy the operator asked for (``--fair-share``), before the stored quotas
-        self._base_tenancy = cfg.tenancy
-        self.cfg = replace(cfg, tenancy=tenancy_config(cfg.tenancy, self.quotas.list()))
+        self._base_tenancy = with_price(cfg.tenancy, self.quotas, cfg.fairness_price_stored)
+        self.cfg = replace(cfg, tenancy=tenancy_config(self._base_tenancy, self.quotas.list(),
+                                                       self.quotas.accounts()))
         self._retune_lock = threading.Lock()
         #: owner id -> user name, for the per-owner view (from submissions and quotas)
         self.owner_names: dict[str, str] = {q.owner: q.name for q in self.quotas.list()}
@@ -331,6 +338,17 @@ class Controller:
         self._retune()
         return None if q.empty else q
 
+    def set_account(self, owner: str, name: str, account: str | None) -> None:
+        """Put ``owner`` in ``account`` (None: none) durably; the next decision uses it."""
+        self.quotas.set_account(owner, account)
+        self.owner_names[owner] = name
+        self._retune()
+
+    def set_account_weight(self, account: str, weight: float | None) -> None:
+        """Set ``account``'s weight (None: the default) durably; the next decision uses it."""
+        self.quotas.set_account_weight(account, weight)
+        self._retune()
+
     def clear_quota(self, owner: str) -> bool:
         """Forget ``owner``'s weight and quotas (defaults again)."""
         gone = self.quotas.clear(owner)
@@ -344,15 +362,16 @@ class Controller:
             return {"on": False}
         return {"on": True, "fair_share": ten.fair_share, "half_life_s": ten.half_life_s,
                 "preempt": ten.preempt, "min_run_s": ten.min_run_s,
-                "default_weight": ten.default_weight, "live": self.loop.state.tenancy
-                is not None}
+                "default_weight": ten.default_weight, "fairness_price": ten.fairness_price,
+                "live": self.loop.state.tenancy is not None}
 
     def _retune(self) -> None:
         """Give the loop the tenancy of the stored quotas (it swaps it in between two
         events). A cluster started without tenancy enforces the queued-jobs quota now and
         the rest from its next start."""
         with self._retune_lock:  # read and hand over in one go: the last change wins
-            cfg = tenancy_config(self._base_tenancy, self.quotas.list())
+            cfg = tenancy_config(self._base_tenancy, self.quotas.list(),
+                                 self.quotas.accounts())
             if cfg is None and self.loop.state.tenancy is not None:
                 cfg = replace(self.loop.state.tenancy.config, weights={}, max_in_use={},
                               max_queued={})

@@ -537,6 +537,8 @@ class EventLoop:
             counts = _owner_counts(self.state)
             snap["owners"] = {o: {**r, **counts.get(o, {"queued": 0, "running": 0})}
                               for o, r in ten.report(self.state.now).items()}
+            if ten.budget is not None:  # the fair slices' regime and budget (fairprice.py)
+                snap["fair_slices"] = ten.budget.to_json()
         with self.rt.lock:
             self._snapshot = snap
 

@@ -48,6 +48,8 @@ def owner_table(report: Mapping[str, Mapping[str, Any]], quotas: Iterable[Quota]
             "weight": float(weight),
             "fair_share": float(r.get("fair_share", 1.0)),
             "queued": int(r.get("queued") or 0), "running": int(r.get("running") or 0),
+            "held": float(r.get("held") or 0.0), "entitled": float(r.get("entitled") or 0.0),
+            "account": r.get("account"),
             "max_in_use": q.max_in_use if q is not None else None,
             "max_queued": q.max_queued if q is not None else None,
             "priority_limit": q.priority_limit if q is not None else None,
@@ -75,19 +77,22 @@ def owner_view(table: Mapping[str, Mapping[str, Any]], viewer: str | None,
               "in_use": sum(float(r.get("in_use") or 0.0) for r in rest),
               "usage_share": sum(float(r.get("usage_share") or 0.0) for r in rest),
               "share": sum(float(r.get("share") or 0.0) for r in rest),
+              "held": sum(float(r.get("held") or 0.0) for r in rest),
+              "entitled": sum(float(r.get("entitled") or 0.0) for r in rest),
               "queued": sum(int(r.get("queued") or 0) for r in rest),
               "running": sum(int(r.get("running") or 0) for r in rest)}
     return [own, others] if rest else [own]
 
 
 _KEYS = ("usage_gpu_s", "usage_share", "in_use", "weight", "share", "fair_share", "queued",
-         "running", "max_in_use", "max_queued", "priority_limit")
+         "running", "held", "entitled", "account", "max_in_use", "max_queued",
+         "priority_limit")
 
 
 def _fields(r: Mapping[str, Any]) -> dict[str, Any]:
     defaults: dict[str, Any] = {"usage_gpu_s": 0.0, "usage_share": 0.0, "in_use": 0.0,
                                 "weight": 1.0, "share": 0.0, "fair_share": 1.0, "queued": 0,
-                                "running": 0}
+                                "running": 0, "held": 0.0, "entitled": 0.0}
     return {k: r.get(k, defaults.get(k)) for k in _KEYS}
 
 

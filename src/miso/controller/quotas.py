@@ -14,6 +14,7 @@ decision uses it (no restart).
 from __future__ import annotations
 
 import math
+import re
 import sqlite3
 import threading
 import time
@@ -23,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from miso.controller.schema import TENANCY_SCHEMA
-from miso.sched.tenancyconfig import TenancyConfig
+from miso.sched.fairprice import DEFAULT_PRICE
+from miso.sched.tenancyconfig import MAX_FAIRNESS_PRICE, TenancyConfig
 
 #: Bounds of what an admin may store (one-line ValueError beyond them).
 MIN_WEIGHT = 1e-3         # a ratio of 1e6 between two owners at most: the fair-share math
@@ -64,6 +66,44 @@ def check_priority(p: int) -> int:
     return p
 
 
+#: An account's name: what `miso quota account NAME` takes.
+ACCOUNT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def check_account(name: str) -> str:
+    """``name`` when it is a valid account name, else a one-line ValueError."""
+    if not isinstance(name, str) or not ACCOUNT_NAME.fullmatch(name):
+        raise ValueError(f"account {name!r}: expected 1-64 letters, digits, '.', '_' or '-', "
+                         f"starting with a letter or digit")
+    return name
+
+
+def check_price(p: float) -> float:
+    """``p`` when it is a fairness price an operator may state, else a one-line ValueError."""
+    if isinstance(p, bool) or not isinstance(p, int | float) or not math.isfinite(p) \
+            or not 0 <= p <= MAX_FAIRNESS_PRICE:
+        raise ValueError(f"fairness price {p!r}: expected a share from 0 to "
+                         f"{MAX_FAIRNESS_PRICE:g} (0.05: 5 %)")
+    return float(p)
+
+
+def with_price(base: TenancyConfig | None, quotas: QuotaStore, stored: bool
+               ) -> TenancyConfig | None:
+    """``base`` with its fairness price settled against the store: a price stated now is
+    kept for the next starts; ``stored`` (fair share with neither a price nor a fixed
+    ``--demand-per-job`` given) takes the kept one, else the default
+    (:data:`~miso.sched.fairprice.DEFAULT_PRICE`)."""
+    if base is None or not base.fair_share:
+        return base
+    if base.fairness_price is not None:
+        quotas.set_fairness_price(base.fairness_price)
+        return base
+    if stored:
+        kept = quotas.fairness_price()
+        return replace(base, fairness_price=DEFAULT_PRICE if kept is None else kept)
+    return base
+
+
 def check_quota(q: Quota) -> Quota:
     """``q`` when every field is within its bounds, else a one-line ValueError."""
     if q.weight is not None and (isinstance(q.weight, bool)
@@ -95,6 +135,8 @@ class QuotaStore:
         self._db.row_factory = sqlite3.Row
         with self._lock:
             self._db.executescript(TENANCY_SCHEMA)
+            self._db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, "
+                             "value TEXT NOT NULL)")
 
     def close(self) -> None:
         with self._lock:
@@ -141,6 +183,63 @@ class QuotaStore:
             return self._db.execute("DELETE FROM quotas WHERE owner=?",
                                     (owner,)).rowcount > 0
 
+    # ---- accounts above owners (Slurm's association tree, two levels) ----------------------
+
+    def accounts(self) -> tuple[dict[str, str], dict[str, float]]:
+        """(owner -> its account, account -> its weight; accounts without a stored weight
+        have the default)."""
+        with self._lock:
+            members = {str(r[0]): str(r[1]) for r in self._db.execute(
+                "SELECT owner, account FROM account_members")}
+            weights = {str(r[0]): float(r[1]) for r in self._db.execute(
+                "SELECT name, weight FROM accounts")}
+        return members, weights
+
+    def set_account(self, owner: str, account: str | None) -> None:
+        """Put ``owner`` in ``account`` (None: in none, its own account again)."""
+        if account is not None:
+            check_account(account)
+        with self._lock:
+            if account is None:
+                self._db.execute("DELETE FROM account_members WHERE owner=?", (owner,))
+            else:
+                self._db.execute("INSERT INTO account_members(owner, account) VALUES(?, ?) ON "
+                                 "CONFLICT(owner) DO UPDATE SET account=excluded.account",
+                                 (owner, account))
+
+    def set_account_weight(self, account: str, weight: float | None) -> None:
+        """Set ``account``'s fair-share weight (None: the default again); ValueError out of
+        bounds."""
+        check_account(account)
+        if weight is not None:
+            check_quota(Quota("", "", weight=weight))
+        with self._lock:
+            if weight is None:
+                self._db.execute("DELETE FROM accounts WHERE name=?", (account,))
+            else:
+                self._db.execute("INSERT INTO accounts(name, weight) VALUES(?, ?) ON "
+                                 "CONFLICT(name) DO UPDATE SET weight=excluded.weight",
+                                 (account, float(weight)))
+
+    # ---- the cluster's fairness price ----------------------------------------------------
+
+    def fairness_price(self) -> float | None:
+        """The fairness price last stated for this cluster (``cluster up --fairness-price``),
+        or None."""
+        with self._lock:
+            r = self._db.execute("SELECT value FROM meta WHERE key='fairness_price'").fetchone()
+        try:
+            return None if r is None else check_price(float(r[0]))
+        except ValueError:
+            return None
+
+    def set_fairness_price(self, price: float) -> None:
+        """Keep ``price`` as this cluster's fairness price (ValueError out of bounds)."""
+        check_price(price)
+        with self._lock:
+            self._db.execute("INSERT INTO meta(key, value) VALUES('fairness_price', ?) ON "
+                             "CONFLICT(key) DO UPDATE SET value=excluded.value", (repr(price),))
+
     # ---- priorities ---------------------------------------------------------------------
 
     def set_priority(self, job: str, priority: int) -> None:
@@ -174,11 +273,17 @@ def _quota(r: sqlite3.Row) -> Quota:
                  None if r["priority_limit"] is None else int(r["priority_limit"]))
 
 
-def tenancy_config(base: TenancyConfig | None, quotas: Iterable[Quota]) -> TenancyConfig | None:
+def tenancy_config(base: TenancyConfig | None, quotas: Iterable[Quota],
+                   accounts: tuple[dict[str, str], dict[str, float]] | None = None,
+                   ) -> TenancyConfig | None:
     """``base`` (the operator's ``--fair-share`` options) with the stored weights and quotas
-    over its own; None (a plain FIFO queue) when there is neither. Stored quotas alone turn
-    tenancy on without fair share (quotas and priorities, FIFO otherwise)."""
+    over its own, and the stored ``accounts`` (owner -> account, account -> weight); None (a
+    plain FIFO queue) when there is neither. Stored quotas alone turn tenancy on without fair
+    share (quotas and priorities, FIFO otherwise)."""
     qs = list(quotas)
+    if accounts is not None and accounts[0] and base is not None:
+        base = replace(base, accounts={**base.accounts, **accounts[0]},
+                       account_weights={**base.account_weights, **accounts[1]})
     if base is None and not any(q.weight is not None or q.max_in_use is not None
                                 or q.max_queued is not None for q in qs):
         return None

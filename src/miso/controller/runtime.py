@@ -77,10 +77,17 @@ class ControllerConfig:
     #: checkpointed and put back in the queue, its limit counting per run (a time slice); a
     #: job that cannot save is ended either way (issue 26).
     time_limit_action: str = "end"
+    #: fair share with neither a fairness price nor a fixed fair slice cap given: the price
+    #: kept in the store (:func:`miso.controller.quotas.with_price`)
+    fairness_price_stored: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.tenancy, dict):  # from JSON (``miso cluster up --fair-share``)
-            self.tenancy = TenancyConfig(**self.tenancy)
+            ten = dict(self.tenancy)
+            if ten.get("fairness_price") == "stored":
+                del ten["fairness_price"]
+                self.fairness_price_stored = True
+            self.tenancy = TenancyConfig(**ten)
         if self.time_limit_action not in TIME_LIMIT_ACTIONS:
             raise ValueError(f"time_limit_action {self.time_limit_action!r}: expected one of "
                              f"{', '.join(TIME_LIMIT_ACTIONS)}")

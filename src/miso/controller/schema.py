@@ -33,6 +33,14 @@ CREATE TABLE IF NOT EXISTS quotas (
   priority_limit INTEGER,
   updated_at REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS accounts (
+  name TEXT PRIMARY KEY,
+  weight REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS account_members (
+  owner TEXT PRIMARY KEY,
+  account TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS job_priority (
   job TEXT PRIMARY KEY,
   priority INTEGER NOT NULL

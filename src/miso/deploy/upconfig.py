@@ -29,6 +29,7 @@ CONFIG_ENV = "MISO_CLUSTER_CONFIG"
 #: Flags of ``cluster up`` the file may set (the rest are per-run: --emulated, --gpus...).
 KEYS = ("policy", "listen", "tls_cert", "tls_key", "insecure", "metrics_public",
         "fair_share", "half_life", "preempt", "min_run_s", "reclaim", "demand_per_job",
+        "fairness_price",
         "profile_seconds", "checkpoint_timeout", "estimator", "state_dir", "address",
         "gpus", "gpu_model", "emulated")
 #: Largest config file read (it is a handful of lines).

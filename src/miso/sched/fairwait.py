@@ -57,6 +57,20 @@ def _buckets(state: ClusterState) -> tuple[dict[tuple[int, str], list[str]], dic
     return buckets, queued
 
 
+def _key(x: tuple[float, float] | float) -> tuple[float, ...]:
+    return x if isinstance(x, tuple) else (x,)
+
+
+def _ahead(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
+    """Whether the level ``a`` goes clearly before ``b`` (the account's, then the owner's)."""
+    for x, y in zip(a, b, strict=True):
+        if x + 1e-9 < y:
+            return True
+        if y + 1e-9 < x:
+            return False
+    return False
+
+
 def fair_waits(state: ClusterState) -> list[tuple[FairWait, list[str]]]:
     """Why queued jobs wait under fair share: one :class:`FairWait` per priority and owner
     with such a reason, and its queued jobs (FIFO). Empty with fair share off."""
@@ -65,12 +79,12 @@ def fair_waits(state: ClusterState) -> list[tuple[FairWait, list[str]]]:
         return []
     buckets, queued = _buckets(state)
     now = state.now
-    level = {o: ten.level(o, now) for _, o in buckets}
+    level = {o: _key(ten.levels(o, now)) for _, o in buckets}
     ents = ten.entitlements(queued) if ten.config.entitled else None
     out = []
     for (prio, o), js in buckets.items():
         ahead = {o2: len(js2) for (p2, o2), js2 in buckets.items()
-                 if p2 == prio and o2 != o and level[o2] + 1e-9 < level[o]}
+                 if p2 == prio and o2 != o and _ahead(level[o2], level[o])}
         over = ents is not None and not ten.protected(o, ents)
         if ahead or over:
             out.append((FairWait(o, ten.held.get(o, 0.0),

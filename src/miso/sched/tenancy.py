@@ -53,6 +53,16 @@ least that large for those jobs (:meth:`~miso.sched.policies.base.Scratch.entitl
 waiting protected owner by checkpointing and requeueing their jobs (Kueue's
 ``reclaimWithinCohort``). Off with ``reclaim=False`` (order only).
 
+**A stated price** (``fairness_price``, issue 31): the fair slice's cap then follows the
+cluster's backlog instead of ``demand_per_job`` (:mod:`miso.sched.fairprice`;
+:meth:`Tenancy.plan_budget` once per decision, :attr:`Tenancy.budget` for the status), and
+reclaim acts only when the fair slice beats what packing gives (:mod:`miso.sched.policies.reclaim`).
+
+**Accounts** (``accounts``, ``account_weights``; Slurm's association tree, two levels):
+entitlements are water-filled between accounts, then between the owners of each
+(:mod:`miso.sched.fairfill`), and the queue goes by the account's ``u/w`` first, then the
+owner's. An owner in no account is an account of its own (one level, as before).
+
 **Priorities:** ``high`` (100), ``normal`` (0), ``low`` (-100) or any integer; see
 :mod:`miso.sched.policies.preempt` for preemption.
 
@@ -66,37 +76,20 @@ does, :mod:`miso.controller.usagestore`).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from miso.sched.fairfill import two_level_fill, water_fill
+from miso.sched.fairprice import Backlog, FairBudget, fair_cap
 from miso.sched.quotacap import reserved_charge
 from miso.sched.tenancyconfig import TenancyConfig, queued_quota_reason
+
+__all__ = ["Tenancy", "UsageRecord", "job_charge", "two_level_fill", "water_fill"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from miso.mig import Geometry
     from miso.sched.state import ClusterState, GpuState
-
-
-def water_fill(capacity: float, demand: Mapping[str, float],
-               weight: Callable[[str], float]) -> dict[str, float]:
-    """Max-min fair shares of ``capacity`` by ``weight`` capped at ``demand`` (every owner of
-    ``demand``; the sum is ``min(capacity, total demand)``)."""
-    out: dict[str, float] = {}
-    left = dict(demand)
-    cap = capacity
-    while left:
-        tot_w = sum(weight(o) for o in left)
-        full = {o: d for o, d in left.items() if d <= cap * weight(o) / tot_w + 1e-12}
-        if not full:
-            for o in left:
-                out[o] = cap * weight(o) / tot_w
-            break
-        for o, d in full.items():
-            out[o] = d
-            cap -= d
-            del left[o]
-    return out
 
 
 def job_charge(gs: GpuState, job: str) -> float:
@@ -165,6 +158,12 @@ class Tenancy:
         self.resident: dict[str, int] = {}
         #: gpu -> replica -> (owner, charge): service replicas' slices, charged to their owner
         self._replicas: dict[str, dict[str, tuple[str, float]]] = {}
+        #: active jobs per GPU, time-averaged (the fair slices' load signal)
+        self.backlog = Backlog()
+        #: the regime and fair slice cap of the last decision (None: no price stated)
+        self.budget: FairBudget | None = None
+        #: GPU -> when fair share last returned room on it (reclaim's rate limit)
+        self.reclaimed_at: dict[str, float] = {}
         state.watch(self._changed)
 
     # -- the ledger ---------------------------------------------------------------------------
@@ -248,6 +247,12 @@ class Tenancy:
             for o, part in split.items():
                 self.held[o] = self.held.get(o, 0.0) + part
             self._split[g] = split
+        self._sample_backlog()
+
+    def _sample_backlog(self) -> None:
+        st = self.state
+        self.backlog.sample(st.now, len(st.queue) + sum(self.resident.values()),
+                            len(st.gpus))
 
     def model_weight(self, model: str) -> float:
         """GPU-equivalents (of the first GPU model seen) one GPU of ``model`` is charged
@@ -284,6 +289,7 @@ class Tenancy:
         """An owner submitted a job (it appears in the reports with zero usage)."""
         self.usage.setdefault(owner, 0.0)
         self.total.setdefault(owner, 0.0)
+        self._sample_backlog()
 
     def charge_of(self, job: str) -> float:
         """GPU-equivalents ``job`` holds now (0 when queued)."""
@@ -295,11 +301,8 @@ class Tenancy:
         return self._split.get(gpu, {})
 
     # -- entitlements -------------------------------------------------------------------------
-    def entitlements(self, queued: Mapping[str, int]) -> dict[str, float]:
-        """GPUs each owner with active jobs is entitled to: the cluster's GPUs shared max-min
-        fair by weight over demands (an owner's demand: its resident jobs plus ``queued``, one
-        GPU each at most). Water-filling: owners whose demand is under their weighted part
-        get their demand; the rest is shared again among the others."""
+    def active(self, queued: Mapping[str, int]) -> dict[str, int]:
+        """Owner -> its active jobs: resident plus ``queued`` (owners with none left out)."""
         jobs: dict[str, int] = {}
         for o, n in self.resident.items():
             if n > 0:
@@ -307,9 +310,38 @@ class Tenancy:
         for o, n in queued.items():
             if n > 0:
                 jobs[o] = jobs.get(o, 0) + n
-        d = self.config.demand_per_job
+        return jobs
+
+    def fair_cap(self) -> float:
+        """The most of a GPU a fair slice may be now: ``demand_per_job`` without a stated
+        price, else the cap of the last :meth:`plan_budget`."""
+        if self.config.fairness_price is None or self.budget is None:
+            return self.config.demand_per_job
+        return self.budget.cap
+
+    def entitlements(self, queued: Mapping[str, int], demand_per_job: float | None = None,
+                     ) -> dict[str, float]:
+        """GPUs each owner with active jobs is entitled to: the cluster's GPUs shared max-min
+        fair by weight over demands (an owner's demand: its resident jobs plus ``queued``,
+        ``demand_per_job`` GPU each (default :meth:`fair_cap`), one GPU at least).
+        Water-filling: owners whose demand is under their weighted part get their demand;
+        the rest is shared again among the others."""
+        jobs = self.active(queued)
+        d = self.fair_cap() if demand_per_job is None else demand_per_job
         demand = {o: min(float(n), max(1.0, n * d)) for o, n in jobs.items()}
-        return water_fill(float(len(self.state.gpus)), demand, self.config.weight)
+        return two_level_fill(float(len(self.state.gpus)), demand, self.config)
+
+    def plan_budget(self, sizes: Iterable[float]) -> None:
+        """With a stated ``fairness_price``: choose the fair slice cap for this decision from
+        the backlog (:func:`miso.sched.fairprice.fair_cap`; ``sizes``: the profile sizes as
+        parts of a GPU) and keep it in :attr:`budget`. Nothing without a price."""
+        price = self.config.fairness_price
+        if price is None:
+            return
+        self._sample_backlog()
+        # the backlog now or lately, the larger: a flood counts at once, and fair slices grow
+        # back only as the average falls
+        self.budget = fair_cap(price, max(self.backlog.value, self.backlog.last), list(sizes))
 
     def protected(self, owner: str, ents: Mapping[str, float]) -> bool:
         """Whether ``owner`` holds no more than its entitlement (``keep_margin`` included):
@@ -320,6 +352,21 @@ class Tenancy:
     def level(self, owner: str, now: float) -> float:
         """``u / w``: decayed usage per unit of entitlement (lower goes first)."""
         return self.usage_at(owner, now) / self.config.weight(owner)
+
+    def account_level(self, account: str, now: float) -> float:
+        """An account's decayed usage (its owners' together) per unit of its weight."""
+        cfg = self.config
+        use = sum(self.usage_at(o, now) for o in set(self.usage) | set(self.in_use)
+                  if cfg.account_of(o) == account)
+        return use / cfg.account_weight(account)
+
+    def levels(self, owner: str, now: float) -> tuple[float, float] | float:
+        """The queue order's key for ``owner``: :meth:`level`; with accounts (account's
+        level, the owner's level within it)."""
+        if not self.config.accounts:
+            return self.level(owner, now)
+        return (self.account_level(self.config.account_of(owner), now),
+                self.level(owner, now))
 
     def factor(self, owner: str, now: float) -> float:
         """Slurm's classic fair-share factor ``F = 2^(-U/S)`` (1: nothing used; 0.5: used
@@ -345,15 +392,16 @@ class Tenancy:
         cfg = self.config
         now = st.now
         queue = list(queue)
-        levels: dict[str, float] = {}
+        levels: dict[str, tuple[float, float] | float] = {}
         buckets: dict[tuple[int, str], list[str]] = {}
         for j in queue:
             spec = st.jobs[j].spec
             o = spec.owner
             if o not in levels:
-                levels[o] = self.level(o, now) if cfg.fair_share else 0.0
+                levels[o] = self.levels(o, now) if cfg.fair_share else 0.0
             buckets.setdefault((spec.priority, o), []).append(j)
-        # Within a priority, owners by level then by their oldest job (FIFO between equals).
+        # Within a priority, owners by level (their account's first, with accounts) then by
+        # their oldest job (FIFO between equals).
         keys = sorted(buckets, key=lambda k: (-k[0], levels[k[1]],
                                               st.jobs[buckets[k][0]].submitted_at,
                                               buckets[k][0]))
@@ -418,9 +466,26 @@ class Tenancy:
             owner, sum(1 for j in st.queue if st.jobs[j].spec.owner == owner), cap)
 
     # -- reports ------------------------------------------------------------------------------
-    def report(self, now: float) -> dict[str, dict[str, float]]:
-        """Per owner: decayed usage, GPU-equivalents in use, weight, fair-share factor."""
+    def report(self, now: float) -> dict[str, dict[str, float | str]]:
+        """Per owner: decayed usage, GPU-equivalents in use, weight, fair-share factor, and
+        the share it receives against the one it is entitled to: ``held`` (GPUs it holds,
+        each occupied GPU counted once, split by charges) and ``entitled`` (its entitlement
+        now, :meth:`entitlements`: 0 without active jobs); with accounts, its ``account``."""
         owners = sorted(set(self.usage) | set(self.in_use))
-        return {o: {"usage_gpu_s": self.usage_at(o, now), "in_use": self.in_use.get(o, 0.0),
-                    "weight": self.config.weight(o), "fair_share": self.factor(o, now)}
-                for o in owners}
+        queued: dict[str, int] = {}
+        st = self.state
+        for j in st.queue:
+            o = st.jobs[j].spec.owner
+            queued[o] = queued.get(o, 0) + 1
+        ents = self.entitlements(queued) if st.gpus else {}
+        cfg = self.config
+        out: dict[str, dict[str, float | str]] = {}
+        for o in owners:
+            row: dict[str, float | str] = {
+                "usage_gpu_s": self.usage_at(o, now), "in_use": self.in_use.get(o, 0.0),
+                "weight": cfg.weight(o), "fair_share": self.factor(o, now),
+                "held": self.held.get(o, 0.0), "entitled": ents.get(o, 0.0)}
+            if o in cfg.accounts:
+                row["account"] = cfg.accounts[o]
+            out[o] = row
+        return out

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 #: Named priority classes.
 PRIORITY_CLASSES: dict[str, int] = {"high": 100, "normal": 0, "low": -100}
 HIGH = PRIORITY_CLASSES["high"]
+#: The largest fairness price an operator may state (1: the average JCT may double).
+MAX_FAIRNESS_PRICE = 1.0
 
 
 def parse_priority(value: str | int | float) -> int:
@@ -60,6 +62,19 @@ class TenancyConfig:
     #: (hysteresis: without it its jobs' slices shrink and grow back, a restart each time, as
     #: it crosses its entitlement).
     keep_margin: float = 1.0
+    #: The share of the total average JCT the operator accepts to pay for fairness (0.05: 5 %);
+    #: None: fair slices are capped at ``demand_per_job`` whatever the load. Set, the cap
+    #: follows the cluster's backlog (:mod:`miso.sched.fairprice`): a whole GPU (what the
+    #: owner gets alone on its share) when not backlogged, and a slice whose estimated price
+    #: stays within this one when backlogged.
+    fairness_price: float | None = None
+    #: Accounts above owners (Slurm's association tree, two levels): owner -> its account.
+    #: Fair share is between accounts first (``account_weights``, default
+    #: ``default_weight``), then between the owners of one account (their ``weights``). An
+    #: owner in no account is an account of its own with its own weight (one level: as
+    #: without accounts).
+    accounts: Mapping[str, str] = field(default_factory=dict)
+    account_weights: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def entitled(self) -> bool:
@@ -71,14 +86,35 @@ class TenancyConfig:
             raise ValueError(f"keep_margin must be >= 0, not {self.keep_margin}")
         if not 0 < self.demand_per_job <= 1:
             raise ValueError(f"demand_per_job must be in (0, 1], not {self.demand_per_job}")
+        if self.fairness_price is not None and not (
+                isinstance(self.fairness_price, int | float)
+                and 0 <= self.fairness_price <= MAX_FAIRNESS_PRICE):
+            raise ValueError(f"fairness_price must be a share from 0 to {MAX_FAIRNESS_PRICE:g}"
+                             f", not {self.fairness_price!r}")
         if not self.half_life_s > 0:
             raise ValueError(f"half_life_s must be > 0, not {self.half_life_s}")
         for o, w in {**self.weights, "": self.default_weight}.items():
             if not w > 0:
                 raise ValueError(f"weight of {o or 'an unnamed owner'} must be > 0, not {w}")
+        for a, w in self.account_weights.items():
+            if not w > 0:
+                raise ValueError(f"weight of account {a} must be > 0, not {w}")
 
     def weight(self, owner: str) -> float:
         return float(self.weights.get(owner, self.default_weight))
+
+    def account_of(self, owner: str) -> str:
+        """The account ``owner`` is in: the named one, else ``user:<owner>`` (its own)."""
+        a = self.accounts.get(owner)
+        return f"account:{a}" if a is not None else f"user:{owner}"
+
+    def account_weight(self, account: str) -> float:
+        """The weight of an account as :meth:`account_of` names it (an owner's own account:
+        the owner's weight)."""
+        kind, _, name = account.partition(":")
+        if kind == "user":
+            return self.weight(name)
+        return float(self.account_weights.get(name, self.default_weight))
 
 
 def queued_quota_reason(owner: str, queued: int, cap: int | None) -> str | None:

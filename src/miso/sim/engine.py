@@ -104,6 +104,11 @@ class Simulator(ProfilingRuns, Disturbances, SimExecution):
         self.preempt_lost_gpu_s = 0.0
         self.reclaims = 0
         self.reclaim_lost_gpu_s = 0.0
+        #: reclaims (one per job they were for) and those whose job then got no larger slice
+        #: than its packed share; job -> its packed share while its new slice is awaited
+        self.reclaim_events = 0
+        self.reclaims_useless = 0
+        self.reclaimed_for: dict[str, float] = {}
         mix = config.gpu_mix or ((config.gpu_model, config.n_gpus),)
         self.geom = geometry(mix[0][0])   # the first model: durations are on a whole one
         self.geoms = {m: geometry(m) for m, _ in mix}
@@ -266,7 +271,8 @@ class Simulator(ProfilingRuns, Disturbances, SimExecution):
             owner_gpu_s=dict(ten.total) if ten is not None else {},
             owner_usage=self.owner_usage, preemptions=self.preemptions,
             preempt_lost_gpu_s=self.preempt_lost_gpu_s, reclaims=self.reclaims,
-            reclaim_lost_gpu_s=self.reclaim_lost_gpu_s,
+            reclaim_lost_gpu_s=self.reclaim_lost_gpu_s, reclaim_events=self.reclaim_events,
+            reclaims_useless=self.reclaims_useless + len(self.reclaimed_for),
             num_gpus=np.array([j.spec.num_gpus for j in js]),
             gang_idle_gpu_s=self.gang_idle_gpu_s)
 

@@ -42,6 +42,9 @@ class SimExecution:
     preempt_lost_gpu_s: float
     reclaims: int
     reclaim_lost_gpu_s: float
+    reclaim_events: int
+    reclaims_useless: int
+    reclaimed_for: dict[str, float]
     push: Any
     deliver: Any
     touch: Any
@@ -166,6 +169,14 @@ class SimExecution:
                 self.set_rate(j, now, self.target_rate(j, g))
 
     # -- decisions ----------------------------------------------------------------------------
+    def judge_reclaims(self, assignment: dict, geom: object) -> None:
+        """A job a reclaim was for, now given a slice: the reclaim was useless when that slice
+        is no larger than the job's packed share (what packing gave it anyway)."""
+        for jid, pl in assignment.items():
+            packed = self.reclaimed_for.pop(jid, None)
+            if packed is not None and self._share(pl, geom) <= packed + 1e-9:
+                self.reclaims_useless += 1
+
     def _exec(self, now: float, d: Decision, gid: str | None = None) -> None:
         cfg = self.cfg
         if isinstance(d, PlaceJob):
@@ -177,6 +188,8 @@ class SimExecution:
                 if g.mode == "mig" else {}
             cur_layout = g.layout if g.mode == "mig" else (g.full,)
             plan = plan_transition(g.geom, cur_layout, cur, d.layout, d.assignment)
+            if self.reclaimed_for:
+                self.judge_reclaims(d.assignment, g.geom)
             reconf = cfg.reconfig_s if (plan.destroy or plan.create) else 0.0
             keep_mps = None
             if g.mode == "prof" and len(d.assignment) == 1:
@@ -237,6 +250,11 @@ class SimExecution:
                 else:
                     self.reclaims += 1
                     self.reclaim_lost_gpu_s += lost
+            why = d.why or {}
+            if d.cause is RequeueCause.RECLAIMED and "for_job" in why:
+                if why["for_job"] not in self.reclaimed_for:
+                    self.reclaim_events += 1
+                self.reclaimed_for[str(why["for_job"])] = float(why["packed_share"])
             j.mode = None
             j.placement = None
             # The job's GPU before the requeue (``gid``): no scan over every GPU.

@@ -78,6 +78,8 @@ def fairness_report(shared: SimResult, off: SimResult, alone: Mapping[str, SimRe
         "avg_jct_s": float(shared.jct.mean()),
         "off_avg_jct_s": float(off.jct.mean()),
         "reclaims": shared.reclaims,
+        "reclaim_events": shared.reclaim_events,
+        "reclaims_useless": shared.reclaims_useless,
         "restarts": int(shared.restarts.sum()),
         "off_restarts": int(off.restarts.sum()),
         "jain_slowdown_secondary": jain([float(slow[owners == o].mean()) for o in mine]),
@@ -88,7 +90,8 @@ def reference_runs(policy: str, jobs: Sequence[TraceJob], cfg: Any, seed: int,
                    tenancy: TenancyConfig, run: Callable[..., SimResult],
                    ) -> tuple[SimResult, dict[str, SimResult], dict[str, int]]:
     """The runs a shared run is judged against: ``policy`` on ``jobs`` with fair share off,
-    and each owner's jobs alone on its entitled share of ``cfg.n_gpus``; and those shares.
+    and each owner's jobs alone on its entitled share of ``cfg.n_gpus`` (at least its largest
+    gang's GPUs); and those shares.
     ``run`` is :func:`miso.sim.run.run_policy` (passed in so this module stays below the
     runner)."""
     owners = sorted({j.owner for j in jobs})
@@ -98,6 +101,10 @@ def reference_runs(policy: str, jobs: Sequence[TraceJob], cfg: Any, seed: int,
     weights = {o: tenancy.weights.get(o, tenancy.default_weight) for o in owners}
     entitled = entitled_gpus(weights, cfg.n_gpus)
     off = run(policy, jobs, cfg, seed, tenancy=replace(tenancy, fair_share=False))
+    # an owner whose gang asks for more GPUs than its share runs alone on that many (else
+    # the job could never run alone)
+    for o in owners:
+        entitled[o] = max(entitled[o], max(j.num_gpus for j in jobs if j.owner == o))
     alone = {o: run(policy, [j for j in jobs if j.owner == o],
                     replace(cfg, n_gpus=entitled[o]), seed)
              for o in owners}

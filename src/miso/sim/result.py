@@ -38,6 +38,10 @@ class SimResult:
     #: jobs requeued by fair share's reclaim (:mod:`miso.sched.policies.reclaim`), GPU time lost
     reclaims: int = 0
     reclaim_lost_gpu_s: float = 0.0
+    #: reclaims counted once per job they were for, and those that left that job no faster
+    #: (its next slice no larger than its packed share; :mod:`miso.sched.policies.reclaim`)
+    reclaim_events: int = 0
+    reclaims_useless: int = 0
     #: GPUs each job asked for (gangs > 1) and the GPU-seconds of GPUs holding no job while
     #: a gang waited (fragmentation: :mod:`miso.sched.gangs`)
     num_gpus: np.ndarray | None = None

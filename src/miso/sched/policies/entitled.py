@@ -12,6 +12,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from miso.mig import Geometry
     from miso.sched.policies.base import Scratch
 
+#: A fair slice of at most this many compute slices more than the owed part still counts
+#: (the owed part is rounded to the nearest compute slice, not down).
+ROUND = 1e-9
+
 Sigs = tuple[tuple[str, ...], ...]
 
 
@@ -38,15 +42,19 @@ class Entitled:
             for j in st.queue:
                 o = st.jobs[j].spec.owner
                 queued[o] = queued.get(o, 0) + 1
+            if ten.config.fairness_price is not None and st.gpus:
+                geom = next(iter(st.gpus.values())).geom
+                full = geom.model.full_profile().compute_slices
+                ten.plan_budget({p.compute_slices / full for p in geom.profiles})
             self._ents = ten.entitlements(queued)
             self._active = {o: queued.get(o, 0) + ten.resident.get(o, 0) for o in self._ents}
         return self._ents
 
     def fair_slices(self, geom: Geometry, owner: str) -> frozenset[str] | None:
         """The profiles of ``geom`` a job of ``owner`` is owed while the owner is protected:
-        its fair slice, the largest profile of at most ``min(demand_per_job, entitlement /
-        active jobs)`` of a GPU, or larger; None: any profile (not protected, or the fair
-        slice is the smallest profile)."""
+        its fair slice, the largest profile of at most ``min(cap, entitlement / active jobs)``
+        of a GPU (``cap``: :meth:`~miso.sched.tenancy.Tenancy.fair_cap`), or larger; None:
+        any profile (not protected, or the fair slice is the smallest profile)."""
         key = (geom, owner)
         if key in self._floors:
             return self._floors[key]
@@ -55,11 +63,11 @@ class Entitled:
         ents = self.entitlements()
         got: frozenset[str] | None = None
         if owner in ents and ten.protected(owner, ents):
-            frac = min(ten.config.demand_per_job,
+            frac = min(ten.fair_cap(),
                        ents[owner] / max(1, self._active.get(owner, 1)))
             full = geom.model.full_profile().compute_slices
             sizes = sorted({p.compute_slices for p in geom.profiles})
-            floor = max((c for c in sizes if c <= frac * full + 1e-9), default=sizes[0])
+            floor = max((c for c in sizes if c <= frac * full + ROUND), default=sizes[0])
             if floor > sizes[0]:
                 got = frozenset(p.name for p in geom.profiles if p.compute_slices >= floor)
         self._floors[key] = got

@@ -15,6 +15,16 @@ restart economy's price (:func:`~miso.sched.policies.preempt.victim_cost`). The 
 fewest victims, then the least GPU time thrown away, then GPU order. When only the minimum run
 time stands in the way, a timer (``WakeUp`` tagged ``reclaim``) brings the decision back when
 it has passed.
+
+**Only when it buys something** (issue 31): a reclaim restores the waiting job's fair slice;
+it is made only when that slice is larger than what packing already gives the job (its
+*packed share*: ``1 / n`` of a GPU at ``n`` active jobs per GPU, the backlog of
+:class:`~miso.sched.fairprice.Backlog` now or averaged, the larger, rounded down to a slice
+that holds it), so a fair slice of one compute slice, which packing gives anyway, reclaims
+nothing. And at most one reclaim per GPU per ``min_run_s`` (``Tenancy.reclaimed_at``). Each
+reclaim's ``why`` names the job it is for (``for_job``), its fair slice and its packed share
+as parts of a GPU (``fair_slice``, ``packed_share``): the simulator counts the reclaims whose
+job then got no larger slice (``reclaims_useless``, expected 0).
 """
 
 from __future__ import annotations
@@ -29,6 +39,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: At most this many GPUs reclaimed per decision call.
 MAX_PER_CALL = 4
+#: At most one reclaim per GPU per this many ``min_run_s``.
+GPU_GAP_RUNS = 1.0
 #: The tag of the reclaim timer.
 TAG = "reclaim"
 
@@ -54,6 +66,9 @@ def reclaim(policy: BasePolicy, now: float, sc: Scratch) -> bool:
         tried.add(o)
         if not ten.protected(o, ents) or policy.has_room(sc, j):
             continue
+        worth = _worth(sc, j)
+        if worth is None:
+            continue
         got, later = _best_gpu(policy, now, sc, j, ents, held, restart_s)
         if got is None:
             if later is not None:
@@ -62,7 +77,8 @@ def reclaim(policy: BasePolicy, now: float, sc: Scratch) -> bool:
         g, victims, cost, gain = got
         if held.get(o, 0.0) + gain > ents.get(o, 0.0) + 1e-6:
             continue
-        _return_room(sc, o, g, victims, cost, ents, held)
+        _return_room(sc, j, g, victims, cost, ents, held, worth)
+        ten.reclaimed_at[g] = now
         held[o] = held.get(o, 0.0) + gain
         done += 1
         if done >= MAX_PER_CALL:
@@ -81,13 +97,38 @@ def _wake_at(policy: BasePolicy, sc: Scratch, now: float, wake: float) -> None:
         sc.out.append(WakeUp(wake, TAG))
 
 
-def _return_room(sc: Scratch, o: str, g: str, victims: tuple[str, ...], cost: float,
-                 ents: dict[str, float], held: dict[str, float]) -> None:
-    """Requeue ``victims`` from ``g`` for owner ``o`` (``held`` follows) and reserve ``g``
-    for ``o`` for the rest of the call."""
+def _worth(sc: Scratch, job: str) -> tuple[float, float] | None:
+    """(the fair slice ``job`` is owed, its packed share), parts of a GPU, when the fair
+    slice is the larger (a reclaim for it buys something); else None."""
     st = sc.state
     ten = st.tenancy
     assert ten is not None
+    if not st.gpus:
+        return None
+    geom = next(iter(st.gpus.values())).geom
+    owed = sc.fair.fair_slices(geom, st.jobs[job].spec.owner)
+    if owed is None:        # the smallest slice: what packing gives anyway
+        return None
+    full = geom.model.full_profile().compute_slices
+    fair = min(p.compute_slices for p in geom.profiles if p.name in owed) / full
+    mem = st.jobs[job].spec.memory_gb
+    fit = [p.compute_slices / full for p in geom.profiles if p.memory_gib + 1e-9 >= mem]
+    if not fit:
+        return None
+    n = max(ten.backlog.value, ten.backlog.last, 1.0)   # active jobs per GPU, now or lately
+    packed = max(c for c in fit if c <= max(1.0 / n, min(fit)) + 1e-9)
+    return (fair, packed) if fair > packed + 1e-9 else None
+
+
+def _return_room(sc: Scratch, job: str, g: str, victims: tuple[str, ...], cost: float,
+                 ents: dict[str, float], held: dict[str, float],
+                 worth: tuple[float, float]) -> None:
+    """Requeue ``victims`` from ``g`` for ``job``'s owner (``held`` follows) and reserve ``g``
+    for that owner for the rest of the call."""
+    st = sc.state
+    ten = st.tenancy
+    assert ten is not None
+    o = st.jobs[job].spec.owner
     n = len(victims)
     note = (f"fair share: owner {o or '(none)'} holds {held.get(o, 0.0):.1f} of the "
             f"{ents.get(o, 0.0):.1f} GPUs it is entitled to and waits; room on {g} is "
@@ -98,7 +139,8 @@ def _return_room(sc: Scratch, o: str, g: str, victims: tuple[str, ...], cost: fl
         sc.requeue(v, f"fair share: room on {g} returned to owner {o or '(none)'}, below "
                       f"its entitlement (owner {vo or '(none)'} holds "
                       f"{held.get(vo, 0.0):.1f} of its {ents.get(vo, 0.0):.1f})",
-                   why={"trigger": "reclaim", "gpu": g, "for_owner": o,
+                   why={"trigger": "reclaim", "gpu": g, "for_owner": o, "for_job": job,
+                        "fair_slice": worth[0], "packed_share": worth[1],
                         "victims": n, "lost_gpu_s": cost, "note": note},
                    cause=RequeueCause.RECLAIMED)
         held[vo] = held.get(vo, 0.0) - ten.charge_of(v)
@@ -146,8 +188,13 @@ def _best_gpu(policy: BasePolicy, now: float, sc: Scratch, job: str,
     owner = st.jobs[job].spec.owner
     best: tuple[int, float, str, tuple[str, ...], float] | None = None
     later: float | None = None
+    last = ten.reclaimed_at
+    gap = GPU_GAP_RUNS * ten.config.min_run_s
     for g, gs in st.gpus.items():
         if gs.busy or g in sc.touched or sc.reserved.get(g, owner) != owner:
+            continue
+        if g in last and now - last[g] < gap:   # one reclaim per GPU per min_run_s
+            later = last[g] + gap if later is None else min(later, last[g] + gap)
             continue
         resident = sc.jobs_on(g)
         priced, ready = _priced(sc, now, job, resident, ents, held, restart_s)
