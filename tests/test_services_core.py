@@ -382,3 +382,41 @@ def test_parity__services_and_training_give_the_same_decisions_sim_and_live():
     # the live state holds the same replicas on the same slices as the simulator's
     assert {r: (x.gpu, x.slot) for r, x in con.loop.state.services.replicas.items()} == \
         {r: (x.gpu, x.slot) for r, x in sim.state.services.replicas.items()}
+
+
+def test_sim__training_packs_the_slices_beside_replicas_and_services_are_served():
+    """A simulated run of services and training through the core: some training layouts are
+    applied on GPUs that host replicas (training uses their free slices), every job finishes,
+    and the replicas' records serve every request."""
+    from miso.serving.traces import step_trace
+    from miso.sim.servicecluster import run_shared
+    from miso.sim.traces import poisson_jobs
+    from miso.sim.world import WorldConfig
+
+    span = 400.0
+    svcs = [(SERVICES[0], step_trace(30.0, span, 100.0, 5.0, 150.0, seed=1)),
+            (SERVICES[1], step_trace(100.0, span, 200.0, 3.0, None, seed=2))]
+    jobs = poisson_jobs(12, seed=2, mean_interarrival_s=20.0)
+    cfg = WorldConfig(n_gpus=3, restart_s=60.0)
+    beside: list[str] = []
+
+    class Watch:
+        def on_event(self, now: float, ev: object, state: ClusterState) -> None:
+            pass
+
+        def on_decision(self, now: float, d: object, state: ClusterState) -> None:
+            if isinstance(d, ApplyLayout) and state.gpus[d.gpu].base is not None and \
+                    d.assignment:
+                beside.append(d.gpu)
+
+        def on_timing(self, name: str, seconds: float) -> None:
+            pass
+
+    from miso.sched.serviceplan import catalogue_capacity
+
+    run, res = run_shared(svcs, jobs, cfg, span, seed=2, capacity=catalogue_capacity,
+                          observer=Watch())
+    assert beside, "no training layout beside a replica"
+    assert len(res.jct) == len(jobs)
+    assert run.dropped == 0
+    assert {r.service for r in run.replicas} == {"qa", "vision"}

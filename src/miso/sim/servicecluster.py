@@ -116,13 +116,16 @@ class ServicesSimulator(Simulator):
 def run_shared(services: Sequence[tuple[ServiceSpec, RequestTrace]], jobs: Sequence[TraceJob],
                cfg: WorldConfig, span_s: float, policy: str = "miso+", seed: int = 1,
                window_s: float = 30.0, config: PlannerConfig | None = None,
-               capacity: CapacityFn | None = None) -> tuple[ServicesRun, SimResult]:
+               capacity: CapacityFn | None = None, observer: Any = None
+               ) -> tuple[ServicesRun, SimResult]:
     """Services (miso+'s covering planner) and training (``policy``) in one run; the
-    services measured request by request."""
+    services measured request by request. ``observer``: the driver step's (``on_event``,
+    ``on_decision``)."""
     cap = capacity or calibrated_capacity(services)
     pol = ServicesFirst(build_policy(policy, jobs, cfg, seed),
                         config or PlannerConfig(window_s=window_s), cap)
-    sim = ServicesSimulator(pol, jobs, cfg, services, span_s, window_s, seed=seed)
+    sim = ServicesSimulator(pol, jobs, cfg, services, span_s, window_s, seed=seed,
+                           observer=observer)
     res = sim.run()
     run = measure(sim.services_run(), services, cfg.gpu_model, seed)
     return run, res
