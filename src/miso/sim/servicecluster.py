@@ -50,6 +50,7 @@ from miso.sim.servicesim import (
 from miso.sim.traces import TraceJob
 from miso.sim.world import WorldConfig
 
+
 class ServicesSimulator(Simulator):
     """Training jobs and inference services on one cluster (see the module docstring)."""
 
