@@ -420,3 +420,24 @@ def test_sim__training_packs_the_slices_beside_replicas_and_services_are_served(
     assert len(res.jct) == len(jobs)
     assert run.dropped == 0
     assert {r.service for r in run.replicas} == {"qa", "vision"}
+
+
+def test_sim__services_beside_whole_gpu_gangs():
+    """Two-GPU jobs (the gang layer around ServicesFirst) beside services: the gang layer never
+    holds a GPU whose slices replicas hold (a contract error), every job finishes."""
+    import dataclasses
+
+    from miso.sched.serviceplan import catalogue_capacity
+    from miso.serving.traces import step_trace
+    from miso.sim.servicecluster import run_shared
+    from miso.sim.traces import poisson_jobs
+    from miso.sim.world import WorldConfig
+
+    span = 400.0
+    svcs = [(SERVICES[0], step_trace(30.0, span, 100.0, 5.0, 150.0, seed=1)),
+            (SERVICES[1], step_trace(100.0, span, 200.0, 3.0, None, seed=2))]
+    jobs = [dataclasses.replace(j, num_gpus=2) if i % 4 == 0 else j
+            for i, j in enumerate(poisson_jobs(12, seed=2, mean_interarrival_s=20.0))]
+    run, res = run_shared(svcs, jobs, WorldConfig(n_gpus=4, restart_s=60.0), span, seed=2,
+                          capacity=catalogue_capacity)
+    assert len(res.jct) == len(jobs) and run.dropped == 0

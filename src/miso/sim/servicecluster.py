@@ -58,6 +58,7 @@ class ServicesSimulator(Simulator):
                  services: Sequence[tuple[ServiceSpec, RequestTrace]], span_s: float,
                  window_s: float = 30.0, reconfig_s: float = 4.0, **kw: Any) -> None:
         super().__init__(policy, jobs, config, **kw)
+        self.planner = policy.planner  # (self.policy may be a gang layer around it)
         self.specs = {s.name: s for s, _ in services}
         self.span_s = span_s
         self.reconfig_s = reconfig_s
@@ -85,8 +86,7 @@ class ServicesSimulator(Simulator):
         if isinstance(d, StartReplica):
             spec = self.specs[d.service]
             ready = now if now <= 0.0 else now + self.reconfig_s + catalog.load_time_s(spec.model)
-            planner = self.policy.planner  # type: ignore[attr-defined]
-            cap = planner.services[d.service].replicas[d.replica].capacity
+            cap = self.planner.services[d.service].replicas[d.replica].capacity
             slices = self.geom.model.profile(d.profile).compute_slices
             self.records[d.replica] = ReplicaRecord(d.service, d.replica, d.gpu, d.profile,
                                                     slices, cap, now, ready)
