@@ -252,11 +252,13 @@ def test_state__a_replica_reserves_its_slice_from_training_and_gives_it_back():
     assert st.tenancy.in_use.get("dave", 0.0) == 0.0
 
 
-def test_services_first__a_replica_goes_where_it_stops_the_least_training():
+@pytest.mark.parametrize("pin2", [False, True])
+def test_services_first__a_replica_goes_where_it_stops_the_least_training(pin2: bool):
     """g0 runs job 1 on 4g@0 and job 2 on 3g@4; g1 runs job 3 on its whole GPU. A llama2-7b
     service needs one 3g slice (its smallest that holds the model): 3g@4 of g0 stops job 2
     (one restart, 3/7 of a GPU), 3g@0 of g0 stops job 1 (4/7), either slot of g1 stops job 3
-    (7/7). It takes 3g@4 of g0, and job 2 is checkpointed just before."""
+    (7/7). It takes 3g@4 of g0, and job 2 is checkpointed just before. When job 2 cannot
+    checkpoint (it would lose all its progress) it takes 3g@0 and stops job 1 instead."""
     from miso.sched import PlaceJob
 
     pol = _policy()
@@ -268,7 +270,8 @@ def test_services_first__a_replica_goes_where_it_stops_the_least_training():
               "g1": {"3": Placement(0, "7g.40gb")}}
     for g, asg in layout.items():
         for j in asg:
-            st.observe(0.0, JobSubmitted(JobSpec(j, "j", 4.0, "resnet_train64")))
+            st.observe(0.0, JobSubmitted(JobSpec(j, "j", 4.0, "resnet_train64",
+                                                 checkpointable=not (pin2 and j == "2"))))
             st.apply(0.0, PlaceJob(j, g))
         pid = st.new_plan_id()
         st.apply(0.0, ApplyLayout(g, pid, tuple(asg.values()), asg))
@@ -278,13 +281,15 @@ def test_services_first__a_replica_goes_where_it_stops_the_least_training():
     st.observe(2.0, ev)
     ds = pol.decide(2.0, ev, st)
     starts = [d for d in ds if isinstance(d, StartReplica)]
-    assert [(d.gpu, d.slot) for d in starts] == [("g0", Placement(4, "3g.20gb"))]
-    assert [d.job for d in ds if isinstance(d, RequeueJob)] == ["2"]
+    slot, stopped = (Placement(0, "3g.20gb"), "1") if pin2 else (Placement(4, "3g.20gb"), "2")
+    assert [(d.gpu, d.slot) for d in starts] == [("g0", slot)]
+    assert [d.job for d in ds if isinstance(d, RequeueJob)] == [stopped]
     assert ds.index(starts[0]) > [i for i, d in enumerate(ds) if isinstance(d, RequeueJob)][0]
     for d in ds:  # the decisions keep the contract, in order
         st.apply(2.0, d)
-    assert st.gpus["g0"].assignment == {"1": Placement(0, "4g.20gb")}
-    assert st.jobs["2"].status is JobStatus.QUEUED
+    kept = "2" if pin2 else "1"
+    assert st.gpus["g0"].assignment == {kept: layout["g0"][kept]}
+    assert st.jobs[stopped].status is JobStatus.QUEUED
 
 
 # -- parity: the simulator and the live controller, services in the stream ----------------------
@@ -382,3 +387,62 @@ def test_parity__services_and_training_give_the_same_decisions_sim_and_live():
     # the live state holds the same replicas on the same slices as the simulator's
     assert {r: (x.gpu, x.slot) for r, x in con.loop.state.services.replicas.items()} == \
         {r: (x.gpu, x.slot) for r, x in sim.state.services.replicas.items()}
+
+
+def test_sim__training_packs_the_slices_beside_replicas_and_services_are_served():
+    """A simulated run of services and training through the core: some training layouts are
+    applied on GPUs that host replicas (training uses their free slices), every job finishes,
+    and the replicas' records serve every request."""
+    from miso.serving.traces import step_trace
+    from miso.sim.servicecluster import run_shared
+    from miso.sim.traces import poisson_jobs
+    from miso.sim.world import WorldConfig
+
+    span = 400.0
+    svcs = [(SERVICES[0], step_trace(30.0, span, 100.0, 5.0, 150.0, seed=1)),
+            (SERVICES[1], step_trace(100.0, span, 200.0, 3.0, None, seed=2))]
+    jobs = poisson_jobs(12, seed=2, mean_interarrival_s=20.0)
+    cfg = WorldConfig(n_gpus=3, restart_s=60.0)
+    beside: list[str] = []
+
+    class Watch:
+        def on_event(self, now: float, ev: object, state: ClusterState) -> None:
+            pass
+
+        def on_decision(self, now: float, d: object, state: ClusterState) -> None:
+            if isinstance(d, ApplyLayout) and state.gpus[d.gpu].base is not None and \
+                    d.assignment:
+                beside.append(d.gpu)
+
+        def on_timing(self, name: str, seconds: float) -> None:
+            pass
+
+    from miso.sched.serviceplan import catalogue_capacity
+
+    run, res = run_shared(svcs, jobs, cfg, span, seed=2, capacity=catalogue_capacity,
+                          observer=Watch())
+    assert beside, "no training layout beside a replica"
+    assert len(res.jct) == len(jobs)
+    assert run.dropped == 0
+    assert {r.service for r in run.replicas} == {"qa", "vision"}
+
+
+def test_sim__services_beside_whole_gpu_gangs():
+    """Two-GPU jobs (the gang layer around ServicesFirst) beside services: the gang layer never
+    holds a GPU whose slices replicas hold (a contract error), every job finishes."""
+    import dataclasses
+
+    from miso.sched.serviceplan import catalogue_capacity
+    from miso.serving.traces import step_trace
+    from miso.sim.servicecluster import run_shared
+    from miso.sim.traces import poisson_jobs
+    from miso.sim.world import WorldConfig
+
+    span = 400.0
+    svcs = [(SERVICES[0], step_trace(30.0, span, 100.0, 5.0, 150.0, seed=1)),
+            (SERVICES[1], step_trace(100.0, span, 200.0, 3.0, None, seed=2))]
+    jobs = [dataclasses.replace(j, num_gpus=2) if i % 4 == 0 else j
+            for i, j in enumerate(poisson_jobs(12, seed=2, mean_interarrival_s=20.0))]
+    run, res = run_shared(svcs, jobs, WorldConfig(n_gpus=4, restart_s=60.0), span, seed=2,
+                          capacity=catalogue_capacity)
+    assert len(res.jct) == len(jobs) and run.dropped == 0

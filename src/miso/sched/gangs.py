@@ -185,7 +185,8 @@ class GangLayer:
         st, book = ps.st, ps.st.gangs
         idle_held = [g for g in sorted(book.gpus, key=self._order) if book.idle(g)]
         view_idle = [g for g, gs in sorted(st.gpus.items(), key=lambda x: self._order(x[0]))
-                     if not gs.jobs and gs.pending is None and g not in ps.touched]
+                     if not gs.jobs and gs.pending is None and g not in ps.touched
+                     and not st.services.by_gpu.get(g)]  # (replicas hold slices of it)
         for j in list(book.queue):
             spec = st.jobs[j].spec
             pool = [g for g in idle_held + view_idle if g not in ps.used]
@@ -241,7 +242,8 @@ class GangLayer:
         cands = [(free_at(ps.st, gs, ps.now), self._order(g), g)
                  for g, gs in ps.st.gpus.items()
                  if g not in ps.touched and g not in ps.used and gs.pending is None
-                 and gs.phase in (Phase.IDLE, Phase.RUNNING)]
+                 and gs.phase in (Phase.IDLE, Phase.RUNNING)
+                 and not ps.st.services.by_gpu.get(g)]  # service replicas: never whole
         return sorted(cands)
 
     def _start_reserved(self, ps: GangPass, head: str, res: list[str]) -> bool:

@@ -415,6 +415,8 @@ class ServicePlanner:
                 if out:
                     s.last_out = now
                     return out
+                for r in live:  # no room for the resize: top up the replicas as they are
+                    r.retiring = False
         out: list[StartReplica | DrainReplica] = []
         for prof in add:
             d = self._start(now, s, prof, self._why(

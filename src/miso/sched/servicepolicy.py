@@ -10,7 +10,8 @@ so the simulator and the live controller see replicas as the same state.
   slice from the free slices of a GPU or, when it must, from training: the jobs whose
   instances it overlaps are checkpointed (``RequeueJob``) just before its ``StartReplica``.
 * **Which GPU** (the restart economy): the planner's slot price is the training a slot
-  displaces (per displaced job one restart, plus its share of the GPU), so a replica goes
+  displaces (per displaced job one restart, plus its share of the GPU; a job that cannot
+  checkpoint costs far more: it would lose all its progress), so a replica goes
   where it stops the least training; GPUs with a plan in flight or jobs under MPS are not
   offered.
 * **Training beside**: a GPU hosting replicas shows training only its free slices
@@ -42,6 +43,10 @@ from miso.sched.services import (
 )
 from miso.sched.servicestate import overlaps
 from miso.sched.state import ClusterState
+
+#: the extra price of stopping a job that cannot checkpoint (it restarts from scratch): a
+#: replica stops one only where every slot stops as much
+NO_CHECKPOINT_COST = 10.0
 
 #: the tag of the ``Tick`` that tells the training policy a replica took slices of a GPU
 SLICES_TAG = "services:slices"
@@ -89,6 +94,8 @@ class ServicesFirst:
         for j in displaced(st, gpu, slot):
             pl = gs.assignment[j]
             cost += 1.0 + base.model.profile(pl.profile).compute_slices / full
+            if not st.jobs[j].spec.checkpointable:
+                cost += NO_CHECKPOINT_COST  # it loses all its progress
         return cost
 
     def _blocked(self, st: ClusterState) -> set[str]:

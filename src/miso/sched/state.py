@@ -447,6 +447,8 @@ class ClusterState:
                 self._requeue(j)
             case WakeUp() | RepartitionDeclined():
                 pass
+            case HoldGpu(gpu=g) if self.services.by_gpu.get(g):
+                raise ContractError(f"HoldGpu {g}: service replicas hold slices of it")
             case HoldGpu() | ReleaseGpu() | StartGang() | StopGang():
                 self.gangs.apply(d)
             case StartReplica() | DrainReplica():

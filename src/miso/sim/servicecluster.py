@@ -11,7 +11,8 @@ request by request (:func:`miso.sim.servicesim.measure`).
 
 Services run warm, as in :func:`miso.sim.servicesim.run_miso`: the last lookback of each
 trace's window rates (the trace as a cycle) is observed at t = 0 and the replicas chosen for
-it are ready at once.
+it are ready at once (everything decided at t = 0 is warm: ready at once, and a replica
+drained then has no request in flight).
 """
 
 from __future__ import annotations
@@ -42,13 +43,12 @@ from miso.sim.servicesim import (
     ReplicaRecord,
     ServicesRun,
     calibrated_capacity,
+    drain_time_s,
     measure,
     window_rates,
 )
 from miso.sim.traces import TraceJob
 from miso.sim.world import WorldConfig
-
-_WARM_END = "services-warm-end"
 
 
 class ServicesSimulator(Simulator):
@@ -58,12 +58,12 @@ class ServicesSimulator(Simulator):
                  services: Sequence[tuple[ServiceSpec, RequestTrace]], span_s: float,
                  window_s: float = 30.0, reconfig_s: float = 4.0, **kw: Any) -> None:
         super().__init__(policy, jobs, config, **kw)
+        self.planner = policy.planner  # (self.policy may be a gang layer around it)
         self.specs = {s.name: s for s, _ in services}
         self.span_s = span_s
         self.reconfig_s = reconfig_s
         self.records: dict[str, ReplicaRecord] = {}
         self.service_log: list[tuple[float, object]] = []
-        self.warm = True
         n = math.ceil(span_s / window_s)
         rates = {s.name: window_rates(tr, window_s, n) for s, tr in services}
         back = max(1, int(policy.planner.cfg.lookback_s // window_s))
@@ -71,16 +71,12 @@ class ServicesSimulator(Simulator):
             self.push(0.0, EXTERNAL, ServiceSubmitted(s))
             for r in rates[s.name][-back:]:
                 self.push(0.0, EXTERNAL, ServiceRateObserved(s.name, float(r)))
-        self.push(0.0, EXTERNAL, _WARM_END)
         for k in range(1, n + 1):
             for s, _ in services:
                 self.push(k * window_s, EXTERNAL,
                           ServiceRateObserved(s.name, float(rates[s.name][k - 1])))
 
     def outside_event(self, now: float, ev: Any) -> None:
-        if isinstance(ev, str) and ev == _WARM_END:
-            self.warm = False
-            return
         if isinstance(ev, SERVICE_EVENTS):
             self.deliver(now, ev)
             return
@@ -89,9 +85,8 @@ class ServicesSimulator(Simulator):
     def _execute(self, now: float, d: Any, gid: Any) -> None:
         if isinstance(d, StartReplica):
             spec = self.specs[d.service]
-            ready = now if self.warm else now + self.reconfig_s + catalog.load_time_s(spec.model)
-            planner = self.policy.planner  # type: ignore[attr-defined]
-            cap = planner.services[d.service].replicas[d.replica].capacity
+            ready = now if now <= 0.0 else now + self.reconfig_s + catalog.load_time_s(spec.model)
+            cap = self.planner.services[d.service].replicas[d.replica].capacity
             slices = self.geom.model.profile(d.profile).compute_slices
             self.records[d.replica] = ReplicaRecord(d.service, d.replica, d.gpu, d.profile,
                                                     slices, cap, now, ready)
@@ -101,7 +96,8 @@ class ServicesSimulator(Simulator):
         if isinstance(d, DrainReplica):
             r = self.records[d.replica]
             r.drain_s = now
-            r.gone_s = now + max(1.0, 2.0 * self.specs[d.service].slo_p99_ms / 1000.0)
+            # drained while warming up (t = 0, before the first request): nothing in flight
+            r.gone_s = now if now <= 0.0 else now + drain_time_s(self.specs[d.service])
             self.service_log.append((now, d))
             self.push(r.gone_s, EXTERNAL, ReplicaDrained(d.service, d.replica))
             return
@@ -116,13 +112,16 @@ class ServicesSimulator(Simulator):
 def run_shared(services: Sequence[tuple[ServiceSpec, RequestTrace]], jobs: Sequence[TraceJob],
                cfg: WorldConfig, span_s: float, policy: str = "miso+", seed: int = 1,
                window_s: float = 30.0, config: PlannerConfig | None = None,
-               capacity: CapacityFn | None = None) -> tuple[ServicesRun, SimResult]:
+               capacity: CapacityFn | None = None, observer: Any = None
+               ) -> tuple[ServicesRun, SimResult]:
     """Services (miso+'s covering planner) and training (``policy``) in one run; the
-    services measured request by request."""
+    services measured request by request. ``observer``: the driver step's (``on_event``,
+    ``on_decision``)."""
     cap = capacity or calibrated_capacity(services)
     pol = ServicesFirst(build_policy(policy, jobs, cfg, seed),
                         config or PlannerConfig(window_s=window_s), cap)
-    sim = ServicesSimulator(pol, jobs, cfg, services, span_s, window_s, seed=seed)
+    sim = ServicesSimulator(pol, jobs, cfg, services, span_s, window_s, seed=seed,
+                           observer=observer)
     res = sim.run()
     run = measure(sim.services_run(), services, cfg.gpu_model, seed)
     return run, res

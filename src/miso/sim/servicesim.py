@@ -158,6 +158,12 @@ def window_rates(trace: RequestTrace, window_s: float, n: int) -> np.ndarray:
     return (counts.reshape(n, per) / (window_s / per)).max(axis=1)
 
 
+def drain_time_s(spec: ServiceSpec) -> float:
+    """How long a drained replica holds its slice: its in-flight requests finish within a
+    few service times (twice the SLO, at least 1 s)."""
+    return max(1.0, 2.0 * spec.slo_p99_ms / 1000.0)
+
+
 class _Book:
     """Turns start/drain decisions into replica records and acknowledgement events."""
 
@@ -183,13 +189,14 @@ class _Book:
                                              capacity, now, ready)
         self.push(ready, ReplicaReady(d.service, d.replica))
 
-    def drain(self, now: float, d: DrainReplica) -> None:
+    def drain(self, now: float, d: DrainReplica, warm: bool = False) -> None:
         now = max(now, 0.0)
         r = self.recs[d.replica]
         r.drain_s = now
         spec = self.specs[d.service]
         # in-flight requests finish within a few service times; the slice is then destroyed
-        r.gone_s = now + max(1.0, 2.0 * spec.slo_p99_ms / 1000.0)
+        # (drained while warming up, before the first measured request: nothing in flight)
+        r.gone_s = now if warm else now + drain_time_s(spec)
         self.push(r.gone_s, ReplicaDrained(d.service, d.replica))
 
 
@@ -240,7 +247,7 @@ def run_miso(services: Sequence[tuple[ServiceSpec, RequestTrace]], gpus: dict[st
             if isinstance(d, StartReplica):
                 book.start(now, d, warm, planner.services[d.service].replicas[d.replica].capacity)
             else:
-                book.drain(now, d)
+                book.drain(now, d, warm)
 
     cfg = planner.cfg
     back = max(1, int(cfg.lookback_s // window_s))
@@ -257,7 +264,7 @@ def run_miso(services: Sequence[tuple[ServiceSpec, RequestTrace]], gpus: dict[st
             book.push(t, ServiceRateObserved(s.name, float(rates[s.name][k - 1])))
     while book.heap:
         t, _, ev = heapq.heappop(book.heap)
-        handle(t, ev)
+        handle(t, ev, warm=t <= 0.0)  # acknowledgements of the warm start come at t = 0
     return ServicesRun("miso+", span_s, list(book.recs.values()), log)
 
 

@@ -93,6 +93,7 @@ class Miso(BasePolicy):
         n = len(jobs)
         if n >= min(self.max_jobs, geom.model.max_instances):
             return None
+        n += len(sc.state.services.by_gpu.get(g, ()))  # service replicas crowd it like jobs
         return (n, geom, signature(geom, [sc.state.jobs[j].spec.memory_gb for j in jobs]))
 
     @staticmethod
