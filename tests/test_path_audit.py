@@ -39,6 +39,7 @@ def paths_check() -> Any:
 
 
 def assert_private(res: dict[str, Any]) -> None:
+    print(json.dumps(res))  # shown on failure: every field, not pytest's shortened repr
     assert not res.get("error"), res
     assert res["ray_dirs"], res  # the audit saw Ray's dirs
     assert res["writable_by_account_modebits"] == [], res

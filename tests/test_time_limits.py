@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import FAST, emu
@@ -134,14 +135,25 @@ def test_live__requeue_at_the_limit_a_saving_job_resumes_from_its_checkpoint() -
         shutil.rmtree(d, ignore_errors=True)
 
 
-def test_cli__at_time_limit_takes_end_or_requeue_only() -> None:
+def test_cli__at_time_limit_takes_end_or_requeue_only(tmp_path: Path, monkeypatch: Any) -> None:
     import typer
+    from typer.testing import CliRunner
 
+    from miso import raycluster
+    from miso.cli import app
     from miso.cli.cluster import time_limit_action
 
     assert time_limit_action("end") == "end" and time_limit_action("requeue") == "requeue"
     with pytest.raises(typer.Exit):
         time_limit_action("pause")
+    # an operator's setting: the config file takes it too (checked before anything starts)
+    monkeypatch.setattr(raycluster, "spawn_local_head", lambda *a, **k: 1 / 0)
+    monkeypatch.setenv("MISO_STATE_DIR", str(tmp_path / "sd"))
+    cfg = tmp_path / "cluster.toml"
+    cfg.write_text('emulated = true\nat-time-limit = "pause"\n')
+    r = CliRunner().invoke(app, ["cluster", "up", "--config", str(cfg)])
+    assert r.exit_code == 2 and "--at-time-limit 'pause': expected end or requeue" in r.output, \
+        r.output
 
 
 def test_why__a_waiting_owner_is_told_whose_jobs_cannot_be_moved() -> None:

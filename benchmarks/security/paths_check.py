@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -91,9 +92,12 @@ def audit(sd: Path, acct: Any, ray_marker: str, res: dict[str, Any],
     roots = [*ours, *extra_roots, str(sd), str(sd / "checkpoints"), str(sd / "agents")]
     gids = set(os.getgrouplist(acct.pw_name, acct.pw_gid))
     bad = writable_dirs(roots, acct.pw_uid, gids)
+    # a root's parent counts unless it is sticky (/tmp: our entry there stays ours; as
+    # writable_dirs); ``miso node --temp-dir /tmp/miso-slurm-...`` names one directly
     every = sorted({str(p) for r0 in [*ours, *extra_roots]
-                    for p in [Path(r0), Path(r0).parent, *Path(r0).rglob("*")]
-                    if p.is_dir() and not p.is_symlink()})
+                    for p in [Path(r0), *Path(r0).rglob("*")] if p.is_dir() and not p.is_symlink()}
+                   | {str(Path(r0).parent) for r0 in [*ours, *extra_roots]
+                      if not Path(r0).parent.lstat().st_mode & stat.S_ISVTX})
     res["dirs_walked"] = len(every)
     res["writable_by_account_modebits"] = bad
     res["writable_by_account_test_w"] = as_account_writable(acct.pw_name, every)

@@ -5,7 +5,9 @@ executor, progress reports, user cancels, lost nodes) and the items due on the r
 (timers the policy asked for, lost nodes whose lease runs out later), and runs the shared driver
 step (:class:`miso.sched.driver.DriverStep`: filter stale -> observe -> decide -> apply -> log),
 handing each decision to the plan executor. It never blocks on an agent for long. No scheduling
-choice is made here: every placement, layout, profiling run and requeue comes from the policy.
+choice is made here: every placement, layout, profiling run and requeue comes from the policy,
+but the operator's rules on time limits (a job past its limit is ended, or requeued after its
+checkpoint: :class:`~miso.sched.events.JobStopped`, :mod:`miso.controller.timelimits`).
 
 :meth:`EventLoop.run_once` handles one item and whatever is due: tests drive it on a
 :class:`~miso.sched.clock.VirtualClock` without the thread.

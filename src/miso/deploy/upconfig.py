@@ -31,7 +31,7 @@ KEYS = ("policy", "listen", "tls_cert", "tls_key", "insecure", "metrics_public",
         "fair_share", "half_life", "preempt", "min_run_s", "reclaim", "demand_per_job",
         "fairness_price",
         "profile_seconds", "checkpoint_timeout", "estimator", "state_dir", "address",
-        "gpus", "gpu_model", "emulated")
+        "gpus", "gpu_model", "emulated", "stop_uncheckpointable_after", "at_time_limit")
 #: Largest config file read (it is a handful of lines).
 MAX_BYTES = 64 << 10
 
