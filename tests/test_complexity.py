@@ -20,7 +20,7 @@ OVER: dict[tuple[str, str], int] = {
     ("miso/sched/policies/ordernote.py", "order_note"): 18,
     ("miso/sched/robust.py", "propagate"): 17,
     ("miso/sched/state.py", "ClusterState.observe"): 37,
-    ("miso/sched/state.py", "ClusterState.apply"): 28,
+    ("miso/sched/state.py", "ClusterState.apply"): 24,
 }
 
 

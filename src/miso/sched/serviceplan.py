@@ -228,21 +228,27 @@ class ServicePlanner:
         fresh = [g for g in self.order if not self.held[g] and g not in self.blocked]
         for pool in ([g for g in used if g not in avoid], [g for g in fresh if g not in avoid],
                      used, fresh):
-            best: tuple[float, int, str, Placement] | None = None
-            for i, g in enumerate(pool):
-                slot = self._slot_on(g, profile)
-                if slot is None:
-                    continue
-                if self.slot_cost is None:
-                    return g, slot
-                c = self.slot_cost(g, slot)
-                if best is None or (c, i) < best[:2]:
-                    best = (c, i, g, slot)
-                if c <= 0:
-                    break  # displaces nothing: the first such GPU of the tier
-            if best is not None:
-                return best[2], best[3]
+            spot = self._cheapest_slot(pool, profile)
+            if spot is not None:
+                return spot
         return None
+
+    def _cheapest_slot(self, pool: list[str], profile: str) -> tuple[str, Placement] | None:
+        """The first GPU of ``pool`` with a ``profile`` slot, or with ``slot_cost`` the one
+        whose slot displaces least (ties: the earlier GPU)."""
+        best: tuple[float, int, str, Placement] | None = None
+        for i, g in enumerate(pool):
+            slot = self._slot_on(g, profile)
+            if slot is None:
+                continue
+            if self.slot_cost is None:
+                return g, slot
+            c = self.slot_cost(g, slot)
+            if best is None or (c, i) < best[:2]:
+                best = (c, i, g, slot)
+            if c <= 0:
+                break  # displaces nothing: the first such GPU of the tier
+        return None if best is None else (best[2], best[3])
 
     def _start(self, now: float, s: ServiceState, profile: str, why: dict) -> StartReplica | None:
         own = {r.gpu for r in s.live()}

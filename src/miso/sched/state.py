@@ -361,6 +361,31 @@ class ClusterState:
         self.queue.sort(key=lambda x: (self.jobs[x].submitted_at, x))
 
     # -- decisions -------------------------------------------------------------------------
+    def _check_layout(self, g: str, gs: GpuState, pid: int, lay: tuple[Placement, ...],
+                      asg: dict[str, Placement]) -> None:
+        """An ApplyLayout's layout valid on ``g`` and its assignment one instance per resident
+        job, each within its instance's memory."""
+        probs = violations(gs.geom, lay)
+        if probs:
+            raise ContractError(f"ApplyLayout plan {pid} on {g}: invalid layout: "
+                                + "; ".join(probs))
+        if set(asg) != set(gs.jobs):
+            raise ContractError(f"ApplyLayout plan {pid} on {g}: assignment covers "
+                                f"{sorted(asg)}, resident jobs are {sorted(gs.jobs)}")
+        if len(set(asg.values())) != len(asg):
+            raise ContractError(f"ApplyLayout plan {pid} on {g}: two jobs share an "
+                                f"instance")
+        lay_set = set(lay)
+        for j, pl in asg.items():
+            if pl not in lay_set:
+                raise ContractError(f"ApplyLayout plan {pid} on {g}: {j} on {pl}, not "
+                                    f"in the layout")
+            mem = gs.geom.model.profile(pl.profile).memory_gib
+            if self.jobs[j].spec.memory_gb > mem + 1e-9:
+                raise ContractError(f"ApplyLayout plan {pid} on {g}: {j} needs "
+                                    f"{self.jobs[j].spec.memory_gb:.1f} GB, {pl} has "
+                                    f"{mem} GiB")
+
     def apply(self, now: float, d: Decision) -> None:
         """Validate and record a decision (driver calls this before executing it)."""
         self.now = now
@@ -398,26 +423,7 @@ class ClusterState:
             case ApplyLayout(gpu=g, plan_id=pid, layout=lay, assignment=asg):
                 gs = self._gpu(g)
                 self._check_plan(gs, pid)
-                probs = violations(gs.geom, lay)
-                if probs:
-                    raise ContractError(f"ApplyLayout plan {pid} on {g}: invalid layout: "
-                                        + "; ".join(probs))
-                if set(asg) != set(gs.jobs):
-                    raise ContractError(f"ApplyLayout plan {pid} on {g}: assignment covers "
-                                        f"{sorted(asg)}, resident jobs are {sorted(gs.jobs)}")
-                if len(set(asg.values())) != len(asg):
-                    raise ContractError(f"ApplyLayout plan {pid} on {g}: two jobs share an "
-                                        f"instance")
-                lay_set = set(lay)
-                for j, pl in asg.items():
-                    if pl not in lay_set:
-                        raise ContractError(f"ApplyLayout plan {pid} on {g}: {j} on {pl}, not "
-                                            f"in the layout")
-                    mem = gs.geom.model.profile(pl.profile).memory_gib
-                    if self.jobs[j].spec.memory_gb > mem + 1e-9:
-                        raise ContractError(f"ApplyLayout plan {pid} on {g}: {j} needs "
-                                            f"{self.jobs[j].spec.memory_gb:.1f} GB, {pl} has "
-                                            f"{mem} GiB")
+                self._check_layout(g, gs, pid, lay, asg)
                 for j, pl in asg.items():
                     js = self.jobs[j]
                     if js.placement != pl or js.status is not JobStatus.RUNNING:

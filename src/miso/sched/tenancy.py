@@ -230,15 +230,7 @@ class Tenancy:
             else:
                 self.running_since.pop(j, None)
         self._held[g] = held
-        reps = st.services.on_gpu(g)
-        if reps:  # a replica's slice counts against its owner like a job's instance
-            base = (gs.base or gs.geom).model
-            full = base.full_profile().compute_slices
-            rc = {r.id: (r.owner, base.profile(r.slot.profile).compute_slices / full * weight)
-                  for r in reps}
-            for o, c in rc.values():
-                self.in_use[o] = self.in_use.get(o, 0.0) + c
-            self._replicas[g] = rc
+        self._charge_replicas(g, gs, weight)
         if held:
             split: dict[str, float] = {}
             tot = sum(c for _, c in held.values())
@@ -248,6 +240,19 @@ class Tenancy:
                 self.held[o] = self.held.get(o, 0.0) + part
             self._split[g] = split
         self._sample_backlog()
+
+    def _charge_replicas(self, g: str, gs: GpuState, weight: float) -> None:
+        """A replica's slice counts against its owner like a job's instance."""
+        reps = self.state.services.on_gpu(g)
+        if not reps:
+            return
+        base = (gs.base or gs.geom).model
+        full = base.full_profile().compute_slices
+        rc = {r.id: (r.owner, base.profile(r.slot.profile).compute_slices / full * weight)
+              for r in reps}
+        for o, c in rc.values():
+            self.in_use[o] = self.in_use.get(o, 0.0) + c
+        self._replicas[g] = rc
 
     def _sample_backlog(self) -> None:
         st = self.state

@@ -194,7 +194,7 @@ def _best_gpu(policy: BasePolicy, now: float, sc: Scratch, job: str,
         if gs.busy or g in sc.touched or sc.reserved.get(g, owner) != owner:
             continue
         if g in last and now - last[g] < gap:   # one reclaim per GPU per min_run_s
-            later = last[g] + gap if later is None else min(later, last[g] + gap)
+            later = _sooner(later, last[g] + gap)
             continue
         resident = sc.jobs_on(g)
         priced, ready = _priced(sc, now, job, resident, ents, held, restart_s)
@@ -202,7 +202,7 @@ def _best_gpu(policy: BasePolicy, now: float, sc: Scratch, job: str,
                                None if best is None else best[0])
         if got is None:
             if ready > now + 1e-9:   # jobs not run long enough yet may make room then
-                later = ready if later is None else min(later, ready)
+                later = _sooner(later, ready)
             continue
         victims, lost = got
         cost = sum(victim_cost(sc, v, now, restart_s) for v in victims)
@@ -213,6 +213,11 @@ def _best_gpu(policy: BasePolicy, now: float, sc: Scratch, job: str,
     if best is None:
         return None, later
     return (best[2], best[3], best[1], best[4]), None
+
+
+def _sooner(t: float | None, u: float) -> float:
+    """The earlier of ``t`` (None: not yet known) and ``u``."""
+    return u if t is None else min(t, u)
 
 
 def _take_until_fits(policy: BasePolicy, sc: Scratch, job: str, g: str, resident: list[str],
