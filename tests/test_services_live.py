@@ -18,7 +18,8 @@ from helpers import FAST
 from waiting import wait_for
 
 from miso.controller import ControllerConfig
-from miso.controller.services import LiveScaler, ServiceManager, attach_services
+from miso.controller.services import ServiceManager, attach_services
+from miso.controller.servicescale import LIVE_CONFIG, PlannedScaler
 from miso.controller.servicestore import ServiceRecord, ServiceStore
 from miso.transport.inprocess import LocalCluster
 
@@ -52,18 +53,27 @@ def events(mgr: ServiceManager, name: str) -> str:
     return "\n".join(e["text"] for e in mgr.events[name])
 
 
-def test_live_scaler_holds_before_scaling_in() -> None:
-    s = LiveScaler(scale_in_hold_s=30.0)
-    assert s.want("a", 0.0, rate=250.0, capacity=100.0, headroom=0.2, lo=1, hi=8,
-                  current=1) == 3
-    assert s.want("a", 1.0, rate=50.0, capacity=100.0, headroom=0.2, lo=1, hi=8,
-                  current=3) == 3  # lower, but not for long enough
-    assert s.want("a", 20.0, rate=60.0, capacity=100.0, headroom=0.2, lo=1, hi=8,
-                  current=3) == 3
-    assert s.want("a", 31.5, rate=60.0, capacity=100.0, headroom=0.2, lo=1, hi=8,
-                  current=3) == 1
-    assert s.want("a", 40.0, rate=5000.0, capacity=100.0, headroom=0.2, lo=1, hi=8,
-                  current=1) == 8
+def test_planned_scaler_scales_out_then_in_make_before_break() -> None:
+    from miso.sched.services import DrainReplica, ServiceSpec, StartReplica
+
+    s = PlannedScaler()
+    spec = ServiceSpec("a", "u", "resnet50", 100.0, min_replicas=1, max_replicas=8)
+    (first,) = s.submit(0.0, spec, capacity=10.0)
+    assert isinstance(first, StartReplica)
+    assert s.ready(1.0, "a", first.replica) == []
+    out = s.rate(2.0, "a", 30.0)  # 30/s x 1.2 over 10/s a replica: 4 replicas
+    assert all(isinstance(d, StartReplica) for d in out) and s.planned("a") == 4
+    for d in out:
+        s.ready(3.0, "a", d.replica)
+    drains: list = []
+    t = 3.0
+    while t < 80.0 and not drains:  # the rate falls: scale in after the delay and cooldown
+        t += 1.0
+        drains = [d for d in s.rate(t, "a", 5.0) if isinstance(d, DrainReplica)]
+    assert drains and t >= 2.0 + LIVE_CONFIG.cooldown_s
+    assert s.planned("a") < 4
+    # a replica measured slower: the planner covers the rate with more of them
+    assert any(isinstance(d, StartReplica) for d in s.set_capacity(t + 1, "a", 1.0))
 
 
 def test_store_keeps_services_and_measured_capacity(tmp_path: Path) -> None:

@@ -23,4 +23,5 @@ done
 miso services --json | python -c 'import json,sys; s=json.load(sys.stdin)["services"][0]; print(json.dumps({k: s[k] for k in ("name","url","ready_replicas","slices","capacity_rps")}))'
 miso load "$URL" --ramp 1,6,1 --duration "$DURATION" --json ${PLOT:+--plot "$PLOT"}
 miso services --json | python -c 'import json,sys; s=json.load(sys.stdin)["services"][0]; print(json.dumps({"events": [e["text"] for e in s["events"]]}))'
+miso status || true
 miso serve --stop bars-svc

@@ -15,12 +15,12 @@ Every ``poll_s`` :meth:`ServiceManager.tick`:
 * resizing is make-before-break: a new replica is started, and only when it is ready does an
   extra replica drain (no new requests; in-flight ones finish) and stop.
 
-How many replicas: :class:`LiveScaler`, a small scaler over the catalogue capacity (the rate
-seen by the router over 10 s x (1 + headroom) / capacity of one replica on its slice; scale in
-only after the need stayed lower for ``scale_in_hold_s``). It is a stand-in, named as such, for
-the scaling decisions of the scheduling core (``miso.sched.services``, issue 28). A capacity
-measured live (the per-replica rate at which the SLO was missed) replaces the catalogue's for
-that service and is kept in the store.
+How many replicas: the scheduling core's service planner, fed the router's rate and the
+replicas' readiness (:class:`~miso.controller.servicescale.PlannedScaler`); its
+``StartReplica`` / ``DrainReplica`` decisions are carried out here. One replica's capacity is
+that of the slice replicas get (the catalogue's, or an emulated server's slowed-down model,
+:mod:`miso.serving.emulated`); a capacity measured live (the per-replica rate at which the SLO
+was missed) replaces it for that service and is kept in the store.
 """
 
 from __future__ import annotations
@@ -35,15 +35,17 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from miso.controller.servicescale import PlannedScaler
 from miso.controller.servicestore import ServiceRecord, ServiceStore
 from miso.jobstatus import JobStatus
-from miso.serving import catalog
+from miso.sched.services import DrainReplica, ServiceSpec, StartReplica
+from miso.serving import catalog, emulated
 from miso.serving.router import Router, RouterServer
 from miso.serving.routerproc import RouterProcess
 
@@ -75,26 +77,11 @@ class ReplicaState:
     gpu: str = ""
     gpu_model: str = "A100-40GB"
     misses: int = 0
-
-
-@dataclass
-class LiveScaler:
-    """Replicas for a rate: ceil(rate x (1 + headroom) / capacity), within [min, max]; scale in
-    only after the lower need held for ``scale_in_hold_s``. A stand-in for the core's service
-    decisions (issue 28)."""
-
-    scale_in_hold_s: float = 30.0
-    lower_since: dict[str, float] = field(default_factory=dict)
-
-    def want(self, name: str, now: float, rate: float, capacity: float, headroom: float,
-             lo: int, hi: int, current: int) -> int:
-        need = math.ceil(rate * (1.0 + headroom) / capacity) if capacity > 0 else hi
-        need = max(lo, min(hi, need))
-        if need >= current:
-            self.lower_since.pop(name, None)
-            return need
-        since = self.lower_since.setdefault(name, now)
-        return need if now - since >= self.scale_in_hold_s else current
+    #: an emulated server's throughput divisor, from its ``/ready`` answer (1: a real server;
+    #: :mod:`miso.serving.emulated`)
+    slowdown: float = 1.0
+    #: the planner's id of the replica this job is (a replacement keeps its predecessor's)
+    plan_id: str = ""
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -110,7 +97,7 @@ class ServiceManager:
                  router: RouterServer | RouterProcess, *,
                  replica_host: str = "127.0.0.1", python: str = sys.executable,
                  ready_timeout_s: float = 120.0, misses: int = 3,
-                 probe_timeout_s: float = 1.0, scaler: LiveScaler | None = None,
+                 probe_timeout_s: float = 1.0, scaler: PlannedScaler | None = None,
                  slow_factor: float = 10.0, log: Any = None) -> None:
         self.ctl = controller
         self.store = ServiceStore(store_path)
@@ -124,7 +111,9 @@ class ServiceManager:
         #: the decision log (``miso events``): every service event goes there too
         self.log = log
         self.probe_timeout_s = probe_timeout_s
-        self.scaler = scaler or LiveScaler()
+        self.scaler = scaler or PlannedScaler()
+        #: planner replica ids waiting for a job (a start, or the replacement of a failed one)
+        self.pending: dict[str, list[tuple[str, str]]] = {}
         self.lm: Any = catalog
         self.services: dict[str, ServiceRecord] = {}
         self.replicas: dict[str, dict[str, ReplicaState]] = {}
@@ -143,6 +132,7 @@ class ServiceManager:
             if rec.state == "running":
                 self._open(rec)
                 self._adopt(rec.name)
+                self._plan_submit(rec)
 
     # ---- requests (API side) --------------------------------------------------------------
     def serve(self, rec: ServiceRecord) -> dict[str, Any]:
@@ -168,6 +158,7 @@ class ServiceManager:
             rec.state = "running"
             self._open(rec)
             self._note(rec.name, f"started: {rec.min_replicas} replica(s) of {rec.model}")
+            self._plan_submit(rec)
         return self.view(rec.name)
 
     def stop(self, name: str) -> dict[str, Any]:
@@ -176,6 +167,8 @@ class ServiceManager:
             if rec is None or rec.state != "running":
                 raise ServiceError(f"no running service {name!r}", 404)
             rec.state = "stopped"
+            self.scaler.stop(time.monotonic(), name)
+            self.pending.pop(name, None)
             self.store.stop(name)
             self.router.stop_service(name)
             for r in self.replicas.get(name, {}).values():
@@ -252,6 +245,9 @@ class ServiceManager:
                 self.router.add_replica(rec.name, r.job, self.replica_host, r.port, r.profile)
                 self._note(rec.name, f"replica {r.job} ready on {r.profile or '?'} "
                                      f"({r.gpu or '?'})")
+                if rec.state == "running" and r.plan_id:
+                    self._sync_capacity(rec, now)
+                    self._apply(rec, self.scaler.ready(now, rec.name, r.plan_id))
             elif now - r.running_since > self.ready_timeout_s:
                 self._retire(rec.name, r, f"replica {r.job} never got ready in "
                                           f"{self.ready_timeout_s:g} s; replacing it")
@@ -298,10 +294,18 @@ class ServiceManager:
 
     def _probe(self, r: ReplicaState) -> bool:
         try:
-            return self._http.get(f"http://{self.replica_host}:{r.port}/ready").status_code \
-                == 200
+            resp = self._http.get(f"http://{self.replica_host}:{r.port}/ready")
         except httpx.HTTPError:
             return False
+        if resp.status_code != 200:
+            return False
+        with contextlib.suppress(ValueError, TypeError, AttributeError):
+            # an emulated server says how much slower than the catalogue it runs (bounded:
+            # it is the owner's process; it only changes its own service's capacity)
+            d = float(resp.json().get("slowdown", 1.0))
+            if math.isfinite(d):
+                r.slowdown = min(max(1.0, d), emulated.MAX_SLOWDOWN)
+        return True
 
     def _retire(self, name: str, r: ReplicaState, why: str | None) -> None:
         self.router.remove_replica(name, r.job)
@@ -313,6 +317,12 @@ class ServiceManager:
                 self.ctl.cancel(r.job)
             except Exception as e:  # noqa: BLE001 - reported, the replica is out anyway
                 log.warning("cancel of replica %s failed: %s", r.job, e)
+        rec = self.services.get(name)
+        if rec is not None and rec.state == "running" and r.plan_id:
+            if r.state == "draining":  # a planned drain: its slot is free
+                self.scaler.drained(time.monotonic(), name, r.plan_id)
+            else:  # a fault: the planner's replica gets another job
+                self.pending.setdefault(name, []).append((r.plan_id, f"replacing {r.job}"))
         if why:
             n = self.failures[name] = self.failures.get(name, 0) + 1
             if n >= 2:
@@ -325,22 +335,28 @@ class ServiceManager:
 
     # ---- how many ---------------------------------------------------------------------------
     def capacity(self, rec: ServiceRecord, profile: str,
-                 gpu_model: str = "A100-40GB") -> float:
+                 gpu_model: str = "A100-40GB", slowdown: float = 1.0) -> float:
         """Requests/s one replica on ``profile`` serves within the SLO: measured live when the
-        store has it for that profile, else the catalogue's."""
+        store has it for that profile, else the catalogue's (an emulated replica's: the
+        catalogue slowed down as it says, :mod:`miso.serving.emulated`)."""
         if rec.capacity_rps and rec.capacity_profile == profile:
             return rec.capacity_rps
+        if slowdown > 1.0:
+            return emulated.capacity_rps(rec.model, gpu_model, profile or "7g.40gb",
+                                         rec.slo_p99_ms, rec.percentile, slowdown)
         return float(self.lm.capacity_rps(rec.model, gpu_model, profile or "7g.40gb",
                                           rec.slo_p99_ms, rec.percentile))
 
+    def replica_capacity(self, rec: ServiceRecord, r: ReplicaState) -> float:
+        return self.capacity(rec, r.profile, r.gpu_model, r.slowdown)
+
     def _scale(self, rec: ServiceRecord, now: float) -> None:
         reps = list(self.replicas.get(rec.name, {}).values())
-        live = [r for r in reps if r.state != "draining"]
-        ready = [r for r in live if r.state == "ready"]
+        ready = [r for r in reps if r.state == "ready"]
         stats = self.router.stats(rec.name, 10.0)
         rate = float(stats.get("rate") or 0.0)
         profile = ready[0].profile if ready else ""
-        cap = self.capacity(rec, profile, ready[0].gpu_model if ready else "A100-40GB")
+        cap = self._sync_capacity(rec, now)
         p99 = stats.get("p99_ms")
         # the replicas' own answer times (the router's queueing excluded): a miss is theirs only
         # when they answer slowly themselves, not when the router or the client is the limit
@@ -350,26 +366,73 @@ class ServiceManager:
         if ready and p99 is not None and p99 > rec.slo_p99_ms and rate > 0 and replicas_slow \
                 and stats.get("requests", 0) >= 200:
             measured = 0.9 * rate / len(ready)
-            if cap * 0.25 <= measured < cap * 0.95:  # missed below the catalogue's, within reason
+            if cap * 0.25 <= measured < cap * 0.95:  # missed below the model's, within reason
                 rec.capacity_rps, rec.capacity_profile = measured, profile
                 self.store.set_capacity(rec.name, measured, profile)
-                cap = measured
                 self._note(rec.name, f"capacity measured: {measured:.0f}/s per replica on "
                                      f"{profile or '?'} (p99 {p99:.0f} ms > SLO at "
                                      f"{rate:.0f}/s)")
-        want = self.scaler.want(rec.name, now, rate, cap, rec.headroom, rec.min_replicas,
-                                rec.max_replicas, len(live))
-        if want > len(live) and now >= self.next_start.get(rec.name, 0.0):
-            for _ in range(want - len(live)):
-                self._start_replica(rec, f"scale out: {rate:.0f}/s x {1 + rec.headroom:g} "
-                                         f"needs {want} x {cap:.0f}/s")
-        elif want < len(live) and len(ready) == len(live):  # make-before-break: all ready
-            victim = min(ready, key=lambda r: self.router.outstanding(rec.name, r.job))
-            victim.state, victim.since = "draining", now
-            self.router.drain(rec.name, victim.job)
-            self._note(rec.name, f"scale in: {rate:.0f}/s needs {want}; draining {victim.job}")
+                self._sync_capacity(rec, now)
+        self._apply(rec, self.scaler.rate(now, rec.name, rate))
+        self._start_pending(rec, now)
 
-    def _start_replica(self, rec: ServiceRecord, why: str) -> None:
+    def _reference_capacity(self, rec: ServiceRecord) -> float:
+        """One replica's capacity on the slice replicas get here: the first ready replica's
+        (measured live when the store has it), before any is ready the model's on a 7g."""
+        ready = [r for r in self.replicas.get(rec.name, {}).values() if r.state == "ready"]
+        return self.replica_capacity(rec, ready[0]) if ready else self.capacity(rec, "")
+
+    def _sync_capacity(self, rec: ServiceRecord, now: float) -> float:
+        cap = self._reference_capacity(rec)
+        if rec.state == "running":
+            self._apply(rec, self.scaler.set_capacity(now, rec.name, cap))
+        return cap
+
+    def _plan_submit(self, rec: ServiceRecord) -> None:
+        spec = ServiceSpec(rec.name, rec.owner or "", rec.model, rec.slo_p99_ms,
+                           min_replicas=rec.min_replicas, max_replicas=rec.max_replicas,
+                           headroom=rec.headroom, percentile=rec.percentile)
+        now = time.monotonic()
+        self._apply(rec, self.scaler.submit(now, spec, self._reference_capacity(rec)))
+        self._start_pending(rec, now)
+
+    def _apply(self, rec: ServiceRecord, decisions: list[StartReplica | DrainReplica]) -> None:
+        """Carry out the planner's decisions: a start waits in ``pending`` for its job (an
+        adopted replica without a planner id takes it); a drain stops routing to the replica,
+        which stops once its requests are done (one not ready yet stops at once)."""
+        reps = self.replicas.setdefault(rec.name, {})
+        for d in decisions:
+            why = str((d.why or {}).get("note") or (d.why or {}).get("action") or "")
+            if isinstance(d, StartReplica):
+                orphan = next((r for r in reps.values() if not r.plan_id
+                               and r.state != "draining"), None)
+                if orphan is not None:
+                    orphan.plan_id = d.replica
+                else:
+                    self.pending.setdefault(rec.name, []).append((d.replica, why))
+                continue
+            waiting = self.pending.get(rec.name, [])
+            if any(pid == d.replica for pid, _ in waiting):
+                self.pending[rec.name] = [x for x in waiting if x[0] != d.replica]
+                self.scaler.drained(time.monotonic(), rec.name, d.replica)
+                continue
+            r = next((x for x in reps.values() if x.plan_id == d.replica), None)
+            if r is None:
+                self.scaler.drained(time.monotonic(), rec.name, d.replica)
+                continue
+            r.state, r.since = "draining", time.monotonic()
+            self.router.drain(rec.name, r.job)
+            self._note(rec.name, f"scale in: draining {r.job} ({why})")
+
+    def _start_pending(self, rec: ServiceRecord, now: float) -> None:
+        waiting = self.pending.get(rec.name)
+        if not waiting or now < self.next_start.get(rec.name, 0.0):
+            return
+        self.pending[rec.name] = []
+        for pid, why in waiting:
+            self._start_replica(rec, why or "start", pid)
+
+    def _start_replica(self, rec: ServiceRecord, why: str, plan_id: str = "") -> None:
         port = free_port(self.replica_host)
         self._seq += 1
         cmd = [self.python, "-m", "miso.serving.runreplica", "--port", str(port), "--",
@@ -379,8 +442,8 @@ class ServiceManager:
                               unix_user=rec.unix_user,
                               owner_name=rec.owner_name)
         with self.lock:
-            self.replicas.setdefault(rec.name, {})[jid] = ReplicaState(jid, port,
-                                                                       since=time.monotonic())
+            self.replicas.setdefault(rec.name, {})[jid] = ReplicaState(
+                jid, port, since=time.monotonic(), plan_id=plan_id)
         self._note(rec.name, f"{why}: started replica {jid}")
 
     # ---- bookkeeping --------------------------------------------------------------------------
@@ -430,7 +493,8 @@ class ServiceManager:
                           "outstanding": self.router.outstanding(name, r.job)} for r in reps],
             "slices": sorted(r.profile for r in ready),
             "profile": profile or None,
-            "capacity_rps": round(self.capacity(rec, profile, gpu_model), 2),
+            "capacity_rps": round(self.replica_capacity(rec, ready[0]) if ready
+                                  else self.capacity(rec, profile, gpu_model), 2),
             "capacity_measured": bool(rec.capacity_rps and rec.capacity_profile == profile),
             "rate": round(float(s10.get("rate") or 0.0), 2),
             "p50_ms": s10.get("p50_ms"), "p99_ms": s10.get("p99_ms"),

@@ -94,6 +94,9 @@ class Route:
     stopped: bool = False
     replicas: dict[str, Replica] = field(default_factory=dict)
     window: LatencyWindow = field(default_factory=LatencyWindow)
+    #: the service's labelled metric children, looked up once (not per request)
+    counters: dict[int, Any] = field(default_factory=dict)
+    histogram: Any = None
 
     def pick(self, exclude: frozenset[str] | set[str] = frozenset()) -> Replica | None:
         best: Replica | None = None
@@ -380,8 +383,13 @@ class Router:
         now = time.monotonic()
         lat = now - t0
         route.window.add(now, lat, 200 <= status < 400)
-        self.requests.labels(route.name, str(status)).inc()
-        self.latency.labels(route.name).observe(lat)
+        counter = route.counters.get(status)
+        if counter is None:
+            counter = route.counters[status] = self.requests.labels(route.name, str(status))
+        counter.inc()
+        if route.histogram is None:
+            route.histogram = self.latency.labels(route.name)
+        route.histogram.observe(lat)
         return data
 
     async def _call(self, r: Replica, req: Request) -> tuple[int, bytes, bytes]:
@@ -405,8 +413,8 @@ class Router:
                     raise UpstreamFailed(f"connect: {e}", sent=False) from None
             try:
                 writer.write(data)
-                status, out, body, reusable = await asyncio.wait_for(_read_response(reader),
-                                                               UPSTREAM_TIMEOUT_S)
+                async with asyncio.timeout(UPSTREAM_TIMEOUT_S):  # no extra task per request
+                    status, out, body, reusable = await _read_response(reader)
             except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
                     TimeoutError, ValueError, IndexError, BadRequest) as e:
                 writer.transport.abort()
