@@ -44,6 +44,7 @@ import httpx
 from miso.controller.servicescale import PlannedScaler
 from miso.controller.servicestore import ServiceRecord, ServiceStore
 from miso.jobstatus import JobStatus
+from miso.mig import gpu_model as mig_gpu_model
 from miso.sched.services import DrainReplica, ServiceSpec, StartReplica
 from miso.serving import catalog, emulated
 from miso.serving.router import Router, RouterServer
@@ -56,6 +57,9 @@ JOB_ID = re.compile(r"\bj\d{4,}\b")
 ROUTER_FILE = "router.json"
 ENDED = {JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELLED}
 MAX_BACKOFF_S = 60.0
+#: A replica's slice serves at least this share of a whole GPU's capacity at the SLO.
+MIN_SLICE_SHARE = 0.25
+GIB_GB = 1024.0**3 / 1e9
 
 
 class ServiceError(Exception):
@@ -82,6 +86,11 @@ class ReplicaState:
     slowdown: float = 1.0
     #: the planner's id of the replica this job is (a replacement keeps its predecessor's)
     plan_id: str = ""
+
+
+def gpu_model_profiles(name: str) -> list[Any]:
+    """The default MIG profiles of a GPU model (memory_gib, name)."""
+    return list(mig_gpu_model(name).default_profiles())
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -273,13 +282,14 @@ class ServiceManager:
             return None
         ms = float(mine["latency_ewma_ms"])
         try:
-            base = 1000.0 * float(self.lm.service_time_s(rec.model, r.gpu_model,
-                                                         r.profile or "7g.40gb", 1))
+            base = 1000.0 * emulated.service_time_s(rec.model, r.gpu_model,
+                                                    r.profile or "7g.40gb", 1, r.slowdown)
         except (KeyError, ValueError):
             return None
         peers = [float(x["latency_ewma_ms"]) for x in self.router.replicas(rec.name)
                  if x["id"] != r.job and x["served"] >= 20 and not x["draining"]]
-        if peers and ms <= 5 * min(peers):  # the whole service is loaded, not this replica
+        # without peers that answered, a slow replica may just be an overloaded one
+        if not peers or ms <= 5 * min(peers):  # the whole service is loaded, not this one
             return None
         if ms > rec.slo_p99_ms and ms > self.slow_factor * base:
             return (f"replica {r.job} answers in {ms:.0f} ms, {ms / base:.0f}x its model's "
@@ -350,6 +360,42 @@ class ServiceManager:
     def replica_capacity(self, rec: ServiceRecord, r: ReplicaState) -> float:
         return self.capacity(rec, r.profile, r.gpu_model, r.slowdown)
 
+    @staticmethod
+    def expected_slowdown(rec: ServiceRecord) -> float:
+        """An emulated server's slowdown before it answers (miso's own ``miso.emuserve``:
+        its ``--slowdown`` or the default); 1 for any other server."""
+        cmd = list(rec.command)
+        if "miso.emuserve" not in cmd:
+            return 1.0
+        with contextlib.suppress(ValueError, IndexError):
+            if "--slowdown" in cmd:
+                return min(max(1.0, float(cmd[cmd.index("--slowdown") + 1])),
+                           emulated.MAX_SLOWDOWN)
+        return emulated.DEFAULT_SLOWDOWN
+
+    def replica_memory_gb(self, rec: ServiceRecord) -> float | None:
+        """The GPU memory a replica asks for: the service's ``--memory-gb``, else just over
+        the next smaller slice's memory below the smallest slice on which one replica serves
+        at least :data:`MIN_SLICE_SHARE` of what a whole GPU serves at the SLO (a replica on a
+        slice that barely meets the SLO would hold a slice and serve little)."""
+        if rec.memory_gb:
+            return rec.memory_gb
+        gpu_model = next(iter(self._models.values()), "A100-40GB")
+        slowdown = self.expected_slowdown(rec)
+        try:
+            profiles = sorted(gpu_model_profiles(gpu_model), key=lambda p: p.memory_gib)
+            caps = [self.capacity(rec, p.name, gpu_model, slowdown) for p in profiles]
+        except (KeyError, ValueError):
+            return None
+        best = max(caps, default=0.0)
+        for i, (p, c) in enumerate(zip(profiles, caps, strict=True)):
+            if best > 0 and c >= MIN_SLICE_SHARE * best:
+                smaller = [q.memory_gib for q in profiles[:i] if q.memory_gib < p.memory_gib]
+                if not smaller:
+                    return None
+                return round(max(smaller) * GIB_GB + 0.5, 2)
+        return None
+
     def _scale(self, rec: ServiceRecord, now: float) -> None:
         reps = list(self.replicas.get(rec.name, {}).values())
         ready = [r for r in reps if r.state == "ready"]
@@ -402,7 +448,9 @@ class ServiceManager:
         which stops once its requests are done (one not ready yet stops at once)."""
         reps = self.replicas.setdefault(rec.name, {})
         for d in decisions:
-            why = str((d.why or {}).get("note") or (d.why or {}).get("action") or "")
+            w = dict(d.why or {})
+            why = (f"{w.get('action', 'plan')}: {w.get('rate_rps', 0):g}/s observed, target "
+                   f"{w.get('target_rps', 0):g}/s, covered {w.get('covered_rps', 0):g}/s")
             if isinstance(d, StartReplica):
                 orphan = next((r for r in reps.values() if not r.plan_id
                                and r.state != "draining"), None)
@@ -437,7 +485,8 @@ class ServiceManager:
         self._seq += 1
         cmd = [self.python, "-m", "miso.serving.runreplica", "--port", str(port), "--",
                *rec.command]
-        jid = self.ctl.submit(cmd, name=f"svc-{rec.name}-{self._seq}", memory_gb=rec.memory_gb,
+        jid = self.ctl.submit(cmd, name=f"svc-{rec.name}-{self._seq}",
+                              memory_gb=self.replica_memory_gb(rec),
                               env=dict(rec.env), cwd=rec.cwd, owner=rec.owner,
                               unix_user=rec.unix_user,
                               owner_name=rec.owner_name)
