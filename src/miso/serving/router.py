@@ -44,7 +44,7 @@ MAX_HEADERS = 100
 #: How long a request waits for a ready replica (a service starting, all replicas draining).
 WAIT_READY_S = 10.0
 UPSTREAM_TIMEOUT_S = 300.0
-IDLE_POOL = 64  # idle keep-alive connections kept per replica
+IDLE_POOL = 1024  # idle keep-alive connections kept per replica (a burst opens new ones)
 HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer",
                         b"transfer-encoding", b"upgrade", b"content-length"})
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
