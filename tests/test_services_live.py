@@ -21,6 +21,7 @@ from miso.controller import ControllerConfig
 from miso.controller.services import ServiceManager, attach_services
 from miso.controller.servicescale import LIVE_CONFIG, PlannedScaler
 from miso.controller.servicestore import ServiceRecord, ServiceStore
+from miso.serving import emulated
 from miso.transport.inprocess import LocalCluster
 
 
@@ -150,36 +151,50 @@ def test_a_ten_times_slower_replica_is_replaced(cluster) -> None:  # noqa: ANN00
     mgr.serve(ServiceRecord(name="sl", model="resnet50", slo_p99_ms=5, min_replicas=2,
                             max_replicas=2, command=emuserve()))
     ticking(mgr, lambda: mgr.view("sl")["ready_replicas"] == 2)
-    slow_job = mgr.view("sl")["replicas"][0]["job"]
-    # the slowness is the router's measurement: feed it one replica's answers at 30 x
+    slow_rep = mgr.view("sl")["replicas"][0]
+    slow_job = slow_rep["job"]
+    # the model's batch-1 time of the emulated server (slowed down) on that replica's slice
+    base = emulated.service_time_s("resnet50", "A100-40GB", slow_rep["profile"], 1)
+    # the slowness is the router's measurement: feed it one replica's answers at 12 x
     for r in mgr.router.routes["sl"].replicas.values():
         r.served = 50
-        r.latency_ewma_s = 0.03 if r.id == slow_job else 0.001
+        r.latency_ewma_s = 12 * base if r.id == slow_job else base
     mgr.tick()
-    assert f"replica {slow_job} answers in 30 ms" in events(mgr, "sl")
+    assert f"replica {slow_job} answers in {12000 * base:.0f} ms, 12x" in events(mgr, "sl")
     assert slow_job not in {r["job"] for r in mgr.view("sl")["replicas"]}
 
 
-@pytest.mark.slow  # ~10 s: a lost node is noticed after its lease
-def test_a_lost_node_takes_its_replica_out_and_the_service_keeps_serving(tmp_path: Path) -> None:
+@pytest.mark.slow  # ~5-10 s each: a lost node is noticed after its lease
+@pytest.mark.parametrize("processes_die", [True, False], ids=["node-dies", "agent-killed"])
+def test_a_lost_node_takes_its_replica_out_and_the_service_keeps_serving(
+        tmp_path: Path, processes_die: bool) -> None:
+    """The node dies with its processes, or only its agent is SIGKILLed and the replica it
+    started goes on answering: either way the replica leaves the router once the node's lease
+    lapses (an orphan is never routed to; its job is requeued, so it comes back once a slice
+    is free), and the service answers 200 from the other."""
     cfg = ControllerConfig(**{**FAST, "lease_s": 2.0})
     c = LocalCluster(tmp_path, config=cfg, nodes=2, gpus_per_node=1, rate_window=0.5)
     mgr = attach_services(c.controller, tmp_path)  # the router in its own process
     mgr._stop.set()  # noqa: SLF001 - the test drives tick() itself
+    orphan = None
     try:
         v = mgr.serve(ServiceRecord(name="ha", model="resnet50", slo_p99_ms=100,
                                     min_replicas=2, max_replicas=2, command=emuserve()))
         ticking(mgr, lambda: mgr.view("ha")["ready_replicas"] == 2)
         gpus = {r["job"]: r["gpu"] for r in mgr.view("ha")["replicas"]}
         lost_node = sorted(gpus.values())[-1].split("/")[0]
-        c.transport.remove(lost_node)  # the node (its agent) dies with its processes
+        orphan = c.transport.remove(lost_node, kill_jobs=processes_die)
         lost = {j for j, g in gpus.items() if g.startswith(lost_node + "/")}
         ticking(mgr, lambda: not lost & {r["job"] for r in mgr.view("ha")["replicas"]
                                          if r["state"] == "ready"}, timeout=40)
+        routed = {r["id"] for r in mgr.router.replicas("ha")}
+        assert not lost & routed
         with httpx.Client(timeout=15) as h:
             codes = [h.post(v["url"] + "/infer").status_code for _ in range(10)]
         assert codes == [200] * 10
     finally:
+        if orphan is not None and not processes_die:
+            orphan.shutdown()  # the orphaned replica processes
         mgr.close()
         mgr.server.stop()
         assert c.controller is not None
