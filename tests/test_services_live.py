@@ -19,9 +19,9 @@ from waiting import wait_for
 
 from miso.controller import ControllerConfig
 from miso.controller.services import ServiceManager, attach_services
-from miso.controller.servicescale import LIVE_CONFIG, PlannedScaler
 from miso.controller.servicestore import ServiceRecord, ServiceStore
 from miso.serving import emulated
+from miso.serving.plannedscale import LIVE_CONFIG, PlannedScaler
 from miso.transport.inprocess import LocalCluster
 
 

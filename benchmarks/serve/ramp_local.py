@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -48,7 +49,10 @@ def training(iterations: int, ips: float) -> list[str]:
 
 def run(state_dir: str | Path, *, duration: float = 180.0, points: str = "1,6,1",
         gpus: int = 4, training_jobs: int = 4, slo_ms: float = 100.0,
-        model: str = "resnet50", plot: str | None = None) -> dict[str, Any]:
+        model: str = "resnet50", plot: str | None = None, server_args: tuple[str, ...] = (),
+        keep_samples: bool = False) -> dict[str, Any]:
+    """One run; the summary (with ``keep_samples``, also ``sent_s``: every request's send
+    time, and ``ready_delays_s``: each replica's time from its start to ready)."""
     d = Path(state_dir)
     cfg = ControllerConfig(poll_interval=0.2, profile_seconds_per_level=0.5,
                            checkpoint_timeout=10.0)
@@ -65,7 +69,7 @@ def run(state_dir: str | Path, *, duration: float = 180.0, points: str = "1,6,1"
             time.sleep(0.5)
         view = mgr.serve(ServiceRecord(
             name="bars-svc", model=model, slo_p99_ms=slo_ms, owner=None,
-            command=[sys.executable, "-m", "miso.emuserve", "--model", model]))
+            command=[sys.executable, "-m", "miso.emuserve", "--model", model, *server_args]))
         t_end = time.time() + 120
         while time.time() < t_end and mgr.view("bars-svc")["ready_replicas"] < 1:
             time.sleep(0.5)
@@ -106,11 +110,30 @@ def run(state_dir: str | Path, *, duration: float = 180.0, points: str = "1,6,1"
             "training_resumed": sum(j.state in ("running", "finished") for j in moved),
             "events": [e["text"] for e in mgr.view("bars-svc")["events"]],
         })
+        if keep_samples:
+            out["sent_s"] = [s.sent for s in res.samples]
+            out["ready_delays_s"] = ready_delays(list(mgr.events["bars-svc"]))
+            out["slowdown"] = mgr.expected_slowdown(mgr.services["bars-svc"])
+            out["gpu_model"] = "A100-40GB"
         return out
     finally:
         mgr.close()
         mgr.server.stop()
         ctl.stop(stop_jobs=True)
+
+
+def ready_delays(events: list[dict[str, Any]]) -> list[float]:
+    """Seconds from 'started replica J' to 'replica J ready' in a service's events."""
+    started: dict[str, float] = {}
+    out = []
+    for e in events:
+        m = re.search(r"started replica (j\d+)", e["text"])
+        if m:
+            started[m.group(1)] = e["time"]
+        m = re.match(r"replica (j\d+) ready", e["text"])
+        if m and m.group(1) in started:
+            out.append(e["time"] - started.pop(m.group(1)))
+    return out
 
 
 def main() -> int:

@@ -16,7 +16,7 @@ Every ``poll_s`` :meth:`ServiceManager.tick`:
   extra replica drain (no new requests; in-flight ones finish) and stop.
 
 How many replicas: the scheduling core's service planner, fed the router's rate and the
-replicas' readiness (:class:`~miso.controller.servicescale.PlannedScaler`); its
+replicas' readiness (:class:`~miso.serving.plannedscale.PlannedScaler`); its
 ``StartReplica`` / ``DrainReplica`` decisions are carried out here. One replica's capacity is
 that of the slice replicas get (the catalogue's, or an emulated server's slowed-down model,
 :mod:`miso.serving.emulated`); a capacity measured live (the per-replica rate at which the SLO
@@ -41,12 +41,12 @@ from typing import Any
 
 import httpx
 
-from miso.controller.servicescale import PlannedScaler
 from miso.controller.servicestore import ServiceRecord, ServiceStore
 from miso.jobstatus import JobStatus
 from miso.mig import gpu_model as mig_gpu_model
 from miso.sched.services import DrainReplica, ServiceSpec, StartReplica
 from miso.serving import catalog, emulated
+from miso.serving.plannedscale import PlannedScaler
 from miso.serving.router import Router, RouterServer
 from miso.serving.routerproc import RouterProcess
 
