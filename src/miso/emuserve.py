@@ -31,7 +31,7 @@ import time
 from typing import Any
 
 from miso.serving import catalog, emulated
-from miso.serving.router import BadRequest, json_response, read_http_request
+from miso.serving.http1 import BadRequest, json_response, read_http_request
 
 
 class EmulatedServer:

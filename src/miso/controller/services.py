@@ -449,8 +449,13 @@ class ServiceManager:
         reps = self.replicas.setdefault(rec.name, {})
         for d in decisions:
             w = dict(d.why or {})
-            why = (f"{w.get('action', 'plan')}: {w.get('rate_rps', 0):g}/s observed, target "
-                   f"{w.get('target_rps', 0):g}/s, covered {w.get('covered_rps', 0):g}/s")
+            action = str(w.get("action", "plan")).replace("_", " ")
+            if float(w.get("covered_rps", 0)) >= float(w.get("target_rps", 0)) and \
+                    action == "scale out":
+                why = f"start: at least {rec.min_replicas} replica(s)"
+            else:
+                why = (f"{action}: {w.get('rate_rps', 0):g}/s observed, target "
+                       f"{w.get('target_rps', 0):g}/s, covered {w.get('covered_rps', 0):g}/s")
             if isinstance(d, StartReplica):
                 orphan = next((r for r in reps.values() if not r.plan_id
                                and r.state != "draining"), None)
