@@ -44,27 +44,44 @@ class ReplayResult:
 def replay(arrivals_s: Sequence[float], spec: ServiceSpec, *, gpu_model: str, profile: str,
            capacity_rps: float, ready_delay_s: float,
            slowdown: float = emulated.DEFAULT_SLOWDOWN, initial_ready: int = 1,
-           tick_s: float = 1.0, rate_window_s: float = 10.0,
+           tick_s: float = 1.0, rate_window_s: float = 10.0, slots: int | None = None,
            config: PlannerConfig | None = None) -> ReplayResult:
-    """Simulate the live service manager on ``arrivals_s`` (see the module docstring)."""
+    """Simulate the live service manager on ``arrivals_s`` (see the module docstring).
+    ``slots``: the most replicas that hold a slice at once (the cluster's room for them; a
+    start beyond it waits for a drain, as a queued replica job does live)."""
     arr = np.sort(np.asarray(arrivals_s, dtype=float))
     scaler = PlannedScaler(config) if config is not None else PlannedScaler()
     ready_at: dict[str, float] = {}  # planner id -> when it serves
     gone_at: dict[str, float] = {}  # planner id -> when it left rotation
     pending: list[tuple[float, str]] = []
+    queued: list[str] = []  # starts waiting for a slot
+    held: set[str] = set()
+
+    def start(now: float, rid: str) -> None:
+        if slots is not None and len(held) >= slots:
+            queued.append(rid)
+            return
+        held.add(rid)
+        pending.append((now + ready_delay_s, rid))
 
     def apply(now: float, decisions: list) -> None:  # noqa: ANN001 - planner decisions
         for d in decisions:
             if isinstance(d, StartReplica):
-                pending.append((now + ready_delay_s, d.replica))
+                start(now, d.replica)
             else:
                 gone_at[d.replica] = now
+                held.discard(d.replica)
+                if d.replica in queued:
+                    queued.remove(d.replica)
                 scaler.drained(now, spec.name, d.replica)
+                while queued and (slots is None or len(held) < slots):
+                    start(now, queued.pop(0))
 
     first = scaler.submit(0.0, spec, capacity_rps)
     for i, d in enumerate(first):
         if isinstance(d, StartReplica) and i < initial_ready:
             ready_at[d.replica] = 0.0
+            held.add(d.replica)
             apply(0.0, scaler.ready(0.0, spec.name, d.replica))
         else:
             apply(0.0, [d])
