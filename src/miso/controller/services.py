@@ -424,9 +424,12 @@ class ServiceManager:
 
     def _reference_capacity(self, rec: ServiceRecord) -> float:
         """One replica's capacity on the slice replicas get here: the first ready replica's
-        (measured live when the store has it), before any is ready the model's on a 7g."""
+        (measured live when the store has it), before any is ready the model's on a 7g
+        (an emulated server's: at the slowdown its command asks for)."""
         ready = [r for r in self.replicas.get(rec.name, {}).values() if r.state == "ready"]
-        return self.replica_capacity(rec, ready[0]) if ready else self.capacity(rec, "")
+        if ready:
+            return self.replica_capacity(rec, ready[0])
+        return self.capacity(rec, "", slowdown=self.expected_slowdown(rec))
 
     def _sync_capacity(self, rec: ServiceRecord, now: float) -> float:
         cap = self._reference_capacity(rec)
@@ -535,7 +538,6 @@ class ServiceManager:
         s10 = self.router.stats(name, 10.0)
         s300 = self.router.stats(name, 300.0)
         profile = ready[0].profile if ready else ""
-        gpu_model = ready[0].gpu_model if ready else "A100-40GB"
         evs = list(self.events.get(name, ()))
         return {
             "name": name, "owner": rec.owner_name or rec.owner, "model": rec.model,
@@ -548,7 +550,7 @@ class ServiceManager:
             "slices": sorted(r.profile for r in ready),
             "profile": profile or None,
             "capacity_rps": round(self.replica_capacity(rec, ready[0]) if ready
-                                  else self.capacity(rec, profile, gpu_model), 2),
+                                  else self._reference_capacity(rec), 2),
             "capacity_measured": bool(rec.capacity_rps and rec.capacity_profile == profile),
             "rate": round(float(s10.get("rate") or 0.0), 2),
             "p50_ms": s10.get("p50_ms"), "p99_ms": s10.get("p99_ms"),
