@@ -21,7 +21,7 @@ from miso.controller import ControllerConfig
 from miso.controller.services import ServiceManager, attach_services
 from miso.controller.servicestore import ServiceRecord, ServiceStore
 from miso.serving import emulated
-from miso.serving.plannedscale import LIVE_CONFIG, PlannedScaler
+from miso.sim.plannedscale import LIVE_CONFIG, PlannedScaler
 from miso.transport.inprocess import LocalCluster
 
 

@@ -16,7 +16,7 @@ Every ``poll_s`` :meth:`ServiceManager.tick`:
   extra replica drain (no new requests; in-flight ones finish) and stop.
 
 How many replicas: the scheduling core's service planner, fed the router's rate and the
-replicas' readiness (:class:`~miso.serving.plannedscale.PlannedScaler`); its
+replicas' readiness (:class:`~miso.sim.plannedscale.PlannedScaler`); its
 ``StartReplica`` / ``DrainReplica`` decisions are carried out here. One replica's capacity is
 that of the slice replicas get (the catalogue's, or an emulated server's slowed-down model,
 :mod:`miso.serving.emulated`); a capacity measured live (the per-replica rate at which the SLO
@@ -46,9 +46,9 @@ from miso.jobstatus import JobStatus
 from miso.mig import gpu_model as mig_gpu_model
 from miso.sched.services import DrainReplica, ServiceSpec, StartReplica
 from miso.serving import catalog, emulated
-from miso.serving.plannedscale import PlannedScaler
 from miso.serving.router import Router, RouterServer
 from miso.serving.routerproc import RouterProcess
+from miso.sim.plannedscale import PlannedScaler
 
 log = logging.getLogger(__name__)
 
