@@ -41,9 +41,9 @@ from typing import Any
 
 import httpx
 
+from miso.controller.replicasize import capacity_rps, expected_slowdown, replica_memory_gb
 from miso.controller.servicestore import ServiceRecord, ServiceStore
 from miso.jobstatus import JobStatus
-from miso.mig import gpu_model as mig_gpu_model
 from miso.sched.services import DrainReplica, ServiceSpec, StartReplica
 from miso.serving import catalog, emulated
 from miso.serving.router import Router, RouterServer
@@ -57,9 +57,6 @@ JOB_ID = re.compile(r"\bj\d{4,}\b")
 ROUTER_FILE = "router.json"
 ENDED = {JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELLED}
 MAX_BACKOFF_S = 60.0
-#: A replica's slice serves at least this share of a whole GPU's capacity at the SLO.
-MIN_SLICE_SHARE = 0.25
-GIB_GB = 1024.0**3 / 1e9
 
 
 class ServiceError(Exception):
@@ -86,11 +83,6 @@ class ReplicaState:
     slowdown: float = 1.0
     #: the planner's id of the replica this job is (a replacement keeps its predecessor's)
     plan_id: str = ""
-
-
-def gpu_model_profiles(name: str) -> list[Any]:
-    """The default MIG profiles of a GPU model (memory_gib, name)."""
-    return list(mig_gpu_model(name).default_profiles())
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -344,57 +336,19 @@ class ServiceManager:
             self._note(name, f"replica {r.job} drained and stopped")
 
     # ---- how many ---------------------------------------------------------------------------
-    def capacity(self, rec: ServiceRecord, profile: str,
-                 gpu_model: str = "A100-40GB", slowdown: float = 1.0) -> float:
-        """Requests/s one replica on ``profile`` serves within the SLO: measured live when the
-        store has it for that profile, else the catalogue's (an emulated replica's: the
-        catalogue slowed down as it says, :mod:`miso.serving.emulated`)."""
-        if rec.capacity_rps and rec.capacity_profile == profile:
-            return rec.capacity_rps
-        if slowdown > 1.0:
-            return emulated.capacity_rps(rec.model, gpu_model, profile or "7g.40gb",
-                                         rec.slo_p99_ms, rec.percentile, slowdown)
-        return float(self.lm.capacity_rps(rec.model, gpu_model, profile or "7g.40gb",
-                                          rec.slo_p99_ms, rec.percentile))
+    def capacity(self, rec: ServiceRecord, profile: str, gpu_model: str = "A100-40GB",
+                 slowdown: float = 1.0) -> float:
+        """Requests/s one replica on ``profile`` serves within the SLO
+        (:func:`~miso.controller.replicasize.capacity_rps`)."""
+        return capacity_rps(rec, profile, gpu_model, slowdown)
 
     def replica_capacity(self, rec: ServiceRecord, r: ReplicaState) -> float:
-        return self.capacity(rec, r.profile, r.gpu_model, r.slowdown)
+        return capacity_rps(rec, r.profile, r.gpu_model, r.slowdown)
 
-    @staticmethod
-    def expected_slowdown(rec: ServiceRecord) -> float:
-        """An emulated server's slowdown before it answers (miso's own ``miso.emuserve``:
-        its ``--slowdown`` or the default); 1 for any other server."""
-        cmd = list(rec.command)
-        if "miso.emuserve" not in cmd:
-            return 1.0
-        with contextlib.suppress(ValueError, IndexError):
-            if "--slowdown" in cmd:
-                return min(max(1.0, float(cmd[cmd.index("--slowdown") + 1])),
-                           emulated.MAX_SLOWDOWN)
-        return emulated.DEFAULT_SLOWDOWN
+    expected_slowdown = staticmethod(expected_slowdown)
 
     def replica_memory_gb(self, rec: ServiceRecord) -> float | None:
-        """The GPU memory a replica asks for: the service's ``--memory-gb``, else just over
-        the next smaller slice's memory below the smallest slice on which one replica serves
-        at least :data:`MIN_SLICE_SHARE` of what a whole GPU serves at the SLO (a replica on a
-        slice that barely meets the SLO would hold a slice and serve little)."""
-        if rec.memory_gb:
-            return rec.memory_gb
-        gpu_model = next(iter(self._models.values()), "A100-40GB")
-        slowdown = self.expected_slowdown(rec)
-        try:
-            profiles = sorted(gpu_model_profiles(gpu_model), key=lambda p: p.memory_gib)
-            caps = [self.capacity(rec, p.name, gpu_model, slowdown) for p in profiles]
-        except (KeyError, ValueError):
-            return None
-        best = max(caps, default=0.0)
-        for i, (p, c) in enumerate(zip(profiles, caps, strict=True)):
-            if best > 0 and c >= MIN_SLICE_SHARE * best:
-                smaller = [q.memory_gib for q in profiles[:i] if q.memory_gib < p.memory_gib]
-                if not smaller:
-                    return None
-                return round(max(smaller) * GIB_GB + 0.5, 2)
-        return None
+        return replica_memory_gb(rec, next(iter(self._models.values()), "A100-40GB"))
 
     def _scale(self, rec: ServiceRecord, now: float) -> None:
         reps = list(self.replicas.get(rec.name, {}).values())
