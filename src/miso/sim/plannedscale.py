@@ -45,10 +45,11 @@ from miso.sched.services import (
 #: The one profile the planner plans in (see the module docstring).
 REPLICA_PROFILE = "7g.40gb"
 GPU_MODEL = "A100-40GB"
-#: The live defaults: a 10-s rate window, 1-s observations; scale in after 20 s oversized, not
-#: within 20 s of a scale-out, the peak of the last 20 s kept (the simulator's are minutes).
+#: The live defaults: a 10-s rate window observed every second; scale in after one window
+#: (10 s) oversized, not within 20 s of a scale-out, the peak of the last window kept (the
+#: simulator's are minutes: its rate signal is a 30-s window of a trace).
 LIVE_CONFIG = PlannerConfig(window_s=10.0, ewma_alpha=0.3, trend_points=5, hysteresis=0.1,
-                            scale_in_delay_s=20.0, cooldown_s=20.0, lookback_s=20.0,
+                            scale_in_delay_s=10.0, cooldown_s=20.0, lookback_s=10.0,
                             max_trend_boost=0.25, trend_t=2.0)
 #: Virtual GPUs: the most replicas a service may have (the API bounds max_replicas by 64).
 MAX_VIRTUAL = 64
