@@ -199,3 +199,32 @@ def test_a_lost_node_takes_its_replica_out_and_the_service_keeps_serving(
         mgr.server.stop()
         assert c.controller is not None
         c.controller.stop(stop_jobs=True)
+
+
+SLOW_FIRST = """
+import os, sys
+try:  # the first replica to start is 15x slower than its model, the others are not
+    os.close(os.open(sys.argv[1], os.O_CREAT | os.O_EXCL))
+    slow = "15"
+except FileExistsError:
+    slow = "1"
+os.execv(sys.executable, [sys.executable, "-m", "miso.emuserve", "--model", "resnet50",
+                          "--load-s", "0.2", "--slow", slow])
+"""
+
+
+@pytest.mark.slow  # ~10 s: 60 requests through the router, a third of them 15x slow
+def test_a_replica_really_15x_slower_is_measured_and_replaced(cluster, tmp_path: Path) -> None:  # noqa: ANN001
+    _, mgr = cluster
+    v = mgr.serve(ServiceRecord(name="rs", model="resnet50", slo_p99_ms=100, min_replicas=2,
+                                max_replicas=2, command=[sys.executable, "-c", SLOW_FIRST,
+                                                         str(tmp_path / "first")]))
+    ticking(mgr, lambda: mgr.view("rs")["ready_replicas"] == 2)
+    with httpx.Client(timeout=10) as h:
+        for _ in range(60):
+            assert h.post(v["url"] + "/infer").status_code == 200
+    answers = {r["id"]: r["latency_ewma_ms"] for r in mgr.router.replicas("rs")}
+    slow_job = max(answers, key=lambda j: answers[j])
+    mgr.tick()
+    assert f"replica {slow_job} answers in" in events(mgr, "rs"), (answers, events(mgr, "rs"))
+    assert slow_job not in {r["job"] for r in mgr.view("rs")["replicas"]}
