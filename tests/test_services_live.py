@@ -228,3 +228,21 @@ def test_a_replica_really_15x_slower_is_measured_and_replaced(cluster, tmp_path:
     mgr.tick()
     assert f"replica {slow_job} answers in" in events(mgr, "rs"), (answers, events(mgr, "rs"))
     assert slow_job not in {r["job"] for r in mgr.view("rs")["replicas"]}
+
+
+def test_replica_asks_for_a_slice_that_serves_and_capacity_follows_the_slowdown() -> None:
+    from miso.controller.replicasize import capacity_rps, expected_slowdown, replica_memory_gb
+
+    emu = ServiceRecord(name="e", model="resnet50", slo_p99_ms=100,
+                        command=["python", "-m", "miso.emuserve", "--model", "resnet50"])
+    fast = ServiceRecord(name="f", model="resnet50", slo_p99_ms=100,
+                         command=["python", "-m", "miso.emuserve", "--slowdown", "1"])
+    assert expected_slowdown(emu) == emulated.DEFAULT_SLOWDOWN
+    assert expected_slowdown(fast) == 1.0
+    # slowed down 400x a 1g.5gb or 2g.10gb barely serves: the replica asks for more memory
+    # than a 2g.10gb has (9.75 GiB), so it gets a 3g/4g.20gb or a 7g
+    assert replica_memory_gb(emu) > 9.75 * 1024**3 / 1e9
+    assert replica_memory_gb(ServiceRecord(name="m", model="resnet50", slo_p99_ms=100,
+                                           command=["x"], memory_gb=7.0)) == 7.0
+    slowed = capacity_rps(emu, "3g.20gb", slowdown=expected_slowdown(emu))
+    assert 5 < slowed < 30 < capacity_rps(emu, "3g.20gb")  # tens/s vs the catalogue's
