@@ -55,7 +55,7 @@ def test_owner_admin_and_counts_only_for_others(api: Any) -> None:
                        headers=H(tok["bob"])).status_code == 409  # the name is taken
     # every resize is in the decision log (miso events) with its reason, naming the replica
     recs = [r for r in mgr.log.recent(50) if r.get("service") == "svc-a"]
-    assert any(job.id in r["jobs"] and "scale out" in describe(r) for r in recs)
+    assert any(job.id in r["jobs"] and "start" in describe(r) for r in recs)
     bob = client.get("/api/v1/services", headers=H(tok["bob"])).json()
     assert bob["services"] == [] and bob["others"] == {"services": 1, "replicas": 1}
     assert client.get("/api/v1/services/svc-a", headers=H(tok["bob"])).status_code == 404

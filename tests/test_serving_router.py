@@ -30,7 +30,7 @@ class Backend:
         def run() -> None:
             asyncio.set_event_loop(self.loop)
             self.srv = EmulatedServer("resnet50", "A100-40GB", "1g.5gb", slow=slow, load_s=0.0,
-                                      never_ready=never_ready)
+                                      never_ready=never_ready, slowdown=1.0)
             server = self.loop.run_until_complete(
                 asyncio.start_server(self.srv.handle, "127.0.0.1", 0))
             self.server = server

@@ -9,7 +9,10 @@ resizes) runs on a CPU machine:
 * any other request is an inference: it waits in a FIFO queue; a batcher takes up to the
   model's maximum batch of the waiting requests at once (dynamic batching without a delay
   window) and answers them after the model's service time for that batch on this slice
-  (the catalogue's latency model, :mod:`miso.serving.catalog`).
+  (the catalogue's latency model, :mod:`miso.serving.catalog`, slowed down ``--slowdown``
+  times in throughput so that a CPU machine can drive it: :mod:`miso.serving.emulated`;
+  ``--slowdown 1`` is the catalogue's speed). ``GET /ready`` says the slowdown, so the service
+  manager reports the replica's capacity on its slice with the same model.
 
 The slice comes from ``MISO_EMULATED_PROFILE`` / ``MISO_EMULATED_GPU_MODEL`` (set by the emulated
 backend), else ``--profile`` / ``--gpu-model``. Fault switches for tests: ``--slow X`` multiplies
@@ -27,16 +30,18 @@ import sys
 import time
 from typing import Any
 
-from miso.serving import catalog
-from miso.serving.router import BadRequest, json_response, read_http_request
+from miso.serving import catalog, emulated
+from miso.serving.http1 import BadRequest, json_response, read_http_request
 
 
 class EmulatedServer:
     def __init__(self, model: str, gpu_model: str, profile: str, *, slow: float = 1.0,
-                 load_s: float | None = None, never_ready: bool = False) -> None:
+                 load_s: float | None = None, never_ready: bool = False,
+                 slowdown: float = emulated.DEFAULT_SLOWDOWN) -> None:
         self.lm: Any = catalog
         self.model, self.gpu_model, self.profile = model, gpu_model, profile
         self.max_batch = max(1, int(self.lm.max_batch(model, gpu_model, profile)))
+        self.slowdown = min(max(1.0, float(slowdown)), emulated.MAX_SLOWDOWN)
         self.service_time_s(1)  # an unknown model fails here, before serving
         self.slow = slow
         self.load_s = float(self.lm.load_time_s(model)) if load_s is None else load_s
@@ -47,7 +52,8 @@ class EmulatedServer:
         self.batches = 0
 
     def service_time_s(self, batch: int) -> float:
-        return float(self.lm.service_time_s(self.model, self.gpu_model, self.profile, batch))
+        return emulated.service_time_s(self.model, self.gpu_model, self.profile, batch,
+                                       self.slowdown)
 
     def ready(self) -> bool:
         return not self.never_ready and time.monotonic() - self.started >= self.load_s
@@ -78,9 +84,10 @@ class EmulatedServer:
                 path = req.target.split(b"?", 1)[0]
                 if path == b"/ready":
                     ok = self.ready()
-                    out = json_response(200 if ok else 503, {"ready": ok, "model": self.model,
-                                                             "profile": self.profile},
-                                        req.keep_alive)
+                    out = json_response(200 if ok else 503, {
+                        "ready": ok, "model": self.model, "profile": self.profile,
+                        "gpu_model": self.gpu_model, "slowdown": self.slowdown},
+                        req.keep_alive)
                 elif path == b"/health":
                     out = json_response(200, {"ok": True, "pid": os.getpid(),
                                               "served": self.served,
@@ -112,7 +119,8 @@ async def _main(srv: EmulatedServer, host: str, port: int) -> None:
     task = asyncio.create_task(srv.batcher())
     bound = server.sockets[0].getsockname()[1]
     print(json.dumps({"emuserve": srv.model, "profile": srv.profile, "port": bound,
-                      "max_batch": srv.max_batch, "load_s": srv.load_s}), flush=True)
+                      "max_batch": srv.max_batch, "load_s": srv.load_s,
+                      "slowdown": srv.slowdown}), flush=True)
     async with server:
         await server.serve_forever()
     task.cancel()
@@ -127,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gpu-model", default=None,
                    help="default: $MISO_EMULATED_GPU_MODEL or A100-40GB")
     p.add_argument("--load-s", type=float, default=None, help="model load time (s)")
+    p.add_argument("--slowdown", type=float, default=emulated.DEFAULT_SLOWDOWN,
+                   help="throughput divisor of the emulated slice (1: the catalogue's speed; "
+                   "default: %(default)g, see miso.serving.emulated)")
     p.add_argument("--slow", type=float, default=1.0, help="service-time multiplier (faults)")
     p.add_argument("--never-ready", action="store_true", help="never become ready (faults)")
     a = p.parse_args(argv)
@@ -135,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     gpu_model = a.gpu_model or os.environ.get("MISO_EMULATED_GPU_MODEL") or "A100-40GB"
     try:
         srv = EmulatedServer(a.model, gpu_model, profile, slow=a.slow, load_s=a.load_s,
-                             never_ready=a.never_ready)
+                             never_ready=a.never_ready, slowdown=a.slowdown)
     except KeyError as e:
         print(f"emuserve: {e.args[0]}", file=sys.stderr)
         return 2

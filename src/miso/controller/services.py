@@ -15,12 +15,12 @@ Every ``poll_s`` :meth:`ServiceManager.tick`:
 * resizing is make-before-break: a new replica is started, and only when it is ready does an
   extra replica drain (no new requests; in-flight ones finish) and stop.
 
-How many replicas: :class:`LiveScaler`, a small scaler over the catalogue capacity (the rate
-seen by the router over 10 s x (1 + headroom) / capacity of one replica on its slice; scale in
-only after the need stayed lower for ``scale_in_hold_s``). It is a stand-in, named as such, for
-the scaling decisions of the scheduling core (``miso.sched.services``, issue 28). A capacity
-measured live (the per-replica rate at which the SLO was missed) replaces the catalogue's for
-that service and is kept in the store.
+How many replicas: the scheduling core's service planner, fed the router's rate and the
+replicas' readiness (:class:`~miso.sim.plannedscale.PlannedScaler`); its
+``StartReplica`` / ``DrainReplica`` decisions are carried out here. One replica's capacity is
+that of the slice replicas get (the catalogue's, or an emulated server's slowed-down model,
+:mod:`miso.serving.emulated`); a capacity measured live (the per-replica rate at which the SLO
+was missed) replaces it for that service and is kept in the store.
 """
 
 from __future__ import annotations
@@ -35,17 +35,20 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from miso.controller.replicasize import capacity_rps, expected_slowdown, replica_memory_gb
 from miso.controller.servicestore import ServiceRecord, ServiceStore
 from miso.jobstatus import JobStatus
-from miso.serving import catalog
+from miso.sched.services import DrainReplica, ServiceSpec, StartReplica
+from miso.serving import catalog, emulated
 from miso.serving.router import Router, RouterServer
 from miso.serving.routerproc import RouterProcess
+from miso.sim.plannedscale import PlannedScaler
 
 log = logging.getLogger(__name__)
 
@@ -75,26 +78,11 @@ class ReplicaState:
     gpu: str = ""
     gpu_model: str = "A100-40GB"
     misses: int = 0
-
-
-@dataclass
-class LiveScaler:
-    """Replicas for a rate: ceil(rate x (1 + headroom) / capacity), within [min, max]; scale in
-    only after the lower need held for ``scale_in_hold_s``. A stand-in for the core's service
-    decisions (issue 28)."""
-
-    scale_in_hold_s: float = 30.0
-    lower_since: dict[str, float] = field(default_factory=dict)
-
-    def want(self, name: str, now: float, rate: float, capacity: float, headroom: float,
-             lo: int, hi: int, current: int) -> int:
-        need = math.ceil(rate * (1.0 + headroom) / capacity) if capacity > 0 else hi
-        need = max(lo, min(hi, need))
-        if need >= current:
-            self.lower_since.pop(name, None)
-            return need
-        since = self.lower_since.setdefault(name, now)
-        return need if now - since >= self.scale_in_hold_s else current
+    #: an emulated server's throughput divisor, from its ``/ready`` answer (1: a real server;
+    #: :mod:`miso.serving.emulated`)
+    slowdown: float = 1.0
+    #: the planner's id of the replica this job is (a replacement keeps its predecessor's)
+    plan_id: str = ""
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -110,7 +98,7 @@ class ServiceManager:
                  router: RouterServer | RouterProcess, *,
                  replica_host: str = "127.0.0.1", python: str = sys.executable,
                  ready_timeout_s: float = 120.0, misses: int = 3,
-                 probe_timeout_s: float = 1.0, scaler: LiveScaler | None = None,
+                 probe_timeout_s: float = 1.0, scaler: PlannedScaler | None = None,
                  slow_factor: float = 10.0, log: Any = None) -> None:
         self.ctl = controller
         self.store = ServiceStore(store_path)
@@ -124,7 +112,9 @@ class ServiceManager:
         #: the decision log (``miso events``): every service event goes there too
         self.log = log
         self.probe_timeout_s = probe_timeout_s
-        self.scaler = scaler or LiveScaler()
+        self.scaler = scaler or PlannedScaler()
+        #: planner replica ids waiting for a job (a start, or the replacement of a failed one)
+        self.pending: dict[str, list[tuple[str, str]]] = {}
         self.lm: Any = catalog
         self.services: dict[str, ServiceRecord] = {}
         self.replicas: dict[str, dict[str, ReplicaState]] = {}
@@ -143,6 +133,7 @@ class ServiceManager:
             if rec.state == "running":
                 self._open(rec)
                 self._adopt(rec.name)
+                self._plan_submit(rec)
 
     # ---- requests (API side) --------------------------------------------------------------
     def serve(self, rec: ServiceRecord) -> dict[str, Any]:
@@ -168,6 +159,7 @@ class ServiceManager:
             rec.state = "running"
             self._open(rec)
             self._note(rec.name, f"started: {rec.min_replicas} replica(s) of {rec.model}")
+            self._plan_submit(rec)
         return self.view(rec.name)
 
     def stop(self, name: str) -> dict[str, Any]:
@@ -176,6 +168,8 @@ class ServiceManager:
             if rec is None or rec.state != "running":
                 raise ServiceError(f"no running service {name!r}", 404)
             rec.state = "stopped"
+            self.scaler.stop(time.monotonic(), name)
+            self.pending.pop(name, None)
             self.store.stop(name)
             self.router.stop_service(name)
             for r in self.replicas.get(name, {}).values():
@@ -252,6 +246,9 @@ class ServiceManager:
                 self.router.add_replica(rec.name, r.job, self.replica_host, r.port, r.profile)
                 self._note(rec.name, f"replica {r.job} ready on {r.profile or '?'} "
                                      f"({r.gpu or '?'})")
+                if rec.state == "running" and r.plan_id:
+                    self._sync_capacity(rec, now)
+                    self._apply(rec, self.scaler.ready(now, rec.name, r.plan_id))
             elif now - r.running_since > self.ready_timeout_s:
                 self._retire(rec.name, r, f"replica {r.job} never got ready in "
                                           f"{self.ready_timeout_s:g} s; replacing it")
@@ -277,13 +274,14 @@ class ServiceManager:
             return None
         ms = float(mine["latency_ewma_ms"])
         try:
-            base = 1000.0 * float(self.lm.service_time_s(rec.model, r.gpu_model,
-                                                         r.profile or "7g.40gb", 1))
+            base = 1000.0 * emulated.service_time_s(rec.model, r.gpu_model,
+                                                    r.profile or "7g.40gb", 1, r.slowdown)
         except (KeyError, ValueError):
             return None
         peers = [float(x["latency_ewma_ms"]) for x in self.router.replicas(rec.name)
                  if x["id"] != r.job and x["served"] >= 20 and not x["draining"]]
-        if peers and ms <= 5 * min(peers):  # the whole service is loaded, not this replica
+        # without peers that answered, a slow replica may just be an overloaded one
+        if not peers or ms <= 5 * min(peers):  # the whole service is loaded, not this one
             return None
         if ms > rec.slo_p99_ms and ms > self.slow_factor * base:
             return (f"replica {r.job} answers in {ms:.0f} ms, {ms / base:.0f}x its model's "
@@ -298,10 +296,18 @@ class ServiceManager:
 
     def _probe(self, r: ReplicaState) -> bool:
         try:
-            return self._http.get(f"http://{self.replica_host}:{r.port}/ready").status_code \
-                == 200
+            resp = self._http.get(f"http://{self.replica_host}:{r.port}/ready")
         except httpx.HTTPError:
             return False
+        if resp.status_code != 200:
+            return False
+        with contextlib.suppress(ValueError, TypeError, AttributeError):
+            # an emulated server says how much slower than the catalogue it runs (bounded:
+            # it is the owner's process; it only changes its own service's capacity)
+            d = float(resp.json().get("slowdown", 1.0))
+            if math.isfinite(d):
+                r.slowdown = min(max(1.0, d), emulated.MAX_SLOWDOWN)
+        return True
 
     def _retire(self, name: str, r: ReplicaState, why: str | None) -> None:
         self.router.remove_replica(name, r.job)
@@ -313,6 +319,12 @@ class ServiceManager:
                 self.ctl.cancel(r.job)
             except Exception as e:  # noqa: BLE001 - reported, the replica is out anyway
                 log.warning("cancel of replica %s failed: %s", r.job, e)
+        rec = self.services.get(name)
+        if rec is not None and rec.state == "running" and r.plan_id:
+            if r.state == "draining":  # a planned drain: its slot is free
+                self.scaler.drained(time.monotonic(), name, r.plan_id)
+            else:  # a fault: the planner's replica gets another job
+                self.pending.setdefault(name, []).append((r.plan_id, f"replacing {r.job}"))
         if why:
             n = self.failures[name] = self.failures.get(name, 0) + 1
             if n >= 2:
@@ -324,23 +336,27 @@ class ServiceManager:
             self._note(name, f"replica {r.job} drained and stopped")
 
     # ---- how many ---------------------------------------------------------------------------
-    def capacity(self, rec: ServiceRecord, profile: str,
-                 gpu_model: str = "A100-40GB") -> float:
-        """Requests/s one replica on ``profile`` serves within the SLO: measured live when the
-        store has it for that profile, else the catalogue's."""
-        if rec.capacity_rps and rec.capacity_profile == profile:
-            return rec.capacity_rps
-        return float(self.lm.capacity_rps(rec.model, gpu_model, profile or "7g.40gb",
-                                          rec.slo_p99_ms, rec.percentile))
+    def capacity(self, rec: ServiceRecord, profile: str, gpu_model: str = "A100-40GB",
+                 slowdown: float = 1.0) -> float:
+        """Requests/s one replica on ``profile`` serves within the SLO
+        (:func:`~miso.controller.replicasize.capacity_rps`)."""
+        return capacity_rps(rec, profile, gpu_model, slowdown)
+
+    def replica_capacity(self, rec: ServiceRecord, r: ReplicaState) -> float:
+        return capacity_rps(rec, r.profile, r.gpu_model, r.slowdown)
+
+    expected_slowdown = staticmethod(expected_slowdown)
+
+    def replica_memory_gb(self, rec: ServiceRecord) -> float | None:
+        return replica_memory_gb(rec, next(iter(self._models.values()), "A100-40GB"))
 
     def _scale(self, rec: ServiceRecord, now: float) -> None:
         reps = list(self.replicas.get(rec.name, {}).values())
-        live = [r for r in reps if r.state != "draining"]
-        ready = [r for r in live if r.state == "ready"]
+        ready = [r for r in reps if r.state == "ready"]
         stats = self.router.stats(rec.name, 10.0)
         rate = float(stats.get("rate") or 0.0)
         profile = ready[0].profile if ready else ""
-        cap = self.capacity(rec, profile, ready[0].gpu_model if ready else "A100-40GB")
+        cap = self._sync_capacity(rec, now)
         p99 = stats.get("p99_ms")
         # the replicas' own answer times (the router's queueing excluded): a miss is theirs only
         # when they answer slowly themselves, not when the router or the client is the limit
@@ -350,37 +366,95 @@ class ServiceManager:
         if ready and p99 is not None and p99 > rec.slo_p99_ms and rate > 0 and replicas_slow \
                 and stats.get("requests", 0) >= 200:
             measured = 0.9 * rate / len(ready)
-            if cap * 0.25 <= measured < cap * 0.95:  # missed below the catalogue's, within reason
+            if cap * 0.25 <= measured < cap * 0.95:  # missed below the model's, within reason
                 rec.capacity_rps, rec.capacity_profile = measured, profile
                 self.store.set_capacity(rec.name, measured, profile)
-                cap = measured
                 self._note(rec.name, f"capacity measured: {measured:.0f}/s per replica on "
                                      f"{profile or '?'} (p99 {p99:.0f} ms > SLO at "
                                      f"{rate:.0f}/s)")
-        want = self.scaler.want(rec.name, now, rate, cap, rec.headroom, rec.min_replicas,
-                                rec.max_replicas, len(live))
-        if want > len(live) and now >= self.next_start.get(rec.name, 0.0):
-            for _ in range(want - len(live)):
-                self._start_replica(rec, f"scale out: {rate:.0f}/s x {1 + rec.headroom:g} "
-                                         f"needs {want} x {cap:.0f}/s")
-        elif want < len(live) and len(ready) == len(live):  # make-before-break: all ready
-            victim = min(ready, key=lambda r: self.router.outstanding(rec.name, r.job))
-            victim.state, victim.since = "draining", now
-            self.router.drain(rec.name, victim.job)
-            self._note(rec.name, f"scale in: {rate:.0f}/s needs {want}; draining {victim.job}")
+                self._sync_capacity(rec, now)
+        self._apply(rec, self.scaler.rate(now, rec.name, rate))
+        self._start_pending(rec, now)
 
-    def _start_replica(self, rec: ServiceRecord, why: str) -> None:
+    def _reference_capacity(self, rec: ServiceRecord) -> float:
+        """One replica's capacity on the slice replicas get here: the first ready replica's
+        (measured live when the store has it), before any is ready the model's on a 7g
+        (an emulated server's: at the slowdown its command asks for)."""
+        ready = [r for r in self.replicas.get(rec.name, {}).values() if r.state == "ready"]
+        if ready:
+            return self.replica_capacity(rec, ready[0])
+        return self.capacity(rec, "", slowdown=self.expected_slowdown(rec))
+
+    def _sync_capacity(self, rec: ServiceRecord, now: float) -> float:
+        cap = self._reference_capacity(rec)
+        if rec.state == "running":
+            self._apply(rec, self.scaler.set_capacity(now, rec.name, cap))
+        return cap
+
+    def _plan_submit(self, rec: ServiceRecord) -> None:
+        spec = ServiceSpec(rec.name, rec.owner or "", rec.model, rec.slo_p99_ms,
+                           min_replicas=rec.min_replicas, max_replicas=rec.max_replicas,
+                           headroom=rec.headroom, percentile=rec.percentile)
+        now = time.monotonic()
+        self._apply(rec, self.scaler.submit(now, spec, self._reference_capacity(rec)))
+        self._start_pending(rec, now)
+
+    def _apply(self, rec: ServiceRecord, decisions: list[StartReplica | DrainReplica]) -> None:
+        """Carry out the planner's decisions: a start waits in ``pending`` for its job (an
+        adopted replica without a planner id takes it); a drain stops routing to the replica,
+        which stops once its requests are done (one not ready yet stops at once)."""
+        reps = self.replicas.setdefault(rec.name, {})
+        for d in decisions:
+            w = dict(d.why or {})
+            action = str(w.get("action", "plan")).replace("_", " ")
+            if float(w.get("covered_rps", 0)) >= float(w.get("target_rps", 0)) and \
+                    action == "scale out":
+                why = f"start: at least {rec.min_replicas} replica(s)"
+            else:
+                why = (f"{action}: {w.get('rate_rps', 0):g}/s observed, target "
+                       f"{w.get('target_rps', 0):g}/s, covered {w.get('covered_rps', 0):g}/s")
+            if isinstance(d, StartReplica):
+                orphan = next((r for r in reps.values() if not r.plan_id
+                               and r.state != "draining"), None)
+                if orphan is not None:
+                    orphan.plan_id = d.replica
+                else:
+                    self.pending.setdefault(rec.name, []).append((d.replica, why))
+                continue
+            waiting = self.pending.get(rec.name, [])
+            if any(pid == d.replica for pid, _ in waiting):
+                self.pending[rec.name] = [x for x in waiting if x[0] != d.replica]
+                self.scaler.drained(time.monotonic(), rec.name, d.replica)
+                continue
+            r = next((x for x in reps.values() if x.plan_id == d.replica), None)
+            if r is None:
+                self.scaler.drained(time.monotonic(), rec.name, d.replica)
+                continue
+            r.state, r.since = "draining", time.monotonic()
+            self.router.drain(rec.name, r.job)
+            self._note(rec.name, f"scale in: draining {r.job} ({why})")
+
+    def _start_pending(self, rec: ServiceRecord, now: float) -> None:
+        waiting = self.pending.get(rec.name)
+        if not waiting or now < self.next_start.get(rec.name, 0.0):
+            return
+        self.pending[rec.name] = []
+        for pid, why in waiting:
+            self._start_replica(rec, why or "start", pid)
+
+    def _start_replica(self, rec: ServiceRecord, why: str, plan_id: str = "") -> None:
         port = free_port(self.replica_host)
         self._seq += 1
         cmd = [self.python, "-m", "miso.serving.runreplica", "--port", str(port), "--",
                *rec.command]
-        jid = self.ctl.submit(cmd, name=f"svc-{rec.name}-{self._seq}", memory_gb=rec.memory_gb,
+        jid = self.ctl.submit(cmd, name=f"svc-{rec.name}-{self._seq}",
+                              memory_gb=self.replica_memory_gb(rec),
                               env=dict(rec.env), cwd=rec.cwd, owner=rec.owner,
                               unix_user=rec.unix_user,
                               owner_name=rec.owner_name)
         with self.lock:
-            self.replicas.setdefault(rec.name, {})[jid] = ReplicaState(jid, port,
-                                                                       since=time.monotonic())
+            self.replicas.setdefault(rec.name, {})[jid] = ReplicaState(
+                jid, port, since=time.monotonic(), plan_id=plan_id)
         self._note(rec.name, f"{why}: started replica {jid}")
 
     # ---- bookkeeping --------------------------------------------------------------------------
@@ -418,7 +492,6 @@ class ServiceManager:
         s10 = self.router.stats(name, 10.0)
         s300 = self.router.stats(name, 300.0)
         profile = ready[0].profile if ready else ""
-        gpu_model = ready[0].gpu_model if ready else "A100-40GB"
         evs = list(self.events.get(name, ()))
         return {
             "name": name, "owner": rec.owner_name or rec.owner, "model": rec.model,
@@ -430,7 +503,8 @@ class ServiceManager:
                           "outstanding": self.router.outstanding(name, r.job)} for r in reps],
             "slices": sorted(r.profile for r in ready),
             "profile": profile or None,
-            "capacity_rps": round(self.capacity(rec, profile, gpu_model), 2),
+            "capacity_rps": round(self.replica_capacity(rec, ready[0]) if ready
+                                  else self._reference_capacity(rec), 2),
             "capacity_measured": bool(rec.capacity_rps and rec.capacity_profile == profile),
             "rate": round(float(s10.get("rate") or 0.0), 2),
             "p50_ms": s10.get("p50_ms"), "p99_ms": s10.get("p99_ms"),

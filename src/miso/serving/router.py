@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import resource
 import threading
@@ -33,33 +32,25 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
+from miso.serving.http1 import (
+    HOP_BY_HOP,
+    MAX_HEAD,
+    BadRequest,
+    json_response,
+    read_http_request,
+    read_response,
+)
 from miso.serving.window import LatencyWindow
 
 log = logging.getLogger(__name__)
 
 PREFIX = "/s/"
-MAX_HEAD = 64 * 1024
-MAX_BODY = 64 * 1024 * 1024
-MAX_HEADERS = 100
 #: How long a request waits for a ready replica (a service starting, all replicas draining).
 WAIT_READY_S = 10.0
 UPSTREAM_TIMEOUT_S = 300.0
-IDLE_POOL = 64  # idle keep-alive connections kept per replica
-HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer",
-                        b"transfer-encoding", b"upgrade", b"content-length"})
+IDLE_POOL = 1024  # idle keep-alive connections kept per replica (a burst opens new ones)
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
                     0.5, 0.75, 1.0, 2.5, 5.0, 10.0)
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 411: "Length Required",
-            413: "Payload Too Large", 431: "Request Header Fields Too Large",
-            502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout"}
-
-
-class BadRequest(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
 class UpstreamFailed(Exception):
     """The replica failed; ``sent`` says whether the request may have reached it."""
 
@@ -94,6 +85,9 @@ class Route:
     stopped: bool = False
     replicas: dict[str, Replica] = field(default_factory=dict)
     window: LatencyWindow = field(default_factory=LatencyWindow)
+    #: the service's labelled metric children, looked up once (not per request)
+    counters: dict[int, Any] = field(default_factory=dict)
+    histogram: Any = None
 
     def pick(self, exclude: frozenset[str] | set[str] = frozenset()) -> Replica | None:
         best: Replica | None = None
@@ -116,72 +110,6 @@ class Request:
     keep_alive: bool
 
 
-def _json_response(status: int, payload: dict[str, Any], keep_alive: bool) -> bytes:
-    body = json.dumps(payload).encode()
-    return (f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-            f"Connection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n").encode() + body
-
-
-def _parse_headers(lines: list[bytes]) -> list[tuple[bytes, bytes]]:
-    if len(lines) > MAX_HEADERS:
-        raise BadRequest(431, "too many headers")
-    out = []
-    for line in lines:
-        name, sep, value = line.partition(b":")
-        if not sep or not name or name != name.strip():
-            raise BadRequest(400, "malformed header")
-        out.append((name, value.strip()))
-    return out
-
-
-def _content_length(headers: list[tuple[bytes, bytes]]) -> int:
-    n = 0
-    for k, v in headers:
-        if k.lower() == b"content-length":
-            if not v.isdigit():
-                raise BadRequest(400, "bad Content-Length")
-            n = int(v)
-    return n
-
-
-@dataclass
-class RawRequest:
-    method: bytes
-    target: bytes
-    headers: list[tuple[bytes, bytes]]
-    body: bytes
-    keep_alive: bool
-
-
-async def read_http_request(reader: asyncio.StreamReader) -> RawRequest | None:
-    """The next HTTP/1.x request on a connection (None at a clean end of the connection);
-    :class:`BadRequest` for what is malformed or over the bounds."""
-    try:
-        head = await reader.readuntil(b"\r\n\r\n")
-    except asyncio.IncompleteReadError as e:
-        if e.partial.strip():
-            raise BadRequest(400, "incomplete request") from None
-        return None
-    except asyncio.LimitOverrunError:
-        raise BadRequest(431, "request head too large") from None
-    lines = head[:-4].split(b"\r\n")
-    parts = lines[0].split(b" ")
-    if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
-        raise BadRequest(400, "malformed request line")
-    method, target, version = parts
-    headers = _parse_headers(lines[1:])
-    if any(k.lower() == b"transfer-encoding" for k, _ in headers):
-        raise BadRequest(411, "send a Content-Length (chunked bodies are not accepted)")
-    n = _content_length(headers)
-    if n > MAX_BODY:
-        raise BadRequest(413, f"body over {MAX_BODY} bytes")
-    conn = next((v.lower() for k, v in headers if k.lower() == b"connection"), b"")
-    keep = conn != b"close" if version == b"HTTP/1.1" else conn == b"keep-alive"
-    body = await reader.readexactly(n) if n else b""
-    return RawRequest(method, target, headers, body, keep)
-
-
 async def read_request(reader: asyncio.StreamReader) -> Request | None:
     """The next request for a service (its name and the path the replica gets)."""
     raw = await read_http_request(reader)
@@ -196,46 +124,6 @@ async def read_request(reader: asyncio.StreamReader) -> Request | None:
         path = b"/" + path
     return Request(raw.method, path, name.decode("ascii", "replace"), raw.headers, raw.body,
                    raw.keep_alive)
-
-
-def json_response(status: int, payload: dict[str, Any], keep_alive: bool) -> bytes:
-    """A whole HTTP/1.1 response with a JSON body."""
-    return _json_response(status, payload, keep_alive)
-
-
-async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes, bytes, bool]:
-    """(status, the head to send the client without its Connection line and final CRLF,
-    the body, whether the connection can be reused)."""
-    head = await reader.readuntil(b"\r\n\r\n")
-    lines = head[:-4].split(b"\r\n")
-    status_line = lines[0].split(b" ", 2)
-    status = int(status_line[1])
-    headers = _parse_headers(lines[1:])
-    chunked = any(k.lower() == b"transfer-encoding" and b"chunked" in v.lower()
-                  for k, v in headers)
-    conn = next((v.lower() for k, v in headers if k.lower() == b"connection"), b"")
-    reusable = conn != b"close" and status_line[0] == b"HTTP/1.1"
-    if chunked:
-        parts = []
-        while True:
-            size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
-            if size == 0:
-                await reader.readuntil(b"\r\n")  # no trailers kept
-                break
-            parts.append(await reader.readexactly(size))
-            await reader.readexactly(2)
-        body = b"".join(parts)
-    elif any(k.lower() == b"content-length" for k, _ in headers):
-        body = await reader.readexactly(_content_length(headers))
-    elif status in (204, 304) or 100 <= status < 200:
-        body = b""
-    else:
-        body = await reader.read(MAX_BODY)
-        reusable = False
-    keep = [k + b": " + v for k, v in headers if k.lower() not in HOP_BY_HOP]
-    out = (lines[0] + b"\r\n" + b"".join(h + b"\r\n" for h in keep)
-           + b"Content-Length: " + str(len(body)).encode() + b"\r\n")
-    return status, out, body, reusable
 
 
 class Router:
@@ -318,7 +206,7 @@ class Router:
                 try:
                     req = await read_request(reader)
                 except BadRequest as e:
-                    writer.write(_json_response(e.status, {"error": str(e)}, False))
+                    writer.write(json_response(e.status, {"error": str(e)}, False))
                     await writer.drain()
                     return
                 if req is None:
@@ -336,18 +224,18 @@ class Router:
         t0 = time.monotonic()
         route = self.routes.get(req.service)
         if route is None:
-            return _json_response(404, {"error": f"no service {req.service!r}"}, req.keep_alive)
+            return json_response(404, {"error": f"no service {req.service!r}"}, req.keep_alive)
         replica, tried = None, set()
         deadline = t0 + WAIT_READY_S
         while True:
             if route.stopped:
-                return _json_response(503, {"error": f"service {req.service!r} is stopped",
+                return json_response(503, {"error": f"service {req.service!r} is stopped",
                                             "service": req.service, "stopped": True},
                                       req.keep_alive)
             replica = route.pick(tried)
             if replica is None:  # none ready, or every one refused: wait for one
                 if time.monotonic() > deadline:
-                    return self._done(route, t0, 503, _json_response(
+                    return self._done(route, t0, 503, json_response(
                         503, {"error": f"service {req.service!r} has no ready replica"},
                         req.keep_alive))
                 await asyncio.sleep(0.02)
@@ -368,7 +256,7 @@ class Router:
                 if not e.sent:
                     replica.refused_until = time.monotonic() + 1.0
                 if e.sent:
-                    return self._done(route, t0, 502, _json_response(
+                    return self._done(route, t0, 502, json_response(
                         502, {"error": f"replica {replica.id} of {req.service!r} failed: {e}"},
                         req.keep_alive))
             finally:
@@ -380,8 +268,13 @@ class Router:
         now = time.monotonic()
         lat = now - t0
         route.window.add(now, lat, 200 <= status < 400)
-        self.requests.labels(route.name, str(status)).inc()
-        self.latency.labels(route.name).observe(lat)
+        counter = route.counters.get(status)
+        if counter is None:
+            counter = route.counters[status] = self.requests.labels(route.name, str(status))
+        counter.inc()
+        if route.histogram is None:
+            route.histogram = self.latency.labels(route.name)
+        route.histogram.observe(lat)
         return data
 
     async def _call(self, r: Replica, req: Request) -> tuple[int, bytes, bytes]:
@@ -405,8 +298,8 @@ class Router:
                     raise UpstreamFailed(f"connect: {e}", sent=False) from None
             try:
                 writer.write(data)
-                status, out, body, reusable = await asyncio.wait_for(_read_response(reader),
-                                                               UPSTREAM_TIMEOUT_S)
+                async with asyncio.timeout(UPSTREAM_TIMEOUT_S):  # no extra task per request
+                    status, out, body, reusable = await read_response(reader)
             except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
                     TimeoutError, ValueError, IndexError, BadRequest) as e:
                 writer.transport.abort()
