@@ -14,6 +14,7 @@ from typing import Any
 
 from miso.optimize import OptimizerError, optimizer_for
 from miso.sched.policies.base import Scratch
+from miso.sched.state import JobStatus
 
 #: When miso+ profiles a newcomer alone on an idle GPU (:meth:`Admission.profile_pays`).
 PROFILE_WHEN = ("auto", "always", "never")
@@ -135,43 +136,58 @@ class Admission:
         bias = 1.0 if self.in_batch() else self.wait_bias
         return share >= bias * wait
 
-    def gpu_ends_in(self, gs: Any) -> float:
-        """Seconds until every job of ``gs`` has ended at its current slice's speed (its
-        estimate there, else 1.0 on the whole GPU and 0.5 on a slice): :meth:`remaining`
-        inlined, the scan over every GPU of :meth:`gpu_free_in` being miso+'s hottest loop."""
-        if not gs.jobs:
-            return 0.0
+    def gpu_end_times(self, gpus: Any) -> list[float]:
+        """Per GPU of ``gpus`` (GpuStates, in order), seconds until every job on it has ended
+        at its current slice's speed (its estimate there, else 1.0 on the whole GPU and 0.5
+        on a slice): :meth:`remaining` inlined (the same floats, the same work records, in
+        the same order), the scan over every GPU of :meth:`gpu_free_in` being miso+'s hottest
+        loop."""
         st = self.state
         now, jobs, est, seen = st.now, st.jobs, self.est, self.work_seen
-        full = gs.geom.model.full_profile().name
-        asg = gs.assignment
-        t = 0.0
-        for j in gs.jobs:
-            pl = asg.get(j)
-            v = est.get(j)
-            if pl is not None and v:
-                s = v.get(pl.profile, 0.5)
-            else:
-                s = 1.0 if pl is None or pl.profile == full else 0.5
-            js = jobs.get(j)
-            r = js.remaining_work(now) if js is not None else None
-            if r is None:
-                rem = self.typical_work()
-            else:
-                if j not in seen and js.progress is not None:  # as remaining() records it
-                    seen[j] = js.progress[1]
-                    self.work_stats[0] += js.progress[1]
-                    self.work_stats[1] += 1
-                rem = max(1.0, r)
-            t = max(t, rem / max(s, 0.05))
-        return t
+        ended = (JobStatus.FINISHED, JobStatus.FAILED)
+        fulls: dict[int, str] = {}
+        out = []
+        for gs in gpus:
+            if not gs.jobs:
+                out.append(0.0)
+                continue
+            model = gs.geom.model
+            full = fulls.get(id(model))
+            if full is None:
+                full = fulls[id(model)] = model.full_profile().name
+            asg = gs.assignment
+            t = 0.0
+            for j in gs.jobs:
+                pl = asg.get(j)
+                v = est.get(j)
+                if pl is not None and v:
+                    s = v.get(pl.profile, 0.5)
+                else:
+                    s = 1.0 if pl is None or pl.profile == full else 0.5
+                js = jobs.get(j)
+                p = None if js is None else js.progress
+                if p is None or js.status in ended:  # type: ignore[union-attr]
+                    rem = self.typical_work()
+                else:
+                    if j not in seen:  # as remaining() records it
+                        seen[j] = p[1]
+                        self.work_stats[0] += p[1]
+                        self.work_stats[1] += 1
+                    t0, work, rate = p  # JobState.remaining_work, then at least 1 s
+                    left = work - (rate * (now - t0) if rate > 0 else 0.0)
+                    rem = left if left > 1.0 else 1.0
+                x = rem / (0.05 if s < 0.05 else s)
+                if x > t:
+                    t = x
+            out.append(t)
+        return out
 
     def gpu_free_in(self, sc: Scratch, k: int) -> float | None:
         """Seconds until the ``k+1``-th soonest GPU has finished all its jobs (each job's
         remaining work at its current slice's speed); None when fewer GPUs. One scan of the
         GPUs per decision."""
         if self.free_at is None or self.free_at[0] != self.calls:
-            times = [self.gpu_ends_in(gs) for gs in sc.state.gpus.values()]
+            times = self.gpu_end_times(sc.state.gpus.values())
             times.sort()
             self.free_at = (self.calls, times)
         times = self.free_at[1]
