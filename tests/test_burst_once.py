@@ -29,7 +29,7 @@ class Counted(MisoPlus):
         class Clock(ArrivalClock):
             def offered_load(self, default_work_s: float, min_samples: int = 16):  # noqa: ANN201
                 if min_samples == pol.burst_samples:
-                    pol.reads.append((pol.calls, pol.work_stats[1]))
+                    pol.reads.append((pol.calls, pol.work.stats[1]))
                 return load(self, default_work_s, min_samples)
 
         self.clock = Clock(self.clock.quiet_gaps)

@@ -420,7 +420,7 @@ def test_misoplus__learns_each_jobs_restart_cost_from_its_progress_reports():
 
     def spy(now, event, state):  # noqa: ANN001, ANN202
         out = decide(now, event, state)
-        seen.update(pol.restart_seen)
+        seen.update(pol.restarts.seen)
         return out
 
     pol.decide = spy  # type: ignore[method-assign]
@@ -428,7 +428,7 @@ def test_misoplus__learns_each_jobs_restart_cost_from_its_progress_reports():
     assert len(seen) >= 5
     for j, cost in seen.items():
         assert cost - truth[j] in (pytest.approx(0.0, abs=1e-6), pytest.approx(4.0, abs=1e-6))
-    assert pol.restart_stats[1] >= len(seen)
+    assert pol.restarts.stats[1] >= len(seen)
 
 
 def test_misoplus__a_long_first_job_is_profiled_before_the_rate_is_known():

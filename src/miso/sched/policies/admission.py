@@ -10,14 +10,19 @@ A mixin of :class:`~miso.sched.policies.misoplus.MisoPlus` (it reads the policy'
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from miso.optimize import OptimizerError, optimizer_for
 from miso.sched.policies.base import Scratch
+from miso.sched.policies.learners import WorkLearner
 from miso.sched.state import JobStatus
 
 #: When miso+ profiles a newcomer alone on an idle GPU (:meth:`Admission.profile_pays`).
 PROFILE_WHEN = ("auto", "always", "never")
+
+#: Job states whose remaining work is unknown (:meth:`JobState.remaining_work`)
+_ENDED = (JobStatus.FINISHED, JobStatus.FAILED)
 
 #: Before the arrival rate is known, a lone newcomer is profiled when profiling costs at most
 #: this fraction of its remaining work.
@@ -38,14 +43,11 @@ class Admission:
     ran: set[str]
     est: dict[str, dict[str, float]]
     state: Any
-    work_seen: dict[str, float]
-    work_stats: list[float]
+    work: WorkLearner
     ahead: int
     free_at: tuple[int, list[float]] | None
     calls: int
     speeds: Any
-    remaining: Any
-    typical_work: Any
     in_batch: Any
     wait_bias: float
     load_samples: int
@@ -60,7 +62,7 @@ class Admission:
         (:meth:`Burst.burst`)."""
         if self.burst():
             return True
-        load = self.clock.offered_load(self.typical_work(), self.load_samples)
+        load = self.clock.offered_load(self.work.typical(), self.load_samples)
         if load is None or self.clock.quiet(self.now):
             return False
         # The rate is estimated from m arrivals (relative error ~ 1/sqrt(m)): take its lower
@@ -93,7 +95,7 @@ class Admission:
         if self.clock.offered_load(self.default_remaining_s) is None:
             # No load known yet (the first arrivals): a long job is profiled all the same,
             # the price being small against its run time and its chance to share some day.
-            return run_s + self.profile_s <= LONG_JOB * self.remaining(job)
+            return run_s + self.profile_s <= LONG_JOB * self.work.remaining(self.state, job)
         return False
 
     def better_to_wait(self, g: str, job: str, sc: Scratch) -> bool:
@@ -106,6 +108,7 @@ class Admission:
         restarts nobody). At light load a GPU frees soon and waiting wins; two equal jobs
         finish sooner on average one after the other than side by side on slices."""
         residents = sc.jobs_on(g)
+        rem = partial(self.work.remaining, sc.state)
         if not any(r in self.ran for r in residents):
             return False  # nobody runs there yet: a plan for all of them restarts nobody
         t_free = self.gpu_free_in(sc, self.ahead)
@@ -121,13 +124,13 @@ class Admission:
             shared = opt.solve(sp, current={r: current[r] for r in residents if r in current})
         except OptimizerError:
             return True
-        wait = t_free + self.remaining(job)
-        share = self.remaining(job) / max(sp[job][shared.assignment[job].profile], 0.05)
+        wait = t_free + rem(job)
+        share = rem(job) / max(sp[job][shared.assignment[job].profile], 0.05)
         for r in residents:
             before = current.get(r) or alone.assignment[r]
             after = shared.assignment[r]
-            wait += self.remaining(r) / max(sp[r].get(before.profile, 0.5), 0.05)
-            share += self.remaining(r) / max(sp[r][after.profile], 0.05)
+            wait += rem(r) / max(sp[r].get(before.profile, 0.5), 0.05)
+            share += rem(r) / max(sp[r][after.profile], 0.05)
             if r in self.ran and after != current.get(r):
                 share += self.restart_s
         # The estimate leans to waiting (residents growing into freed slices later, and the
@@ -137,14 +140,9 @@ class Admission:
         return share >= bias * wait
 
     def gpu_end_times(self, gpus: Any) -> list[float]:
-        """Per GPU of ``gpus`` (GpuStates, in order), seconds until every job on it has ended
-        at its current slice's speed (its estimate there, else 1.0 on the whole GPU and 0.5
-        on a slice): :meth:`remaining` inlined (the same floats, the same work records, in
-        the same order), the scan over every GPU of :meth:`gpu_free_in` being miso+'s hottest
-        loop."""
-        st = self.state
-        now, jobs, est, seen = st.now, st.jobs, self.est, self.work_seen
-        ended = (JobStatus.FINISHED, JobStatus.FAILED)
+        """Per GPU of ``gpus`` (GpuStates, in order), :meth:`gpu_ends_in`, the full profile's
+        name looked up once per GPU model: the scan over every GPU of :meth:`gpu_free_in`,
+        miso+'s hottest loop."""
         fulls: dict[int, str] = {}
         out = []
         for gs in gpus:
@@ -155,32 +153,39 @@ class Admission:
             full = fulls.get(id(model))
             if full is None:
                 full = fulls[id(model)] = model.full_profile().name
-            asg = gs.assignment
-            t = 0.0
-            for j in gs.jobs:
-                pl = asg.get(j)
-                v = est.get(j)
-                if pl is not None and v:
-                    s = v.get(pl.profile, 0.5)
-                else:
-                    s = 1.0 if pl is None or pl.profile == full else 0.5
-                js = jobs.get(j)
-                p = None if js is None else js.progress
-                if p is None or js.status in ended:  # type: ignore[union-attr]
-                    rem = self.typical_work()
-                else:
-                    if j not in seen:  # as remaining() records it
-                        seen[j] = p[1]
-                        self.work_stats[0] += p[1]
-                        self.work_stats[1] += 1
-                    t0, work, rate = p  # JobState.remaining_work, then at least 1 s
-                    left = work - (rate * (now - t0) if rate > 0 else 0.0)
-                    rem = left if left > 1.0 else 1.0
-                x = rem / (0.05 if s < 0.05 else s)
-                if x > t:
-                    t = x
-            out.append(t)
+            out.append(self.gpu_ends_in(gs, full))
         return out
+
+    def gpu_ends_in(self, gs: Any, full: str) -> float:
+        """Seconds until every job of ``gs`` has ended at its current slice's speed (its
+        estimate there, else 1.0 on the whole GPU ``full`` and 0.5 on a slice):
+        :meth:`WorkLearner.remaining` inlined (the same floats, the same work records in the
+        same order)."""
+        st = self.state
+        now, jobs, est, seen = st.now, st.jobs, self.est, self.work.seen
+        asg = gs.assignment
+        t = 0.0
+        for j in gs.jobs:
+            pl = asg.get(j)
+            v = est.get(j)
+            if pl is not None and v:
+                s = v.get(pl.profile, 0.5)
+            else:
+                s = 1.0 if pl is None or pl.profile == full else 0.5
+            js = jobs.get(j)
+            p = None if js is None else js.progress
+            if p is None or js.status in _ENDED:  # type: ignore[union-attr]
+                rem = self.work.typical()
+            else:
+                if j not in seen:  # as remaining() records it
+                    self.work.note(j, p[1])
+                t0, work, rate = p  # JobState.remaining_work, then at least 1 s
+                left = work - (rate * (now - t0) if rate > 0 else 0.0)
+                rem = left if left > 1.0 else 1.0
+            x = rem / (0.05 if s < 0.05 else s)
+            if x > t:
+                t = x
+        return t
 
     def gpu_free_in(self, sc: Scratch, k: int) -> float | None:
         """Seconds until the ``k+1``-th soonest GPU has finished all its jobs (each job's

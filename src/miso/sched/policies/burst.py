@@ -11,7 +11,7 @@ job that started alone on a whole GPU before the burst showed.
 A mixin of :class:`~miso.sched.policies.misoplus.MisoPlus` (it reads ``burst_jobs``,
 ``burst_samples``, ``burst_load``, the arrival clock ``clock``, ``now``, ``state``,
 ``profile_levels``, ``profile_s``, the GPU ``held`` for a starving job and the policy's
-``typical_work``, ``restart_cost``, ``arrival_within`` and ``candidate_gpus``).
+its learners ``work`` and ``restarts``, ``arrival_within`` and ``candidate_gpus``).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 
 from miso.sched.decisions import ApplyLayout
 from miso.sched.policies.base import Scratch, fitting_profiles
+from miso.sched.policies.learners import RestartCosts, WorkLearner
 from miso.sched.policies.percall import once_per_decision
 from miso.sched.policies.priors import prior_speeds
 
@@ -37,16 +38,14 @@ class Burst:
     state: Any
     profile_levels: tuple[int, ...]
     profile_s: float
-    typical_work: Any
-    restart_cost: Any
     arrival_within: Any
     candidate_gpus: Any
     held: str | None
     burst_load: float
     bursting: bool
     batch_restart_frac: float
-    work_stats: list[float]
-    restart_stats: list[float]
+    work: WorkLearner
+    restarts: RestartCosts
     calls: int
     _order: dict[str, int]
 
@@ -75,7 +74,7 @@ class Burst:
             return False
         load *= 1.0 - 1.0 / m ** 0.5
         run_s = len(self.profile_levels) * self.profile_s + \
-            (len(self.profile_levels) - 1) * self.restart_cost("")
+            (len(self.profile_levels) - 1) * self.restarts.cost("")
         # Once in a burst, a lower load keeps it (half): the work estimate moves as jobs
         # report, and a burst that flickers off mid-plan drops its landing slots.
         hold = BURST_HOLD if self.bursting else 1.0
@@ -88,14 +87,14 @@ class Burst:
     def burst_work(self) -> float | None:
         """A typical job's work as the burst test sees it: the mean work measured so far,
         else the mean declared at submission, else :meth:`reported_work`."""
-        if self.work_stats[1]:
-            return self.typical_work()
+        if self.work.stats[1]:
+            return self.work.typical()
         known = [w for w in self.clock.work if w is not None]  # declared at submission
         return sum(known) / len(known) if known else self.reported_work()
 
     def reported_work(self) -> float | None:
         """Mean work left that the jobs have reported so far (full-GPU seconds), before the
-        policy has priced any of them (:meth:`typical_work` learns a job's work only when it
+        policy has priced any of them (:meth:`WorkLearner.typical` learns a job's work only when it
         plans its GPU, and a job alone on a whole GPU is not re-planned): live, the first
         jobs of a burst report within a second, so the burst is seen by the third arrival
         rather than when the fifth finds every GPU taken and the first four must be
@@ -163,5 +162,5 @@ class Burst:
         hysteresis settles in one call (a wider window once bursting), so one answer per key
         is the answer every call would give (issue 17: computed once per decision)."""
         st = self.state
-        return (self.calls, self.now, self.work_stats[1], self.restart_stats[1], id(st),
+        return (self.calls, self.now, self.work.stats[1], self.restarts.stats[1], id(st),
                 None if st is None else (bool(st.queue), len(st.gpus)), len(self._order))

@@ -21,8 +21,9 @@ from miso.sched.policies.base import (
 )
 from miso.sched.policies.baselines import BACKFILL_WINDOW
 from miso.sched.policies.burst import Burst
-from miso.sched.policies.economy import Relaunches, RestartEconomy
+from miso.sched.policies.economy import RestartEconomy
 from miso.sched.policies.explain import TRIGGERS, explain_plan
+from miso.sched.policies.learners import RestartCosts, WorkLearner
 from miso.sched.policies.miso import Miso
 from miso.sched.policies.observed import ObservedSpeeds
 from miso.sched.policies.placing import GpuChoice
@@ -31,8 +32,7 @@ from miso.sched.policies.rebalance import RebalanceIndex, Rebalancing
 from miso.sched.state import ClusterState
 
 
-class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartEconomy,
-               Rebalancing, Miso):
+class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, Rebalancing, Miso):
     """Ours: MISO redesigned around restart economy. Every change is a switch, so the ablation
     table (benchmarks/README.md) can measure it:
 
@@ -85,7 +85,7 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
       mean (``batch_prior``), at most ``batch_jobs`` run per GPU when restarts are dear
       (``batch_restart_frac``) and plans stand for the ``batch_horizon_quantile``.
     * ``starve_after``: a queued job that fits nowhere and has waited that many typical
-      works (:meth:`typical_work`) gets a GPU held for it (:meth:`gpu_to_hold`, the one
+      works (:meth:`WorkLearner.typical`) gets a GPU held for it (:meth:`gpu_to_hold`, the one
       where it fits soonest): backfilled small jobs no longer pass it forever (the p95 of
       a saturated cluster; 8 measured best of 4-12, benchmarks/README.md "No regret").
     * ``burst_jobs``: many short jobs arriving within a fraction of one job's length
@@ -125,25 +125,19 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
         self.batch_jobs = batch_jobs
         self.batch_restart_frac = batch_restart_frac
         self.batch_prior = batch_prior
-        self.batch_horizon_quantile = batch_horizon_quantile
         self.starve_after = starve_after
         self.wait_bias = wait_bias
         self.burst_jobs, self.burst_samples, self.burst_load = burst_jobs, burst_samples, burst_load
         self.bursting = False               # the last :meth:`burst` answer
         self.held: str | None = None       # a GPU kept for a starving job (on_capacity)
-        self.learn_restart_cost = learn_restart_cost
         self.robust_risk, self.propagate_observed = robust_risk, propagate_observed  # robust.py
         self.predicted: dict[str, dict[str, float]] = {}  # estimates before any measurement
         self.cluster_prior = ClusterPrior() if cluster_prior else None  # clusterprior.py
         self.anchor_slices = anchor_slices
         self.learn_earlier_slices = learn_earlier_slices  # observed.py
         self.memory_prior = memory_prior
-        self.restarting: dict[str, dict[str, float]] = {}
-        self.relaunching = Relaunches()
-        self.restart_seen: dict[str, float] = {}
-        self.restart_stats = [0.0, 0.0]
-        self.work_seen: dict[str, float] = {}
-        self.work_stats = [0.0, 0.0]
+        self.work = WorkLearner(default_remaining_s)  # learners.py
+        self.restarts = RestartCosts(restart_s, learn_restart_cost)
         self.ahead = 0                      # queued jobs ahead of the one being placed
         self.waited = False                 # the last choose_gpu chose to wait
         self.free_at: tuple[int, list[float]] | None = None  # (call, GPU free times)
@@ -151,15 +145,15 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
         self.restart_s = restart_s
         self.profile_newcomers_only = profile_newcomers_only
         self.profile_levels = tuple(profile_levels)
-        self.economy = economy
         self.pin_uncheckpointable = pin_uncheckpointable
         self.rebalance = rebalance
         self.observed_correction = observed_correction
         self.default_remaining_s = default_remaining_s
-        self.horizon_quantile = horizon_quantile
-        self.replans = replans
         self.clock = ArrivalClock(quiet_gaps)
-        self.reserve = reserve
+        self.economy = RestartEconomy(  # the permit and reserve stages
+            self.work, self.restarts, self.clock, on=economy, replans=replans,
+            horizon_quantile=horizon_quantile, batch_horizon_quantile=batch_horizon_quantile,
+            reserve=reserve, max_jobs=self.max_jobs)
         self.backfill = backfill
         self.quiet_timer = False
         self.batch_timer = False
@@ -182,10 +176,9 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
         self.calls += 1
         if isinstance(event, JobSubmitted):
             self.clock.note(now, event.job.memory_gb, event.job.duration_hint_s)
-        if self.relaunching:
-            self.learn_restart_costs()
+        self.restarts.learn(state)
         out = super().decide(now, event, state)
-        self.note_restarts(now, out)
+        self.restarts.note_plans(state, self.ran, now, out)
         at = self.clock.quiet_from()
         if isinstance(event, JobSubmitted) and at is not None and not self.quiet_timer:
             self.quiet_timer = True
@@ -288,7 +281,7 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
         current = {j: pl for j, pl in gs.assignment.items() if j in speeds}
         pinned = self.pinned(sc, jobs) & set(current)
         pinned |= self.landed(sc, g) & set(current)  # a burst's keep their slices
-        horizon, penalty = self.restart_prices(jobs, speeds, current)
+        horizon, penalty = self.economy.prices(sc, jobs, speeds, current, self.in_batch)
         objective = self.objective if horizon is None else "restart-aware"
         solve = partial(optimizer_for(gs.geom).solve, current=current, objective=objective,
                         restart_penalty=penalty, pinned=pinned)
@@ -316,7 +309,8 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
         where it restarts nobody more (never restart a job for an arrival that may not
         come)."""
         ghosts = self.landing_slots(sc, g, jobs)  # a burst: slots that stay for the next
-        ghost = None if self.bursting else self.headroom(sc, g, jobs)
+        ghost = None if self.bursting else self.economy.headroom(
+            sc, g, jobs, lambda: self.heavy_load(sc), self.first_candidate)
         if ghost is None and not ghosts:
             return sol, dict(sol.assignment), None
         ghosts = ghosts or {_NEXT: ghost}
@@ -352,7 +346,7 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
         cur_thr = sum(speeds[j][pl.profile] for j, pl in current.items()
                       if pl.profile in speeds[j])
         restarted = [j for j in current if assignment.get(j) != current[j]]
-        costs = {j: self.restart_cost(j) for j in restarted}  # what the plan priced them at
+        costs = {j: self.restarts.cost(j) for j in restarted}  # what the plan priced them at
         note = explain_plan(g, thr, cur_thr if current else None, restarted, horizon, costs)
         if reserved is not None:
             note += f"; {reserved} kept free for the next arrival (expected within the horizon)"
@@ -387,7 +381,7 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
         no_room: dict[str, float] = {}
         bound = sc.owner_bound()
         self.ahead = 0
-        starve = self.starve_after * self.typical_work() \
+        starve = self.starve_after * self.work.typical() \
             if self.starve_after > 0 and not self.in_batch() else None
         self.held = None
         for j in sc.queue(BACKFILL_WINDOW):
@@ -424,8 +418,7 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
 
     # -- events -----------------------------------------------------------------------------
     def on_applied(self, now: float, gpu: str, sc: Scratch) -> None:
-        if self.restarting:
-            self.note_applied(now, gpu)
+        self.restarts.note_applied(sc.state, now, gpu)
         self.ran.update(sc.state.gpus[gpu].assignment)
         self.ran.update(sc.state.gpus[gpu].mps_shares)
         super().on_applied(now, gpu, sc)
@@ -439,9 +432,8 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
         self.ran.discard(job)
         self.prior.discard(job)
         self.learned.pop(job, None)
-        self.restart_seen.pop(job, None)
-        self.work_seen.pop(job, None)
-        self.relaunching.pop(job, None)
+        self.restarts.forget(job)
+        self.work.forget(job)
         super().on_finish(now, job, gpu, sc)
         if self.rebalance:
             self.fill_idle_gpus(now, sc)

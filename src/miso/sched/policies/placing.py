@@ -37,8 +37,8 @@ class GpuChoice:
     landing_gpu: Any
     batch_restart_frac: float
     in_batch: Any
-    restart_cost: Any
-    remaining: Any
+    work: Any
+    restarts: Any
     max_jobs: int
 
     def choose_gpu(self, now: float, job: str, sc: Scratch) -> str | None:
@@ -81,8 +81,8 @@ class GpuChoice:
             return len(jobs) >= self.burst_jobs
         if cap <= 0 or len(jobs) < cap or not self.in_batch():
             return False
-        work = sum(self.remaining(j) for j in jobs) / len(jobs)
-        return self.restart_cost("") >= self.batch_restart_frac * work
+        work = sum(self.work.remaining(self.state, j) for j in jobs) / len(jobs)
+        return self.restarts.cost("") >= self.batch_restart_frac * work
 
     def fits_beside_pinned(self, g: str, job: str, sc: Scratch) -> bool:
         """Whether a layout keeps the pinned residents of ``g`` (jobs that cannot checkpoint
@@ -131,7 +131,8 @@ class GpuChoice:
         st = sc.state
         geom = st.gpus[g].geom
         cap = min(self.max_jobs, geom.model.max_instances)
-        left = sorted((self.remaining(j), st.jobs[j].spec.memory_gb) for j in sc.jobs_on(g))
+        left = sorted((self.work.remaining(st, j), st.jobs[j].spec.memory_gb)
+                      for j in sc.jobs_on(g))
         mem = st.jobs[job].spec.memory_gb
         for k in range(len(left) + 1):
             if len(left) - k < cap and mix_feasible(geom, [m for _, m in left[k:]] + [mem]):

@@ -12,6 +12,7 @@ says so (:meth:`RebalanceIndex.changed`, e.g. after re-planning it).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from miso.mig import Placement
 from miso.sched.decisions import ApplyLayout, RequeueCause
@@ -90,6 +91,7 @@ class Rebalancing:
 
     donors: RebalanceIndex
     restart_s: float
+    work: Any
 
     def best_donor(self, sc: Scratch, g: str) -> Donor | None:
         """(-saving, job) of the job of ``g`` that gains most from a whole GPU, when the time
@@ -105,7 +107,7 @@ class Rebalancing:
             if pl is None or j in pinned:
                 continue
             s = self.speeds(gs.geom, sc, [j])[j].get(pl.profile, 1.0)
-            w = self.remaining(j)
+            w = self.work.remaining(self.state, j)
             saved = w / max(s, 0.05) - (w + self.restart_s)
             if saved > self.restart_s and (best is None or (-saved, j) < best):
                 best = (-saved, j)
