@@ -7,7 +7,6 @@ from functools import partial
 from typing import Any
 
 from miso.optimize import OptimizerError, optimizer_for
-from miso.sched.clusterprior import ClusterPrior
 from miso.sched.decisions import ApplyLayout, Decision, RequeueCause, StartProfiling, WakeUp
 from miso.sched.events import (
     Event,
@@ -22,6 +21,7 @@ from miso.sched.policies.base import (
 from miso.sched.policies.baselines import BACKFILL_WINDOW
 from miso.sched.policies.burst import Burst
 from miso.sched.policies.economy import RestartEconomy
+from miso.sched.policies.estimates import SpeedPlugin
 from miso.sched.policies.explain import TRIGGERS, explain_plan
 from miso.sched.policies.learners import RestartCosts, WorkLearner
 from miso.sched.policies.miso import Miso
@@ -73,12 +73,9 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, Rebalanc
     * ``learn_restart_cost``: each job's restart cost is measured (from the plan that
       restarts it to its first progress report after the relaunch) and prices its next
       restarts; jobs not measured yet are priced at the mean measured cost.
-    * issue 19's switches, off (measured no better on held-out model families or worse on
-      the restart-economy cells, benchmarks/README.md "Predictor"): ``robust_risk``,
-      ``memory_prior``, ``cluster_prior`` (which speeds unprofiled jobs are planned with,
-      :mod:`~miso.sched.policies.planspeeds`); ``propagate_observed``, ``anchor_slices``,
-      ``learn_earlier_slices`` (what a measured slice teaches about the others,
-      :mod:`~miso.sched.policies.observed`).
+    * ``estimates``: estimate plugins (:mod:`~miso.sched.policies.estimates`), none
+      shipped; issue 19's experiments, measured no better (benchmarks/README.md,
+      "Predictor"), are plugins in :mod:`miso.sched.experiments`.
     * ``batch_arrivals``: jobs submitted in one instant before any arrival rate is known (a
       fixed mix) are planned together at the instant's end, so none starts only to be
       restarted by the next. In a fixed mix (:meth:`in_batch`) the prior is the harmonic
@@ -108,10 +105,7 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, Rebalanc
                  batch_horizon_quantile: float = 0.75, starve_after: float = 8.0,
                  wait_bias: float = 1.2, burst_jobs: int = 3, burst_samples: int = 3,
                  burst_load: float = 1.5,
-                 learn_restart_cost: bool = True, robust_risk: float = 0.0,
-                 propagate_observed: bool = False, cluster_prior: bool = False,
-                 anchor_slices: bool = False, learn_earlier_slices: bool = False,
-                 memory_prior: bool = False,
+                 learn_restart_cost: bool = True, estimates: tuple[SpeedPlugin, ...] = (),
                  **miso_options: Any) -> None:
         super().__init__(**miso_options)
         if profile_when not in PROFILE_WHEN:
@@ -130,12 +124,7 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, Rebalanc
         self.burst_jobs, self.burst_samples, self.burst_load = burst_jobs, burst_samples, burst_load
         self.bursting = False               # the last :meth:`burst` answer
         self.held: str | None = None       # a GPU kept for a starving job (on_capacity)
-        self.robust_risk, self.propagate_observed = robust_risk, propagate_observed  # robust.py
-        self.predicted: dict[str, dict[str, float]] = {}  # estimates before any measurement
-        self.cluster_prior = ClusterPrior() if cluster_prior else None  # clusterprior.py
-        self.anchor_slices = anchor_slices
-        self.learn_earlier_slices = learn_earlier_slices  # observed.py
-        self.memory_prior = memory_prior
+        self.estimates = tuple(p.build() for p in estimates)  # estimates.py
         self.work = WorkLearner(default_remaining_s)  # learners.py
         self.restarts = RestartCosts(restart_s, learn_restart_cost)
         self.ahead = 0                      # queued jobs ahead of the one being placed
@@ -426,7 +415,8 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, Rebalanc
     def on_finish(self, now: float, job: str, gpu: str | None, sc: Scratch) -> None:
         self.ref_rate.pop(job, None)
         self.base_est.pop(job, None)
-        self.predicted.pop(job, None)
+        for p in self.estimates:
+            p.forget(job)
         self.estimator.uncertainty.pop(job, None)
         getattr(self.estimator, "interval", {}).pop(job, None)
         self.ran.discard(job)

@@ -3,19 +3,14 @@ learned predictor), observed MIG rates replacing predictions or the prior, and p
 (a job alone is re-profiled alone; on a shared GPU its estimates are rescaled instead of
 stopping the residents).
 
-Off by default (issue 19, measured no better): ``propagate_observed`` moves a job's other
-slices through the predictor's cross-slice error correlation after a measured slice
-(:mod:`miso.sched.robust`); ``anchor_slices`` anchors a full-GPU rate on a job's first slice
-(:func:`~miso.sched.robust.anchored_full_rate`); ``learn_earlier_slices`` turns the rates a
-prior-planned job showed on earlier slices into speeds once its full-GPU rate is known
-(:func:`earlier_slice_speeds`: held-out families, paper setting 1.060 -> 1.052 x true speeds,
-but the restart-economy 120 s cells +0.1 %).
+The profile's estimate plugins (:mod:`~miso.sched.policies.estimates`) hear of every rate
+(none shipped; issue 19's ``PropagateObserved``, ``AnchorSlices``, ``LearnEarlierSlices`` are
+in :mod:`miso.sched.experiments`).
 
 A mixin of :class:`~miso.sched.policies.misoplus.MisoPlus` (it reads and updates the policy's
 ``est``, ``base_est``, ``ref_rate``, ``learned``, ``ran``, ``last_profile``, its knobs
-``observed_correction``, ``propagate_observed`` (with ``predicted``), ``anchor_slices``,
-``learn_earlier_slices``,
-``threshold``, ``cooldown``, its ``estimator`` and ``replan``).
+``observed_correction``, ``threshold``, ``cooldown``, its ``estimates``, ``estimator`` and
+``replan``).
 """
 
 from __future__ import annotations
@@ -25,7 +20,7 @@ from typing import Any
 from miso.sched.estimators import PredictorEstimator
 from miso.sched.events import MPS_LEVELS, JobSpeedChanged, ProfilingFinished, SpeedObserved
 from miso.sched.policies.base import Scratch
-from miso.sched.robust import anchored_full_rate, propagate
+from miso.sched.policies.estimates import SpeedPlugin
 
 
 class ObservedSpeeds:
@@ -38,10 +33,7 @@ class ObservedSpeeds:
     ran: set[str]
     last_profile: dict[str, float]
     observed_correction: bool
-    propagate_observed: bool
-    anchor_slices: bool
-    learn_earlier_slices: bool
-    predicted: dict[str, dict[str, float]]
+    estimates: tuple[SpeedPlugin, ...]
     threshold: float
     cooldown: float
     estimator: Any
@@ -70,10 +62,8 @@ class ObservedSpeeds:
         full = gs.geom.model.full_profile().name
         if ev.placement.profile == full:
             self.note_full_rate(ev, full, sc)
-        if self.anchor_slices and ev.job not in self.ref_rate and \
-                ev.placement.profile in self.est.get(ev.job, {}):
-            self.ref_rate[ev.job] = anchored_full_rate(
-                ev.rate, self.est[ev.job][ev.placement.profile])
+        for p in self.estimates:
+            p.slice_rate(self, sc, ev)  # type: ignore[arg-type]
         ref = self.ref_rate.get(ev.job)
         if ref and ev.job not in self.est and ev.placement.profile != full:
             self.learned.setdefault(ev.job, {})[ev.placement.profile] = \
@@ -82,28 +72,22 @@ class ObservedSpeeds:
             self.correct_estimates(ev.job, ref, gs.geom, full, sc)
 
     def note_full_rate(self, ev: SpeedObserved, full: str, sc: Scratch) -> None:
-        """A rate measured on the whole GPU: the job's reference rate (and, with
-        ``learn_earlier_slices``, what its earlier slices' rates say of their speeds)."""
+        """A rate measured on the whole GPU: the job's reference rate."""
         self.ref_rate[ev.job] = ev.rate
-        if self.learn_earlier_slices and ev.job not in self.est:
-            self.learned[ev.job] = {**earlier_slice_speeds(
-                sc.state.jobs[ev.job].observed, ev.rate, full),
-                **self.learned.get(ev.job, {})}
+        for p in self.estimates:
+            p.full_rate(self, sc, ev, full)  # type: ignore[arg-type]
 
     def correct_estimates(self, job: str, ref: float, geom: Any, full: str,
                           sc: Scratch) -> None:
-        """Replace ``job``'s estimates by its observed rates over its full-GPU rate (with
-        ``propagate_observed``, spread to the slices not measured)."""
-        first = self.predicted.setdefault(job, dict(self.est[job])) \
-            if self.propagate_observed else {}
+        """Replace ``job``'s estimates by its observed rates over its full-GPU rate."""
+        for p in self.estimates:
+            p.correcting(self, job)  # type: ignore[arg-type]
         obs = sc.state.jobs[job].observed
         for prof, r in obs.items():
             if prof in self.est[job]:
                 self.est[job][prof] = max(0.01, min(1.5, r / ref))
-        if self.propagate_observed:  # from the estimate before any measurement
-            self.est[job] = propagate(geom, first, {
-                p: self.est[job][p] for p in obs if p in self.est[job] and p != full},
-                getattr(self.estimator, "calibration", None))
+        for p in self.estimates:
+            p.corrected(self, sc, job, geom, full)  # type: ignore[arg-type]
 
     def on_speed_changed(self, now: float, ev: JobSpeedChanged, sc: Scratch) -> None:
         if ev.baseline <= 0 or abs(ev.observed / ev.baseline - 1.0) <= self.threshold:
@@ -127,15 +111,3 @@ class ObservedSpeeds:
         if not self.burst():  # a burst's landing layout stays: the next event re-plans
             self.replan(now, ev.gpu, sc)
 
-
-def earlier_slice_speeds(observed: dict[str, float], full_rate: float, full: str
-                         ) -> dict[str, float]:
-    """Speeds of the slices a job ran on before its full-GPU rate was known: each slice's
-    first raw rate (``observed``, profile -> rate) over the full-GPU rate, clipped as every
-    observed speed is. A job planned with the prior that reaches a whole GPU (rebalanced onto
-    an idle one, or alone after its neighbours left) is then planned with the speed it really
-    had on its slice, not the catalogue's, when it next shares (issue 19, item 4)."""
-    if full_rate <= 0:
-        return {}
-    return {p: max(0.01, min(1.5, r / full_rate)) for p, r in observed.items()
-            if p != full and r > 0}
