@@ -203,7 +203,7 @@ class RefMisoPlus(MisoPlus):
                 if pl is None or j in pinned:
                     continue
                 s = self.speeds(gs.geom, sc, [j])[j].get(pl.profile, 1.0)
-                w = self.remaining(j)
+                w = self.work.remaining(self.state, j)
                 saved = w / max(s, 0.05) - (w + self.restart_s)
                 if saved > self.restart_s:
                     donors.append((-saved, j, g))
