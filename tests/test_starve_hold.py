@@ -38,8 +38,9 @@ def test_hold_goes_where_the_starving_job_fits_soonest():
     pol.state, pol.now = st, 0.0
     pol.work.remaining = lambda st, j: 10000.0 if j in ("1", "2") else 500.0  # type: ignore[method-assign]
     sc = Scratch(st)
-    assert pol.gpu_to_hold(sc, job) == "g1"
-    assert pol.room_in(sc, "g1", job) == 500.0 and pol.room_in(sc, "g0", job) == 10000.0
+    assert pol.choice.gpu_to_hold(sc, job) == "g1"
+    assert pol.choice.room_in(sc, "g1", job) == 500.0
+    assert pol.choice.room_in(sc, "g0", job) == 10000.0
 
 
 def test_hold_prefers_the_gpu_with_least_work_to_wait_for():
@@ -50,7 +51,7 @@ def test_hold_prefers_the_gpu_with_least_work_to_wait_for():
     left = {j: 100.0 * int(j) for j in st.jobs if j != job}
     left["8"], left["9"] = 5.0, 6.0
     pol.work.remaining = lambda st, j: left[j]  # type: ignore[method-assign]
-    assert pol.gpu_to_hold(Scratch(st), job) == "g1"
+    assert pol.choice.gpu_to_hold(Scratch(st), job) == "g1"
 
 
 @pytest.mark.slow

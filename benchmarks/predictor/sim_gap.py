@@ -53,8 +53,8 @@ from sim_heldout import avg_jct, family_trace  # noqa: E402
 from miso.sched.decisions import ApplyLayout  # noqa: E402
 from miso.sched.experiments import LearnEarlierSlices, MemoryPrior  # noqa: E402
 from miso.sched.policies.estimates import SpeedPlugin  # noqa: E402
-from miso.sched.policies.misoplus import MisoPlus  # noqa: E402
 from miso.sched.policies.priors import prior_speeds  # noqa: E402
+from miso.sched.policies.rebalance import Rebalancing  # noqa: E402
 from miso.sim.engine import Simulator  # noqa: E402
 from miso.sim.heldout import families  # noqa: E402
 from miso.sim.metrics import summarize  # noqa: E402
@@ -143,24 +143,25 @@ class ScaledPrior(SpeedPlugin):
 def pessimistic_donor(k: float):  # noqa: ANN201
     """``Rebalancing.best_donor`` with an unmeasured job's slice speed times ``k``."""
     def best_donor(self, sc, g):  # noqa: ANN001, ANN202
+        pol = self.pol
         gs = sc.state.gpus[g]
         jobs = sc.jobs_on(g)
         if len(jobs) < 2 or gs.busy:
             return None
-        pinned = self.pinned(sc, jobs)
+        pinned = pol.pinned(sc, jobs)
         full = gs.geom.model.full_profile().name
         best = None
         for j in jobs:
             pl = gs.assignment.get(j)
             if pl is None or j in pinned:
                 continue
-            s = self.speeds(gs.geom, sc, [j])[j].get(pl.profile, 1.0)
-            if j not in self.est and pl.profile != full and \
-                    pl.profile not in self.learned.get(j, {}):
+            s = pol.speeds(gs.geom, sc, [j])[j].get(pl.profile, 1.0)
+            if j not in pol.est and pl.profile != full and \
+                    pl.profile not in pol.learned.get(j, {}):
                 s *= k
-            w = self.work.remaining(self.state, j)
-            saved = w / max(s, 0.05) - (w + self.restart_s)
-            if saved > self.restart_s and (best is None or (-saved, j) < best):
+            w = pol.work.remaining(pol.state, j)
+            saved = w / max(s, 0.05) - (w + pol.restart_s)
+            if saved > pol.restart_s and (best is None or (-saved, j) < best):
                 best = (-saved, j)
         return best
     return best_donor
@@ -289,15 +290,15 @@ def variant(gpus: int, restart: float, seed: int, kw: dict, family: str | None =
     if "mode" in kw:
         return in_place(gpus, restart, seed, kw.pop("mode"), kw.pop("meas", 10.0),
                         kw.pop("charge", True), family=family, **kw)
-    saved = MisoPlus.best_donor
+    saved = Rebalancing.best_donor
     if "prior" in kw:
         kw["estimates"] = (ScaledPrior(kw.pop("prior")),)
     if "donor" in kw:
-        MisoPlus.best_donor = pessimistic_donor(kw.pop("donor"))  # type: ignore[method-assign]
+        Rebalancing.best_donor = pessimistic_donor(kw.pop("donor"))  # type: ignore[method-assign]
     try:
         return avg_jct(gpus, restart, seed, "heldout", family=family, **kw)
     finally:
-        MisoPlus.best_donor = saved  # type: ignore[method-assign]
+        Rebalancing.best_donor = saved  # type: ignore[method-assign]
 
 
 LEARN = {"estimates": (LearnEarlierSlices(),)}

@@ -2,7 +2,8 @@
 profiling, and whether a newcomer should share a GPU now or wait for a whole one, from the
 arrival rate, the queue and the restart price.
 
-A mixin of :class:`~miso.sched.policies.misoplus.MisoPlus` (it reads the policy's knobs
+The permit stage of :class:`~miso.sched.policies.misoplus.MisoPlus` (``pol.admission``; it
+reads the policy ``pol``'s knobs
 ``profile_when``, ``share_margin``, ``profile_levels``, ``profile_s``, ``restart_s``,
 ``default_remaining_s``, its arrival clock ``clock``, ``now``, the jobs that have run
 ``ran``, the measured speeds ``est`` and its ``speeds``/``remaining``/``arrival_within``).
@@ -11,12 +12,14 @@ A mixin of :class:`~miso.sched.policies.misoplus.MisoPlus` (it reads the policy'
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from miso.optimize import OptimizerError, optimizer_for
 from miso.sched.policies.base import Scratch
-from miso.sched.policies.learners import WorkLearner
 from miso.sched.state import JobStatus
+
+if TYPE_CHECKING:  # pragma: no cover
+    from miso.sched.policies.misoplus import MisoPlus
 
 #: When miso+ profiles a newcomer alone on an idle GPU (:meth:`Admission.profile_pays`).
 PROFILE_WHEN = ("auto", "always", "never")
@@ -32,27 +35,9 @@ LONG_JOB = 0.005
 class Admission:
     """Profiling and sharing decisions that must never make a cluster worse than NoPart."""
 
-    profile_when: str
-    share_margin: float
-    profile_levels: tuple[int, ...]
-    profile_s: float
-    restart_s: float
-    default_remaining_s: float
-    clock: Any
-    now: float
-    ran: set[str]
-    est: dict[str, dict[str, float]]
-    state: Any
-    work: WorkLearner
-    ahead: int
-    free_at: tuple[int, list[float]] | None
-    calls: int
-    speeds: Any
-    in_batch: Any
-    wait_bias: float
-    load_samples: int
-    arrival_within: Any
-    burst: Any
+    def __init__(self, pol: MisoPlus) -> None:
+        self.pol = pol
+        self.free_at: tuple[int, list[float]] | None = None  # (call, GPU free times)
 
     def heavy_load(self, sc: Scratch) -> bool:
         """Whether jobs will have to share GPUs: the arrivals' offered load (Little's law,
@@ -60,15 +45,15 @@ class Admission:
         standard deviations (busy GPUs are about Poisson-distributed). False while no arrival
         rate is known (a fixed mix, the first job) or once arrivals stopped; true in a burst
         (:meth:`Burst.burst`)."""
-        if self.burst():
+        if self.pol.bursts.burst():
             return True
-        load = self.clock.offered_load(self.work.typical(), self.load_samples)
-        if load is None or self.clock.quiet(self.now):
+        load = self.pol.clock.offered_load(self.pol.work.typical(), self.pol.load_samples)
+        if load is None or self.pol.clock.quiet(self.pol.now):
             return False
         # The rate is estimated from m arrivals (relative error ~ 1/sqrt(m)): take its lower
         # bound, so a few short gaps early on do not look like a busy cluster.
-        load *= 1.0 - 1.0 / len(self.clock.long) ** 0.5
-        return load + self.share_margin * load ** 0.5 >= len(sc.state.gpus)
+        load *= 1.0 - 1.0 / len(self.pol.clock.long) ** 0.5
+        return load + self.pol.share_margin * load ** 0.5 >= len(sc.state.gpus)
 
     def others_waiting(self, sc: Scratch, job: str) -> bool:
         """Whether, with fair share ordering the queue, another job waits: then a newcomer that
@@ -86,16 +71,17 @@ class Admission:
         expected (:meth:`heavy_load`; at light load a newcomer rather waits for a whole GPU,
         :meth:`better_to_wait`). A job not profiled is planned with the prior, corrected by
         its observed rates."""
-        run_s = len(self.profile_levels) * self.profile_s + \
-            (len(self.profile_levels) - 1) * self.restart_s
-        if self.profile_when == "never" or self.arrival_within(run_s):
+        run_s = len(self.pol.profile_levels) * self.pol.profile_s + \
+            (len(self.pol.profile_levels) - 1) * self.pol.restart_s
+        if self.pol.profile_when == "never" or self.pol.arrival_within(run_s):
             return False
-        if self.profile_when == "always" or self.heavy_load(sc):
+        if self.pol.profile_when == "always" or self.heavy_load(sc):
             return True
-        if self.clock.offered_load(self.default_remaining_s) is None:
+        if self.pol.clock.offered_load(self.pol.default_remaining_s) is None:
             # No load known yet (the first arrivals): a long job is profiled all the same,
             # the price being small against its run time and its chance to share some day.
-            return run_s + self.profile_s <= LONG_JOB * self.work.remaining(self.state, job)
+            left = self.pol.work.remaining(self.pol.state, job)
+            return run_s + self.pol.profile_s <= LONG_JOB * left
         return False
 
     def better_to_wait(self, g: str, job: str, sc: Scratch) -> bool:
@@ -108,14 +94,14 @@ class Admission:
         restarts nobody). At light load a GPU frees soon and waiting wins; two equal jobs
         finish sooner on average one after the other than side by side on slices."""
         residents = sc.jobs_on(g)
-        rem = partial(self.work.remaining, sc.state)
-        if not any(r in self.ran for r in residents):
+        rem = partial(self.pol.work.remaining, sc.state)
+        if not any(r in self.pol.ran for r in residents):
             return False  # nobody runs there yet: a plan for all of them restarts nobody
-        t_free = self.gpu_free_in(sc, self.ahead)
+        t_free = self.gpu_free_in(sc, self.pol.ahead)
         if t_free is None:
             return False
         geom = sc.state.gpus[g].geom
-        sp = self.speeds(geom, sc, [*residents, job])
+        sp = self.pol.speeds(geom, sc, [*residents, job])
         opt = optimizer_for(geom)
         current = sc.state.gpus[g].target_assignment()
         try:
@@ -131,12 +117,12 @@ class Admission:
             after = shared.assignment[r]
             wait += rem(r) / max(sp[r].get(before.profile, 0.5), 0.05)
             share += rem(r) / max(sp[r][after.profile], 0.05)
-            if r in self.ran and after != current.get(r):
-                share += self.restart_s
+            if r in self.pol.ran and after != current.get(r):
+                share += self.pol.restart_s
         # The estimate leans to waiting (residents growing into freed slices later, and the
         # queue behind a waiting job, are not counted): outside a fixed mix a newcomer waits
         # only when sharing looks ``wait_bias`` times worse (1.2 measured best at 90 s).
-        bias = 1.0 if self.in_batch() else self.wait_bias
+        bias = 1.0 if self.pol.in_batch() else self.pol.wait_bias
         return share >= bias * wait
 
     def gpu_end_times(self, gpus: Any) -> list[float]:
@@ -161,8 +147,8 @@ class Admission:
         estimate there, else 1.0 on the whole GPU ``full`` and 0.5 on a slice):
         :meth:`WorkLearner.remaining` inlined (the same floats, the same work records in the
         same order)."""
-        st = self.state
-        now, jobs, est, seen = st.now, st.jobs, self.est, self.work.seen
+        st = self.pol.state
+        now, jobs, est, seen = st.now, st.jobs, self.pol.est, self.pol.work.seen
         asg = gs.assignment
         t = 0.0
         for j in gs.jobs:
@@ -175,10 +161,10 @@ class Admission:
             js = jobs.get(j)
             p = None if js is None else js.progress
             if p is None or js.status in _ENDED:  # type: ignore[union-attr]
-                rem = self.work.typical()
+                rem = self.pol.work.typical()
             else:
                 if j not in seen:  # as remaining() records it
-                    self.work.note(j, p[1])
+                    self.pol.work.note(j, p[1])
                 t0, work, rate = p  # JobState.remaining_work, then at least 1 s
                 left = work - (rate * (now - t0) if rate > 0 else 0.0)
                 rem = left if left > 1.0 else 1.0
@@ -191,10 +177,10 @@ class Admission:
         """Seconds until the ``k+1``-th soonest GPU has finished all its jobs (each job's
         remaining work at its current slice's speed); None when fewer GPUs. One scan of the
         GPUs per decision."""
-        if self.free_at is None or self.free_at[0] != self.calls:
+        if self.free_at is None or self.free_at[0] != self.pol.calls:
             times = self.gpu_end_times(sc.state.gpus.values())
             times.sort()
-            self.free_at = (self.calls, times)
+            self.free_at = (self.pol.calls, times)
         times = self.free_at[1]
         if not times:
             return None

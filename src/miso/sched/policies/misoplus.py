@@ -10,7 +10,10 @@ from miso.optimize import OptimizerError, optimizer_for
 from miso.sched.decisions import ApplyLayout, Decision, RequeueCause, StartProfiling, WakeUp
 from miso.sched.events import (
     Event,
+    JobSpeedChanged,
     JobSubmitted,
+    ProfilingFinished,
+    SpeedObserved,
     Tick,
 )
 from miso.sched.policies.admission import PROFILE_WHEN, Admission
@@ -32,7 +35,7 @@ from miso.sched.policies.rebalance import RebalanceIndex, Rebalancing
 from miso.sched.state import ClusterState
 
 
-class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, Rebalancing, Miso):
+class MisoPlus(PlanSpeeds, Miso):
     """Ours: MISO redesigned around restart economy. Every change is a switch, so the ablation
     table (benchmarks/README.md) can measure it:
 
@@ -122,14 +125,12 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, Rebalanc
         self.starve_after = starve_after
         self.wait_bias = wait_bias
         self.burst_jobs, self.burst_samples, self.burst_load = burst_jobs, burst_samples, burst_load
-        self.bursting = False               # the last :meth:`burst` answer
         self.held: str | None = None       # a GPU kept for a starving job (on_capacity)
         self.estimates = tuple(p.build() for p in estimates)  # estimates.py
         self.work = WorkLearner(default_remaining_s)  # learners.py
         self.restarts = RestartCosts(restart_s, learn_restart_cost)
         self.ahead = 0                      # queued jobs ahead of the one being placed
         self.waited = False                 # the last choose_gpu chose to wait
-        self.free_at: tuple[int, list[float]] | None = None  # (call, GPU free times)
         self.calls = 0
         self.restart_s = restart_s
         self.profile_newcomers_only = profile_newcomers_only
@@ -154,7 +155,13 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, Rebalanc
         self.trigger = ""
         self.now = 0.0
         self.state: ClusterState | None = None
-        self.donors = RebalanceIndex(self.best_donor)
+        # the stages (plugins reading this policy's learners and knobs)
+        self.bursts = Burst(self)            # the burst regime (burst.py)
+        self.observing = ObservedSpeeds(self)  # learner: speed events (observed.py)
+        self.choice = GpuChoice(self)        # filter/score/permit: where a job goes (placing.py)
+        self.admission = Admission(self)     # permit: profile, share or wait (admission.py)
+        self.rebalancer = Rebalancing(self)  # post-bind: moves onto idle GPUs (rebalance.py)
+        self.donors = RebalanceIndex(self.rebalancer.best_donor)
 
     # -- inputs -----------------------------------------------------------------------------
     def decide(self, now: float, event: Event, state: ClusterState) -> list[Decision]:
@@ -174,10 +181,22 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, Rebalanc
             out.append(WakeUp(at, "quiet"))
         return out
 
+    def choose_gpu(self, now: float, job: str, sc: Scratch) -> str | None:
+        return self.choice.choose_gpu(now, job, sc)
+
+    def on_profiled(self, now: float, ev: ProfilingFinished, sc: Scratch) -> None:
+        super().on_profiled(now, self.observing.on_profiled(now, ev, sc), sc)
+
+    def on_speed_observed(self, now: float, ev: SpeedObserved, sc: Scratch) -> None:
+        self.observing.on_speed_observed(now, ev, sc)
+
+    def on_speed_changed(self, now: float, ev: JobSpeedChanged, sc: Scratch) -> None:
+        self.observing.on_speed_changed(now, ev, sc)
+
     def on_tick(self, now: float, ev: Tick, sc: Scratch) -> None:
         if ev.tag == "batch":
             self.batch_timer = False
-            for g in sorted(self.dirty, key=lambda x: self._order.get(x, 0)):
+            for g in sorted(self.dirty, key=lambda x: self.gpu_index.get(x, 0)):
                 self.replan(now, g, sc)
             return
         if ev.tag != "quiet":
@@ -207,7 +226,7 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, Rebalanc
     def in_batch(self) -> bool:
         """A fixed mix: several jobs came, all at one instant (no arrival rate known)."""
         return self.batch_arrivals and len(self.clock.times) >= 2 and \
-            self.clock.mean_gap() is None or self.burst()
+            self.clock.mean_gap() is None or self.bursts.burst()
 
     def arrival_within(self, seconds: float) -> bool:
         """A newcomer is expected on a given GPU within ``seconds`` (arrivals spread evenly
@@ -216,7 +235,7 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, Rebalanc
         before its profile matters."""
         gap = self.clock.mean_gap()
         return (gap is not None and not self.clock.quiet(self.now)
-                and gap * len(self._order) < seconds)
+                and gap * len(self.gpu_index) < seconds)
 
     # -- planning ---------------------------------------------------------------------------
     def replan(self, now: float, g: str, sc: Scratch, force_solve: bool = False) -> None:
@@ -250,7 +269,7 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, Rebalanc
         True when it does."""
         st = sc.state
         if not (self.estimator.needs_profile and j not in self.est and j not in self.ran
-                and st.jobs[j].spec.checkpointable and self.profile_pays(sc, j)):
+                and st.jobs[j].spec.checkpointable and self.admission.profile_pays(sc, j)):
             return False
         sc.out.append(StartProfiling(
             g, st.new_plan_id(), (j,), levels=self.profile_levels,
@@ -269,7 +288,7 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, Rebalanc
         speeds = sc.entitled_speeds(g, speeds)
         current = {j: pl for j, pl in gs.assignment.items() if j in speeds}
         pinned = self.pinned(sc, jobs) & set(current)
-        pinned |= self.landed(sc, g) & set(current)  # a burst's keep their slices
+        pinned |= self.bursts.landed(sc, g) & set(current)  # a burst's keep their slices
         horizon, penalty = self.economy.prices(sc, jobs, speeds, current, self.in_batch)
         objective = self.objective if horizon is None else "restart-aware"
         solve = partial(optimizer_for(gs.geom).solve, current=current, objective=objective,
@@ -297,9 +316,9 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, Rebalanc
         burst the landing slots stay free; else the headroom for the next arrival, only
         where it restarts nobody more (never restart a job for an arrival that may not
         come)."""
-        ghosts = self.landing_slots(sc, g, jobs)  # a burst: slots that stay for the next
-        ghost = None if self.bursting else self.economy.headroom(
-            sc, g, jobs, lambda: self.heavy_load(sc), self.first_candidate)
+        ghosts = self.bursts.landing_slots(sc, g, jobs)  # a burst: slots that stay for the next
+        ghost = None if self.bursts.bursting else self.economy.headroom(
+            sc, g, jobs, lambda: self.admission.heavy_load(sc), self.first_candidate)
         if ghost is None and not ghosts:
             return sol, dict(sol.assignment), None
         ghosts = ghosts or {_NEXT: ghost}
@@ -382,16 +401,16 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, Rebalanc
             if mem >= no_room.get(key, float("inf")):
                 self.ahead += 1
                 if hold:
-                    self.held = self.gpu_to_hold(sc, j)
+                    self.held = self.choice.gpu_to_hold(sc, j)
                 continue
             self.waited = False
-            g = self.choose_gpu(now, j, sc)
+            g = self.choice.choose_gpu(now, j, sc)
             if g is None:
                 if not self.waited:
                     no_room[key] = mem
                 self.ahead += 1
                 if hold and not self.waited:
-                    self.held = self.gpu_to_hold(sc, j)
+                    self.held = self.choice.gpu_to_hold(sc, j)
                 continue
             sc.place(j, g)
             self.dirty.add(g)
@@ -402,7 +421,7 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, Rebalanc
         an event costs the GPUs that can be re-planned, not every busy one of a big cluster."""
         gpus = sc.state.gpus
         ready = [g for g in self.dirty if g not in gpus or not gpus[g].busy]
-        for g in sorted(ready, key=lambda x: self._order.get(x, 0)):
+        for g in sorted(ready, key=lambda x: self.gpu_index.get(x, 0)):
             self.replan(now, g, sc)
 
     # -- events -----------------------------------------------------------------------------
@@ -426,6 +445,6 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, Rebalanc
         self.work.forget(job)
         super().on_finish(now, job, gpu, sc)
         if self.rebalance:
-            self.fill_idle_gpus(now, sc)
+            self.rebalancer.fill_idle_gpus(now, sc)
 
 _NEXT = "\x00next-arrival"   # the phantom newcomer of :meth:`MisoPlus.headroom`
