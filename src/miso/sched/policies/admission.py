@@ -84,7 +84,7 @@ class Admission:
             return run_s + self.pol.profile_s <= LONG_JOB * left
         return False
 
-    def better_to_wait(self, g: str, job: str, sc: Scratch) -> bool:
+    def better_to_wait(self, g: str, job: str, sc: Scratch, ahead: int) -> bool:
         """Whether ``job`` should wait for a whole GPU rather than share ``g`` now: the sum
         of the completion times of ``g``'s jobs and the newcomer, estimated both ways from
         their remaining work. Waiting: the residents keep their speeds, the newcomer starts
@@ -97,7 +97,7 @@ class Admission:
         rem = partial(self.pol.work.remaining, sc.state)
         if not any(r in self.pol.ran for r in residents):
             return False  # nobody runs there yet: a plan for all of them restarts nobody
-        t_free = self.gpu_free_in(sc, self.pol.ahead)
+        t_free = self.gpu_free_in(sc, ahead)
         if t_free is None:
             return False
         geom = sc.state.gpus[g].geom

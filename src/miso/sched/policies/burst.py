@@ -10,9 +10,8 @@ job that started alone on a whole GPU before the burst showed.
 
 The burst regime of :class:`~miso.sched.policies.misoplus.MisoPlus` (``pol.bursts``; it
 reads the policy ``pol``'s ``burst_jobs``, ``burst_samples``, ``burst_load``, the arrival
-clock ``clock``, ``now``, ``state``, ``profile_levels``, ``profile_s``, the GPU ``held`` for
-a starving job, its learners ``work`` and ``restarts``, ``arrival_within`` and
-``candidate_gpus``).
+clock ``clock``, ``now``, ``state``, ``profile_levels``, ``profile_s``, its learners ``work``
+and ``restarts``, ``arrival_within`` and ``candidate_gpus``).
 """
 
 from __future__ import annotations
@@ -116,7 +115,7 @@ class Burst:
         waiting = [j for j in sc.jobs_on(g) if j not in asg]  # placed, no instance yet
         return len(free) - len(waiting)
 
-    def landing_gpu(self, sc: Scratch, g: str, job: str) -> str:
+    def landing_gpu(self, sc: Scratch, g: str, job: str, held: str | None) -> str:
         """In a burst, where ``job`` goes instead of ``g`` (the least crowded GPU) when
         joining ``g`` would restart its running jobs (a job alone on the whole GPU, started
         before the burst showed): the least crowded GPU with a free landing slot for it, so
@@ -127,7 +126,7 @@ class Burst:
         for n, h in self.pol.candidate_gpus(sc, job):  # least crowded first; memory checked
             if n >= self.pol.burst_jobs:
                 break
-            if n and h != g and h != self.pol.held and self.free_slots(sc, h, job) > 0:
+            if n and h != g and h != held and self.free_slots(sc, h, job) > 0:
                 return h
         return g
 

@@ -29,7 +29,7 @@ from miso.sched.policies.explain import TRIGGERS, explain_plan
 from miso.sched.policies.learners import RestartCosts, WorkLearner
 from miso.sched.policies.miso import Miso
 from miso.sched.policies.observed import ObservedSpeeds
-from miso.sched.policies.placing import GpuChoice
+from miso.sched.policies.placing import GpuChoice, QueuePass
 from miso.sched.policies.planspeeds import PlanSpeeds
 from miso.sched.policies.rebalance import RebalanceIndex, Rebalancing
 from miso.sched.state import ClusterState
@@ -125,12 +125,9 @@ class MisoPlus(PlanSpeeds, Miso):
         self.starve_after = starve_after
         self.wait_bias = wait_bias
         self.burst_jobs, self.burst_samples, self.burst_load = burst_jobs, burst_samples, burst_load
-        self.held: str | None = None       # a GPU kept for a starving job (on_capacity)
         self.estimates = tuple(p.build() for p in estimates)  # estimates.py
         self.work = WorkLearner(default_remaining_s)  # learners.py
         self.restarts = RestartCosts(restart_s, learn_restart_cost)
-        self.ahead = 0                      # queued jobs ahead of the one being placed
-        self.waited = False                 # the last choose_gpu chose to wait
         self.calls = 0
         self.restart_s = restart_s
         self.profile_newcomers_only = profile_newcomers_only
@@ -182,7 +179,7 @@ class MisoPlus(PlanSpeeds, Miso):
         return out
 
     def choose_gpu(self, now: float, job: str, sc: Scratch) -> str | None:
-        return self.choice.choose_gpu(now, job, sc)
+        return self.choice.choose_gpu(now, job, sc, QueuePass())
 
     def on_profiled(self, now: float, ev: ProfilingFinished, sc: Scratch) -> None:
         super().on_profiled(now, self.observing.on_profiled(now, ev, sc), sc)
@@ -388,29 +385,28 @@ class MisoPlus(PlanSpeeds, Miso):
         # owners' entitlements decide which GPUs a job may join (Scratch.may_join).
         no_room: dict[str, float] = {}
         bound = sc.owner_bound()
-        self.ahead = 0
+        qp = QueuePass()
         starve = self.starve_after * self.work.typical() \
             if self.starve_after > 0 and not self.in_batch() else None
-        self.held = None
         for j in sc.queue(BACKFILL_WINDOW):
             mem = jobs[j].spec.memory_gb
             key = jobs[j].spec.owner if bound else ""
             # It starves: hold a GPU for the first such job that finds no room (below).
-            hold = self.held is None and starve is not None and \
+            hold = qp.held is None and starve is not None and \
                 now - jobs[j].submitted_at > starve
             if mem >= no_room.get(key, float("inf")):
-                self.ahead += 1
+                qp.ahead += 1
                 if hold:
-                    self.held = self.choice.gpu_to_hold(sc, j)
+                    qp.held = self.choice.gpu_to_hold(sc, j)
                 continue
-            self.waited = False
-            g = self.choice.choose_gpu(now, j, sc)
+            qp.waited = False
+            g = self.choice.choose_gpu(now, j, sc, qp)
             if g is None:
-                if not self.waited:
+                if not qp.waited:
                     no_room[key] = mem
-                self.ahead += 1
-                if hold and not self.waited:
-                    self.held = self.choice.gpu_to_hold(sc, j)
+                qp.ahead += 1
+                if hold and not qp.waited:
+                    qp.held = self.choice.gpu_to_hold(sc, j)
                 continue
             sc.place(j, g)
             self.dirty.add(g)

@@ -4,13 +4,14 @@ the pinned residents), unless at light load waiting for a whole GPU ends the job
 Philly trace and no better elsewhere, was deleted in issue 27; git keeps it.)
 
 The filter/score stage of :class:`~miso.sched.policies.misoplus.MisoPlus` (``pol.choice``;
-it reads the policy ``pol``'s knob
-``wait_for_gpu``, the flag ``waited`` it sets, and its ``candidate_gpus``/``pinned``/
-``speeds``, and asks its permit stage ``admission``).
+it reads the policy ``pol``'s knob ``wait_for_gpu``, its ``candidate_gpus``, ``pinned`` and
+``speeds``, and asks its permit stage ``admission``; the facts of one pass over the queue
+come in a :class:`QueuePass`, not fields on the policy).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from miso.optimize import OptimizerError, optimizer_for
@@ -20,35 +21,47 @@ if TYPE_CHECKING:  # pragma: no cover
     from miso.sched.policies.misoplus import MisoPlus
 
 
+@dataclass
+class QueuePass:
+    """The facts of one pass over the queue (in one decision), shared by its placements:
+    ``ahead``, queued jobs ahead of the one being placed; ``held``, the GPU kept for a
+    starving job; ``waited``, whether the last choice was to wait."""
+
+    ahead: int = 0
+    held: str | None = None
+    waited: bool = False
+
+
 class GpuChoice:
     """Where a queued job goes (see the module docstring)."""
 
     def __init__(self, pol: MisoPlus) -> None:
         self.pol = pol
 
-    def choose_gpu(self, now: float, job: str, sc: Scratch) -> str | None:
+    def choose_gpu(self, now: float, job: str, sc: Scratch, qp: QueuePass) -> str | None:
         """The least crowded GPU that can hold the job beside its pinned residents (an idle
         one first), skipping a GPU held for a starving job; in a burst its landing GPU. None
-        (``waited`` set) when the job should wait: a fixed batch's GPU is full
+        (``qp.waited`` set) when the job should wait: a fixed batch's GPU is full
         (:meth:`batch_full`), or at light load waiting for a whole GPU ends the jobs sooner
         (:meth:`better_to_wait`)."""
         g = None
         for n, cand in self.pol.candidate_gpus(sc, job):
-            if cand == self.pol.held:
+            if cand == qp.held:
                 continue  # kept for a starving job ahead of this one
             if n == 0 or self.fits_beside_pinned(cand, job, sc):
                 g = cand
                 break
         if g is not None:
-            g = self.pol.bursts.landing_gpu(sc, g, job)  # a burst: a free slot, no restart
+            # a burst: a free slot, no restart
+            g = self.pol.bursts.landing_gpu(sc, g, job, qp.held)
         if g is not None and self.batch_full(g, sc):
-            self.pol.waited = True
+            qp.waited = True
             return None
         adm = self.pol.admission
         if g is not None and self.pol.wait_for_gpu and sc.jobs_on(g) \
                 and not adm.heavy_load(sc) and not adm.others_waiting(sc, job) \
-                and adm.better_to_wait(g, job, sc):
-            self.pol.waited = True
+                and adm.better_to_wait(g, job, sc, qp.ahead):
+            qp.waited = True
             return None
         return g
 
