@@ -11,6 +11,7 @@ reads the policy ``pol``'s knobs
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,21 @@ PROFILE_WHEN = ("auto", "always", "never")
 #: Job states whose remaining work is unknown (:meth:`JobState.remaining_work`)
 _ENDED = (JobStatus.FINISHED, JobStatus.FAILED)
 
+#: GPUs whose times bound the free time without a scan (:meth:`Admission.free_bound`)
+_BOUND_GPUS = 8
+#: GPUs kept from a scan for the next bound, soonest free first
+_SOONEST = 32
+
+
+def _waited(t_free: float, own: float, waits: list[float]) -> float:
+    """The waiting side's sum of completion times: the newcomer after ``t_free`` plus its
+    ``own`` work, then each resident's ``waits`` (added in this order, as floats)."""
+    wait = t_free + own
+    for w in waits:
+        wait += w
+    return wait
+
+
 #: Before the arrival rate is known, a lone newcomer is profiled when profiling costs at most
 #: this fraction of its remaining work.
 LONG_JOB = 0.005
@@ -38,6 +54,8 @@ class Admission:
     def __init__(self, pol: MisoPlus) -> None:
         self.pol = pol
         self.free_at: tuple[int, list[float]] | None = None  # (call, GPU free times)
+        self.lazy_at: tuple[int, float] | None = None  # (call, typical work): scan deferred
+        self.soonest: list[str] = []   # the GPUs soonest free at the last scan
 
     def heavy_load(self, sc: Scratch) -> bool:
         """Whether jobs will have to share GPUs: the arrivals' offered load (Little's law,
@@ -92,14 +110,18 @@ class Admission:
         alone. Sharing: everyone at their speed in the best layout for the mix, residents
         that move paying a restart (no growth counted: the estimate leans to waiting, which
         restarts nobody). At light load a GPU frees soon and waiting wins; two equal jobs
-        finish sooner on average one after the other than side by side on slices."""
+        finish sooner on average one after the other than side by side on slices.
+
+        The waiting time grows with the free time, so when sharing is worse even with an
+        upper bound of it (:meth:`free_bound`, a few GPUs' times) the scan of every GPU is
+        not needed (:meth:`scan_point` says when it may be left out)."""
         residents = sc.jobs_on(g)
         rem = partial(self.pol.work.remaining, sc.state)
         if not any(r in self.pol.ran for r in residents):
             return False  # nobody runs there yet: a plan for all of them restarts nobody
-        t_free = self.gpu_free_in(sc, ahead)
-        if t_free is None:
+        if not sc.state.gpus:
             return False
+        self.scan_point(sc)
         geom = sc.state.gpus[g].geom
         sp = self.pol.speeds(geom, sc, [*residents, job])
         opt = optimizer_for(geom)
@@ -110,12 +132,13 @@ class Admission:
             shared = opt.solve(sp, current={r: current[r] for r in residents if r in current})
         except OptimizerError:
             return True
-        wait = t_free + rem(job)
-        share = rem(job) / max(sp[job][shared.assignment[job].profile], 0.05)
+        own = rem(job)
+        share = own / max(sp[job][shared.assignment[job].profile], 0.05)
+        waits = []
         for r in residents:
             before = current.get(r) or alone.assignment[r]
             after = shared.assignment[r]
-            wait += rem(r) / max(sp[r].get(before.profile, 0.5), 0.05)
+            waits.append(rem(r) / max(sp[r].get(before.profile, 0.5), 0.05))
             share += rem(r) / max(sp[r][after.profile], 0.05)
             if r in self.pol.ran and after != current.get(r):
                 share += self.pol.restart_s
@@ -123,9 +146,64 @@ class Admission:
         # queue behind a waiting job, are not counted): outside a fixed mix a newcomer waits
         # only when sharing looks ``wait_bias`` times worse (1.2 measured best at 90 s).
         bias = 1.0 if self.pol.in_batch() else self.pol.wait_bias
-        return share >= bias * wait
+        bound = self.free_bound(sc, ahead)
+        if bound is not None and share >= bias * _waited(bound, own, waits):
+            return True
+        t_free = self.gpu_free_in(sc, ahead)
+        return t_free is not None and share >= bias * _waited(t_free, own, waits)
 
-    def gpu_end_times(self, gpus: Any) -> list[float]:
+    def scan_point(self, sc: Scratch) -> None:
+        """Where a decision's first :meth:`better_to_wait` scans every GPU: the scan is left
+        for later (``lazy_at``: this call and the typical work then) when it would record no
+        job's work (every resident reporting progress is seen) and no estimate changes
+        during the decision (an estimator that needs profiles), so a later scan gives the
+        same times; else it runs now."""
+        calls = self.pol.calls
+        if (self.free_at is not None and self.free_at[0] == calls) or \
+                (self.lazy_at is not None and self.lazy_at[0] == calls):
+            return
+        if self.pol.estimator.needs_profile and not self.would_record(sc):
+            self.lazy_at = (calls, self.pol.work.typical())
+        else:
+            self.gpu_free_in(sc, 0)
+
+    def settle(self, sc: Scratch) -> None:
+        """Run a scan left for later now, before this decision changes an estimate (an
+        event hook after a placement pass, e.g. reclaim's): later asks read its times."""
+        lazy = self.lazy_at
+        if lazy is not None and lazy[0] == self.pol.calls and \
+                (self.free_at is None or self.free_at[0] != lazy[0]):
+            self.gpu_free_in(sc, 0)
+
+    def would_record(self, sc: Scratch) -> bool:
+        """Whether a scan would record a job's work (:meth:`WorkLearner.note`): a resident
+        reporting progress, not ended, not seen yet."""
+        seen, jobs = self.pol.work.seen, sc.state.jobs
+        for gs in sc.state.gpus.values():
+            for j in gs.jobs:
+                if j not in seen:
+                    js = jobs.get(j)
+                    if js is not None and js.progress is not None and js.status not in _ENDED:
+                        return True
+        return False
+
+    def free_bound(self, sc: Scratch, k: int) -> float | None:
+        """At least :meth:`gpu_free_in`: exact when this decision scanned, else the
+        ``k+1``-th soonest of the GPUs soonest free at the last scan (their times now);
+        None when there is no such bound."""
+        calls = self.pol.calls
+        if self.free_at is not None and self.free_at[0] == calls:
+            return self.gpu_free_in(sc, k)
+        gpus = sc.state.gpus
+        if self.lazy_at is None or self.lazy_at[0] != calls or k >= len(gpus):
+            return None
+        typical = self.lazy_at[1]
+        some = [gpus[g] for g in self.soonest if g in gpus][:k + _BOUND_GPUS]
+        if len(some) <= k:
+            return None
+        return sorted(self.gpu_end_times(some, lambda: typical))[k]
+
+    def gpu_end_times(self, gpus: Any, typical: Callable[[], float]) -> list[float]:
         """Per GPU of ``gpus`` (GpuStates, in order), :meth:`gpu_ends_in`, the full profile's
         name looked up once per GPU model: the scan over every GPU of :meth:`gpu_free_in`,
         miso+'s hottest loop."""
@@ -139,10 +217,10 @@ class Admission:
             full = fulls.get(id(model))
             if full is None:
                 full = fulls[id(model)] = model.full_profile().name
-            out.append(self.gpu_ends_in(gs, full))
+            out.append(self.gpu_ends_in(gs, full, typical))
         return out
 
-    def gpu_ends_in(self, gs: Any, full: str) -> float:
+    def gpu_ends_in(self, gs: Any, full: str, typical: Callable[[], float]) -> float:
         """Seconds until every job of ``gs`` has ended at its current slice's speed (its
         estimate there, else 1.0 on the whole GPU ``full`` and 0.5 on a slice):
         :meth:`WorkLearner.remaining` inlined (the same floats, the same work records in the
@@ -161,7 +239,7 @@ class Admission:
             js = jobs.get(j)
             p = None if js is None else js.progress
             if p is None or js.status in _ENDED:  # type: ignore[union-attr]
-                rem = self.pol.work.typical()
+                rem = typical()
             else:
                 if j not in seen:  # as remaining() records it
                     self.pol.work.note(j, p[1])
@@ -177,10 +255,16 @@ class Admission:
         """Seconds until the ``k+1``-th soonest GPU has finished all its jobs (each job's
         remaining work at its current slice's speed); None when fewer GPUs. One scan of the
         GPUs per decision."""
-        if self.free_at is None or self.free_at[0] != self.pol.calls:
-            times = self.gpu_end_times(sc.state.gpus.values())
-            times.sort()
-            self.free_at = (self.pol.calls, times)
+        calls = self.pol.calls
+        if self.free_at is None or self.free_at[0] != calls:
+            lazy = self.lazy_at
+            typical = (lambda: lazy[1]) if lazy is not None and lazy[0] == calls \
+                else self.pol.work.typical
+            gpus = list(sc.state.gpus.values())
+            ends = self.gpu_end_times(gpus, typical)
+            order = sorted(range(len(ends)), key=ends.__getitem__)[:_SOONEST]
+            self.soonest = [gpus[i].id for i in order]
+            self.free_at = (calls, sorted(ends))
         times = self.free_at[1]
         if not times:
             return None

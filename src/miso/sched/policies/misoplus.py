@@ -182,12 +182,15 @@ class MisoPlus(PlanSpeeds, Miso):
         return self.choice.choose_gpu(now, job, sc, QueuePass())
 
     def on_profiled(self, now: float, ev: ProfilingFinished, sc: Scratch) -> None:
+        self.admission.settle(sc)  # estimates change below
         super().on_profiled(now, self.observing.on_profiled(now, ev, sc), sc)
 
     def on_speed_observed(self, now: float, ev: SpeedObserved, sc: Scratch) -> None:
+        self.admission.settle(sc)
         self.observing.on_speed_observed(now, ev, sc)
 
     def on_speed_changed(self, now: float, ev: JobSpeedChanged, sc: Scratch) -> None:
+        self.admission.settle(sc)
         self.observing.on_speed_changed(now, ev, sc)
 
     def on_tick(self, now: float, ev: Tick, sc: Scratch) -> None:
