@@ -116,12 +116,31 @@ class Admission:
         upper bound of it (:meth:`free_bound`, a few GPUs' times) the scan of every GPU is
         not needed (:meth:`scan_point` says when it may be left out)."""
         residents = sc.jobs_on(g)
-        rem = partial(self.pol.work.remaining, sc.state)
         if not any(r in self.pol.ran for r in residents):
             return False  # nobody runs there yet: a plan for all of them restarts nobody
         if not sc.state.gpus:
             return False
         self.scan_point(sc)
+        got = self.both_ways(g, job, sc, residents)
+        if got is None:
+            return True  # no layout holds the mix
+        share, own, waits = got
+        # The estimate leans to waiting (residents growing into freed slices later, and the
+        # queue behind a waiting job, are not counted): outside a fixed mix a newcomer waits
+        # only when sharing looks ``wait_bias`` times worse (1.2 measured best at 90 s).
+        bias = 1.0 if self.pol.in_batch() else self.pol.wait_bias
+        bound = self.free_bound(sc, ahead)
+        if bound is not None and share >= bias * _waited(bound, own, waits):
+            return True
+        t_free = self.gpu_free_in(sc, ahead)
+        return t_free is not None and share >= bias * _waited(t_free, own, waits)
+
+    def both_ways(self, g: str, job: str, sc: Scratch, residents: list[str]
+                  ) -> tuple[float, float, list[float]] | None:
+        """(sum of completion times sharing ``g``, the newcomer's own time alone, each
+        resident's time if it keeps its slice) for :meth:`better_to_wait`; None when no
+        layout holds the mix."""
+        rem = partial(self.pol.work.remaining, sc.state)
         geom = sc.state.gpus[g].geom
         sp = self.pol.speeds(geom, sc, [*residents, job])
         opt = optimizer_for(geom)
@@ -131,7 +150,7 @@ class Admission:
             # Ties broken by fewest residents moved, as the re-plan itself would.
             shared = opt.solve(sp, current={r: current[r] for r in residents if r in current})
         except OptimizerError:
-            return True
+            return None
         own = rem(job)
         share = own / max(sp[job][shared.assignment[job].profile], 0.05)
         waits = []
@@ -142,15 +161,7 @@ class Admission:
             share += rem(r) / max(sp[r][after.profile], 0.05)
             if r in self.pol.ran and after != current.get(r):
                 share += self.pol.restart_s
-        # The estimate leans to waiting (residents growing into freed slices later, and the
-        # queue behind a waiting job, are not counted): outside a fixed mix a newcomer waits
-        # only when sharing looks ``wait_bias`` times worse (1.2 measured best at 90 s).
-        bias = 1.0 if self.pol.in_batch() else self.pol.wait_bias
-        bound = self.free_bound(sc, ahead)
-        if bound is not None and share >= bias * _waited(bound, own, waits):
-            return True
-        t_free = self.gpu_free_in(sc, ahead)
-        return t_free is not None and share >= bias * _waited(t_free, own, waits)
+        return share, own, waits
 
     def scan_point(self, sc: Scratch) -> None:
         """Where a decision's first :meth:`better_to_wait` scans every GPU: the scan is left
