@@ -25,7 +25,7 @@ from miso.sched.policies.baselines import BACKFILL_WINDOW
 from miso.sched.policies.burst import Burst
 from miso.sched.policies.economy import RestartEconomy
 from miso.sched.policies.estimates import SpeedPlugin
-from miso.sched.policies.explain import TRIGGERS, explain_plan
+from miso.sched.policies.explain import explain_plan
 from miso.sched.policies.learners import RestartCosts, WorkLearner
 from miso.sched.policies.miso import Miso
 from miso.sched.policies.observed import ObservedSpeeds
@@ -149,7 +149,6 @@ class MisoPlus(PlanSpeeds, Miso):
         self.ran: set[str] = set()          # jobs that have made progress
         self.prior: set[str] = set()        # jobs planned with the prior (not profiled)
         self.learned: dict[str, dict[str, float]] = {}  # prior jobs: observed speeds
-        self.trigger = ""
         self.now = 0.0
         self.state: ClusterState | None = None
         # the stages (plugins reading this policy's learners and knobs)
@@ -162,7 +161,6 @@ class MisoPlus(PlanSpeeds, Miso):
 
     # -- inputs -----------------------------------------------------------------------------
     def decide(self, now: float, event: Event, state: ClusterState) -> list[Decision]:
-        self.trigger = TRIGGERS.get(type(event).__name__, type(event).__name__)
         self.state = state
         self.donors.note(event, state)
         self.now = now
@@ -250,7 +248,7 @@ class MisoPlus(PlanSpeeds, Miso):
         if not self.profile_newcomers_only:
             super().replan(now, g, sc, force_solve)
             return
-        if self.batch_arrivals and self.trigger == "arrival" and \
+        if self.batch_arrivals and sc.cycle.trigger == "arrival" and \
                 self.clock.mean_gap() is None and not any(j in self.ran for j in jobs):
             # No arrival rate yet (the first jobs, or a batch submitted at once): plan at the
             # end of this instant, when every job submitted with it is placed, so no job
@@ -274,7 +272,7 @@ class MisoPlus(PlanSpeeds, Miso):
         sc.out.append(StartProfiling(
             g, st.new_plan_id(), (j,), levels=self.profile_levels,
             seconds_per_level=self.profile_s,
-            why={"trigger": self.trigger, "note": f"{j} is new and alone on {g}: "
+            why={"trigger": sc.cycle.trigger, "note": f"{j} is new and alone on {g}: "
                  f"profiled alone ({len(self.profile_levels)} MPS levels) so its MIG "
                  f"speeds are known before it ever shares a GPU; no other job stops"}))
         self.last_profile[g] = now
@@ -306,7 +304,7 @@ class MisoPlus(PlanSpeeds, Miso):
         if lay == tuple(sorted(gs.layout)) and assignment == gs.assignment:
             return
         why = self.plan_why(g, jobs, speeds, current, assignment, sol.objective, pinned,
-                            horizon, reserved)
+                            horizon, reserved, sc.cycle.trigger)
         sc.out.append(ApplyLayout(g, sc.state.new_plan_id(), lay, assignment, why=why))
 
     def keep_room(self, sc: Scratch, g: str, jobs: list[str],
@@ -346,8 +344,8 @@ class MisoPlus(PlanSpeeds, Miso):
 
     def plan_why(self, g: str, jobs: list[str], speeds: dict[str, dict[str, float]],
                  current: dict[str, Any], assignment: dict[str, Any], objective: float,
-                 pinned: set[str], horizon: float | None, reserved: str | None
-                 ) -> dict[str, Any]:
+                 pinned: set[str], horizon: float | None, reserved: str | None,
+                 trigger: str) -> dict[str, Any]:
         """A plan's explanation: speeds and their uncertainty, throughput before and after,
         the restarts with the price each was charged (the one the plan was chosen with)."""
         thr = sum(speeds[j][pl.profile] for j, pl in assignment.items())
@@ -359,7 +357,7 @@ class MisoPlus(PlanSpeeds, Miso):
         if reserved is not None:
             note += f"; {reserved} kept free for the next arrival (expected within the horizon)"
         return {
-            "trigger": self.trigger,
+            "trigger": trigger,
             **self.estimates_why(jobs, speeds),
             "objective": objective, "throughput": thr,
             "current_objective": cur_thr if current else None,
