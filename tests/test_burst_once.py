@@ -29,24 +29,39 @@ class Counted(MisoPlus):
         class Clock(ArrivalClock):
             def offered_load(self, default_work_s: float, min_samples: int = 16):  # noqa: ANN201
                 if min_samples == pol.burst_samples:
-                    pol.reads.append((pol.calls, pol.work_stats[1]))
+                    pol.reads.append((pol.calls, pol.work.stats[1]))
                 return load(self, default_work_s, min_samples)
 
         self.clock = Clock(self.clock.quiet_gaps)
+        self.bursts = CountedBurst(self)
+
+
+class CountedBurst(Burst):
+    """The burst stage remembering every answer."""
+
+    pol: Counted
 
     def burst(self) -> bool:
         out = super().burst()
-        self.answers.append(out)
+        self.pol.answers.append(out)
+        return out
+
+
+class UncachedBurst(Burst):
+    """The burst test recomputed at every call (the code before the cache)."""
+
+    pol: Counted
+
+    def burst(self) -> bool:
+        out = Burst.burst.__wrapped__(self)  # type: ignore[attr-defined]
+        self.pol.answers.append(out)
         return out
 
 
 class Uncached(Counted):
-    """The burst test recomputed at every call (the code before the cache)."""
-
-    def burst(self) -> bool:
-        out = Burst.burst.__wrapped__(self)  # type: ignore[attr-defined]
-        self.answers.append(out)
-        return out
+    def __init__(self, **kw: object) -> None:
+        super().__init__(**kw)
+        self.bursts = UncachedBurst(self)
 
 
 def _run(cls: type[Counted], seed: int) -> tuple[Counted, list[float]]:

@@ -17,8 +17,6 @@ LIMIT = 15
 #: (file under src/, function) -> its complexity when it was listed (issue 27 removes them).
 OVER: dict[tuple[str, str], int] = {
     ("miso/sched/estimators.py", "PredictorEstimator.estimate"): 27,
-    ("miso/sched/policies/ordernote.py", "order_note"): 18,
-    ("miso/sched/robust.py", "propagate"): 17,
     ("miso/sched/state.py", "ClusterState.observe"): 37,
     ("miso/sched/state.py", "ClusterState.apply"): 24,
 }

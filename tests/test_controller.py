@@ -220,7 +220,7 @@ def test_controller__miso_plus_measures_a_live_restart_from_the_relaunch(make_cl
     c.submit(emu("bert_train2", 3.0, "--restart-s", "1.5"))
     seen: dict[str, float] = {}
     pol = ctl.loop.policy
-    wait_for(lambda: seen.update(pol.restart_seen) or a in seen, 60)
+    wait_for(lambda: seen.update(pol.restarts.seen) or a in seen, 60)
     assert seen[a] >= 1.5, seen
     assert ctl.wait_all(60), ctl.status()
 

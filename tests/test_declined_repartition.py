@@ -48,8 +48,8 @@ def _lone_job_on_a_slice() -> ClusterState:
 
 
 def _policy() -> SimpleNamespace:
-    return SimpleNamespace(objective="throughput", declines=Declines(), trigger="completion",
-                           restart_cost=lambda j: 120.0)
+    return SimpleNamespace(objective="throughput", declines=Declines(),
+                           restarts=SimpleNamespace(cost=lambda j: 120.0))
 
 
 def test_a_repartition_priced_out_by_its_restart_writes_gain_and_price() -> None:

@@ -9,8 +9,6 @@ import ast
 from functools import cache
 from pathlib import Path
 
-import pytest
-
 SRC = Path(__file__).resolve().parents[1] / "src" / "miso"
 
 #: Each top-level module or package of ``miso`` -> its layer (higher imports lower only).
@@ -121,8 +119,6 @@ def test_layer_walk_sees_imports() -> None:
     assert any(a.startswith("miso.cli") and b.startswith("miso.controller") for a, b in got)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 27: MisoPlus still has 8 bases (its mixins are "
-                   "not plugins yet); strict: passes, and so fails, once it has two")
 def test_policy_classes_have_at_most_two_bases() -> None:
     wide = []
     for path in sorted((SRC / "sched" / "policies").rglob("*.py")):

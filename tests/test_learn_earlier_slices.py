@@ -8,8 +8,8 @@ import pytest
 from miso.mig import Placement, geometry
 from miso.sched import GpuAdded, JobSpec, JobSubmitted, SpeedObserved, make_policy
 from miso.sched.estimators import NoisyOracle
+from miso.sched.experiments import LearnEarlierSlices, earlier_slice_speeds
 from miso.sched.policies.base import Scratch
-from miso.sched.policies.observed import earlier_slice_speeds
 from miso.sched.state import ClusterState
 
 GEOM = geometry("A100-40GB")
@@ -27,7 +27,8 @@ def test_slice_seen_before_the_full_gpu_becomes_a_speed(on):
     st = ClusterState()
     st.observe(0.0, GpuAdded("g0", "A100-40GB"))
     st.observe(0.0, JobSubmitted(JobSpec("a", "a", 4.0, "bert_train8")))
-    pol = make_policy("miso+", estimator=NoisyOracle(seed=0), learn_earlier_slices=on)
+    pol = make_policy("miso+", estimator=NoisyOracle(seed=0),
+                      estimates=(LearnEarlierSlices(),) if on else ())
     prior = pol.speeds(GEOM, Scratch(st), ["a"])["a"]  # never profiled: the prior
     # first on a 3g slice (no full-GPU rate yet: a raw rate, no speed), then alone on 7g
     for t, prof, rate in ((1.0, "3g.20gb", 5.0), (2.0, "7g.40gb", 10.0)):

@@ -8,6 +8,7 @@ import pytest
 from miso.mig import geometry
 from miso.sched import GpuAdded, JobSpec, JobSubmitted, make_policy
 from miso.sched.estimators import NoisyOracle
+from miso.sched.experiments import MemoryPrior
 from miso.sched.memoryprior import memory_prior
 from miso.sched.policies.base import Scratch
 from miso.sched.policies.priors import prior_speeds
@@ -52,7 +53,8 @@ def test_misoplus_plans_unprofiled_jobs_with_the_memory_prior(on):
     st = ClusterState()
     st.observe(0.0, GpuAdded("g0", "A100-40GB"))
     st.observe(0.0, JobSubmitted(JobSpec("a", "a", 17.5, "newmodel_train1")))
-    pol = make_policy("miso+", estimator=NoisyOracle(seed=0), memory_prior=on)
+    pol = make_policy("miso+", estimator=NoisyOracle(seed=0),
+                      estimates=(MemoryPrior(),) if on else ())
     got = pol.speeds(GEOM, Scratch(st), ["a"])["a"]
     assert got["3g.20gb"] == pytest.approx(
         memory_prior(GEOM, prior_speeds(GEOM, 17.5), 17.5, "newmodel_train1")["3g.20gb"]

@@ -55,7 +55,8 @@ def live(policy: str, stream: list[tuple[float, str, list[str]]]) -> dict[str, A
             if not pending and all(j["state"] in ("finished", "failed", "cancelled")
                                    for j in jobs):
                 out = summarize(jobs)
-                total, n = getattr(policy, "restart_stats", (0.0, 0.0))
+                restarts = getattr(policy, "restarts", None)
+                total, n = restarts.stats if restarts is not None else (0.0, 0.0)
                 out["restart_cost_s"] = total / n if n else None  # as miso+ measured it
                 return out
             assert now < 300, "the live run did not end"

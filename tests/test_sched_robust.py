@@ -11,6 +11,7 @@ from miso.mig import geometry
 from miso.predict.uncertainty import Calibration
 from miso.sched import JobSpec, JobState, TrueSpeeds, make_policy
 from miso.sched.estimators import true_speeds
+from miso.sched.experiments import AnchorSlices, ClusterPriorPlugin, PropagateObserved, RobustRisk
 from miso.sched.robust import pessimistic, propagate
 
 GEOM = geometry("A100-40GB")
@@ -143,7 +144,7 @@ def test_misoplus_robust_risk_plans_toward_the_low_end():
 
     st = _one_job_state()
     plain = make_policy("miso+", estimator=_Known()).speeds(GEOM, Scratch(st), ["a"])["a"]
-    risky = make_policy("miso+", estimator=_Known(), robust_risk=0.5).speeds(
+    risky = make_policy("miso+", estimator=_Known(), estimates=(RobustRisk(0.5),)).speeds(
         GEOM, Scratch(st), ["a"])["a"]
     assert plain["4g.20gb"] == 0.8 and risky["4g.20gb"] == pytest.approx(0.7)
     assert risky["7g.40gb"] == 1.0
@@ -156,7 +157,8 @@ def test_misoplus_propagate_observed_moves_the_other_slices(on):
     from miso.sched.policies.base import Scratch
 
     st = _one_job_state()
-    pol = make_policy("miso+", estimator=_Known(), propagate_observed=on)
+    pol = make_policy("miso+", estimator=_Known(),
+                      estimates=(PropagateObserved(),) if on else ())
     pol.speeds(GEOM, Scratch(st), ["a"])  # estimate known from the start
     for prof, rate in (("7g.40gb", 10.0), ("3g.20gb", 5.0)):
         ev = SpeedObserved("a", "g0", Placement(0, prof), rate)
@@ -183,7 +185,7 @@ def test_misoplus_anchor_slices_corrects_by_the_ratio_to_the_first_slice(on):
     from miso.sched.policies.base import Scratch
 
     st = _one_job_state()
-    pol = make_policy("miso+", estimator=_Known(), anchor_slices=on)
+    pol = make_policy("miso+", estimator=_Known(), estimates=(AnchorSlices(),) if on else ())
     pol.speeds(GEOM, Scratch(st), ["a"])  # estimate known from the start, no full-GPU rate
     for prof, rate in (("3g.20gb", 7.0), ("4g.20gb", 6.0)):  # never on the full GPU
         ev = SpeedObserved("a", "g0", Placement(0, prof), rate)
@@ -220,7 +222,8 @@ def test_misoplus_cluster_prior_plans_unprofiled_jobs_with_the_cluster(on):
 
     st = _one_job_state()
     st.observe(0.0, JobSubmitted(JobSpec("b", "b", 4.0, "bert_train8")))
-    pol = make_policy("miso+", estimator=NoisyOracle(seed=0), cluster_prior=on)
+    pol = make_policy("miso+", estimator=NoisyOracle(seed=0),
+                      estimates=(ClusterPriorPlugin(),) if on else ())
     catalogue_prior = pol.speeds(GEOM, Scratch(st), ["b"])["b"]
     for i in range(5):  # five jobs measured slow on 4g
         pol.est[f"m{i}"] = {"7g.40gb": 1.0, "4g.20gb": 0.3}

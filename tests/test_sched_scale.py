@@ -41,6 +41,7 @@ from miso.sched.policies.base import (
 from miso.sched.policies.baselines import BACKFILL_WINDOW, MpsOnly, NoPart, OptSta
 from miso.sched.policies.miso import Miso
 from miso.sched.policies.misoplus import MisoPlus
+from miso.sched.policies.rebalance import Rebalancing
 from miso.sched.speeds import workload_memory_gb
 from miso.sim.engine import Simulator
 from miso.sim.traces import poisson_jobs
@@ -179,13 +180,22 @@ def _scan_candidates(pol: Miso, sc: Scratch, job: str):
                 yield n, g
 
 
+class _RefRebalancing(Rebalancing):
+    def fill_idle_gpus(self, now: float, sc: Scratch) -> None:
+        self.pol.ref_fill_idle_gpus(now, sc)  # type: ignore[attr-defined]
+
+
 class RefMisoPlus(MisoPlus):
     """miso+ with the scans: candidates over every GPU, donors over every GPU per completion."""
 
     def candidate_gpus(self, sc, job):  # type: ignore[override]
         return _scan_candidates(self, sc, job)
 
-    def fill_idle_gpus(self, now: float, sc: Scratch) -> None:
+    def __init__(self, **kw: object) -> None:
+        super().__init__(**kw)
+        self.rebalancer = _RefRebalancing(self)
+
+    def ref_fill_idle_gpus(self, now: float, sc: Scratch) -> None:
         st = sc.state
         if sc.queue():
             return
@@ -203,7 +213,7 @@ class RefMisoPlus(MisoPlus):
                 if pl is None or j in pinned:
                     continue
                 s = self.speeds(gs.geom, sc, [j])[j].get(pl.profile, 1.0)
-                w = self.remaining(j)
+                w = self.work.remaining(self.state, j)
                 saved = w / max(s, 0.05) - (w + self.restart_s)
                 if saved > self.restart_s:
                     donors.append((-saved, j, g))

@@ -420,7 +420,7 @@ def test_misoplus__learns_each_jobs_restart_cost_from_its_progress_reports():
 
     def spy(now, event, state):  # noqa: ANN001, ANN202
         out = decide(now, event, state)
-        seen.update(pol.restart_seen)
+        seen.update(pol.restarts.seen)
         return out
 
     pol.decide = spy  # type: ignore[method-assign]
@@ -428,7 +428,7 @@ def test_misoplus__learns_each_jobs_restart_cost_from_its_progress_reports():
     assert len(seen) >= 5
     for j, cost in seen.items():
         assert cost - truth[j] in (pytest.approx(0.0, abs=1e-6), pytest.approx(4.0, abs=1e-6))
-    assert pol.restart_stats[1] >= len(seen)
+    assert pol.restarts.stats[1] >= len(seen)
 
 
 def test_misoplus__a_long_first_job_is_profiled_before_the_rate_is_known():
@@ -506,15 +506,21 @@ def test_misoplus__no_burst_in_a_busy_poisson_stream():
     # The burst rule must not touch the busy settings (60 s between jobs, 30-300 s
     # restarts): it never fires there.
     from miso.sched.policies import MisoPlus
+    from miso.sched.policies.burst import Burst
 
     fired: list[float] = []
 
-    class Watched(MisoPlus):
+    class WatchedBurst(Burst):
         def burst(self) -> bool:
             out = super().burst()
             if out:
-                fired.append(self.now)
+                fired.append(self.pol.now)
             return out
+
+    class Watched(MisoPlus):
+        def __init__(self, **kw: object) -> None:
+            super().__init__(**kw)
+            self.bursts = WatchedBurst(self)
 
     jobs = poisson_jobs(300, seed=3)
     for n, restart in ((16, 300.0), (40, 30.0)):
@@ -599,14 +605,21 @@ def test_misoplus__a_burst_places_no_newcomer_on_a_gpu_its_landed_jobs_fill():
     import random
 
     from miso.sched.policies import MisoPlus
+    from miso.sched.policies.placing import GpuChoice
 
-    class Unguarded(MisoPlus):  # the old choice: landed jobs not checked at placement
+    class UnguardedChoice(GpuChoice):  # the old choice: landed jobs not checked at placement
         def fits_beside_pinned(self, g, job, sc):  # noqa: ANN001, ANN202
-            self.landed = lambda sc, g: set()
+            bursts = self.pol.bursts
+            bursts.landed = lambda sc, g: set()
             try:
                 return super().fits_beside_pinned(g, job, sc)
             finally:
-                del self.landed
+                del bursts.landed
+
+    class Unguarded(MisoPlus):
+        def __init__(self, **kw: object) -> None:
+            super().__init__(**kw)
+            self.choice = UnguardedChoice(self)
 
     rng = random.Random(1)
     trace = [TraceJob(f"j{i:02d}", 20.0 * i / 9, 20 * rng.uniform(0.5, 1.5),

@@ -36,10 +36,11 @@ def test_hold_goes_where_the_starving_job_fits_soonest():
     st, job = _cluster({"g0": [BIG, BIG], "g1": [SMALL] * 5}, BIG)
     pol = make_policy("miso+", estimator=TrueSpeeds())
     pol.state, pol.now = st, 0.0
-    pol.remaining = lambda j: 10000.0 if j in ("1", "2") else 500.0  # type: ignore[method-assign]
+    pol.work.remaining = lambda st, j: 10000.0 if j in ("1", "2") else 500.0  # type: ignore[method-assign]
     sc = Scratch(st)
-    assert pol.gpu_to_hold(sc, job) == "g1"
-    assert pol.room_in(sc, "g1", job) == 500.0 and pol.room_in(sc, "g0", job) == 10000.0
+    assert pol.choice.gpu_to_hold(sc, job) == "g1"
+    assert pol.choice.room_in(sc, "g1", job) == 500.0
+    assert pol.choice.room_in(sc, "g0", job) == 10000.0
 
 
 def test_hold_prefers_the_gpu_with_least_work_to_wait_for():
@@ -49,8 +50,8 @@ def test_hold_prefers_the_gpu_with_least_work_to_wait_for():
     # g1's two shortest residents end sooner than g0's: it drains to room first.
     left = {j: 100.0 * int(j) for j in st.jobs if j != job}
     left["8"], left["9"] = 5.0, 6.0
-    pol.remaining = lambda j: left[j]  # type: ignore[method-assign]
-    assert pol.gpu_to_hold(Scratch(st), job) == "g1"
+    pol.work.remaining = lambda st, j: left[j]  # type: ignore[method-assign]
+    assert pol.choice.gpu_to_hold(Scratch(st), job) == "g1"
 
 
 @pytest.mark.slow

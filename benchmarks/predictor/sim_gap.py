@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import collections
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -50,9 +51,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 from sim_heldout import avg_jct, family_trace  # noqa: E402
 
 from miso.sched.decisions import ApplyLayout  # noqa: E402
-from miso.sched.policies import planspeeds  # noqa: E402
-from miso.sched.policies.misoplus import MisoPlus  # noqa: E402
+from miso.sched.experiments import LearnEarlierSlices, MemoryPrior  # noqa: E402
+from miso.sched.policies.estimates import SpeedPlugin  # noqa: E402
 from miso.sched.policies.priors import prior_speeds  # noqa: E402
+from miso.sched.policies.rebalance import Rebalancing  # noqa: E402
 from miso.sim.engine import Simulator  # noqa: E402
 from miso.sim.heldout import families  # noqa: E402
 from miso.sim.metrics import summarize  # noqa: E402
@@ -126,36 +128,40 @@ def loss_by_workload(seed: int = 1) -> None:
     del h, oh
 
 
-def scaled_prior(k: float):  # noqa: ANN201
-    """The catalogue prior with every slice below the full GPU times ``k``."""
-    def prior(geom, memory_gb, harmonic=False):  # noqa: ANN001, ANN202
-        p = prior_speeds(geom, memory_gb, harmonic)
+@dataclass(frozen=True)
+class ScaledPrior(SpeedPlugin):
+    """An estimate plugin: the catalogue prior with every slice below the full GPU times
+    ``k``."""
+
+    k: float
+
+    def prior(self, pol, sc, geom, job, speeds, batch):  # noqa: ANN001, ANN201
         full = geom.model.full_profile().name
-        return {q: v if q == full else v * k for q, v in p.items()}
-    return prior
+        return {q: v if q == full else v * self.k for q, v in speeds.items()}
 
 
 def pessimistic_donor(k: float):  # noqa: ANN201
     """``Rebalancing.best_donor`` with an unmeasured job's slice speed times ``k``."""
     def best_donor(self, sc, g):  # noqa: ANN001, ANN202
+        pol = self.pol
         gs = sc.state.gpus[g]
         jobs = sc.jobs_on(g)
         if len(jobs) < 2 or gs.busy:
             return None
-        pinned = self.pinned(sc, jobs)
+        pinned = pol.pinned(sc, jobs)
         full = gs.geom.model.full_profile().name
         best = None
         for j in jobs:
             pl = gs.assignment.get(j)
             if pl is None or j in pinned:
                 continue
-            s = self.speeds(gs.geom, sc, [j])[j].get(pl.profile, 1.0)
-            if j not in self.est and pl.profile != full and \
-                    pl.profile not in self.learned.get(j, {}):
+            s = pol.speeds(gs.geom, sc, [j])[j].get(pl.profile, 1.0)
+            if j not in pol.est and pl.profile != full and \
+                    pl.profile not in pol.learned.get(j, {}):
                 s *= k
-            w = self.remaining(j)
-            saved = w / max(s, 0.05) - (w + self.restart_s)
-            if saved > self.restart_s and (best is None or (-saved, j) < best):
+            w = pol.work.remaining(pol.state, j)
+            saved = w / max(s, 0.05) - (w + pol.restart_s)
+            if saved > pol.restart_s and (best is None or (-saved, j) < best):
                 best = (-saved, j)
         return best
     return best_donor
@@ -284,26 +290,27 @@ def variant(gpus: int, restart: float, seed: int, kw: dict, family: str | None =
     if "mode" in kw:
         return in_place(gpus, restart, seed, kw.pop("mode"), kw.pop("meas", 10.0),
                         kw.pop("charge", True), family=family, **kw)
-    saved = planspeeds.prior_speeds, MisoPlus.best_donor
+    saved = Rebalancing.best_donor
     if "prior" in kw:
-        planspeeds.prior_speeds = scaled_prior(kw.pop("prior"))
+        kw["estimates"] = (ScaledPrior(kw.pop("prior")),)
     if "donor" in kw:
-        MisoPlus.best_donor = pessimistic_donor(kw.pop("donor"))  # type: ignore[method-assign]
+        Rebalancing.best_donor = pessimistic_donor(kw.pop("donor"))  # type: ignore[method-assign]
     try:
         return avg_jct(gpus, restart, seed, "heldout", family=family, **kw)
     finally:
-        planspeeds.prior_speeds, MisoPlus.best_donor = saved  # type: ignore[method-assign]
+        Rebalancing.best_donor = saved  # type: ignore[method-assign]
 
 
-LEARN = {"learn_earlier_slices": True}
-MEM = {"memory_prior": True}
+LEARN = {"estimates": (LearnEarlierSlices(),)}
+MEM = {"estimates": (MemoryPrior(),)}
+BOTH = {"estimates": (MemoryPrior(), LearnEarlierSlices())}
 
 
 def rows() -> list[tuple[str, dict]]:
     out: list[tuple[str, dict]] = [("miso+ as shipped", {}),
                                    ("+ learn_earlier_slices (new switch, off)", LEARN),
                                    ("+ memory_prior (new switch, off)", MEM),
-                                   ("+ memory_prior + learn_earlier_slices", {**MEM, **LEARN})]
+                                   ("+ memory_prior + learn_earlier_slices", BOTH)]
     out += [(f"prior x{k} (every decision)", {"prior": k}) for k in (1.1, 0.9, 0.8, 0.7)]
     out += [(f"rebalance: unmeasured slice speed x{k}", {"donor": k}) for k in (0.85, 0.7, 0.5)]
     out += [(f"learn_earlier_slices + rebalance: unmeasured x{k}", {"donor": k, **LEARN})
@@ -333,7 +340,7 @@ def main() -> None:
     seeds = range(1, args.seeds + 1)
     if args.families:
         cols = [("miso+ as shipped", {}), ("learn_earlier_slices", LEARN),
-                ("memory_prior", MEM), ("both", {**MEM, **LEARN})]
+                ("memory_prior", MEM), ("both", BOTH)]
         print("| family F (40 GPUs, restart 30 s, every family new) | true s | "
               + " | ".join(f"{c} | worst seed" for c, _ in cols) + " |")
         print("|---|---|" + "---|---|" * len(cols))

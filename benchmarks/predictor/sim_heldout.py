@@ -25,6 +25,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from miso.sched.experiments import PropagateObserved, RobustRisk
 from miso.sim.engine import Simulator
 from miso.sim.heldout import families
 from miso.sim.metrics import summarize
@@ -66,13 +67,14 @@ def main() -> None:
                                     ("heldout (all families)", {"predictor": "heldout"})]
     extra = [("heldout, errors x2", {"predictor": "heldout", "scale": 2.0}),
              ("heldout, errors x3", {"predictor": "heldout", "scale": 3.0}),
-             ("heldout, robust_risk 0.5", {"predictor": "heldout", "robust_risk": 0.5}),
+             ("heldout, robust_risk 0.5", {"predictor": "heldout",
+                                           "estimates": (RobustRisk(0.5),)}),
              ("heldout, propagate_observed", {"predictor": "heldout",
-                                              "propagate_observed": True}),
+                                              "estimates": (PropagateObserved(),)}),
              ("heldout x2, robust_risk 0.5", {"predictor": "heldout", "scale": 2.0,
-                                              "robust_risk": 0.5}),
+                                              "estimates": (RobustRisk(0.5),)}),
              ("heldout x2, propagate_observed", {"predictor": "heldout", "scale": 2.0,
-                                                 "propagate_observed": True})]
+                                                 "estimates": (PropagateObserved(),)})]
     for name, (gpus, restart) in SETTINGS.items():
         true = [avg_jct(gpus, restart, s, "true") for s in seeds]
         print(f"\n{name}: miso+ with true speeds {np.mean(true):.0f} s\n")

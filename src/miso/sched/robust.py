@@ -23,7 +23,7 @@ ways to decide with it, both switches of :class:`~miso.sched.policies.misoplus.M
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -72,19 +72,26 @@ def propagate(geom: Geometry, speeds: Mapping[str, float], measured: Mapping[str
     obs = {by_name[p]: float(v) for p, v in measured.items() if p in by_name}
     if not obs or calibration is None:
         return out
-    mean = np.empty(len(VAR_SLICES))
     have = {by_name[p]: v for p, v in speeds.items() if p in by_name}
-    for i, g in enumerate(VAR_SLICES):
-        if g in have:
-            mean[i] = have[g]
-        else:  # a slice the job does not fit: interpolate so conditioning stays defined
-            lower = [have[k] for k in have if k < g]
-            mean[i] = max(lower) if lower else min(have.values(), default=0.5)
-    cond, _ = condition(mean, calibration, obs)
+    cond, _ = condition(_slice_mean(have, VAR_SLICES), calibration, obs)
     for p, g in by_name.items():
         if p in out and p not in measured:
             out[p] = float(np.clip(cond[VAR_SLICES.index(g)], 0.01, 1.0))
     return out
+
+
+def _slice_mean(have: Mapping[int, float], slices: Sequence[int]) -> np.ndarray:
+    """The estimate per slice count of ``slices``; a slice the job does not fit interpolated
+    (the largest smaller one's, else the smallest known, else 0.5) so conditioning stays
+    defined."""
+    mean = np.empty(len(slices))
+    for i, g in enumerate(slices):
+        if g in have:
+            mean[i] = have[g]
+        else:
+            lower = [have[k] for k in have if k < g]
+            mean[i] = max(lower) if lower else min(have.values(), default=0.5)
+    return mean
 
 
 def anchored_full_rate(rate: float, estimated_speed: float) -> float:

@@ -2,7 +2,8 @@
 profiling, and whether a newcomer should share a GPU now or wait for a whole one, from the
 arrival rate, the queue and the restart price.
 
-A mixin of :class:`~miso.sched.policies.misoplus.MisoPlus` (it reads the policy's knobs
+The permit stage of :class:`~miso.sched.policies.misoplus.MisoPlus` (``pol.admission``; it
+reads the policy ``pol``'s knobs
 ``profile_when``, ``share_margin``, ``profile_levels``, ``profile_s``, ``restart_s``,
 ``default_remaining_s``, its arrival clock ``clock``, ``now``, the jobs that have run
 ``ran``, the measured speeds ``est`` and its ``speeds``/``remaining``/``arrival_within``).
@@ -10,13 +11,37 @@ A mixin of :class:`~miso.sched.policies.misoplus.MisoPlus` (it reads the policy'
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 from miso.optimize import OptimizerError, optimizer_for
 from miso.sched.policies.base import Scratch
+from miso.sched.state import JobStatus
+
+if TYPE_CHECKING:  # pragma: no cover
+    from miso.sched.policies.misoplus import MisoPlus
 
 #: When miso+ profiles a newcomer alone on an idle GPU (:meth:`Admission.profile_pays`).
 PROFILE_WHEN = ("auto", "always", "never")
+
+#: Job states whose remaining work is unknown (:meth:`JobState.remaining_work`)
+_ENDED = (JobStatus.FINISHED, JobStatus.FAILED)
+
+#: GPUs whose times bound the free time without a scan (:meth:`Admission.free_bound`)
+_BOUND_GPUS = 8
+#: GPUs kept from a scan for the next bound, soonest free first
+_SOONEST = 32
+
+
+def _waited(t_free: float, own: float, waits: list[float]) -> float:
+    """The waiting side's sum of completion times: the newcomer after ``t_free`` plus its
+    ``own`` work, then each resident's ``waits`` (added in this order, as floats)."""
+    wait = t_free + own
+    for w in waits:
+        wait += w
+    return wait
+
 
 #: Before the arrival rate is known, a lone newcomer is profiled when profiling costs at most
 #: this fraction of its remaining work.
@@ -26,30 +51,13 @@ LONG_JOB = 0.005
 class Admission:
     """Profiling and sharing decisions that must never make a cluster worse than NoPart."""
 
-    profile_when: str
-    share_margin: float
-    profile_levels: tuple[int, ...]
-    profile_s: float
-    restart_s: float
-    default_remaining_s: float
-    clock: Any
-    now: float
-    ran: set[str]
-    est: dict[str, dict[str, float]]
-    state: Any
-    work_seen: dict[str, float]
-    work_stats: list[float]
-    ahead: int
-    free_at: tuple[int, list[float]] | None
-    calls: int
-    speeds: Any
-    remaining: Any
-    typical_work: Any
-    in_batch: Any
-    wait_bias: float
-    load_samples: int
-    arrival_within: Any
-    burst: Any
+    def __init__(self, pol: MisoPlus) -> None:
+        self.pol = pol
+        self.free_at: tuple[int, list[float]] | None = None  # (call, GPU free times)
+        self.lazy_at: tuple[int, float] | None = None  # (call, typical work): scan deferred
+        self.soonest: list[str] = []   # the GPUs soonest free at the last scan
+        #: the figures of the last choice to wait (:func:`~.declined.declined_share`)
+        self.share_estimate: dict[str, Any] | None = None
 
     def heavy_load(self, sc: Scratch) -> bool:
         """Whether jobs will have to share GPUs: the arrivals' offered load (Little's law,
@@ -57,15 +65,15 @@ class Admission:
         standard deviations (busy GPUs are about Poisson-distributed). False while no arrival
         rate is known (a fixed mix, the first job) or once arrivals stopped; true in a burst
         (:meth:`Burst.burst`)."""
-        if self.burst():
+        if self.pol.bursts.burst():
             return True
-        load = self.clock.offered_load(self.typical_work(), self.load_samples)
-        if load is None or self.clock.quiet(self.now):
+        load = self.pol.clock.offered_load(self.pol.work.typical(), self.pol.load_samples)
+        if load is None or self.pol.clock.quiet(self.pol.now):
             return False
         # The rate is estimated from m arrivals (relative error ~ 1/sqrt(m)): take its lower
         # bound, so a few short gaps early on do not look like a busy cluster.
-        load *= 1.0 - 1.0 / len(self.clock.long) ** 0.5
-        return load + self.share_margin * load ** 0.5 >= len(sc.state.gpus)
+        load *= 1.0 - 1.0 / len(self.pol.clock.long) ** 0.5
+        return load + self.pol.share_margin * load ** 0.5 >= len(sc.state.gpus)
 
     def others_waiting(self, sc: Scratch, job: str) -> bool:
         """Whether, with fair share ordering the queue, another job waits: then a newcomer that
@@ -83,19 +91,20 @@ class Admission:
         expected (:meth:`heavy_load`; at light load a newcomer rather waits for a whole GPU,
         :meth:`better_to_wait`). A job not profiled is planned with the prior, corrected by
         its observed rates."""
-        run_s = len(self.profile_levels) * self.profile_s + \
-            (len(self.profile_levels) - 1) * self.restart_s
-        if self.profile_when == "never" or self.arrival_within(run_s):
+        run_s = len(self.pol.profile_levels) * self.pol.profile_s + \
+            (len(self.pol.profile_levels) - 1) * self.pol.restart_s
+        if self.pol.profile_when == "never" or self.pol.arrival_within(run_s):
             return False
-        if self.profile_when == "always" or self.heavy_load(sc):
+        if self.pol.profile_when == "always" or self.heavy_load(sc):
             return True
-        if self.clock.offered_load(self.default_remaining_s) is None:
+        if self.pol.clock.offered_load(self.pol.default_remaining_s) is None:
             # No load known yet (the first arrivals): a long job is profiled all the same,
             # the price being small against its run time and its chance to share some day.
-            return run_s + self.profile_s <= LONG_JOB * self.remaining(job)
+            left = self.pol.work.remaining(self.pol.state, job)
+            return run_s + self.pol.profile_s <= LONG_JOB * left
         return False
 
-    def better_to_wait(self, g: str, job: str, sc: Scratch) -> bool:
+    def better_to_wait(self, g: str, job: str, sc: Scratch, ahead: int) -> bool:
         """Whether ``job`` should wait for a whole GPU rather than share ``g`` now: the sum
         of the completion times of ``g``'s jobs and the newcomer, estimated both ways from
         their remaining work. Waiting: the residents keep their speeds, the newcomer starts
@@ -103,16 +112,46 @@ class Admission:
         alone. Sharing: everyone at their speed in the best layout for the mix, residents
         that move paying a restart (no growth counted: the estimate leans to waiting, which
         restarts nobody). At light load a GPU frees soon and waiting wins; two equal jobs
-        finish sooner on average one after the other than side by side on slices."""
-        self.share_estimate: dict[str, Any] | None = None  # its figures (declined.py)
+        finish sooner on average one after the other than side by side on slices.
+
+        The waiting time grows with the free time, so when sharing is worse even with an
+        upper bound of it (:meth:`free_bound`, a few GPUs' times) the scan of every GPU is
+        not needed (:meth:`scan_point` says when it may be left out). A choice to wait leaves
+        its figures in ``share_estimate`` (the declined-share record, declined.py)."""
+        self.share_estimate = None
         residents = sc.jobs_on(g)
-        if not any(r in self.ran for r in residents):
+        if not any(r in self.pol.ran for r in residents):
             return False  # nobody runs there yet: a plan for all of them restarts nobody
-        t_free = self.gpu_free_in(sc, self.ahead)
-        if t_free is None:
+        if not sc.state.gpus:
             return False
+        self.scan_point(sc)
+        got = self.both_ways(g, job, sc, residents)
+        if got is None:
+            return True  # no layout holds the mix
+        share, own, waits, moved = got
+        # The estimate leans to waiting (residents growing into freed slices later, and the
+        # queue behind a waiting job, are not counted): outside a fixed mix a newcomer waits
+        # only when sharing looks ``wait_bias`` times worse (1.2 measured best at 90 s).
+        bias = 1.0 if self.pol.in_batch() else self.pol.wait_bias
+        bound = self.free_bound(sc, ahead)
+        if bound is None or share < bias * _waited(bound, own, waits):
+            t_free = self.gpu_free_in(sc, ahead)
+            if t_free is None or share < bias * _waited(t_free, own, waits):
+                return False
+            bound = t_free
+        self.share_estimate = {"gpu": g, "job": job, "share_s": share,
+                               "wait_s": _waited(bound, own, waits), "bias": bias,
+                               "restarts": moved, "restart_s": self.pol.restart_s}
+        return True
+
+    def both_ways(self, g: str, job: str, sc: Scratch, residents: list[str]
+                  ) -> tuple[float, float, list[float], list[str]] | None:
+        """(sum of completion times sharing ``g``, the newcomer's own time alone, each
+        resident's time if it keeps its slice, the running residents sharing moves) for
+        :meth:`better_to_wait`; None when no layout holds the mix."""
+        rem = partial(self.pol.work.remaining, sc.state)
         geom = sc.state.gpus[g].geom
-        sp = self.speeds(geom, sc, [*residents, job])
+        sp = self.pol.speeds(geom, sc, [*residents, job])
         opt = optimizer_for(geom)
         current = sc.state.gpus[g].target_assignment()
         try:
@@ -120,35 +159,96 @@ class Admission:
             # Ties broken by fewest residents moved, as the re-plan itself would.
             shared = opt.solve(sp, current={r: current[r] for r in residents if r in current})
         except OptimizerError:
-            return True
-        wait = t_free + self.remaining(job)
-        share = self.remaining(job) / max(sp[job][shared.assignment[job].profile], 0.05)
+            return None
+        own = rem(job)
+        share = own / max(sp[job][shared.assignment[job].profile], 0.05)
+        waits = []
         moved = []
         for r in residents:
             before = current.get(r) or alone.assignment[r]
             after = shared.assignment[r]
-            wait += self.remaining(r) / max(sp[r].get(before.profile, 0.5), 0.05)
-            share += self.remaining(r) / max(sp[r][after.profile], 0.05)
-            if r in self.ran and after != current.get(r):
-                share += self.restart_s
+            waits.append(rem(r) / max(sp[r].get(before.profile, 0.5), 0.05))
+            share += rem(r) / max(sp[r][after.profile], 0.05)
+            if r in self.pol.ran and after != current.get(r):
+                share += self.pol.restart_s
                 moved.append(r)
-        # The estimate leans to waiting (residents growing into freed slices later, and the
-        # queue behind a waiting job, are not counted): outside a fixed mix a newcomer waits
-        # only when sharing looks ``wait_bias`` times worse (1.2 measured best at 90 s).
-        bias = 1.0 if self.in_batch() else self.wait_bias
-        self.share_estimate = {"gpu": g, "job": job, "share_s": share, "wait_s": wait,
-                               "bias": bias, "restarts": moved, "restart_s": self.restart_s}
-        return share >= bias * wait
+        return share, own, waits, moved
 
-    def gpu_ends_in(self, gs: Any) -> float:
+    def scan_point(self, sc: Scratch) -> None:
+        """Where a decision's first :meth:`better_to_wait` scans every GPU: the scan is left
+        for later (``lazy_at``: this call and the typical work then) when it would record no
+        job's work (every resident reporting progress is seen) and no estimate changes
+        during the decision (an estimator that needs profiles), so a later scan gives the
+        same times; else it runs now."""
+        calls = self.pol.calls
+        if (self.free_at is not None and self.free_at[0] == calls) or \
+                (self.lazy_at is not None and self.lazy_at[0] == calls):
+            return
+        if self.pol.estimator.needs_profile and not self.would_record(sc):
+            self.lazy_at = (calls, self.pol.work.typical())
+        else:
+            self.gpu_free_in(sc, 0)
+
+    def settle(self, sc: Scratch) -> None:
+        """Run a scan left for later now, before this decision changes an estimate (an
+        event hook after a placement pass, e.g. reclaim's): later asks read its times."""
+        lazy = self.lazy_at
+        if lazy is not None and lazy[0] == self.pol.calls and \
+                (self.free_at is None or self.free_at[0] != lazy[0]):
+            self.gpu_free_in(sc, 0)
+
+    def would_record(self, sc: Scratch) -> bool:
+        """Whether a scan would record a job's work (:meth:`WorkLearner.note`): a resident
+        reporting progress, not ended, not seen yet."""
+        seen, jobs = self.pol.work.seen, sc.state.jobs
+        for gs in sc.state.gpus.values():
+            for j in gs.jobs:
+                if j not in seen:
+                    js = jobs.get(j)
+                    if js is not None and js.progress is not None and js.status not in _ENDED:
+                        return True
+        return False
+
+    def free_bound(self, sc: Scratch, k: int) -> float | None:
+        """At least :meth:`gpu_free_in`: exact when this decision scanned, else the
+        ``k+1``-th soonest of the GPUs soonest free at the last scan (their times now);
+        None when there is no such bound."""
+        calls = self.pol.calls
+        if self.free_at is not None and self.free_at[0] == calls:
+            return self.gpu_free_in(sc, k)
+        gpus = sc.state.gpus
+        if self.lazy_at is None or self.lazy_at[0] != calls or k >= len(gpus):
+            return None
+        typical = self.lazy_at[1]
+        some = [gpus[g] for g in self.soonest if g in gpus][:k + _BOUND_GPUS]
+        if len(some) <= k:
+            return None
+        return sorted(self.gpu_end_times(some, lambda: typical))[k]
+
+    def gpu_end_times(self, gpus: Any, typical: Callable[[], float]) -> list[float]:
+        """Per GPU of ``gpus`` (GpuStates, in order), :meth:`gpu_ends_in`, the full profile's
+        name looked up once per GPU model: the scan over every GPU of :meth:`gpu_free_in`,
+        miso+'s hottest loop."""
+        fulls: dict[int, str] = {}
+        out = []
+        for gs in gpus:
+            if not gs.jobs:
+                out.append(0.0)
+                continue
+            model = gs.geom.model
+            full = fulls.get(id(model))
+            if full is None:
+                full = fulls[id(model)] = model.full_profile().name
+            out.append(self.gpu_ends_in(gs, full, typical))
+        return out
+
+    def gpu_ends_in(self, gs: Any, full: str, typical: Callable[[], float]) -> float:
         """Seconds until every job of ``gs`` has ended at its current slice's speed (its
-        estimate there, else 1.0 on the whole GPU and 0.5 on a slice): :meth:`remaining`
-        inlined, the scan over every GPU of :meth:`gpu_free_in` being miso+'s hottest loop."""
-        if not gs.jobs:
-            return 0.0
-        st = self.state
-        now, jobs, est, seen = st.now, st.jobs, self.est, self.work_seen
-        full = gs.geom.model.full_profile().name
+        estimate there, else 1.0 on the whole GPU ``full`` and 0.5 on a slice):
+        :meth:`WorkLearner.remaining` inlined (the same floats, the same work records in the
+        same order)."""
+        st = self.pol.state
+        now, jobs, est, seen = st.now, st.jobs, self.pol.est, self.pol.work.seen
         asg = gs.assignment
         t = 0.0
         for j in gs.jobs:
@@ -159,26 +259,34 @@ class Admission:
             else:
                 s = 1.0 if pl is None or pl.profile == full else 0.5
             js = jobs.get(j)
-            r = js.remaining_work(now) if js is not None else None
-            if r is None:
-                rem = self.typical_work()
+            p = None if js is None else js.progress
+            if p is None or js.status in _ENDED:  # type: ignore[union-attr]
+                rem = typical()
             else:
-                if j not in seen and js.progress is not None:  # as remaining() records it
-                    seen[j] = js.progress[1]
-                    self.work_stats[0] += js.progress[1]
-                    self.work_stats[1] += 1
-                rem = max(1.0, r)
-            t = max(t, rem / max(s, 0.05))
+                if j not in seen:  # as remaining() records it
+                    self.pol.work.note(j, p[1])
+                t0, work, rate = p  # JobState.remaining_work, then at least 1 s
+                left = work - (rate * (now - t0) if rate > 0 else 0.0)
+                rem = left if left > 1.0 else 1.0
+            x = rem / (0.05 if s < 0.05 else s)
+            if x > t:
+                t = x
         return t
 
     def gpu_free_in(self, sc: Scratch, k: int) -> float | None:
         """Seconds until the ``k+1``-th soonest GPU has finished all its jobs (each job's
         remaining work at its current slice's speed); None when fewer GPUs. One scan of the
         GPUs per decision."""
-        if self.free_at is None or self.free_at[0] != self.calls:
-            times = [self.gpu_ends_in(gs) for gs in sc.state.gpus.values()]
-            times.sort()
-            self.free_at = (self.calls, times)
+        calls = self.pol.calls
+        if self.free_at is None or self.free_at[0] != calls:
+            lazy = self.lazy_at
+            typical = (lambda: lazy[1]) if lazy is not None and lazy[0] == calls \
+                else self.pol.work.typical
+            gpus = list(sc.state.gpus.values())
+            ends = self.gpu_end_times(gpus, typical)
+            order = sorted(range(len(ends)), key=ends.__getitem__)[:_SOONEST]
+            self.soonest = [gpus[i].id for i in order]
+            self.free_at = (calls, sorted(ends))
         times = self.free_at[1]
         if not times:
             return None

@@ -18,11 +18,16 @@ class ArrivalClock:
         # lightly loaded cluster look busy.
         self.long: deque[float] = deque(maxlen=load_window)
         self.work: deque[float | None] = deque(maxlen=load_window)
+        self.undeclared = 0   # entries of ``work`` that are None
 
     def note(self, now: float, memory_gb: float, work_s: float | None = None) -> None:
         self.times.append(now)
         self.memory.append(memory_gb)
         self.long.append(now)
+        if len(self.work) == self.work.maxlen and self.work[0] is None:
+            self.undeclared -= 1  # falls out of the window
+        if work_s is None:
+            self.undeclared += 1
         self.work.append(work_s)
 
     def offered_load(self, default_work_s: float, min_samples: int = 16) -> float | None:
@@ -33,8 +38,9 @@ class ArrivalClock:
         if len(a) < min_samples or a[-1] <= a[0]:
             return None
         gap = (a[-1] - a[0]) / (len(a) - 1)
-        w = [default_work_s if x is None else x for x in self.work]
-        return sum(w) / len(w) / gap
+        w = [default_work_s if x is None else x for x in self.work] if self.undeclared \
+            else self.work  # the same floats, summed in the same order
+        return sum(w) / len(w) / gap  # type: ignore[arg-type]
 
     def mean_gap(self) -> float | None:
         """Mean inter-arrival time of the window (None before two distinct arrivals)."""

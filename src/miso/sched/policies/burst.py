@@ -8,20 +8,23 @@ fixed mix (``in_batch``: harmonic prior, at most ``burst_jobs`` per GPU while re
 dear). Landed jobs keep their slices, and a newcomer takes a free slot before it restarts a
 job that started alone on a whole GPU before the burst showed.
 
-A mixin of :class:`~miso.sched.policies.misoplus.MisoPlus` (it reads ``burst_jobs``,
-``burst_samples``, ``burst_load``, the arrival clock ``clock``, ``now``, ``state``,
-``profile_levels``, ``profile_s``, the GPU ``held`` for a starving job and the policy's
-``typical_work``, ``restart_cost``, ``arrival_within`` and ``candidate_gpus``).
+The burst regime of :class:`~miso.sched.policies.misoplus.MisoPlus` (``pol.bursts``; it
+reads the policy ``pol``'s ``burst_jobs``, ``burst_samples``, ``burst_load``, the arrival
+clock ``clock``, ``now``, ``state``, ``profile_levels``, ``profile_s``, its learners ``work``
+and ``restarts``, ``arrival_within`` and ``candidate_gpus``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from miso.sched.decisions import ApplyLayout
 from miso.sched.policies.base import Scratch, fitting_profiles
 from miso.sched.policies.percall import once_per_decision
 from miso.sched.policies.priors import prior_speeds
+
+if TYPE_CHECKING:  # pragma: no cover
+    from miso.sched.policies.misoplus import MisoPlus
 
 #: Share of the starting load (``burst_load`` x GPUs) that keeps a burst going.
 BURST_HOLD = 0.5
@@ -30,25 +33,9 @@ BURST_HOLD = 0.5
 class Burst:
     """Whether arrivals come as a burst, and the landing slots a GPU keeps in one."""
 
-    burst_jobs: int
-    burst_samples: int
-    clock: Any
-    now: float
-    state: Any
-    profile_levels: tuple[int, ...]
-    profile_s: float
-    typical_work: Any
-    restart_cost: Any
-    arrival_within: Any
-    candidate_gpus: Any
-    held: str | None
-    burst_load: float
-    bursting: bool
-    batch_restart_frac: float
-    work_stats: list[float]
-    restart_stats: list[float]
-    calls: int
-    _order: dict[str, int]
+    def __init__(self, pol: MisoPlus) -> None:
+        self.pol = pol
+        self.bursting = False  # the last :meth:`burst` answer
 
     @once_per_decision("burst_inputs")
     def burst(self) -> bool:
@@ -61,47 +48,47 @@ class Burst:
         arriving a second apart share GPUs as usual). No burst before some job's work is
         known (16 jobs on 16 GPUs looked like one with 3,000 s guessed). It ends when
         arrivals stop and its queue has drained."""
-        if self.burst_jobs <= 0 or self.state is None:
+        if self.pol.burst_jobs <= 0 or self.pol.state is None:
             return False
-        if self.clock.quiet(self.now):
+        if self.pol.clock.quiet(self.pol.now):
             # Arrivals stopped: the burst's queue still drains onto the landing slots.
-            self.bursting = self.bursting and bool(self.state.queue)
+            self.bursting = self.bursting and bool(self.pol.state.queue)
             return self.bursting
         work = self.burst_work()
-        m = len(self.clock.long)
-        load = None if work is None else self.clock.offered_load(work, self.burst_samples)
+        m = len(self.pol.clock.long)
+        load = None if work is None else self.pol.clock.offered_load(work, self.pol.burst_samples)
         if load is None or work is None:
             self.bursting = False
             return False
         load *= 1.0 - 1.0 / m ** 0.5
-        run_s = len(self.profile_levels) * self.profile_s + \
-            (len(self.profile_levels) - 1) * self.restart_cost("")
+        run_s = len(self.pol.profile_levels) * self.pol.profile_s + \
+            (len(self.pol.profile_levels) - 1) * self.pol.restarts.cost("")
         # Once in a burst, a lower load keeps it (half): the work estimate moves as jobs
         # report, and a burst that flickers off mid-plan drops its landing slots.
         hold = BURST_HOLD if self.bursting else 1.0
-        self.bursting = (load >= hold * self.burst_load * len(self.state.gpus)
+        self.bursting = (load >= hold * self.pol.burst_load * len(self.pol.state.gpus)
                          # once in a burst, measured (cheap) restarts do not end it
-                         and self.arrival_within(run_s * (2.0 if self.bursting else 1.0))
-                         and run_s >= self.batch_restart_frac * work)
+                         and self.pol.arrival_within(run_s * (2.0 if self.bursting else 1.0))
+                         and run_s >= self.pol.batch_restart_frac * work)
         return self.bursting
 
     def burst_work(self) -> float | None:
         """A typical job's work as the burst test sees it: the mean work measured so far,
         else the mean declared at submission, else :meth:`reported_work`."""
-        if self.work_stats[1]:
-            return self.typical_work()
-        known = [w for w in self.clock.work if w is not None]  # declared at submission
+        if self.pol.work.stats[1]:
+            return self.pol.work.typical()
+        known = [w for w in self.pol.clock.work if w is not None]  # declared at submission
         return sum(known) / len(known) if known else self.reported_work()
 
     def reported_work(self) -> float | None:
         """Mean work left that the jobs have reported so far (full-GPU seconds), before the
-        policy has priced any of them (:meth:`typical_work` learns a job's work only when it
+        policy has priced any of them (:meth:`WorkLearner.typical` learns a job's work only when it
         plans its GPU, and a job alone on a whole GPU is not re-planned): live, the first
         jobs of a burst report within a second, so the burst is seen by the third arrival
         rather than when the fifth finds every GPU taken and the first four must be
         restarted to land the rest. None when nobody reported yet. Reads, never records;
         only the GPUs' residents (not every job the cluster has seen)."""
-        st = self.state
+        st = self.pol.state
         seen = [p[1] for gs in st.gpus.values() for j in gs.jobs
                 if (p := st.jobs[j].progress) is not None and st.jobs[j].finished_at is None]
         return sum(seen) / len(seen) if seen else None
@@ -128,7 +115,7 @@ class Burst:
         waiting = [j for j in sc.jobs_on(g) if j not in asg]  # placed, no instance yet
         return len(free) - len(waiting)
 
-    def landing_gpu(self, sc: Scratch, g: str, job: str) -> str:
+    def landing_gpu(self, sc: Scratch, g: str, job: str, held: str | None) -> str:
         """In a burst, where ``job`` goes instead of ``g`` (the least crowded GPU) when
         joining ``g`` would restart its running jobs (a job alone on the whole GPU, started
         before the burst showed): the least crowded GPU with a free landing slot for it, so
@@ -136,10 +123,10 @@ class Burst:
         may end meanwhile; OptSta's jobs never restart). ``g`` itself otherwise."""
         if not sc.jobs_on(g) or not self.burst() or self.free_slots(sc, g, job) > 0:
             return g
-        for n, h in self.candidate_gpus(sc, job):  # least crowded first; memory checked
-            if n >= self.burst_jobs:
+        for n, h in self.pol.candidate_gpus(sc, job):  # least crowded first; memory checked
+            if n >= self.pol.burst_jobs:
                 break
-            if n and h != g and h != self.held and self.free_slots(sc, h, job) > 0:
+            if n and h != g and h != held and self.free_slots(sc, h, job) > 0:
                 return h
         return g
 
@@ -150,8 +137,8 @@ class Burst:
         if not self.burst():
             return {}
         gs = sc.state.gpus[g]
-        free = min(self.burst_jobs, gs.geom.model.max_instances) - len(jobs)
-        ghost = prior_speeds(gs.geom, self.clock.median_memory(), harmonic=True)
+        free = min(self.pol.burst_jobs, gs.geom.model.max_instances) - len(jobs)
+        ghost = prior_speeds(gs.geom, self.pol.clock.median_memory(), harmonic=True)
         if free <= 0 or not ghost:
             return {}
         return {f"\x00landing-{i}": ghost for i in range(free)}
@@ -162,6 +149,7 @@ class Burst:
         restart costs measured during it, the queue's emptiness and the cluster's size. Its
         hysteresis settles in one call (a wider window once bursting), so one answer per key
         is the answer every call would give (issue 17: computed once per decision)."""
-        st = self.state
-        return (self.calls, self.now, self.work_stats[1], self.restart_stats[1], id(st),
-                None if st is None else (bool(st.queue), len(st.gpus)), len(self._order))
+        pol = self.pol
+        st = pol.state
+        return (pol.calls, pol.now, pol.work.stats[1], pol.restarts.stats[1], id(st),
+                None if st is None else (bool(st.queue), len(st.gpus)), len(pol.gpu_index))

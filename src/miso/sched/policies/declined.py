@@ -74,10 +74,10 @@ def declined_plan(policy: Any, sc: Scratch, g: str, speeds: Speeds,
             g, (tuple(sorted(gs.layout)), tuple(sorted(alt.layout)), moved, reserved)):
         return
     priced = {j: penalty.get(j, 0.0) for j in moved}
-    costs = {j: policy.restart_cost(j) for j in moved}
+    costs = {j: policy.restarts.cost(j) for j in moved}
     sc.out.append(RepartitionDeclined(
         g, moved, gain, sum(priced.values()),
-        why={"trigger": policy.trigger, "unit": "speed", "horizon_s": horizon,
+        why={"trigger": sc.cycle.trigger, "unit": "speed", "horizon_s": horizon,
              "throughput": alt.throughput, "current_objective": cur,
              "layout": [str(p) for p in sorted(alt.layout)],
              "assignment": {j: str(p) for j, p in alt.assignment.items()},
@@ -105,8 +105,8 @@ def declined_share(policy: Any, sc: Scratch, g: str, job: str) -> None:
     """``job`` waits for a whole GPU rather than share ``g``: record the completion time
     sharing would save before its restarts (``gain``, s, summed over ``g``'s jobs and the
     newcomer) and what the restarts of ``g``'s running jobs cost (``price``, s), from the
-    estimate :meth:`Admission.better_to_wait` just made (``policy.share_estimate``)."""
-    est = getattr(policy, "share_estimate", None)
+    estimate :meth:`Admission.better_to_wait` just made (its ``share_estimate``)."""
+    est = policy.admission.share_estimate
     if not est or est.get("gpu") != g or est.get("job") != job:
         return
     moved = tuple(est["restarts"])
@@ -124,5 +124,5 @@ def declined_share(policy: Any, sc: Scratch, g: str, job: str) -> None:
             f"{est['wait_s']:.0f} s)")
     sc.out.append(RepartitionDeclined(
         g, moved, gain, price, job,
-        why={"trigger": policy.trigger, "unit": "s", "share_s": est["share_s"],
+        why={"trigger": sc.cycle.trigger, "unit": "s", "share_s": est["share_s"],
              "wait_s": est["wait_s"], "bias": est["bias"], "note": note}))

@@ -79,7 +79,7 @@ class Miso(BasePolicy):
         self.stale: set[str] = set()                   # jobs that need a (re-)profile
         self.dirty: set[str] = set()                   # GPUs to re-plan once not busy
         self.last_profile: dict[str, float] = {}
-        self._order: dict[str, int] = {}
+        self.gpu_index: dict[str, int] = {}           # GPU -> the order it was added in
         # GPUs with room, by (resident jobs, geometry, residents' fitting profiles); tagged
         # (jobs, geometry, fitting profiles of a newcomer the mix admits).
         self.occ: Occupancy[Scratch] = Occupancy(self._occ_key, self._occ_tags)
@@ -163,11 +163,11 @@ class Miso(BasePolicy):
                 continue
             sc.place(j, g)
             self.dirty.add(g)
-        for g in sorted(self.dirty, key=lambda x: self._order.get(x, 0)):
+        for g in sorted(self.dirty, key=lambda x: self.gpu_index.get(x, 0)):
             self.replan(now, g, sc)
 
     def on_gpu_added(self, now: float, gpu: str, sc: Scratch) -> None:
-        self._order[gpu] = len(self._order)
+        self.gpu_index[gpu] = len(self.gpu_index)
         self.on_capacity(now, sc)
 
     def on_slices_changed(self, now: float, gpu: str, sc: Scratch) -> None:

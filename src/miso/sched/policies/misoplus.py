@@ -7,11 +7,13 @@ from functools import partial
 from typing import Any
 
 from miso.optimize import OptimizerError, optimizer_for
-from miso.sched.clusterprior import ClusterPrior
 from miso.sched.decisions import ApplyLayout, Decision, RequeueCause, StartProfiling, WakeUp
 from miso.sched.events import (
     Event,
+    JobSpeedChanged,
     JobSubmitted,
+    ProfilingFinished,
+    SpeedObserved,
     Tick,
 )
 from miso.sched.policies.admission import PROFILE_WHEN, Admission
@@ -22,18 +24,19 @@ from miso.sched.policies.base import (
 from miso.sched.policies.baselines import BACKFILL_WINDOW
 from miso.sched.policies.burst import Burst
 from miso.sched.policies.declined import Declines, declined_plan
-from miso.sched.policies.economy import Relaunches, RestartEconomy
-from miso.sched.policies.explain import TRIGGERS, explain_plan
+from miso.sched.policies.economy import RestartEconomy
+from miso.sched.policies.estimates import SpeedPlugin
+from miso.sched.policies.explain import explain_plan
+from miso.sched.policies.learners import RestartCosts, WorkLearner
 from miso.sched.policies.miso import Miso
 from miso.sched.policies.observed import ObservedSpeeds
-from miso.sched.policies.placing import GpuChoice
+from miso.sched.policies.placing import GpuChoice, QueuePass
 from miso.sched.policies.planspeeds import PlanSpeeds
 from miso.sched.policies.rebalance import RebalanceIndex, Rebalancing
 from miso.sched.state import ClusterState
 
 
-class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartEconomy,
-               Rebalancing, Miso):
+class MisoPlus(PlanSpeeds, Miso):
     """Ours: MISO redesigned around restart economy. Every change is a switch, so the ablation
     table (benchmarks/README.md) can measure it:
 
@@ -74,19 +77,16 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
     * ``learn_restart_cost``: each job's restart cost is measured (from the plan that
       restarts it to its first progress report after the relaunch) and prices its next
       restarts; jobs not measured yet are priced at the mean measured cost.
-    * issue 19's switches, off (measured no better on held-out model families or worse on
-      the restart-economy cells, benchmarks/README.md "Predictor"): ``robust_risk``,
-      ``memory_prior``, ``cluster_prior`` (which speeds unprofiled jobs are planned with,
-      :mod:`~miso.sched.policies.planspeeds`); ``propagate_observed``, ``anchor_slices``,
-      ``learn_earlier_slices`` (what a measured slice teaches about the others,
-      :mod:`~miso.sched.policies.observed`).
+    * ``estimates``: estimate plugins (:mod:`~miso.sched.policies.estimates`), none
+      shipped; issue 19's experiments, measured no better (benchmarks/README.md,
+      "Predictor"), are plugins in :mod:`miso.sched.experiments`.
     * ``batch_arrivals``: jobs submitted in one instant before any arrival rate is known (a
       fixed mix) are planned together at the instant's end, so none starts only to be
       restarted by the next. In a fixed mix (:meth:`in_batch`) the prior is the harmonic
       mean (``batch_prior``), at most ``batch_jobs`` run per GPU when restarts are dear
       (``batch_restart_frac``) and plans stand for the ``batch_horizon_quantile``.
     * ``starve_after``: a queued job that fits nowhere and has waited that many typical
-      works (:meth:`typical_work`) gets a GPU held for it (:meth:`gpu_to_hold`, the one
+      works (:meth:`WorkLearner.typical`) gets a GPU held for it (:meth:`gpu_to_hold`, the one
       where it fits soonest): backfilled small jobs no longer pass it forever (the p95 of
       a saturated cluster; 8 measured best of 4-12, benchmarks/README.md "No regret").
     * ``burst_jobs``: many short jobs arriving within a fraction of one job's length
@@ -109,10 +109,7 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
                  batch_horizon_quantile: float = 0.75, starve_after: float = 8.0,
                  wait_bias: float = 1.2, burst_jobs: int = 3, burst_samples: int = 3,
                  burst_load: float = 1.5,
-                 learn_restart_cost: bool = True, robust_risk: float = 0.0,
-                 propagate_observed: bool = False, cluster_prior: bool = False,
-                 anchor_slices: bool = False, learn_earlier_slices: bool = False,
-                 memory_prior: bool = False,
+                 learn_restart_cost: bool = True, estimates: tuple[SpeedPlugin, ...] = (),
                  **miso_options: Any) -> None:
         super().__init__(**miso_options)
         if profile_when not in PROFILE_WHEN:
@@ -126,41 +123,25 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
         self.batch_jobs = batch_jobs
         self.batch_restart_frac = batch_restart_frac
         self.batch_prior = batch_prior
-        self.batch_horizon_quantile = batch_horizon_quantile
         self.starve_after = starve_after
         self.wait_bias = wait_bias
         self.burst_jobs, self.burst_samples, self.burst_load = burst_jobs, burst_samples, burst_load
-        self.bursting = False               # the last :meth:`burst` answer
-        self.held: str | None = None       # a GPU kept for a starving job (on_capacity)
-        self.learn_restart_cost = learn_restart_cost
-        self.robust_risk, self.propagate_observed = robust_risk, propagate_observed  # robust.py
-        self.predicted: dict[str, dict[str, float]] = {}  # estimates before any measurement
-        self.cluster_prior = ClusterPrior() if cluster_prior else None  # clusterprior.py
-        self.anchor_slices = anchor_slices
-        self.learn_earlier_slices = learn_earlier_slices  # observed.py
-        self.memory_prior = memory_prior
-        self.restarting: dict[str, dict[str, float]] = {}
-        self.relaunching = Relaunches()
-        self.restart_seen: dict[str, float] = {}
-        self.restart_stats = [0.0, 0.0]
-        self.work_seen: dict[str, float] = {}
-        self.work_stats = [0.0, 0.0]
-        self.ahead = 0                      # queued jobs ahead of the one being placed
-        self.waited = False                 # the last choose_gpu chose to wait
-        self.free_at: tuple[int, list[float]] | None = None  # (call, GPU free times)
+        self.estimates = tuple(p.build() for p in estimates)  # estimates.py
+        self.work = WorkLearner(default_remaining_s)  # learners.py
+        self.restarts = RestartCosts(restart_s, learn_restart_cost)
         self.calls = 0
         self.restart_s = restart_s
         self.profile_newcomers_only = profile_newcomers_only
         self.profile_levels = tuple(profile_levels)
-        self.economy = economy
         self.pin_uncheckpointable = pin_uncheckpointable
         self.rebalance = rebalance
         self.observed_correction = observed_correction
         self.default_remaining_s = default_remaining_s
-        self.horizon_quantile = horizon_quantile
-        self.replans = replans
         self.clock = ArrivalClock(quiet_gaps)
-        self.reserve = reserve
+        self.economy = RestartEconomy(  # the permit and reserve stages
+            self.work, self.restarts, self.clock, on=economy, replans=replans,
+            horizon_quantile=horizon_quantile, batch_horizon_quantile=batch_horizon_quantile,
+            reserve=reserve, max_jobs=self.max_jobs)
         self.backfill = backfill
         self.quiet_timer = False
         self.batch_timer = False
@@ -169,35 +150,53 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
         self.ran: set[str] = set()          # jobs that have made progress
         self.prior: set[str] = set()        # jobs planned with the prior (not profiled)
         self.learned: dict[str, dict[str, float]] = {}  # prior jobs: observed speeds
-        self.trigger = ""
         self.now = 0.0
         self.state: ClusterState | None = None
-        self.donors = RebalanceIndex(self.best_donor)
+        # the stages (plugins reading this policy's learners and knobs)
+        self.bursts = Burst(self)            # the burst regime (burst.py)
+        self.observing = ObservedSpeeds(self)  # learner: speed events (observed.py)
+        self.choice = GpuChoice(self)        # filter/score/permit: where a job goes (placing.py)
+        self.admission = Admission(self)     # permit: profile, share or wait (admission.py)
+        self.rebalancer = Rebalancing(self)  # post-bind: moves onto idle GPUs (rebalance.py)
+        self.donors = RebalanceIndex(self.rebalancer.best_donor)
         self.declines = Declines()          # declined repartitions recorded (declined.py)
 
     # -- inputs -----------------------------------------------------------------------------
     def decide(self, now: float, event: Event, state: ClusterState) -> list[Decision]:
-        self.trigger = TRIGGERS.get(type(event).__name__, type(event).__name__)
         self.state = state
         self.donors.note(event, state)
         self.now = now
         self.calls += 1
         if isinstance(event, JobSubmitted):
             self.clock.note(now, event.job.memory_gb, event.job.duration_hint_s)
-        if self.relaunching:
-            self.learn_restart_costs()
+        self.restarts.learn(state)
         out = super().decide(now, event, state)
-        self.note_restarts(now, out)
+        self.restarts.note_plans(state, self.ran, now, out)
         at = self.clock.quiet_from()
         if isinstance(event, JobSubmitted) and at is not None and not self.quiet_timer:
             self.quiet_timer = True
             out.append(WakeUp(at, "quiet"))
         return out
 
+    def choose_gpu(self, now: float, job: str, sc: Scratch) -> str | None:
+        return self.choice.choose_gpu(now, job, sc, QueuePass())
+
+    def on_profiled(self, now: float, ev: ProfilingFinished, sc: Scratch) -> None:
+        self.admission.settle(sc)  # estimates change below
+        super().on_profiled(now, self.observing.on_profiled(now, ev, sc), sc)
+
+    def on_speed_observed(self, now: float, ev: SpeedObserved, sc: Scratch) -> None:
+        self.admission.settle(sc)
+        self.observing.on_speed_observed(now, ev, sc)
+
+    def on_speed_changed(self, now: float, ev: JobSpeedChanged, sc: Scratch) -> None:
+        self.admission.settle(sc)
+        self.observing.on_speed_changed(now, ev, sc)
+
     def on_tick(self, now: float, ev: Tick, sc: Scratch) -> None:
         if ev.tag == "batch":
             self.batch_timer = False
-            for g in sorted(self.dirty, key=lambda x: self._order.get(x, 0)):
+            for g in sorted(self.dirty, key=lambda x: self.gpu_index.get(x, 0)):
                 self.replan(now, g, sc)
             return
         if ev.tag != "quiet":
@@ -227,7 +226,7 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
     def in_batch(self) -> bool:
         """A fixed mix: several jobs came, all at one instant (no arrival rate known)."""
         return self.batch_arrivals and len(self.clock.times) >= 2 and \
-            self.clock.mean_gap() is None or self.burst()
+            self.clock.mean_gap() is None or self.bursts.burst()
 
     def arrival_within(self, seconds: float) -> bool:
         """A newcomer is expected on a given GPU within ``seconds`` (arrivals spread evenly
@@ -236,7 +235,7 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
         before its profile matters."""
         gap = self.clock.mean_gap()
         return (gap is not None and not self.clock.quiet(self.now)
-                and gap * len(self._order) < seconds)
+                and gap * len(self.gpu_index) < seconds)
 
     # -- planning ---------------------------------------------------------------------------
     def replan(self, now: float, g: str, sc: Scratch, force_solve: bool = False) -> None:
@@ -251,7 +250,7 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
         if not self.profile_newcomers_only:
             super().replan(now, g, sc, force_solve)
             return
-        if self.batch_arrivals and self.trigger == "arrival" and \
+        if self.batch_arrivals and sc.cycle.trigger == "arrival" and \
                 self.clock.mean_gap() is None and not any(j in self.ran for j in jobs):
             # No arrival rate yet (the first jobs, or a batch submitted at once): plan at the
             # end of this instant, when every job submitted with it is placed, so no job
@@ -270,12 +269,12 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
         True when it does."""
         st = sc.state
         if not (self.estimator.needs_profile and j not in self.est and j not in self.ran
-                and st.jobs[j].spec.checkpointable and self.profile_pays(sc, j)):
+                and st.jobs[j].spec.checkpointable and self.admission.profile_pays(sc, j)):
             return False
         sc.out.append(StartProfiling(
             g, st.new_plan_id(), (j,), levels=self.profile_levels,
             seconds_per_level=self.profile_s,
-            why={"trigger": self.trigger, "note": f"{j} is new and alone on {g}: "
+            why={"trigger": sc.cycle.trigger, "note": f"{j} is new and alone on {g}: "
                  f"profiled alone ({len(self.profile_levels)} MPS levels) so its MIG "
                  f"speeds are known before it ever shares a GPU; no other job stops"}))
         self.last_profile[g] = now
@@ -289,8 +288,8 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
         speeds = sc.entitled_speeds(g, speeds)
         current = {j: pl for j, pl in gs.assignment.items() if j in speeds}
         pinned = self.pinned(sc, jobs) & set(current)
-        pinned |= self.landed(sc, g) & set(current)  # a burst's keep their slices
-        horizon, penalty = self.restart_prices(jobs, speeds, current)
+        pinned |= self.bursts.landed(sc, g) & set(current)  # a burst's keep their slices
+        horizon, penalty = self.economy.prices(sc, jobs, speeds, current, self.in_batch)
         objective = self.objective if horizon is None else "restart-aware"
         solve = partial(optimizer_for(gs.geom).solve, current=current, objective=objective,
                         restart_penalty=penalty, pinned=pinned)
@@ -308,7 +307,7 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
             declined_plan(self, sc, g, speeds, current, pinned, (horizon, penalty), reserved)
             return
         why = self.plan_why(g, jobs, speeds, current, assignment, sol.objective, pinned,
-                            horizon, reserved)
+                            horizon, reserved, sc.cycle.trigger)
         sc.out.append(ApplyLayout(g, sc.state.new_plan_id(), lay, assignment, why=why))
 
     def keep_room(self, sc: Scratch, g: str, jobs: list[str],
@@ -318,8 +317,9 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
         burst the landing slots stay free; else the headroom for the next arrival, only
         where it restarts nobody more (never restart a job for an arrival that may not
         come)."""
-        ghosts = self.landing_slots(sc, g, jobs)  # a burst: slots that stay for the next
-        ghost = None if self.bursting else self.headroom(sc, g, jobs)
+        ghosts = self.bursts.landing_slots(sc, g, jobs)  # a burst: slots that stay for the next
+        ghost = None if self.bursts.bursting else self.economy.headroom(
+            sc, g, jobs, lambda: self.admission.heavy_load(sc), self.first_candidate)
         if ghost is None and not ghosts:
             return sol, dict(sol.assignment), None
         ghosts = ghosts or {_NEXT: ghost}
@@ -347,20 +347,20 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
 
     def plan_why(self, g: str, jobs: list[str], speeds: dict[str, dict[str, float]],
                  current: dict[str, Any], assignment: dict[str, Any], objective: float,
-                 pinned: set[str], horizon: float | None, reserved: str | None
-                 ) -> dict[str, Any]:
+                 pinned: set[str], horizon: float | None, reserved: str | None,
+                 trigger: str) -> dict[str, Any]:
         """A plan's explanation: speeds and their uncertainty, throughput before and after,
         the restarts with the price each was charged (the one the plan was chosen with)."""
         thr = sum(speeds[j][pl.profile] for j, pl in assignment.items())
         cur_thr = sum(speeds[j][pl.profile] for j, pl in current.items()
                       if pl.profile in speeds[j])
         restarted = [j for j in current if assignment.get(j) != current[j]]
-        costs = {j: self.restart_cost(j) for j in restarted}  # what the plan priced them at
+        costs = {j: self.restarts.cost(j) for j in restarted}  # what the plan priced them at
         note = explain_plan(g, thr, cur_thr if current else None, restarted, horizon, costs)
         if reserved is not None:
             note += f"; {reserved} kept free for the next arrival (expected within the horizon)"
         return {
-            "trigger": self.trigger,
+            "trigger": trigger,
             **self.estimates_why(jobs, speeds),
             "objective": objective, "throughput": thr,
             "current_objective": cur_thr if current else None,
@@ -389,29 +389,28 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
         # owners' entitlements decide which GPUs a job may join (Scratch.may_join).
         no_room: dict[str, float] = {}
         bound = sc.owner_bound()
-        self.ahead = 0
-        starve = self.starve_after * self.typical_work() \
+        qp = QueuePass()
+        starve = self.starve_after * self.work.typical() \
             if self.starve_after > 0 and not self.in_batch() else None
-        self.held = None
         for j in sc.queue(BACKFILL_WINDOW):
             mem = jobs[j].spec.memory_gb
             key = jobs[j].spec.owner if bound else ""
             # It starves: hold a GPU for the first such job that finds no room (below).
-            hold = self.held is None and starve is not None and \
+            hold = qp.held is None and starve is not None and \
                 now - jobs[j].submitted_at > starve
             if mem >= no_room.get(key, float("inf")):
-                self.ahead += 1
+                qp.ahead += 1
                 if hold:
-                    self.held = self.gpu_to_hold(sc, j)
+                    qp.held = self.choice.gpu_to_hold(sc, j)
                 continue
-            self.waited = False
-            g = self.choose_gpu(now, j, sc)
+            qp.waited = False
+            g = self.choice.choose_gpu(now, j, sc, qp)
             if g is None:
-                if not self.waited:
+                if not qp.waited:
                     no_room[key] = mem
-                self.ahead += 1
-                if hold and not self.waited:
-                    self.held = self.gpu_to_hold(sc, j)
+                qp.ahead += 1
+                if hold and not qp.waited:
+                    qp.held = self.choice.gpu_to_hold(sc, j)
                 continue
             sc.place(j, g)
             self.dirty.add(g)
@@ -422,13 +421,12 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
         an event costs the GPUs that can be re-planned, not every busy one of a big cluster."""
         gpus = sc.state.gpus
         ready = [g for g in self.dirty if g not in gpus or not gpus[g].busy]
-        for g in sorted(ready, key=lambda x: self._order.get(x, 0)):
+        for g in sorted(ready, key=lambda x: self.gpu_index.get(x, 0)):
             self.replan(now, g, sc)
 
     # -- events -----------------------------------------------------------------------------
     def on_applied(self, now: float, gpu: str, sc: Scratch) -> None:
-        if self.restarting:
-            self.note_applied(now, gpu)
+        self.restarts.note_applied(sc.state, now, gpu)
         self.ran.update(sc.state.gpus[gpu].assignment)
         self.ran.update(sc.state.gpus[gpu].mps_shares)
         super().on_applied(now, gpu, sc)
@@ -436,17 +434,17 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
     def on_finish(self, now: float, job: str, gpu: str | None, sc: Scratch) -> None:
         self.ref_rate.pop(job, None)
         self.base_est.pop(job, None)
-        self.predicted.pop(job, None)
+        for p in self.estimates:
+            p.forget(job)
         self.estimator.uncertainty.pop(job, None)
         getattr(self.estimator, "interval", {}).pop(job, None)
         self.ran.discard(job)
         self.prior.discard(job)
         self.learned.pop(job, None)
-        self.restart_seen.pop(job, None)
-        self.work_seen.pop(job, None)
-        self.relaunching.pop(job, None)
+        self.restarts.forget(job)
+        self.work.forget(job)
         super().on_finish(now, job, gpu, sc)
         if self.rebalance:
-            self.fill_idle_gpus(now, sc)
+            self.rebalancer.fill_idle_gpus(now, sc)
 
 _NEXT = "\x00next-arrival"   # the phantom newcomer of :meth:`MisoPlus.headroom`

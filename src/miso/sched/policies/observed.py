@@ -3,66 +3,52 @@ learned predictor), observed MIG rates replacing predictions or the prior, and p
 (a job alone is re-profiled alone; on a shared GPU its estimates are rescaled instead of
 stopping the residents).
 
-Off by default (issue 19, measured no better): ``propagate_observed`` moves a job's other
-slices through the predictor's cross-slice error correlation after a measured slice
-(:mod:`miso.sched.robust`); ``anchor_slices`` anchors a full-GPU rate on a job's first slice
-(:func:`~miso.sched.robust.anchored_full_rate`); ``learn_earlier_slices`` turns the rates a
-prior-planned job showed on earlier slices into speeds once its full-GPU rate is known
-(:func:`earlier_slice_speeds`: held-out families, paper setting 1.060 -> 1.052 x true speeds,
-but the restart-economy 120 s cells +0.1 %).
+The profile's estimate plugins (:mod:`~miso.sched.policies.estimates`) hear of every rate
+(none shipped; issue 19's ``PropagateObserved``, ``AnchorSlices``, ``LearnEarlierSlices`` are
+in :mod:`miso.sched.experiments`).
 
-A mixin of :class:`~miso.sched.policies.misoplus.MisoPlus` (it reads and updates the policy's
+A learner of :class:`~miso.sched.policies.misoplus.MisoPlus` (``pol.observing``, the
+policy's speed-event hooks; it reads and updates the policy ``pol``'s
 ``est``, ``base_est``, ``ref_rate``, ``learned``, ``ran``, ``last_profile``, its knobs
-``observed_correction``, ``propagate_observed`` (with ``predicted``), ``anchor_slices``,
-``learn_earlier_slices``,
-``threshold``, ``cooldown``, its ``estimator`` and ``replan``).
+``observed_correction``, ``threshold``, ``cooldown``, its ``estimates``, ``estimator`` and
+``replan``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from miso.sched.estimators import PredictorEstimator
 from miso.sched.events import MPS_LEVELS, JobSpeedChanged, ProfilingFinished, SpeedObserved
 from miso.sched.policies.base import Scratch
-from miso.sched.robust import anchored_full_rate, propagate
+
+if TYPE_CHECKING:  # pragma: no cover
+    from miso.sched.policies.misoplus import MisoPlus
 
 
 class ObservedSpeeds:
     """Speed events (see the module docstring)."""
 
-    est: dict[str, dict[str, float]]
-    base_est: dict[str, dict[str, float]]
-    ref_rate: dict[str, float]
-    learned: dict[str, dict[str, float]]
-    ran: set[str]
-    last_profile: dict[str, float]
-    observed_correction: bool
-    propagate_observed: bool
-    anchor_slices: bool
-    learn_earlier_slices: bool
-    predicted: dict[str, dict[str, float]]
-    threshold: float
-    cooldown: float
-    estimator: Any
-    dirty: set[str]
-    replan: Any
-    burst: Any
+    def __init__(self, pol: MisoPlus) -> None:
+        self.pol = pol
 
-    def on_profiled(self, now: float, ev: ProfilingFinished, sc: Scratch) -> None:
-        self.ran.update(ev.speeds)
+    def on_profiled(self, now: float, ev: ProfilingFinished, sc: Scratch
+                    ) -> ProfilingFinished:
+        """A profile: its jobs have run; the event with every MPS level (the ones not
+        measured imputed for the learned predictor), for MISO's reading of it."""
+        self.pol.ran.update(ev.speeds)
         if tuple(ev.levels) != MPS_LEVELS and ev.speeds and isinstance(
-                self.estimator, PredictorEstimator):
+                self.pol.estimator, PredictorEstimator):
             # The learned predictor reads all three levels: impute the ones not measured.
             from miso.predict.levels import impute_profile
 
             ev = ProfilingFinished(ev.gpu, ev.plan_id, {
                 j: impute_profile(tuple(ev.levels), v) for j, v in ev.speeds.items()},
                 MPS_LEVELS)
-        super().on_profiled(now, ev, sc)  # type: ignore[misc]
+        return ev
 
     def on_speed_observed(self, now: float, ev: SpeedObserved, sc: Scratch) -> None:
-        if not self.observed_correction:
+        if not self.pol.observed_correction:
             return
         gs = sc.state.gpus.get(ev.gpu)
         if gs is None:
@@ -70,72 +56,52 @@ class ObservedSpeeds:
         full = gs.geom.model.full_profile().name
         if ev.placement.profile == full:
             self.note_full_rate(ev, full, sc)
-        if self.anchor_slices and ev.job not in self.ref_rate and \
-                ev.placement.profile in self.est.get(ev.job, {}):
-            self.ref_rate[ev.job] = anchored_full_rate(
-                ev.rate, self.est[ev.job][ev.placement.profile])
-        ref = self.ref_rate.get(ev.job)
-        if ref and ev.job not in self.est and ev.placement.profile != full:
-            self.learned.setdefault(ev.job, {})[ev.placement.profile] = \
+        for p in self.pol.estimates:
+            p.slice_rate(self.pol, sc, ev)
+        ref = self.pol.ref_rate.get(ev.job)
+        if ref and ev.job not in self.pol.est and ev.placement.profile != full:
+            self.pol.learned.setdefault(ev.job, {})[ev.placement.profile] = \
                 max(0.01, min(1.5, ev.rate / ref))
-        if ref and ev.job in self.est:
+        if ref and ev.job in self.pol.est:
             self.correct_estimates(ev.job, ref, gs.geom, full, sc)
 
     def note_full_rate(self, ev: SpeedObserved, full: str, sc: Scratch) -> None:
-        """A rate measured on the whole GPU: the job's reference rate (and, with
-        ``learn_earlier_slices``, what its earlier slices' rates say of their speeds)."""
-        self.ref_rate[ev.job] = ev.rate
-        if self.learn_earlier_slices and ev.job not in self.est:
-            self.learned[ev.job] = {**earlier_slice_speeds(
-                sc.state.jobs[ev.job].observed, ev.rate, full),
-                **self.learned.get(ev.job, {})}
+        """A rate measured on the whole GPU: the job's reference rate."""
+        self.pol.ref_rate[ev.job] = ev.rate
+        for p in self.pol.estimates:
+            p.full_rate(self.pol, sc, ev, full)
 
     def correct_estimates(self, job: str, ref: float, geom: Any, full: str,
                           sc: Scratch) -> None:
-        """Replace ``job``'s estimates by its observed rates over its full-GPU rate (with
-        ``propagate_observed``, spread to the slices not measured)."""
-        first = self.predicted.setdefault(job, dict(self.est[job])) \
-            if self.propagate_observed else {}
+        """Replace ``job``'s estimates by its observed rates over its full-GPU rate."""
+        for p in self.pol.estimates:
+            p.correcting(self.pol, job)
         obs = sc.state.jobs[job].observed
         for prof, r in obs.items():
-            if prof in self.est[job]:
-                self.est[job][prof] = max(0.01, min(1.5, r / ref))
-        if self.propagate_observed:  # from the estimate before any measurement
-            self.est[job] = propagate(geom, first, {
-                p: self.est[job][p] for p in obs if p in self.est[job] and p != full},
-                getattr(self.estimator, "calibration", None))
+            if prof in self.pol.est[job]:
+                self.pol.est[job][prof] = max(0.01, min(1.5, r / ref))
+        for p in self.pol.estimates:
+            p.corrected(self.pol, sc, job, geom, full)
 
     def on_speed_changed(self, now: float, ev: JobSpeedChanged, sc: Scratch) -> None:
-        if ev.baseline <= 0 or abs(ev.observed / ev.baseline - 1.0) <= self.threshold:
+        if ev.baseline <= 0 or abs(ev.observed / ev.baseline - 1.0) <= self.pol.threshold:
             return
         jobs = sc.jobs_on(ev.gpu) if ev.gpu in sc.state.gpus else []
-        recent = now - self.last_profile.get(ev.gpu, -1e18) < self.cooldown
+        recent = now - self.pol.last_profile.get(ev.gpu, -1e18) < self.pol.cooldown
         if jobs == [ev.job] and sc.state.jobs[ev.job].spec.checkpointable and not recent:
-            self.est.pop(ev.job, None)    # alone: re-profile it alone, nobody else stops
-            self.ref_rate.pop(ev.job, None)
-            self.ran.discard(ev.job)
-            self.replan(now, ev.gpu, sc)
+            self.pol.est.pop(ev.job, None)    # alone: re-profile it alone, nobody else stops
+            self.pol.ref_rate.pop(ev.job, None)
+            self.pol.ran.discard(ev.job)
+            self.pol.replan(now, ev.gpu, sc)
             return
         # Shared GPU: rescale instead of stopping the residents (relative speeds keep shape).
         f = ev.observed / ev.baseline
-        if ev.job in self.est:
+        if ev.job in self.pol.est:
             full = sc.state.gpus[ev.gpu].geom.model.full_profile().name
-            base = self.base_est.setdefault(ev.job, dict(self.est[ev.job]))
-            self.est[ev.job] = {p: (v if p == full else max(0.01, min(1.5, v * f)))
+            base = self.pol.base_est.setdefault(ev.job, dict(self.pol.est[ev.job]))
+            self.pol.est[ev.job] = {p: (v if p == full else max(0.01, min(1.5, v * f)))
                                 for p, v in base.items()}
-        self.dirty.add(ev.gpu)
-        if not self.burst():  # a burst's landing layout stays: the next event re-plans
-            self.replan(now, ev.gpu, sc)
+        self.pol.dirty.add(ev.gpu)
+        if not self.pol.bursts.burst():  # a burst's landing layout stays: the next event re-plans
+            self.pol.replan(now, ev.gpu, sc)
 
-
-def earlier_slice_speeds(observed: dict[str, float], full_rate: float, full: str
-                         ) -> dict[str, float]:
-    """Speeds of the slices a job ran on before its full-GPU rate was known: each slice's
-    first raw rate (``observed``, profile -> rate) over the full-GPU rate, clipped as every
-    observed speed is. A job planned with the prior that reaches a whole GPU (rebalanced onto
-    an idle one, or alone after its neighbours left) is then planned with the speed it really
-    had on its slice, not the catalogue's, when it next shares (issue 19, item 4)."""
-    if full_rate <= 0:
-        return {}
-    return {p: max(0.01, min(1.5, r / full_rate)) for p, r in observed.items()
-            if p != full and r > 0}

@@ -15,13 +15,32 @@ def order_note(state: ClusterState, placed: Set[str], job: str) -> dict[str, str
     """``{"order": words}`` when tenancy is on and ``job``'s priority or its owner's fair
     share put it before jobs queued earlier that still wait (``placed``: jobs placed in this
     call); None otherwise (FIFO, or only backfill passed them)."""
-    ten = state.tenancy
-    if ten is None:
+    if state.tenancy is None:
         return None
+    by_prio, by_fair = passed(state, placed, job)
+    if not by_prio and not by_fair:
+        return None
+    js = state.jobs[job]
+    who = f"{js.spec.owner or '(none)'}'s job"
+    parts = []
+    if by_prio:
+        parts.append(f"priority {js.spec.priority}: starts {who} before {counts(by_prio)} of "
+                     f"lower priority queued earlier")
+    if by_fair:
+        parts.append(f"fair share: starts {who} before {counts(by_fair)} queued earlier "
+                     f"(owners who used more of their share)")
+    return {"order": "; ".join(parts)}
+
+
+def passed(state: ClusterState, placed: Set[str], job: str
+           ) -> tuple[dict[str, int], dict[str, int]]:
+    """Per owner, the jobs queued before ``job`` that still wait and that the order put after
+    it: (by priority, by fair share). Tenancy on."""
+    ten = state.tenancy
+    assert ten is not None
     js = state.jobs[job]
     owner, prio, t0 = js.spec.owner, js.spec.priority, js.submitted_at
     fair = ten.config.fair_share
-    now = state.now
     level: dict[str, float] = {}
     by_prio: dict[str, int] = {}
     by_fair: dict[str, int] = {}
@@ -37,20 +56,10 @@ def order_note(state: ClusterState, placed: Set[str], job: str) -> dict[str, str
         elif fair and ks.spec.priority == prio and o != owner:
             for x in (o, owner):
                 if x not in level:
-                    level[x] = ten.level(x, now)
+                    level[x] = ten.level(x, state.now)
             if level[o] > level[owner] + 1e-9:
                 by_fair[o] = by_fair.get(o, 0) + 1
-    if not by_prio and not by_fair:
-        return None
-    who = f"{owner or '(none)'}'s job"
-    parts = []
-    if by_prio:
-        parts.append(f"priority {prio}: starts {who} before {counts(by_prio)} of lower "
-                     f"priority queued earlier")
-    if by_fair:
-        parts.append(f"fair share: starts {who} before {counts(by_fair)} queued earlier "
-                     f"(owners who used more of their share)")
-    return {"order": "; ".join(parts)}
+    return by_prio, by_fair
 
 
 def counts(by_owner: dict[str, int]) -> str:

@@ -3,68 +3,67 @@ the pinned residents), unless at light load waiting for a whole GPU ends the job
 (Net-gain placement, ``marginal_placement`` / ``min_gain``, measured worse on the saturated
 Philly trace and no better elsewhere, was deleted in issue 27; git keeps it.)
 
-A mixin of :class:`~miso.sched.policies.misoplus.MisoPlus` (it reads the policy's knob
-``wait_for_gpu``, the flag ``waited`` it sets, and its ``candidate_gpus``/``pinned``/
-``speeds``/``heavy_load``/``others_waiting``/``better_to_wait``).
+The filter/score stage of :class:`~miso.sched.policies.misoplus.MisoPlus` (``pol.choice``;
+it reads the policy ``pol``'s knob ``wait_for_gpu``, its ``candidate_gpus``, ``pinned`` and
+``speeds``, and asks its permit stage ``admission``; the facts of one pass over the queue
+come in a :class:`QueuePass`, not fields on the policy).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from miso.optimize import OptimizerError, optimizer_for
 from miso.sched.policies.base import Scratch, mix_feasible
 from miso.sched.policies.declined import declined_share
 
+if TYPE_CHECKING:  # pragma: no cover
+    from miso.sched.policies.misoplus import MisoPlus
+
+
+@dataclass
+class QueuePass:
+    """The facts of one pass over the queue (in one decision), shared by its placements:
+    ``ahead``, queued jobs ahead of the one being placed; ``held``, the GPU kept for a
+    starving job; ``waited``, whether the last choice was to wait."""
+
+    ahead: int = 0
+    held: str | None = None
+    waited: bool = False
+
 
 class GpuChoice:
     """Where a queued job goes (see the module docstring)."""
 
-    wait_for_gpu: bool
-    waited: bool
-    held: str | None
-    _order: dict[str, int]
-    candidate_gpus: Any
-    pinned: Any
-    speeds: Any
-    heavy_load: Any
-    others_waiting: Any
-    better_to_wait: Any
-    clock: Any
-    batch_jobs: int
-    burst_jobs: int
-    burst: Any
-    landed: Any
-    landing_gpu: Any
-    batch_restart_frac: float
-    in_batch: Any
-    restart_cost: Any
-    remaining: Any
-    max_jobs: int
+    def __init__(self, pol: MisoPlus) -> None:
+        self.pol = pol
 
-    def choose_gpu(self, now: float, job: str, sc: Scratch) -> str | None:
+    def choose_gpu(self, now: float, job: str, sc: Scratch, qp: QueuePass) -> str | None:
         """The least crowded GPU that can hold the job beside its pinned residents (an idle
         one first), skipping a GPU held for a starving job; in a burst its landing GPU. None
-        (``waited`` set) when the job should wait: a fixed batch's GPU is full
+        (``qp.waited`` set) when the job should wait: a fixed batch's GPU is full
         (:meth:`batch_full`), or at light load waiting for a whole GPU ends the jobs sooner
         (:meth:`better_to_wait`)."""
         g = None
-        for n, cand in self.candidate_gpus(sc, job):
-            if cand == self.held:
+        for n, cand in self.pol.candidate_gpus(sc, job):
+            if cand == qp.held:
                 continue  # kept for a starving job ahead of this one
             if n == 0 or self.fits_beside_pinned(cand, job, sc):
                 g = cand
                 break
         if g is not None:
-            g = self.landing_gpu(sc, g, job)  # a burst: a free slot, no restart
+            # a burst: a free slot, no restart
+            g = self.pol.bursts.landing_gpu(sc, g, job, qp.held)
         if g is not None and self.batch_full(g, sc):
-            self.waited = True
+            qp.waited = True
             return None
-        if g is not None and self.wait_for_gpu and sc.jobs_on(g) \
-                and not self.heavy_load(sc) and not self.others_waiting(sc, job) \
-                and self.better_to_wait(g, job, sc):
-            self.waited = True
-            declined_share(self, sc, g, job)  # the record of why it waits (declined.py)
+        adm = self.pol.admission
+        if g is not None and self.pol.wait_for_gpu and sc.jobs_on(g) \
+                and not adm.heavy_load(sc) and not adm.others_waiting(sc, job) \
+                and adm.better_to_wait(g, job, sc, qp.ahead):
+            qp.waited = True
+            declined_share(self.pol, sc, g, job)  # the record of why it waits (declined.py)
             return None
         return g
 
@@ -84,14 +83,14 @@ class GpuChoice:
         the first ones early and restart less (benchmarks/README.md, "No regret"). Cheap
         restarts make the growth cheap: no cap then (restart 30 s vs 600 s jobs, until
         their remaining work is under 300 s)."""
-        cap = self.batch_jobs
+        cap = self.pol.batch_jobs
         jobs = sc.jobs_on(g)
-        if self.burst():  # a burst: the landing layout's slots, no more
-            return len(jobs) >= self.burst_jobs
-        if cap <= 0 or len(jobs) < cap or not self.in_batch():
+        if self.pol.bursts.burst():  # a burst: the landing layout's slots, no more
+            return len(jobs) >= self.pol.burst_jobs
+        if cap <= 0 or len(jobs) < cap or not self.pol.in_batch():
             return False
-        work = sum(self.remaining(j) for j in jobs) / len(jobs)
-        return self.restart_cost("") >= self.batch_restart_frac * work
+        work = sum(self.pol.work.remaining(self.pol.state, j) for j in jobs) / len(jobs)
+        return self.pol.restarts.cost("") >= self.pol.batch_restart_frac * work
 
     def fits_beside_pinned(self, g: str, job: str, sc: Scratch) -> bool:
         """Whether a layout keeps the pinned residents of ``g`` (jobs that cannot checkpoint
@@ -101,10 +100,10 @@ class GpuChoice:
         job to end while another GPU could take it."""
         jobs = sc.jobs_on(g)
         gs = sc.state.gpus[g]
-        pinned = (self.pinned(sc, jobs) | self.landed(sc, g)) & set(gs.assignment)
+        pinned = (self.pol.pinned(sc, jobs) | self.pol.bursts.landed(sc, g)) & set(gs.assignment)
         if not pinned:
             return True
-        sp = self.speeds(gs.geom, sc, [*jobs, job])
+        sp = self.pol.speeds(gs.geom, sc, [*jobs, job])
         current = {j: pl for j, pl in gs.assignment.items() if j in sp}
         try:
             optimizer_for(gs.geom).solve(sp, current=current, pinned=pinned)
@@ -128,7 +127,7 @@ class GpuChoice:
             wait = self.room_in(sc, g, job)
             if wait is None:
                 continue
-            key = (wait, len(sc.jobs_on(g)), self._order.get(g, 0), g)
+            key = (wait, len(sc.jobs_on(g)), self.pol.gpu_index.get(g, 0), g)
             if best is None or key < best:
                 best = key
         return None if best is None else best[3]
@@ -139,8 +138,9 @@ class GpuChoice:
         when it fits now, None when it never fits ``g``."""
         st = sc.state
         geom = st.gpus[g].geom
-        cap = min(self.max_jobs, geom.model.max_instances)
-        left = sorted((self.remaining(j), st.jobs[j].spec.memory_gb) for j in sc.jobs_on(g))
+        cap = min(self.pol.max_jobs, geom.model.max_instances)
+        left = sorted((self.pol.work.remaining(st, j), st.jobs[j].spec.memory_gb)
+                      for j in sc.jobs_on(g))
         mem = st.jobs[job].spec.memory_gb
         for k in range(len(left) + 1):
             if len(left) - k < cap and mix_feasible(geom, [m for _, m in left[k:]] + [mem]):

@@ -12,6 +12,7 @@ says so (:meth:`RebalanceIndex.changed`, e.g. after re-planning it).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from miso.mig import Placement
 from miso.sched.decisions import ApplyLayout, RequeueCause
@@ -20,6 +21,9 @@ from miso.sched.occupancy import Occupancy
 from miso.sched.policies.base import Scratch
 from miso.sched.ranking import LazyRanking
 from miso.sched.state import ClusterState
+
+if TYPE_CHECKING:  # pragma: no cover
+    from miso.sched.policies.misoplus import MisoPlus
 
 #: (-saving, job) of a GPU's best donor, or None: the key of :class:`RebalanceIndex`.
 Donor = tuple[float, str]
@@ -84,12 +88,12 @@ class RebalanceIndex:
 
 
 class Rebalancing:
-    """miso+'s moves onto idle GPUs: a mixin of
-    :class:`~miso.sched.policies.misoplus.MisoPlus` (it reads ``donors``, ``restart_s`` and
-    the policy's ``pinned``, ``speeds``, ``remaining`` and ``replan``)."""
+    """miso+'s moves onto idle GPUs, after a completion (``pol.rebalancer``, a post-bind
+    stage of :class:`~miso.sched.policies.misoplus.MisoPlus`; it reads the policy ``pol``'s
+    ``donors``, ``restart_s``, ``pinned``, ``speeds``, ``work`` and ``replan``)."""
 
-    donors: RebalanceIndex
-    restart_s: float
+    def __init__(self, pol: MisoPlus) -> None:
+        self.pol = pol
 
     def best_donor(self, sc: Scratch, g: str) -> Donor | None:
         """(-saving, job) of the job of ``g`` that gains most from a whole GPU, when the time
@@ -98,16 +102,16 @@ class Rebalancing:
         jobs = sc.jobs_on(g)
         if len(jobs) < 2 or gs.busy:
             return None
-        pinned = self.pinned(sc, jobs)
+        pinned = self.pol.pinned(sc, jobs)
         best: Donor | None = None
         for j in jobs:
             pl = gs.assignment.get(j)
             if pl is None or j in pinned:
                 continue
-            s = self.speeds(gs.geom, sc, [j])[j].get(pl.profile, 1.0)
-            w = self.remaining(j)
-            saved = w / max(s, 0.05) - (w + self.restart_s)
-            if saved > self.restart_s and (best is None or (-saved, j) < best):
+            s = self.pol.speeds(gs.geom, sc, [j])[j].get(pl.profile, 1.0)
+            w = self.pol.work.remaining(self.pol.state, j)
+            saved = w / max(s, 0.05) - (w + self.pol.restart_s)
+            if saved > self.pol.restart_s and (best is None or (-saved, j) < best):
                 best = (-saved, j)
         return best
 
@@ -118,10 +122,10 @@ class Rebalancing:
         cy = sc.cycle
         if sc.queue(1):
             return
-        for target in self.donors.idle(sc):
+        for target in self.pol.donors.idle(sc):
             if st.gpus[target].base is not None:
                 continue  # service replicas hold slices of it: not a whole idle GPU
-            got = self.donors.pop(sc)
+            got = self.pol.donors.pop(sc)
             if got is None:
                 return
             saved, j, src = got
@@ -134,4 +138,4 @@ class Rebalancing:
                 "trigger": "rebalance", "restarts": [j], "expected_gain": -saved,
                 "note": f"{target} is idle and nothing queues: {j} moves from {src} to the "
                         f"whole GPU, finishing ~{-saved:.0f} s sooner net of one restart"}))
-            self.replan(now, src, sc)
+            self.pol.replan(now, src, sc)

@@ -1,0 +1,210 @@
+"""miso+'s learners: what the events so far teach about jobs' work and restarts' cost,
+read by every stage that prices time (the restart economy, admission, rebalancing, the burst
+test). Each learner is fed at the top of a decision and by the policy's event hooks; none
+reads the policy.
+
+* :class:`WorkLearner`: a job's remaining work from its progress reports, and the typical
+  work of a job that reported none.
+* :class:`RestartCosts`: each job's measured restart cost (from the plan that restarts it to
+  its first progress report after the relaunch) and the one restart price every stage uses
+  (:meth:`RestartCosts.cost`).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator
+from typing import Any
+
+from miso.sched.decisions import ApplyLayout, Decision
+from miso.sched.state import ClusterState
+
+
+class WorkLearner:
+    """Jobs' work (seconds alone on a full GPU): ``seen`` (job -> its work when first seen
+    reporting) and ``stats`` ([sum, count] of those)."""
+
+    def __init__(self, default_s: float) -> None:
+        self.default_s = default_s
+        self.seen: dict[str, float] = {}
+        self.stats = [0.0, 0.0]
+
+    def remaining(self, st: ClusterState | None, job: str) -> float:
+        """Work the job has left from its progress reports, folded into its state by the
+        driver (:meth:`JobState.remaining_work`); :meth:`typical` when it reports none."""
+        js = st.jobs.get(job) if st is not None else None
+        r = js.remaining_work(st.now) if js is not None else None  # type: ignore[union-attr]
+        if r is None:
+            return self.typical()
+        if job not in self.seen and js.progress is not None:  # type: ignore[union-attr]
+            self.note(job, js.progress[1])  # type: ignore[union-attr]
+        return max(1.0, r)
+
+    def note(self, job: str, work: float) -> None:
+        """``job`` first seen reporting ``work`` left."""
+        self.seen[job] = work
+        self.stats[0] += work
+        self.stats[1] += 1
+
+    def typical(self) -> float:
+        """Work of a job that reported none yet (live, a newcomer declares no work): the mean
+        work the other jobs had when first seen reporting, else ``default_s``. In the
+        simulator every checkpointable job declares its work at submission, so this prices
+        only jobs that never report; live, without it every newcomer looked like
+        ``default_s`` (3,000 s) of work and the demo's 12 s jobs waited for whole GPUs where
+        the simulator shared them."""
+        total, n = self.stats
+        return total / n if n >= 1 else self.default_s
+
+    def forget(self, job: str) -> None:
+        self.seen.pop(job, None)
+
+
+#: A restart not seen to end within this many ``restart_s`` (1 min at least) is not measured.
+STALE = 20.0
+
+
+class Relaunches:
+    """Relaunched jobs not seen resuming yet: job -> (the plan that restarted it, its
+    acknowledgement), in insertion order (a dict's), with what makes learning from them cost
+    what changed, not every relaunch in flight at every call: the jobs that reported progress
+    since (``ClusterState.watch_progress``) and a heap of when each goes stale."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, tuple[float, float]] = {}
+        self._seq: dict[str, int] = {}       # job -> insertion number (the dict's order)
+        self._n = 0
+        self._expiry: list[tuple[float, str]] = []
+        self._reported: set[str] = set()
+        self._state: ClusterState | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.entries)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __contains__(self, job: object) -> bool:
+        return job in self.entries
+
+    def __setitem__(self, job: str, value: tuple[float, float]) -> None:
+        if job not in self.entries:
+            self._seq[job] = self._n
+            self._n += 1
+        self.entries[job] = value
+        self._reported.add(job)  # a report may have come before this call saw the ack
+        heapq.heappush(self._expiry, (value[0], job))
+
+    def __delitem__(self, job: str) -> None:
+        del self.entries[job]
+        self._seq.pop(job, None)
+
+    def pop(self, job: str, default: Any = None) -> Any:
+        if job not in self.entries:
+            return default
+        got = self.entries[job]
+        del self[job]
+        return got
+
+    def items(self) -> Iterator[tuple[str, tuple[float, float]]]:
+        return iter(list(self.entries.items()))
+
+    def _note(self, job: str) -> None:
+        if job in self.entries:
+            self._reported.add(job)
+
+    def changed(self, state: ClusterState, stale_after: float
+                ) -> list[tuple[str, tuple[float, float]]]:
+        """The entries that may resolve now, in insertion order: reported since the last
+        call, or (by the heap) at least ``stale_after`` old (a superset; the caller decides)."""
+        if state is not self._state:
+            self._state = state
+            state.watch_progress(self._note)
+            self._reported.update(self.entries)
+        cand = self._reported
+        self._reported = set()
+        horizon = state.now - stale_after
+        exp = self._expiry
+        due: set[str] = set()
+        while exp and exp[0][0] <= horizon + 1e-6:
+            due.add(heapq.heappop(exp)[1])
+        for j in due:  # kept in the heap until gone (the caller's test is the exact one)
+            if j in self.entries:
+                heapq.heappush(exp, (self.entries[j][0] + 1e-3, j))
+        cand |= due
+        got = sorted((self._seq[j], j) for j in cand if j in self.entries)
+        return [(j, self.entries[j]) for _, j in got]
+
+
+class RestartCosts:
+    """The restart price: with ``learn``, each job's measured cost (decision to its first
+    progress report after the relaunch: checkpoint, reconfiguration, start, warm-up,
+    restore), else the mean of the costs measured so far (three at least), else the
+    configured ``prior_s``. ``restarting``: gpu -> job -> when a plan restarted it;
+    ``relaunching``: relaunched jobs not seen resuming; ``seen``: job -> its measured cost;
+    ``stats``: [sum, count] of every cost measured."""
+
+    def __init__(self, prior_s: float, learn: bool = True) -> None:
+        self.prior_s = prior_s
+        self.learn_costs = learn
+        self.restarting: dict[str, dict[str, float]] = {}
+        self.relaunching = Relaunches()
+        self.seen: dict[str, float] = {}
+        self.stats = [0.0, 0.0]
+
+    def cost(self, job: str) -> float:
+        """What restarting ``job`` costs (s); ``""``: a job not measured (the mean)."""
+        if not self.learn_costs:
+            return self.prior_s
+        got = self.seen.get(job)
+        if got is not None:
+            return got
+        total, n = self.stats
+        return total / n if n >= 3 else self.prior_s
+
+    def note_plans(self, st: ClusterState, ran: set[str], now: float,
+                   out: list[Decision]) -> None:
+        """Remember when this call's plans restart a running job (before the state applies
+        them), per GPU, to measure how long the job takes to report progress again."""
+        if not self.learn_costs:
+            return
+        for d in out:
+            if isinstance(d, ApplyLayout):
+                cur = st.gpus[d.gpu].assignment if d.gpu in st.gpus else {}
+                for j, pl in d.assignment.items():
+                    if j in ran and cur.get(j) != pl:
+                        self.restarting.setdefault(d.gpu, {})[j] = now
+
+    def note_applied(self, st: ClusterState, now: float, gpu: str) -> None:
+        """A plan of ``gpu`` is carried out: its restarted jobs' old runs are stopped (live,
+        the executor acknowledges after stopping and relaunching), so a progress report
+        from now on is the new run's."""
+        if not self.restarting:
+            return
+        for j, t0 in self.restarting.pop(gpu, {}).items():
+            js = st.jobs.get(j)
+            if js is not None and js.gpu == gpu and js.finished_at is None:
+                self.relaunching[j] = (t0, now)
+
+    def learn(self, st: ClusterState) -> None:
+        """Read each relaunched job's first progress report after the plan's
+        acknowledgement (folded into its state by the driver, live or simulated; not a last
+        report of the old run) as its restart cost: from the plan to that report. Only the
+        relaunches that can have changed are looked at (:meth:`Relaunches.changed`)."""
+        if not self.relaunching:
+            return
+        limit = STALE * max(self.prior_s, 60.0)
+        for j, (t0, acked) in self.relaunching.changed(st, limit):
+            js = st.jobs.get(j)
+            p = js.progress if js is not None else None
+            if js is None or js.finished_at is not None or st.now - t0 > limit:
+                del self.relaunching[j]  # ended, or no relaunch seen: nothing to learn
+            elif p is not None and p[0] > acked and p[2] > 0:
+                self.seen[j] = p[0] - t0
+                self.stats[0] += p[0] - t0
+                self.stats[1] += 1
+                del self.relaunching[j]
+
+    def forget(self, job: str) -> None:
+        self.seen.pop(job, None)
+        self.relaunching.pop(job, None)
