@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from miso.optimize import OptimizerError, optimizer_for
+from miso.sched.modelplace import several_models, swap_on_arrival
 from miso.sched.policies.base import Scratch, mix_feasible
 
 
@@ -40,6 +41,7 @@ class GpuChoice:
     restart_cost: Any
     remaining: Any
     max_jobs: int
+    model_aware: bool
 
     def choose_gpu(self, now: float, job: str, sc: Scratch) -> str | None:
         """The least crowded GPU that can hold the job beside its pinned residents (an idle
@@ -56,6 +58,8 @@ class GpuChoice:
                 break
         if g is not None:
             g = self.landing_gpu(sc, g, job)  # a burst: a free slot, no restart
+        if g is not None and self.model_aware and several_models(sc):
+            g = swap_on_arrival(self, sc, job, g)  # sched/modelplace.py
         if g is not None and self.batch_full(g, sc):
             self.waited = True
             return None

@@ -23,6 +23,7 @@ from typing import Any
 
 from miso.mig import Geometry
 from miso.sched.memoryprior import memory_prior
+from miso.sched.modelplace import for_geometry
 from miso.sched.policies.base import Scratch
 from miso.sched.policies.priors import prior_speeds
 from miso.sched.robust import pessimistic
@@ -48,6 +49,8 @@ class PlanSpeeds:
                 # Estimates that need no profile (true speeds, a profile taken at submission)
                 # are known from the start: no prior.
                 self.est[j] = self.estimator.estimate(geom, [sc.state.jobs[j]])[j]
+            if j in self.est:  # a job that moved from another GPU model: its speeds here
+                self.est[j] = for_geometry(self.est[j], geom)
             if j in self.est and self.cluster_prior is not None:
                 self.cluster_prior.add(j, self.est[j])
             if j in self.est:

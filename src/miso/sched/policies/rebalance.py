@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from miso.mig import Placement
 from miso.sched.decisions import ApplyLayout, RequeueCause
 from miso.sched.events import Event
+from miso.sched.modelplace import fill_by_model, several_models
 from miso.sched.occupancy import Occupancy
 from miso.sched.policies.base import Scratch
 from miso.sched.ranking import LazyRanking
@@ -90,6 +91,7 @@ class Rebalancing:
 
     donors: RebalanceIndex
     restart_s: float
+    model_aware: bool
 
     def best_donor(self, sc: Scratch, g: str) -> Donor | None:
         """(-saving, job) of the job of ``g`` that gains most from a whole GPU, when the time
@@ -117,6 +119,9 @@ class Rebalancing:
         st = sc.state
         cy = sc.cycle
         if sc.queue(1):
+            return
+        if self.model_aware and several_models(sc):
+            fill_by_model(self, now, sc)  # any job may gain from an idle GPU of another model
             return
         for target in self.donors.idle(sc):
             got = self.donors.pop(sc)
