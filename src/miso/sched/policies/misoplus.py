@@ -28,6 +28,7 @@ from miso.sched.policies.observed import ObservedSpeeds
 from miso.sched.policies.placing import GpuChoice
 from miso.sched.policies.planspeeds import PlanSpeeds
 from miso.sched.policies.rebalance import RebalanceIndex, Rebalancing
+from miso.sched.reservecost import headroom_pays
 from miso.sched.state import ClusterState
 
 
@@ -325,6 +326,10 @@ class MisoPlus(PlanSpeeds, Burst, ObservedSpeeds, GpuChoice, Admission, RestartE
         except OptimizerError:
             alt = None
         if alt is None or (ghost is not None and not set(alt.restarted) <= set(sol.restarted)):
+            return sol, dict(sol.assignment), None
+        if ghost is not None and not headroom_pays(  # sched/reservecost.py
+                jobs, speeds, sol.assignment, alt.assignment,
+                self.clock.mean_gap() * len(sc.state.gpus), self.restart_cost):
             return sol, dict(sol.assignment), None
         reserved = ", ".join(str(alt.assignment[x]) for x in ghosts)
         return alt, {j: pl for j, pl in alt.assignment.items() if j not in ghosts}, reserved
