@@ -257,3 +257,27 @@ def test_one_gpu_jobs_backfill_while_a_4_gpu_job_waits(tmp_path: Path) -> None:
         assert _until(lambda: ctl.store.get(b).state == "finished")
         assert len(list(out.glob("b-*.start"))) == 2
         assert _until(lambda: _running(c) == 0)
+
+
+def test_rendezvous_at_rank_0s_node_address(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """Each agent advertises MISO_NODE_ADDR (checked: an address or host name); a gang's
+    MASTER_ADDR is rank 0's node's address (loopback when none: one host)."""
+    from miso.agent.nodeaddr import node_addr, valid_addr
+    from miso.controller.gangs import rank_env
+
+    assert valid_addr("10.0.0.7") == "10.0.0.7" and valid_addr("gpu-a.example.org")
+    for bad in ("", "a b", "-x", "1.2.3.4; rm -rf /", "$(id)", 7):
+        assert valid_addr(bad) is None
+    monkeypatch.setenv("MISO_NODE_ADDR", "bad host")
+    assert node_addr() is None
+    assert rank_env(1, 0, 2, 29500, "10.0.0.7")["MASTER_ADDR"] == "10.0.0.7"
+    monkeypatch.setenv("MISO_NODE_ADDR", "127.0.0.1")
+    with _cluster(tmp_path) as c:
+        ctl = c.controller
+        assert ctl is not None
+        assert _until(lambda: ctl.rt.node_addrs == {"node0": "127.0.0.1", "node1": "127.0.0.1"})
+        jid, out = _submit(c, tmp_path)
+        assert _until(lambda: len(_ranks(out)) == 2)
+        assert {r["MASTER_ADDR"] for r in _ranks(out)} == {"127.0.0.1"}
+        (out / "release").touch()
+        assert _until(lambda: ctl.store.get(jid).state == "finished")
