@@ -5,7 +5,7 @@ miso+ may keep a slice of a GPU free for the next newcomer so that its arrival r
 nobody. The slice is not free: until the newcomer comes the residents run on smaller slices
 than the best plan gives them. On a stream of hours-long jobs arriving minutes apart the next
 arrival on a given GPU is an hour or more away, and the residents lose far more work to the
-idle slice than the restarts it avoids would cost (measured: miso+ 1.4-4.4 % worse with it
+idle slice than the restarts it avoids would cost (measured: miso+ 2.0-4.3 % worse with it
 than without, benchmarks/README.md "Headroom priced"). So the slice is kept only when
 
     (throughput of the residents without headroom - with it) x expected wait for the next
