@@ -18,8 +18,7 @@ a catalogue workload has factor 1 everywhere: blind for it). Pure: reads the pol
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+import weakref
 from typing import Any
 
 from miso.mig import Geometry, Placement
@@ -37,68 +36,28 @@ def relative_speed(workload: str | None, model: str, first: str) -> float:
     return model_factor(workload, model) / model_factor(workload, first)
 
 
+#: (the state, its GPU count, first and last GPU) -> the answer of :func:`several_models`
+_seen: tuple[weakref.ref, tuple[int, str, str], bool] | None = None
+
+
 def several_models(sc: Scratch) -> bool:
-    """Whether the cluster holds more than one GPU model."""
+    """Whether the cluster holds more than one GPU model. Asked per placement, so a
+    one-model cluster of thousands of GPUs is scanned once per change of its GPU set (as far
+    as its count and first and last GPU tell), not per call."""
+    global _seen
+    gpus = sc.state.gpus
+    if not gpus:
+        return False
+    key = (len(gpus), next(iter(gpus)), next(reversed(gpus)))
+    if _seen is not None and _seen[0]() is sc.state and _seen[1] == key:
+        return _seen[2]
     models: set[str] = set()
-    for gs in sc.state.gpus.values():
+    for gs in gpus.values():
         models.add(gs.geom.model.name)
         if len(models) > 1:
-            return True
-    return False
-
-
-@dataclass(frozen=True)
-class Move:
-    """A job moving onto an idle GPU: ``saved`` seconds of its completion, net of a restart."""
-
-    job: str
-    source: str
-    target: str
-    saved: float
-
-
-def best_move(sc: Scratch, target: str, first: str, *,
-              remaining: Callable[[str], float],
-              slice_speed: Callable[[str, str], float],
-              restart: Callable[[str], float],
-              pinned: Callable[[str], set[str]],
-              skip: Iterable[str] = ()) -> Move | None:
-    """The running job that gains most from moving alone onto ``target`` (idle), when it saves
-    more than a restart beyond the restart itself; None otherwise. ``slice_speed(job, gpu)``:
-    the job's speed on its slice of ``gpu`` relative to that whole GPU; ``pinned(gpu)``: the
-    jobs of ``gpu`` that must not move; ``skip``: GPUs not to take a job from (busy with a
-    plan, or already a donor in this decision)."""
-    st = sc.state
-    tmodel = st.gpus[target].geom.model.name
-    skipped = set(skip)
-    best: Move | None = None
-    for g, gs in st.gpus.items():
-        if g == target or g in skipped or gs.busy:
-            continue
-        jobs = sc.jobs_on(g)
-        if not jobs:
-            continue
-        smodel = gs.geom.model.name
-        if len(jobs) < 2 and smodel == tmodel:
-            continue  # alone on the same model: nothing to gain
-        held = pinned(g)
-        for j in jobs:
-            js = st.jobs[j]
-            if j in held or j not in gs.assignment or not js.spec.checkpointable \
-                    or js.spec.num_gpus > 1:
-                continue
-            w = js.spec.workload
-            now_speed = max(slice_speed(j, g), 0.05) * relative_speed(w, smodel, first)
-            new_speed = relative_speed(w, tmodel, first)
-            if new_speed <= now_speed:
-                continue
-            left = remaining(j)
-            cost = restart(j)
-            saved = left / now_speed - (left / new_speed + cost)
-            if saved > cost and (best is None or saved > best.saved):
-                best = Move(j, g, target, saved)
-    return best
-
+            break
+    _seen = (weakref.ref(sc.state), key, len(models) > 1)
+    return _seen[2]
 
 
 #: A move (or swap) must save this many restarts beyond the restarts it costs (the blind
