@@ -63,6 +63,8 @@ def several_models(sc: Scratch) -> bool:
 #: A move (or swap) must save this many restarts beyond the restarts it costs (the blind
 #: rebalance's rule; 0.5-4 measured within 1 % of each other on the two-model benchmark)
 MARGIN = 1.0
+#: Idle GPUs filled per decision (each scans every running job: bounded on a big cluster)
+MAX_TARGETS = 16
 
 
 class _View:
@@ -183,13 +185,14 @@ def plan_moves(policy: Any, sc: Scratch, target: str, used: set[str]
 
 def fill_by_model(policy: Any, now: float, sc: Scratch) -> None:
     """miso+'s hook on several GPU models (:meth:`Rebalancing.fill_idle_gpus`, when nothing
-    queues): each idle GPU, in GPU order, gets the moves of :func:`plan_moves`; each source
+    queues): each idle GPU (the first ``MAX_TARGETS``, in GPU order) gets the moves of
+    :func:`plan_moves`; each source
     GPU left behind is re-planned. Decisions as the blind rebalance makes them (a requeue,
     a placement and the whole GPU's layout per move)."""
     st = sc.state
     used: set[str] = set()
     idle = [g for g, gs in st.gpus.items() if not gs.busy and not sc.jobs_on(g)]
-    for target in idle:
+    for target in idle[:MAX_TARGETS]:
         if target in used:
             continue
         moves = plan_moves(policy, sc, target, used)
