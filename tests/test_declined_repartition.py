@@ -92,11 +92,18 @@ def test_the_simulators_decision_log_shows_a_declined_repartition_with_its_numbe
         logs.append(DecisionLog(None))
         return Observer(None, logs[-1], estimates=policy_estimates(pol))
 
-    r = run_policy("miso+", poisson_jobs(60, seed=1, mean_interarrival_s=60.0),
-                   WorldConfig(n_gpus=4, restart_s=120.0), 1, record=True, observer=observer)
-    got = [d for _, d in r.log if isinstance(d, RepartitionDeclined) and not d.job]
-    outweighed = [d for d in got if d.price >= d.gain]
-    assert outweighed, "the run has a repartition whose restarts cost more than its gain"
+    # a few small runs (declines are rare once headroom is kept only where it pays): the
+    # first with a repartition whose restarts cost more than its gain is checked
+    for seed, gap, gpus in ((1, 60.0, 4), (3, 60.0, 8), (5, 120.0, 4), (4, 60.0, 8)):
+        logs.clear()
+        r = run_policy("miso+", poisson_jobs(60, seed=seed, mean_interarrival_s=gap),
+                       WorldConfig(n_gpus=gpus, restart_s=120.0), 1, record=True,
+                       observer=observer)
+        got = [d for _, d in r.log if isinstance(d, RepartitionDeclined) and not d.job]
+        if any(d.price >= d.gain for d in got):
+            break
+    else:
+        raise AssertionError("no run has a repartition whose restarts cost more than its gain")
     for d in got:
         w = d.why or {}
         assert d.gain > 0 and d.restarts

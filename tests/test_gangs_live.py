@@ -205,3 +205,79 @@ def test_stop_gang_checkpoints_every_rank_then_resumes(tmp_path: Path) -> None:
         assert _until(lambda: _running(c) == 0)
     finally:
         c.close()
+
+
+#: A one-GPU job (the job helper): marks $OUT/<NAME>-<attempt>.start, runs until
+#: $OUT/<NAME>.release exists (or 30 s); saves and exits checkpointed when asked.
+ONE_JOB = textwrap.dedent("""\
+    import os, time
+    from miso import job
+    e = os.environ
+    out, name = e["OUT"], e["NAME"]
+    ctx = job.context()
+    open(os.path.join(out, f"{name}-{e['MISO_ATTEMPT']}.start"), "w").close()
+    t = time.time() + 30
+    while time.time() < t and not os.path.exists(os.path.join(out, f"{name}.release")):
+        time.sleep(0.05)
+        if ctx.checkpoint_requested():
+            ctx.save_json({"iteration": 1}, iteration=1)
+            ctx.exit_checkpointed()
+    ctx.finish()
+""")
+
+
+@pytest.mark.slow
+def test_one_gpu_jobs_backfill_while_a_4_gpu_job_waits(tmp_path: Path) -> None:
+    """4 GPUs on two nodes: ``a`` holds one; a 4-GPU gang waits for it with the other three
+    reserved; ``b``, submitted after the gang, backfills a reserved GPU (its work is unknown:
+    it may run until the reservation starts). When ``a`` ends, ``b`` is checkpointed and the
+    gang starts on all four GPUs; ``b`` runs again once the gang has ended."""
+    with LocalCluster(tmp_path / "state", nodes=2, gpus_per_node=2,
+                      config=ControllerConfig(policy="miso", **FAST)) as c:
+        ctl = c.controller
+        assert ctl is not None
+        assert _until(lambda: len(ctl.rt.gpus) == 4)
+        out = tmp_path / "out"
+        out.mkdir()
+        one = tmp_path / "one.py"
+        one.write_text(ONE_JOB)
+        a = ctl.submit([sys.executable, str(one)], env={"OUT": str(out), "NAME": "a"})
+        assert _until(lambda: any(out.glob("a-*.start")))
+        g, _ = _submit(c, tmp_path, n=4)
+        b = ctl.submit([sys.executable, str(one)], env={"OUT": str(out), "NAME": "b"})
+        assert _until(lambda: any(out.glob("b-*.start")))  # backfilled while the gang waits
+        assert ctl.store.get(g).state == "queued" and ctl.store.get(a).state == "running"
+        (out / "a.release").touch()
+        assert _until(lambda: len({r["RANK"] for r in _ranks(out)}) == 4)
+        assert ctl.store.get(b).state == "queued"  # checkpointed for the reservation
+        assert ctl.store.attempts(b)[0]["status"] == "checkpointed"
+        (out / "release").touch()
+        assert _until(lambda: ctl.store.get(g).state == "finished")
+        (out / "b.release").touch()
+        assert _until(lambda: ctl.store.get(b).state == "finished")
+        assert len(list(out.glob("b-*.start"))) == 2
+        assert _until(lambda: _running(c) == 0)
+
+
+def test_rendezvous_at_rank_0s_node_address(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """Each agent advertises MISO_NODE_ADDR (checked: an address or host name); a gang's
+    MASTER_ADDR is rank 0's node's address (loopback when none: one host)."""
+    from miso.agent.nodeaddr import node_addr, valid_addr
+    from miso.controller.gangs import rank_env
+
+    assert valid_addr("10.0.0.7") == "10.0.0.7" and valid_addr("gpu-a.example.org")
+    for bad in ("", "a b", "-x", "1.2.3.4; rm -rf /", "$(id)", 7):
+        assert valid_addr(bad) is None
+    monkeypatch.setenv("MISO_NODE_ADDR", "bad host")
+    assert node_addr() is None
+    assert rank_env(1, 0, 2, 29500, "10.0.0.7")["MASTER_ADDR"] == "10.0.0.7"
+    monkeypatch.setenv("MISO_NODE_ADDR", "127.0.0.1")
+    with _cluster(tmp_path) as c:
+        ctl = c.controller
+        assert ctl is not None
+        assert _until(lambda: ctl.rt.node_addrs == {"node0": "127.0.0.1", "node1": "127.0.0.1"})
+        jid, out = _submit(c, tmp_path)
+        assert _until(lambda: len(_ranks(out)) == 2)
+        assert {r["MASTER_ADDR"] for r in _ranks(out)} == {"127.0.0.1"}
+        (out / "release").touch()
+        assert _until(lambda: ctl.store.get(jid).state == "finished")

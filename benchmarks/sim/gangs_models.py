@@ -7,6 +7,10 @@
    on a whole A100-40GB) at ``--load`` of the cluster's whole-GPU capacity (each H100 counts
    the mix's mean :func:`miso.sched.modelspeed.model_factor`), miso+ placing by model
    (``model_aware``, the default) against the same policy placing blind (GPU order).
+   ``--fair``: two owners submitting alike (seeded halves of the stream), fair share on with
+   weights 1:1 and 2:1, at ``--fair-load`` (both backlogged): each owner's share of the
+   GPU-equivalents in use (tenancy's model-neutral unit: GPUs of the first model, others x
+   their hardware ratio), time-weighted from the first quarter of the arrivals to the last.
 2. **Philly with gangs**: the first 3,000 jobs of the Philly trace (multi-GPU rows kept) on 64
    GPUs (the issue's check; about 4x overloaded), the first 10,000 on ``--philly-gpus`` (384:
    about 90 % of their offered GPU work over their submission span), and optionally the
@@ -56,6 +60,43 @@ def two_models(seeds: int, n_jobs: int, load: float) -> dict:
             "mean_ratio": statistics.mean(r["ratio"] for r in rows)}
 
 
+def usage_shares(r, t0: float, t1: float) -> dict[str, float]:  # noqa: ANN001
+    """Each owner's time-weighted share of the GPU-equivalents in use over [t0, t1]."""
+    acc: dict[str, float] = {}
+    ev = r.owner_usage
+    for (t, d), (tn, _) in zip(ev, [*ev[1:], (t1, None)], strict=True):
+        a, b = max(t, t0), min(tn, t1)
+        if b > a:
+            for o, c in d.items():
+                acc[o] = acc.get(o, 0.0) + c * (b - a)
+    tot = sum(acc.values()) or 1.0
+    return {o: v / tot for o, v in sorted(acc.items())}
+
+
+def two_owners(seeds: int, n_jobs: int, load: float) -> dict:
+    from miso.sched.tenancyconfig import TenancyConfig
+    from miso.sim.traces import assign_tenants
+
+    base = poisson_jobs(n_jobs, seed=1)
+    mean_dur = float(np.mean([j.duration_s for j in base]))
+    cap = sum(k * float(np.mean([model_factor(j.workload, m, MIX[0][0]) for j in base]))
+              for m, k in MIX)
+    cfg = WorldConfig(gpu_model=MIX[0][0], n_gpus=sum(k for _, k in MIX), gpu_mix=MIX)
+    rows = []
+    for w in ({"u0": 1.0, "u1": 1.0}, {"u0": 2.0, "u1": 1.0}):
+        for s in range(1, seeds + 1):
+            jobs = assign_tenants(poisson_jobs(n_jobs, seed=s,
+                                               mean_interarrival_s=mean_dur / (load * cap)),
+                                  2, 0.5, seed=s)
+            r = run_policy("miso+", jobs, cfg, s, tenancy=TenancyConfig(weights=w))
+            last = max(j.submit_s for j in jobs)
+            sh = usage_shares(r, 0.25 * last, last)
+            tot = sum(w.values())
+            rows.append({"weights": w, "seed": s, "shares": sh,
+                         "deviation": {o: sh.get(o, 0.0) / (x / tot) - 1 for o, x in w.items()}})
+    return {"load": load, "rows": rows}
+
+
 def busiest_window(days: float = 3.0) -> tuple[float, float]:
     jobs = load_trace("philly", seed=1)
     subs = np.array([j.submit_s for j in jobs])
@@ -97,6 +138,9 @@ def main() -> None:
     ap.add_argument("--load", type=float, default=0.9)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--skip", default="")
+    ap.add_argument("--fair", action="store_true", help="the two-owner fair-share check")
+    ap.add_argument("--fair-load", type=float, default=4.0)
+    ap.add_argument("--fair-jobs", type=int, default=400)
     ap.add_argument("--philly-cells", default="first_3000_64gpus,first_10000",
                     help="of first_3000_64gpus, first_10000, busiest_3_days")
     ap.add_argument("--philly-gpus", type=int, default=384,
@@ -114,6 +158,15 @@ def main() -> None:
             print(f"| {r['seed']} | {r['aware_avg_jct_s']:.0f} | {r['blind_avg_jct_s']:.0f} "
                   f"| {r['ratio']:.3f} |")
         print(f"| mean | | | {m['mean_ratio']:.3f} |")
+    if a.fair:
+        f = out["two_owners"] = two_owners(a.seeds, a.fair_jobs, a.fair_load)
+        print(f"\nTwo owners, fair share, {a.fair_jobs} jobs, load {a.fair_load:.0%}\n")
+        print("| weights | seed | shares (u0 / u1) | vs weights (u0 / u1) |")
+        print("|---|---|---|---|")
+        for r in f["rows"]:
+            w, sh, dv = r["weights"], r["shares"], r["deviation"]
+            print(f"| {w['u0']:g}:{w['u1']:g} | {r['seed']} | {sh.get('u0', 0):.3f} / "
+                  f"{sh.get('u1', 0):.3f} | {dv['u0']:+.1%} / {dv['u1']:+.1%} |")
     if "philly" not in skip:
         pols = ["nopart", "optsta", "miso", "miso+"]
         cells = {"first_3000_64gpus": (None, 3000, 64),

@@ -60,6 +60,7 @@ from miso.agent.attempt import (
 )
 from miso.agent.bounds import JobBounds
 from miso.agent.launch import job_base_env, log_cap_bytes, start_guarded
+from miso.agent.nodeaddr import node_addr
 from miso.backend.base import BackendError, GpuBackend, MpsHandle, ReconfigurationError
 from miso.job import CHECKPOINT_SIGNAL
 from miso.mig import Placement, canonical
@@ -163,7 +164,8 @@ class Agent:
                 "profiles": [p.name for p in self.backend.geometry(g.index).profiles],
             })
         return {"node": self.node, "backend": self.backend.name, "pid": os.getpid(),
-                "workdir": str(self.workdir), "gpus": gpus}
+                "workdir": str(self.workdir), "gpus": gpus,
+                "addr": node_addr()}  # a gang's rendezvous host (agent/nodeaddr.py)
 
     def apply_layout(self, gpu: int, layout: list[Any]) -> dict[str, Any]:
         """Apply a layout; ``{"ok", "layout", "error", "kind"}`` (layout read back)."""

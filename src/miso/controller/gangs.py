@@ -8,8 +8,10 @@ worker owns it):
 * **Start, all or none**: each GPU gets its one full-size MIG instance (a whole GPU: MIG stays
   on, as the operator set it), then rank ``i`` is launched on ``gpus[i]`` as an attempt of its
   own (attempt numbers are never reused, so no rank runs twice) with ``RANK``, ``LOCAL_RANK``,
-  ``WORLD_SIZE``, ``MASTER_ADDR`` (127.0.0.1: every agent of an emulated cluster is on this
-  host) and ``MASTER_PORT`` (a free port chosen per start). If one rank cannot start, the
+  ``WORLD_SIZE``, ``MASTER_ADDR`` (rank 0's node: the address its agent advertises,
+  :mod:`miso.agent.nodeaddr`; 127.0.0.1 when none, every agent of an emulated cluster being on
+  this host) and ``MASTER_PORT`` (a port free on the controller's host, chosen per start: on
+  several hosts it is not checked free on rank 0's). If one rank cannot start, the
   started ones are killed and the core hears :class:`~miso.sched.events.GangFailed` (the job
   is back in its queue); else :class:`~miso.sched.events.GangStarted`.
 * Rank 0's run is the job's run (``Runtime.runs``): its progress, checkpoints and exit are
@@ -70,10 +72,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def rank_env(rank: int, local_rank: int, world: int, port: int) -> dict[str, str]:
-    """The variables torch.distributed reads, for one rank."""
+def rank_env(rank: int, local_rank: int, world: int, port: int,
+             master: str = MASTER_ADDR) -> dict[str, str]:
+    """The variables torch.distributed reads, for one rank (``master``: rank 0's node)."""
     return {"RANK": str(rank), "LOCAL_RANK": str(local_rank), "WORLD_SIZE": str(world),
-            "MASTER_ADDR": MASTER_ADDR, "MASTER_PORT": str(port)}
+            "MASTER_ADDR": master, "MASTER_PORT": str(port)}
 
 
 class GangRunner:
@@ -158,6 +161,8 @@ class GangRunner:
         if path is not None and path != rec.checkpoint_path:
             rt.store.progress(job, checkpoint_iteration=resume, checkpoint_path=path)
         port = free_port()
+        # rank 0's node is the rendezvous host (its advertised address; one host: loopback)
+        master = rt.node_addrs.get(refs[0].node, MASTER_ADDR) if refs[0] else MASTER_ADDR
         started: list[Run] = []
         per_node: dict[str, int] = {}
         world = len(d.gpus)
@@ -182,7 +187,7 @@ class GangRunner:
                 spec = {"job": job, "attempt": attempt, "command": rec.command,
                         "gpu": ref.index, "placement": [full.start, full.profile],
                         "mps_pct": None, "checkpoint_dir": str(ck_dir), "resume_from": path,
-                        "env": {**rec.env, **rank_env(rank, local, world, port)},
+                        "env": {**rec.env, **rank_env(rank, local, world, port, master)},
                         "cwd": rec.cwd, "owner": rec.owner, "unix_user": rec.unix_user,
                         "rank": rank}
                 run = Run(job, attempt, ref.node, ref.id, ref.index, full, None, time.time())

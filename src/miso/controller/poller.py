@@ -23,6 +23,7 @@ import threading
 import time
 from typing import Any
 
+from miso.agent.nodeaddr import valid_addr
 from miso.attemptstatus import AttemptStatus
 from miso.controller.executor import PlanExecutor
 from miso.controller.launcher import Relaunch
@@ -106,6 +107,9 @@ class AgentPoller:
             self._incarnation[node] = desc.get("incarnation")
             if desc.get("workdir"):
                 rt.agent_dirs[node] = str(desc["workdir"])
+            addr = valid_addr(desc.get("addr"))  # a gang's MASTER_ADDR when rank 0 is here
+            if addr is not None:
+                rt.node_addrs[node] = addr
             self._node_fail[node] = 0
         for g in desc["gpus"]:
             if not g.get("mig", True):

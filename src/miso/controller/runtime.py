@@ -151,6 +151,8 @@ class Runtime:
         self._horizon = 0.0
         #: Work directory of each node's agent (from its ``describe``).
         self.agent_dirs: dict[str, str] = {}
+        #: node -> the address its agent advertises for a gang's rendezvous (agent/nodeaddr.py)
+        self.node_addrs: dict[str, str] = {}
         self._backup_due = False
         self._last_backup = -1e9
         self._backup_cost = 0.0

@@ -14,7 +14,8 @@ with a reservation and backfill (Slurm's backfill scheduler, one reservation):
    no policy places a new job on them, their jobs run to their end (draining). The gang's
    expected start ``T`` is the latest of those ends.
 3. **Backfill**: an idle reserved GPU runs a later job whole (a later gang, or a one-GPU job
-   of the policy's queue) when it is expected to finish before ``T``. A backfilled run never
+   of the policy's queue) when it is expected to finish before ``T``, or when its work is
+   unknown (live, a newcomer declares none) and it can checkpoint. A backfilled run never
    delays the reservation: once nothing but backfilled runs stands between the gang and its
    GPUs, they are checkpointed and requeued (:class:`~miso.sched.decisions.StopGang`).
 4. **Release**: held GPUs no queued gang needs go back to the policy's view (an idle one is
@@ -290,10 +291,12 @@ class GangLayer:
     def _backfill_fit(self, ps: GangPass, j: str, free: list[str],
                       horizon: float) -> list[str] | None:
         """The GPUs of ``free`` job ``j`` would backfill, or None (it cannot checkpoint, its
-        work left is unknown or longer than ``horizon``, or it does not fit)."""
+        work left is longer than ``horizon``, or it does not fit). A job whose work is unknown
+        (live, a newcomer declares none) backfills too: it is checkpointed when the
+        reservation starts (:meth:`_start_reserved`), so it never delays it."""
         js = ps.st.jobs[j]
         left = js.remaining_work(ps.now)
-        if not js.spec.checkpointable or left is None or left > horizon \
+        if not js.spec.checkpointable or (left is not None and left > horizon) \
                 or js.spec.num_gpus > len(free):
             return None
         full = ps.st.gangs.gpus[free[0]].geom.model.full_profile().memory_gib

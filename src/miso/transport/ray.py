@@ -121,7 +121,12 @@ class AgentActor:
         return self.agent.ping()
 
     def describe(self) -> dict[str, Any]:
-        return self.agent.describe()
+        d = self.agent.describe()
+        if d.get("addr") is None:  # a gang's rendezvous host: this Ray node's IP
+            from ray.util import get_node_ip_address  # noqa: PLC0415
+
+            d["addr"] = get_node_ip_address()
+        return d
 
     def apply_layout(self, gpu: int, layout: list[Any]) -> dict[str, Any]:
         return self.agent.apply_layout(gpu, layout)

@@ -33,6 +33,7 @@ from miso.sched.policies.observed import ObservedSpeeds
 from miso.sched.policies.placing import GpuChoice, QueuePass
 from miso.sched.policies.planspeeds import PlanSpeeds
 from miso.sched.policies.rebalance import RebalanceIndex, Rebalancing
+from miso.sched.reservecost import headroom_pays
 from miso.sched.state import ClusterState
 
 
@@ -181,6 +182,9 @@ class MisoPlus(PlanSpeeds, Miso):
     def choose_gpu(self, now: float, job: str, sc: Scratch) -> str | None:
         return self.choice.choose_gpu(now, job, sc, QueuePass())
 
+    def has_room(self, sc: Scratch, job: str) -> bool:
+        return self.choice.has_room(sc, job)  # a resident that cannot checkpoint is no room
+
     def on_profiled(self, now: float, ev: ProfilingFinished, sc: Scratch) -> None:
         self.admission.settle(sc)  # estimates change below
         super().on_profiled(now, self.observing.on_profiled(now, ev, sc), sc)
@@ -328,6 +332,10 @@ class MisoPlus(PlanSpeeds, Miso):
         except OptimizerError:
             alt = None
         if alt is None or (ghost is not None and not set(alt.restarted) <= set(sol.restarted)):
+            return sol, dict(sol.assignment), None
+        if ghost is not None and not headroom_pays(  # sched/reservecost.py
+                jobs, speeds, sol.assignment, alt.assignment,
+                self.clock.mean_gap() * len(sc.state.gpus), self.restarts.cost):
             return sol, dict(sol.assignment), None
         reserved = ", ".join(str(alt.assignment[x]) for x in ghosts)
         return alt, {j: pl for j, pl in alt.assignment.items() if j not in ghosts}, reserved

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from miso.optimize import OptimizerError, optimizer_for
+from miso.sched.modelplace import several_models, swap_on_arrival
 from miso.sched.policies.base import Scratch, mix_feasible
 from miso.sched.policies.declined import declined_share
 
@@ -45,16 +46,9 @@ class GpuChoice:
         (``qp.waited`` set) when the job should wait: a fixed batch's GPU is full
         (:meth:`batch_full`), or at light load waiting for a whole GPU ends the jobs sooner
         (:meth:`better_to_wait`)."""
-        g = None
-        for n, cand in self.pol.candidate_gpus(sc, job):
-            if cand == qp.held:
-                continue  # kept for a starving job ahead of this one
-            if n == 0 or self.fits_beside_pinned(cand, job, sc):
-                g = cand
-                break
-        if g is not None:
-            # a burst: a free slot, no restart
-            g = self.pol.bursts.landing_gpu(sc, g, job, qp.held)
+        g = self.first_fit(sc, job, qp)
+        if g is not None and self.pol.model_aware and several_models(sc):
+            g = swap_on_arrival(self.pol, sc, job, g, qp.held)  # sched/modelplace.py
         if g is not None and self.batch_full(g, sc):
             qp.waited = True
             return None
@@ -67,12 +61,22 @@ class GpuChoice:
             return None
         return g
 
+    def first_fit(self, sc: Scratch, job: str, qp: QueuePass) -> str | None:
+        """The least crowded GPU that holds ``job`` beside its pinned residents, not the one
+        held for a starving job; in a burst its landing GPU (a free slot, no restart)."""
+        for n, cand in self.pol.candidate_gpus(sc, job):
+            if cand == qp.held:
+                continue  # kept for a starving job ahead of this one
+            if n == 0 or self.fits_beside_pinned(cand, job, sc):
+                return self.pol.bursts.landing_gpu(sc, cand, job, qp.held)
+        return None
+
     def has_room(self, sc: Scratch, job: str) -> bool:
         """Whether some GPU holds ``job`` beside its pinned residents, as :meth:`choose_gpu`
         asks (fair share's reclaim asks first: a GPU held by a job that cannot checkpoint is
         no room for the waiting owner, issue 26)."""
         return any(n == 0 or self.fits_beside_pinned(g, job, sc)
-                   for n, g in self.candidate_gpus(sc, job))
+                   for n, g in self.pol.candidate_gpus(sc, job))
 
     def batch_full(self, g: str, sc: Scratch) -> bool:
         """Whether ``g``, the least crowded GPU, already runs ``batch_jobs`` jobs in a fixed

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from miso.mig import Geometry
+from miso.sched.modelplace import for_geometry
 from miso.sched.policies.base import Scratch
 from miso.sched.policies.estimates import SpeedPlugin
 from miso.sched.policies.priors import prior_speeds
@@ -38,6 +39,8 @@ class PlanSpeeds:
                 # Estimates that need no profile (true speeds, a profile taken at submission)
                 # are known from the start: no prior.
                 self.est[j] = self.estimator.estimate(geom, [sc.state.jobs[j]])[j]
+            if j in self.est:  # a job that moved from another GPU model: its speeds here
+                self.est[j] = for_geometry(self.est[j], geom)
             if j in self.est:
                 out[j] = self.est[j]
                 for p in self.estimates:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from miso.mig import Placement
 from miso.sched.decisions import ApplyLayout, RequeueCause
 from miso.sched.events import Event
+from miso.sched.modelplace import fill_by_model, several_models
 from miso.sched.occupancy import Occupancy
 from miso.sched.policies.base import Scratch
 from miso.sched.ranking import LazyRanking
@@ -121,6 +122,9 @@ class Rebalancing:
         st = sc.state
         cy = sc.cycle
         if sc.queue(1):
+            return
+        if self.pol.model_aware and several_models(sc):
+            fill_by_model(self.pol, now, sc)  # any job may gain from an idle GPU of another model
             return
         for target in self.pol.donors.idle(sc):
             if st.gpus[target].base is not None:
