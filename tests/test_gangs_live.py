@@ -52,7 +52,7 @@ def _submit(c: LocalCluster, tmp: Path, n: int = 2, **env: str) -> tuple[str, Pa
     return jid, out
 
 
-def _until(pred, timeout: float = 8.0) -> bool:  # type: ignore[no-untyped-def]
+def _until(pred, timeout: float = 30.0) -> bool:  # type: ignore[no-untyped-def]
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if pred():
