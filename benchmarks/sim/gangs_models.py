@@ -14,9 +14,9 @@
 2. **Philly with gangs**: the first 3,000 jobs of the Philly trace (multi-GPU rows kept) on 64
    GPUs (the issue's check; about 4x overloaded), the first 10,000 on ``--philly-gpus`` (384:
    about 90 % of their offered GPU work over their submission span), and optionally the
-   busiest 3-day window (sized to 90 % of the work offered within it: 393 GPUs), every policy: average JCT, the
-   gangs' p95 queueing delay against NoPart (a whole-GPU FIFO with backfill) and the
-   GPU-hours idle while a gang waits.
+   busiest 3-day window (sized to 90 % of the work offered within it: 393 GPUs), every
+   policy: average JCT, the gangs' p95 queueing delay against NoPart (a whole-GPU FIFO with
+   backfill) and the GPU-hours idle while a gang waits.
 
 Prints Markdown tables; the figures in benchmarks/README.md ("Gangs and GPU models") come from
 this script.

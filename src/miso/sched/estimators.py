@@ -145,40 +145,58 @@ class PredictorEstimator:
         raw = _complete_profile(np.array([profile[j] for j in mix], dtype=float).T)  # (3, n)
         pred, std = self._predict(raw)
         col = {j: i for i, j in enumerate(mix)}
-        full = geom.model.full_profile()
         out: SpeedTable = {}
         for js in jobs:
             i = col[js.id]
-            by = {g: float(pred[k, i]) for k, g in enumerate(self.SLICES)
-                  if np.isfinite(pred[k, i]) and pred[k, i] > 0}
-            sp: dict[str, float] = {}
-            for p in geom.profiles:
-                if p.memory_gib + 1e-9 < js.spec.memory_gb:
-                    continue
-                x = 7.0 * p.compute_slices / full.compute_slices
-                s = by.get(round(x)) if abs(x - round(x)) < 1e-9 else None
-                if s is None and by:
-                    s = piecewise_linear(sorted(by.items()), x)
-                if s is not None:
-                    sp[p.name] = float(np.clip(s, 0.01, 1.5))
-            sp[full.name] = 1.0
+            sp = self._slice_speeds(geom, js, pred[:, i])
             out[js.id] = sp
             if std is not None:
-                by_std = {g: float(std[k, i]) for k, g in enumerate(self.SLICES)
-                          if np.isfinite(std[k, i])}
-                self.uncertainty[js.id] = {
-                    p.name: by_std[round(7.0 * p.compute_slices / full.compute_slices)]
-                    for p in geom.profiles if p.name in sp
-                    and round(7.0 * p.compute_slices / full.compute_slices) in by_std}
+                self.uncertainty[js.id] = self._slice_std(geom, sp, std[:, i])
             if self._bounds is not None:
-                lo, hi = self._bounds
-                ks = {g: k for k, g in enumerate(self.SLICES)}
-                self.interval[js.id] = {
-                    p.name: (float(lo[ks[g], i]), float(hi[ks[g], i]))
-                    for p in geom.profiles if p.name in sp and p.name != full.name
-                    and (g := round(7.0 * p.compute_slices / full.compute_slices)) in ks
-                    and np.isfinite(lo[ks[g], i])}
+                self.interval[js.id] = self._slice_bounds(geom, sp, i)
         return out
+
+
+    def _slice_speeds(self, geom: Geometry, js: JobState, pred: np.ndarray
+                      ) -> dict[str, float]:
+        """A job's speed per profile of ``geom`` that holds its memory, from its predicted
+        speeds on the 1g..7g slices (``pred``; between them piecewise linear)."""
+        full = geom.model.full_profile()
+        by = {g: float(pred[k]) for k, g in enumerate(self.SLICES)
+              if np.isfinite(pred[k]) and pred[k] > 0}
+        sp: dict[str, float] = {}
+        for p in geom.profiles:
+            if p.memory_gib + 1e-9 < js.spec.memory_gb:
+                continue
+            x = 7.0 * p.compute_slices / full.compute_slices
+            s = by.get(round(x)) if abs(x - round(x)) < 1e-9 else None
+            if s is None and by:
+                s = piecewise_linear(sorted(by.items()), x)
+            if s is not None:
+                sp[p.name] = float(np.clip(s, 0.01, 1.5))
+        sp[full.name] = 1.0
+        return sp
+
+    def _slice_std(self, geom: Geometry, sp: Mapping[str, float], std: np.ndarray
+                   ) -> dict[str, float]:
+        """The predictor's standard deviation per profile in ``sp`` (its slice's)."""
+        full = geom.model.full_profile()
+        by_std = {g: float(std[k]) for k, g in enumerate(self.SLICES) if np.isfinite(std[k])}
+        return {p.name: by_std[round(7.0 * p.compute_slices / full.compute_slices)]
+                for p in geom.profiles if p.name in sp
+                and round(7.0 * p.compute_slices / full.compute_slices) in by_std}
+
+    def _slice_bounds(self, geom: Geometry, sp: Mapping[str, float], i: int
+                      ) -> dict[str, tuple[float, float]]:
+        """The predictor's interval per profile in ``sp`` but the whole GPU (job column i)."""
+        assert self._bounds is not None
+        full = geom.model.full_profile()
+        lo, hi = self._bounds
+        ks = {g: k for k, g in enumerate(self.SLICES)}
+        return {p.name: (float(lo[ks[g], i]), float(hi[ks[g], i]))
+                for p in geom.profiles if p.name in sp and p.name != full.name
+                and (g := round(7.0 * p.compute_slices / full.compute_slices)) in ks
+                and np.isfinite(lo[ks[g], i])}
 
 
 class MpsProfileHeuristic:

@@ -210,12 +210,8 @@ class ClusterState:
         """Update from an event (driver calls this before ``policy.decide``)."""
         self.now = now
         match event:
-            case JobProgress(job=j, work_s=w, rate=r):
-                js = self.jobs.get(j)
-                if js is not None:
-                    js.progress = (now, w, r)
-                    for fn in self._progress_watchers:
-                        fn(j)
+            case JobProgress() | JobCheckpointable() | SpeedObserved():
+                self._job_fact(now, event)
             case JobSubmitted(job=spec):
                 self._submitted(now, spec)
             case GpuAdded(gpu=g, model=m, profiles=p, driver=d):
@@ -236,6 +232,18 @@ class ClusterState:
             case JobFinished(job=j) | JobFailed(job=j):
                 self._ended(now, j, JobStatus.FINISHED if isinstance(event, JobFinished)
                             else JobStatus.FAILED)
+            case ProfilingFinished() | LayoutApplied() | LayoutFailed():
+                self._plan_ended(event)
+            case GangStarted() | GangFailed():
+                self.gangs.observe(now, event)
+            case _ if isinstance(event, SERVICE_EVENTS):
+                self.services.observe(now, event)
+            case _:
+                pass
+
+    def _plan_ended(self, event: Event) -> None:
+        """A GPU's plan ended: profiled, applied or failed (a stale plan id is ignored)."""
+        match event:
             case ProfilingFinished(gpu=g, plan_id=pid, speeds=sp):
                 gs = self.gpus.get(g)
                 if gs is None or gs.pending_plan_id != pid:
@@ -267,18 +275,22 @@ class ClusterState:
                     self.jobs[j].status = JobStatus.PLACED
                     self.jobs[j].placement = None
                 self._changed(g)
-            case GangStarted() | GangFailed():
-                self.gangs.observe(now, event)
+
+    def _job_fact(self, now: float, event: Event) -> None:
+        """What a job reported: its progress, whether it checkpoints, a speed seen."""
+        match event:
+            case JobProgress(job=j, work_s=w, rate=r):
+                js = self.jobs.get(j)
+                if js is not None:
+                    js.progress = (now, w, r)
+                    for fn in self._progress_watchers:
+                        fn(j)
             case JobCheckpointable(job=j, checkpointable=c):
                 if j in self.jobs and self.jobs[j].spec.checkpointable is not c:
                     self.jobs[j].spec = replace(self.jobs[j].spec, checkpointable=c)
             case SpeedObserved(job=j, placement=pl, rate=r):
                 if j in self.jobs:
                     self.jobs[j].observed.setdefault(pl.profile, r)
-            case _ if isinstance(event, SERVICE_EVENTS):
-                self.services.observe(now, event)
-            case _:
-                pass
 
     def _submitted(self, now: float, spec: JobSpec) -> None:
         """A new job: queued (a gang in the gang book's queue)."""
@@ -391,22 +403,7 @@ class ClusterState:
         self.now = now
         match d:
             case PlaceJob(job=j, gpu=g):
-                js = self._job(j)
-                gs = self._gpu(g)
-                if js.status is not JobStatus.QUEUED:
-                    raise ContractError(f"PlaceJob {j}: job is {js.status}, not queued")
-                cap = gs.geom.model.max_instances
-                if len(gs.jobs) >= cap:
-                    raise ContractError(f"PlaceJob {j} on {g}: GPU already holds {cap} jobs")
-                mem = gs.geom.model.full_profile().memory_gib
-                if self.memory_used(g) + js.spec.memory_gb > mem + 1e-9:
-                    raise ContractError(f"PlaceJob {j} on {g}: memory {js.spec.memory_gb:.1f} GB "
-                                        f"over the GPU's {mem} GiB with resident jobs")
-                self.queue.remove(j)
-                gs.jobs.append(j)
-                js.gpu = g
-                js.status = JobStatus.PLACED
-                self._changed(g)
+                self._place(j, g)
             case StartProfiling(gpu=g, plan_id=pid, jobs=jobs):
                 gs = self._gpu(g)
                 self._check_plan(gs, pid)
@@ -420,35 +417,10 @@ class ClusterState:
                 gs.pending = d
                 gs.phase = Phase.PROFILING
                 self._changed(g)
-            case ApplyLayout(gpu=g, plan_id=pid, layout=lay, assignment=asg):
-                gs = self._gpu(g)
-                self._check_plan(gs, pid)
-                self._check_layout(g, gs, pid, lay, asg)
-                for j, pl in asg.items():
-                    js = self.jobs[j]
-                    if js.placement != pl or js.status is not JobStatus.RUNNING:
-                        if js.status is JobStatus.RUNNING:
-                            js.restarts += 1
-                        js.status = JobStatus.PLACED
-                        js.placement = None
-                gs.pending = d
-                gs.phase = Phase.RECONFIGURING
-                self._changed(g)
-            case RunMps(gpu=g, plan_id=pid, shares=shares):
-                gs = self._gpu(g)
-                self._check_plan(gs, pid)
-                if set(shares) != set(gs.jobs):
-                    raise ContractError(f"RunMps plan {pid} on {g}: shares cover {sorted(shares)}"
-                                        f", resident jobs are {sorted(gs.jobs)}")
-                for j in shares:
-                    js = self.jobs[j]
-                    if js.status is not JobStatus.RUNNING or gs.mps_shares.get(j) != shares[j]:
-                        if js.status is JobStatus.RUNNING:
-                            js.restarts += 1
-                        js.status = JobStatus.PLACED
-                gs.pending = d
-                gs.phase = Phase.RECONFIGURING
-                self._changed(g)
+            case ApplyLayout():
+                self._apply_layout(d)
+            case RunMps():
+                self._run_mps(d)
             case RequeueJob(job=j):
                 self._requeue(j)
             case WakeUp() | RepartitionDeclined():
@@ -461,6 +433,60 @@ class ClusterState:
                 self.services.apply(now, d)
             case _:
                 raise ContractError(f"unknown decision {d!r}")
+
+    def _place(self, j: str, g: str) -> None:
+        """A checked PlaceJob: queued ``j`` onto ``g`` within its instance count and memory."""
+        js = self._job(j)
+        gs = self._gpu(g)
+        if js.status is not JobStatus.QUEUED:
+            raise ContractError(f"PlaceJob {j}: job is {js.status}, not queued")
+        cap = gs.geom.model.max_instances
+        if len(gs.jobs) >= cap:
+            raise ContractError(f"PlaceJob {j} on {g}: GPU already holds {cap} jobs")
+        mem = gs.geom.model.full_profile().memory_gib
+        if self.memory_used(g) + js.spec.memory_gb > mem + 1e-9:
+            raise ContractError(f"PlaceJob {j} on {g}: memory {js.spec.memory_gb:.1f} GB "
+                                f"over the GPU's {mem} GiB with resident jobs")
+        self.queue.remove(j)
+        gs.jobs.append(j)
+        js.gpu = g
+        js.status = JobStatus.PLACED
+        self._changed(g)
+
+    def _apply_layout(self, d: ApplyLayout) -> None:
+        """A checked ApplyLayout: jobs whose instance changes stop (a running one restarts)."""
+        g, pid, lay, asg = d.gpu, d.plan_id, d.layout, d.assignment
+        gs = self._gpu(g)
+        self._check_plan(gs, pid)
+        self._check_layout(g, gs, pid, lay, asg)
+        for j, pl in asg.items():
+            js = self.jobs[j]
+            if js.placement != pl or js.status is not JobStatus.RUNNING:
+                if js.status is JobStatus.RUNNING:
+                    js.restarts += 1
+                js.status = JobStatus.PLACED
+                js.placement = None
+        gs.pending = d
+        gs.phase = Phase.RECONFIGURING
+        self._changed(g)
+
+    def _run_mps(self, d: RunMps) -> None:
+        """A checked RunMps: jobs whose share changes stop (a running one restarts)."""
+        g, pid, shares = d.gpu, d.plan_id, d.shares
+        gs = self._gpu(g)
+        self._check_plan(gs, pid)
+        if set(shares) != set(gs.jobs):
+            raise ContractError(f"RunMps plan {pid} on {g}: shares cover {sorted(shares)}"
+                                f", resident jobs are {sorted(gs.jobs)}")
+        for j in shares:
+            js = self.jobs[j]
+            if js.status is not JobStatus.RUNNING or gs.mps_shares.get(j) != shares[j]:
+                if js.status is JobStatus.RUNNING:
+                    js.restarts += 1
+                js.status = JobStatus.PLACED
+        gs.pending = d
+        gs.phase = Phase.RECONFIGURING
+        self._changed(g)
 
     def _stop_running(self, gs: GpuState) -> None:
         for j in gs.jobs:
