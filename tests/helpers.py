@@ -94,3 +94,36 @@ def run_cli(*args: str, **env: str) -> Any:
     from miso.cli import app
 
     return CliRunner().invoke(app, list(args), env=env or None)
+
+
+class DecisionRecorder:
+    """Observer of the live loop for parity tests: the decisions it applies, with their time."""
+
+    def __init__(self) -> None:
+        self.decisions: list[tuple[float, object]] = []
+
+    def on_event(self, now: float, ev: object, state: object) -> None:
+        pass
+
+    def on_decision(self, now: float, d: object, state: object) -> None:
+        self.decisions.append((now, d))
+
+    def on_timing(self, name: str, seconds: float) -> None:
+        pass
+
+
+class AcceptingExecutor:
+    """Stands in for the plan executor: takes every plan (kept in ``plans``), runs nothing."""
+
+    def __init__(self) -> None:
+        self.plans: list[tuple[str, object]] = []
+
+    def submit(self, gpu: str, d: object) -> bool:
+        self.plans.append((gpu, d))
+        return True
+
+    def remove_gpu(self, gpu: str) -> None:
+        pass
+
+    def busy(self) -> bool:
+        return False

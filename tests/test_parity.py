@@ -17,6 +17,7 @@ import threading
 from typing import Any
 
 import pytest
+from helpers import AcceptingExecutor, DecisionRecorder
 
 from miso.controller import Controller, ControllerConfig
 from miso.controller.runtime import GpuRef
@@ -41,39 +42,6 @@ from miso.sim.world import WorldConfig
 POLICIES = ["nopart", "optsta", "mps", "oracle", "miso", "miso+"]
 OPTSTA_LAYOUT = (Placement(0, "4g.20gb"), Placement(4, "2g.10gb"), Placement(6, "1g.5gb"))
 NODE_OF = {f"gpu{i}": f"n{i // 2}" for i in range(8)}   # two GPUs per node
-
-
-class _Recorder:
-    """Observer of the live loop: the decisions it applies, with their time."""
-
-    def __init__(self) -> None:
-        self.decisions: list[tuple[float, Decision]] = []
-
-    def on_event(self, now: float, ev: Any, state: Any) -> None:
-        pass
-
-    def on_decision(self, now: float, d: Decision, state: Any) -> None:
-        self.decisions.append((now, d))
-
-    def on_timing(self, name: str, seconds: float) -> None:
-        pass
-
-
-class _Executor:
-    """Stands in for the plan executor: takes every plan, runs nothing."""
-
-    def __init__(self) -> None:
-        self.plans: list[tuple[str, Decision]] = []
-
-    def submit(self, gpu: str, d: Decision) -> bool:
-        self.plans.append((gpu, d))
-        return True
-
-    def remove_gpu(self, gpu: str) -> None:
-        pass
-
-    def busy(self) -> bool:
-        return False
 
 
 def _trace(n: int, seed: int) -> list[TraceJob]:
@@ -106,9 +74,9 @@ def _replay(name: str, jobs: list[TraceJob], cfg: WorldConfig,
     con = Controller(store, None, ControllerConfig(policy=name, tenancy=tenancy),  # type: ignore[arg-type]
                      checkpoint_root="/nonexistent", clock=clock,
                      policy=_policy(name, jobs, cfg))
-    rec = _Recorder()
+    rec = DecisionRecorder()
     con.observer = rec
-    ex = _Executor()
+    ex = AcceptingExecutor()
     con.loop.executor = ex  # type: ignore[assignment]
     loop, rt = con.loop, con.rt
     lost: set[str] = set()

@@ -10,6 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from helpers import AcceptingExecutor, DecisionRecorder
 
 from miso.controller import Controller, ControllerConfig
 from miso.controller.runtime import GpuRef
@@ -32,31 +33,6 @@ def node_of(gpu: str) -> str:
     return f"n{int(gpu[3:]) // 4}"   # n0: the A100s, n1: the H100s
 
 
-class _Recorder:
-    def __init__(self) -> None:
-        self.decisions: list[tuple[float, Decision]] = []
-
-    def on_event(self, now: float, ev: Any, state: Any) -> None:
-        pass
-
-    def on_decision(self, now: float, d: Decision, state: Any) -> None:
-        self.decisions.append((now, d))
-
-    def on_timing(self, name: str, seconds: float) -> None:
-        pass
-
-
-class _Executor:
-    def submit(self, gpu: str, d: Decision) -> bool:
-        return True
-
-    def remove_gpu(self, gpu: str) -> None:
-        pass
-
-    def busy(self) -> bool:
-        return False
-
-
 def _trace() -> list[TraceJob]:
     """Poisson jobs (ids as the live store gives them), every fifth a gang of 2 or 4 GPUs."""
     jobs = sorted(poisson_jobs(40, seed=11, mean_interarrival_s=40.0),
@@ -75,9 +51,9 @@ def _replay(name: str, jobs: list[TraceJob], log: list[tuple[float, object]]
     store = JobStore(":memory:")
     con = Controller(store, None, ControllerConfig(policy=name),  # type: ignore[arg-type]
                      checkpoint_root="/nonexistent", clock=clock, policy=_policy(name, jobs))
-    rec = _Recorder()
+    rec = DecisionRecorder()
     con.observer = rec
-    con.loop.executor = _Executor()  # type: ignore[assignment]
+    con.loop.executor = AcceptingExecutor()  # type: ignore[assignment]
     loop, rt = con.loop, con.rt
     ticked = None
     for t, item in log:

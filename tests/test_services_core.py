@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from helpers import AcceptingExecutor, DecisionRecorder
 
 from miso.mig import Placement, geometry, is_valid
 from miso.sched import (
@@ -295,31 +296,6 @@ def test_services_first__a_replica_goes_where_it_stops_the_least_training(pin2: 
 # -- parity: the simulator and the live controller, services in the stream ----------------------
 
 
-class _Recorder:
-    def __init__(self) -> None:
-        self.decisions: list[tuple[float, object]] = []
-
-    def on_event(self, now: float, ev: object, state: object) -> None:
-        pass
-
-    def on_decision(self, now: float, d: object, state: object) -> None:
-        self.decisions.append((now, d))
-
-    def on_timing(self, name: str, seconds: float) -> None:
-        pass
-
-
-class _Executor:
-    def submit(self, gpu: str, d: object) -> bool:
-        return True
-
-    def remove_gpu(self, gpu: str) -> None:
-        pass
-
-    def busy(self) -> bool:
-        return False
-
-
 def test_parity__services_and_training_give_the_same_decisions_sim_and_live():
     """One simulated run of two services (a 5x rate step) beside a Poisson training stream
     on 4 GPUs, replayed event by event into the live controller's loop (virtual clock, the
@@ -359,9 +335,9 @@ def test_parity__services_and_training_give_the_same_decisions_sim_and_live():
     store = JobStore(":memory:")
     con = Controller(store, None, ControllerConfig(policy="miso+"),  # type: ignore[arg-type]
                      checkpoint_root="/nonexistent", clock=clock, policy=policy())
-    rec = _Recorder()
+    rec = DecisionRecorder()
     con.observer = rec
-    con.loop.executor = _Executor()  # type: ignore[assignment]
+    con.loop.executor = AcceptingExecutor()  # type: ignore[assignment]
     loop, rt = con.loop, con.rt
     geom = geometry(cfg.gpu_model)
     for t, item in log:
