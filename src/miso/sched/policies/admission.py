@@ -134,14 +134,16 @@ class Admission:
         # only when sharing looks ``wait_bias`` times worse (1.2 measured best at 90 s).
         bias = 1.0 if self.pol.in_batch() else self.pol.wait_bias
         bound = self.free_bound(sc, ahead)
-        if bound is None or share < bias * _waited(bound, own, waits):
+        wait = None if bound is None else _waited(bound, own, waits)
+        if wait is None or share < bias * wait:
             t_free = self.gpu_free_in(sc, ahead)
-            if t_free is None or share < bias * _waited(t_free, own, waits):
+            if t_free is None:
                 return False
-            bound = t_free
-        self.share_estimate = {"gpu": g, "job": job, "share_s": share,
-                               "wait_s": _waited(bound, own, waits), "bias": bias,
-                               "restarts": moved, "restart_s": self.pol.restart_s}
+            wait = _waited(t_free, own, waits)
+            if share < bias * wait:
+                return False
+        self.share_estimate = {"gpu": g, "job": job, "share_s": share, "wait_s": wait,
+                               "bias": bias, "restarts": moved, "restart_s": self.pol.restart_s}
         return True
 
     def both_ways(self, g: str, job: str, sc: Scratch, residents: list[str]
