@@ -36,3 +36,5 @@ LIMIT_REASON = "killed for a limit: "
 CORE = (JobStatus.QUEUED, JobStatus.PLACED, JobStatus.RUNNING, JobStatus.FINISHED,
         JobStatus.FAILED)
 STORE = tuple(s for s in JobStatus if s is not JobStatus.PLACED)
+#: The core's states a job never leaves (a cancelled job is a failed one there).
+CORE_ENDED = (JobStatus.FINISHED, JobStatus.FAILED)

@@ -10,11 +10,9 @@ submission that it exists, and after a restart only active jobs are known again.
 
 from __future__ import annotations
 
-from miso.jobstatus import JobStatus
+from miso.jobstatus import CORE_ENDED
 from miso.sched.events import JobSubmitted
 from miso.sched.state import ClusterState
-
-_ENDED = (JobStatus.FINISHED, JobStatus.FAILED)
 
 
 class Dependencies:
@@ -36,7 +34,7 @@ class Dependencies:
         out = []
         for dep in after:
             js = state.jobs.get(dep)
-            if dep in self.held or (js is not None and js.status not in _ENDED):
+            if dep in self.held or (js is not None and js.status not in CORE_ENDED):
                 out.append(dep)
         return out
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from miso.jobstatus import CORE_ENDED
 from miso.sched.decisions import Decision, RepartitionDeclined
 from miso.sched.dependencies import Dependencies
 from miso.sched.events import (
@@ -38,9 +39,7 @@ from miso.sched.events import (
 )
 from miso.sched.policy import Policy
 from miso.sched.services import SERVICE_EVENTS
-from miso.sched.state import ClusterState, ContractError, JobStatus
-
-_ENDED = (JobStatus.FINISHED, JobStatus.FAILED)
+from miso.sched.state import ClusterState, ContractError
 
 
 def stale(ev: Event, state: ClusterState) -> bool:
@@ -49,15 +48,15 @@ def stale(ev: Event, state: ClusterState) -> bool:
     match ev:
         case JobFinished(job=j) | JobFailed(job=j) | JobProgress(job=j):
             js = state.jobs.get(j)
-            return js is None or js.status in _ENDED
+            return js is None or js.status in CORE_ENDED
         case JobSubmitted(job=spec):
             return spec.id in state.jobs
         case JobStopped(job=j, gpu=g):  # moved or ended since it was stopped
             js = state.jobs.get(j)
-            return js is None or js.status in _ENDED or js.gpu != g or g not in state.gpus
+            return js is None or js.status in CORE_ENDED or js.gpu != g or g not in state.gpus
         case SpeedObserved(job=j, gpu=g) | JobSpeedChanged(job=j, gpu=g):
             js = state.jobs.get(j)
-            return js is None or js.status in _ENDED or js.gpu != g
+            return js is None or js.status in CORE_ENDED or js.gpu != g
         case _ if isinstance(ev, SERVICE_EVENTS):
             return state.services.stale(ev)
     return False
@@ -98,7 +97,7 @@ class DriverStep:
     def fold(self, now: float, ev: JobProgress) -> None:
         """Fold a progress report into the state (no decision point)."""
         js = self.state.jobs.get(ev.job)
-        if js is None or js.status in _ENDED:
+        if js is None or js.status in CORE_ENDED:
             return
         self.state.observe(now, ev)
         if self.record is not None:

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from miso.jobstatus import CORE_ENDED
 from miso.optimize import OptimizerError, optimizer_for
 from miso.sched.policies.base import Scratch
-from miso.sched.state import JobStatus
 
 if TYPE_CHECKING:  # pragma: no cover
     from miso.sched.policies.misoplus import MisoPlus
@@ -25,8 +25,6 @@ if TYPE_CHECKING:  # pragma: no cover
 #: When miso+ profiles a newcomer alone on an idle GPU (:meth:`Admission.profile_pays`).
 PROFILE_WHEN = ("auto", "always", "never")
 
-#: Job states whose remaining work is unknown (:meth:`JobState.remaining_work`)
-_ENDED = (JobStatus.FINISHED, JobStatus.FAILED)
 
 #: GPUs whose times bound the free time without a scan (:meth:`Admission.free_bound`)
 _BOUND_GPUS = 8
@@ -207,7 +205,7 @@ class Admission:
             for j in gs.jobs:
                 if j not in seen:
                     js = jobs.get(j)
-                    if js is not None and js.progress is not None and js.status not in _ENDED:
+                    if js is not None and js.progress is not None and js.status not in CORE_ENDED:
                         return True
         return False
 
@@ -262,7 +260,7 @@ class Admission:
                 s = 1.0 if pl is None or pl.profile == full else 0.5
             js = jobs.get(j)
             p = None if js is None else js.progress
-            if p is None or js.status in _ENDED:  # type: ignore[union-attr]
+            if p is None or js.status in CORE_ENDED:  # type: ignore[union-attr]
                 rem = typical()
             else:
                 if j not in seen:  # as remaining() records it
