@@ -71,7 +71,7 @@ def served_cluster(config: ControllerConfig, prefix: str) -> Iterator[tuple[Path
     operator bootstrapped: ``(state dir, URL)``. The state dir is under /tmp (``prefix``) so
     jobs run under test Unix accounts can reach it."""
     from miso.api.head import bootstrap_operator, serve
-    from miso.transport.inprocess import LocalCluster
+    from miso.cluster.local import LocalCluster
 
     sd = Path(tempfile.mkdtemp(prefix=prefix))
     lc = LocalCluster(sd, gpus_per_node=2, config=config)

@@ -15,8 +15,8 @@ from waiting import wait_for
 from miso.agent import Agent
 from miso.agent.incarnation import Incarnation
 from miso.backend import EmulatedBackend
+from miso.cluster.local import LocalCluster
 from miso.controller import ControllerConfig
-from miso.transport.inprocess import LocalCluster
 
 FAST = dict(profile_seconds_per_level=0.3, profile_warmup_s=0.15, checkpoint_timeout=3.0,
             poll_interval=0.1, lease_s=2.0, poll_timeout=1.0, discover_interval=0.3)

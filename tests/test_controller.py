@@ -16,9 +16,9 @@ from helpers import FAST as BASE_FAST
 from helpers import emu
 from waiting import wait_for
 
+from miso.cluster.local import LocalCluster
 from miso.controller import ControllerConfig, JobStore, StoreError, SubmitError
 from miso.mig import Placement, geometry, violations
-from miso.transport.inprocess import LocalCluster
 
 FAST = {**BASE_FAST, "lease_s": 2.0}
 

@@ -13,9 +13,9 @@ from helpers import FAST, emu
 from waiting import wait_for
 
 from miso.agent.fakeagent import FakeAgent
+from miso.cluster.local import LocalCluster
 from miso.controller import ControllerConfig
 from miso.mig import Placement
-from miso.transport.inprocess import LocalCluster
 
 
 def _spec(job: str, attempt: int, cmd: list[str], *, resume: str | None = None,
@@ -94,7 +94,7 @@ def test_fakeagent__the_real_controller_drives_a_fake_cluster(tmp_path: Path) ->
 
 
 def test_the_ray_actor_class_serves_a_fake_agent_with_an_incarnation() -> None:
-    from miso.transport.fakeactors import FakeAgentActor
+    from miso.cluster.fakeactors import FakeAgentActor
 
     actor = FakeAgentActor("f0", 2)  # the class Ray runs (called here without Ray)
     with pytest.raises(Exception, match="has not joined"):

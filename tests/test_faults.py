@@ -30,11 +30,11 @@ from miso.backend import EmulatedBackend
 from miso.backend.emulated import pids_with_env
 from miso.cli.client import logs, render_status, status, submit
 from miso.cli.cluster import cluster_app
+from miso.cluster.local import LocalCluster
 from miso.controller import ControllerConfig, NodeUnavailable, StoreError, SubmitError
 from miso.controller.offline import logs_from_disk
 from miso.controller.statelock import StateDirLock, StateDirLocked
 from miso.controller.storefile import open_store
-from miso.transport.inprocess import LocalCluster
 
 FAST = {**BASE_FAST, "lease_s": 2.0, "poll_timeout": 1.0}
 

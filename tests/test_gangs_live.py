@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from helpers import FAST
 
+from miso.cluster.local import LocalCluster
 from miso.controller import ControllerConfig
 from miso.controller.gangs import check_gang_request
 from miso.controller.runtime import SubmitError
 from miso.transport.base import NodeUnavailable
-from miso.transport.inprocess import LocalCluster
 
 #: A rank: checks its variables, writes them to $OUT/rank-<RANK>-<attempt>.json, then runs
 #: until $OUT/release exists (or ``HOLD_S`` seconds) and exits 0.

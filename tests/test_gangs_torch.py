@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from helpers import FAST
 
+from miso.cluster.local import LocalCluster
 from miso.controller import ControllerConfig
 from miso.controller.controller import Controller, make_controller_policy
 from miso.controller.storefile import open_store
@@ -21,7 +22,6 @@ from miso.sched import Decision, Event, Tick, WakeUp
 from miso.sched.decisions import StopGang
 from miso.sched.gangs import GANG_TAG, GangLayer
 from miso.sched.state import ClusterState
-from miso.transport.inprocess import LocalCluster
 
 pytest.importorskip("torch")
 

@@ -16,8 +16,8 @@ from helpers import emu
 from waiting import wait_for
 
 from miso.agent import Agent, generation, guard
-from miso.agent.attempt import exit_record_path
 from miso.backend import EmulatedBackend
+from miso.nodewire import exit_record_path
 from miso.transport.base import NodeUnavailable
 
 

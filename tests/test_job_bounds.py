@@ -132,9 +132,9 @@ def test_over_limit_is_a_distinct_end_state_in_the_store(
         state: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Through the controller: the job's own --host-memory-gb reaches its guard, and a job
     ended for a bound is ``over_limit`` with the bound in its reason."""
+    from miso.cluster.local import LocalCluster
     from miso.controller import ControllerConfig
     from miso.jobstatus import LIMIT_REASON, JobStatus
-    from miso.transport.inprocess import LocalCluster
 
     monkeypatch.setenv("MISO_JOB_HOST_MEMORY_GB", "64")  # the node's default: not the bound
     with unix_account() as acct:

@@ -178,8 +178,8 @@ HOSTILE = textwrap.dedent("""\
 
 
 def test_a_bad_progress_file_is_shown_and_blinds_nothing(tmp_path: Path) -> None:
+    from miso.cluster.local import LocalCluster
     from miso.controller import ControllerConfig
-    from miso.transport.inprocess import LocalCluster
 
     # NoPart: no repartition restarts a job here, so every job must run exactly once (under
     # miso+ the third job may share the first one's GPU and restart it: a policy choice, not
@@ -212,9 +212,9 @@ def test_a_job_that_finishes_while_a_move_waits_is_not_run_again(tmp_path: Path)
     second time)."""
     import threading
 
+    from miso.cluster.local import LocalCluster
     from miso.controller import ControllerConfig
     from miso.mig import Placement
-    from miso.transport.inprocess import LocalCluster
 
     cfg = ControllerConfig(profile_seconds_per_level=0.3, profile_warmup_s=0.15,
                            checkpoint_timeout=3.0, poll_interval=0.1, lease_s=2.0)

@@ -112,7 +112,7 @@ def test_sigusr1_during_shutdown_of_a_finished_job_keeps_0(tmp_path: Path) -> No
 
 
 def test_the_orderly_stop_counts_a_job_that_saved_and_is_still_exiting_as_saved() -> None:
-    from miso.transport.raystart import unsaved
+    from miso.cluster.raystart import unsaved
 
     asked = {("j0001", 1): 5000, ("j0002", 1): None, ("j0003", 1): 10}
     still = [{"job": "j0001", "attempt": 1, "checkpoint_iteration": 5506},  # saved, exiting

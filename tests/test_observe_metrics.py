@@ -12,6 +12,7 @@ from helpers import emu
 from prometheus_client.parser import text_string_to_metric_families
 from waiting import wait_for
 
+from miso.cluster.local import LocalCluster
 from miso.controller import ControllerConfig
 from miso.observe import DecisionLog, Metrics, Observer, attach, policy_estimates, read_records
 from miso.observe.routes import make_app
@@ -19,7 +20,6 @@ from miso.sim.engine import Simulator
 from miso.sim.run import build_policy, run_policy
 from miso.sim.traces import TraceJob
 from miso.sim.world import WorldConfig
-from miso.transport.inprocess import LocalCluster
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -20,10 +20,10 @@ import pytest
 from helpers import emu
 
 from miso.api.server import ApiServer, Listen
+from miso.cluster.local import LocalCluster
 from miso.controller import Controller, ControllerConfig, JobStore
 from miso.observe import attach
 from miso.observe.routes import make_app
-from miso.transport.inprocess import LocalCluster
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(shutil.which("prometheus") is None,

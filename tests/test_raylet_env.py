@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from miso.transport.rayletenv import SETTING, raylet_setting, refuse_unless_children_kept
+from miso.cluster.rayletenv import SETTING, raylet_setting, refuse_unless_children_kept
 
 
 def fake_proc(root: Path, env: list[str] | None, parent_comm: str = "raylet") -> Path:

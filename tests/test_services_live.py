@@ -17,12 +17,12 @@ import pytest
 from helpers import FAST
 from waiting import wait_for
 
+from miso.cluster.local import LocalCluster
 from miso.controller import ControllerConfig
 from miso.controller.services import ServiceManager, attach_services
 from miso.controller.servicestore import ServiceRecord, ServiceStore
 from miso.serving import emulated
 from miso.sim.plannedscale import LIVE_CONFIG, PlannedScaler
-from miso.transport.inprocess import LocalCluster
 
 
 def emuserve(*extra: str) -> list[str]:

@@ -308,7 +308,7 @@ def test_api__in_use_quota_wait_says_why_by_name_and_owners_view_obeys_counts_on
 
 
 def test_restart__quotas_and_priorities_survive_and_apply_from_the_start(tmp_path: Path):
-    from miso.transport.inprocess import LocalCluster
+    from miso.cluster.local import LocalCluster
 
     d = tmp_path / "c"
     cfg = ControllerConfig(**FAST)  # type: ignore[arg-type]
@@ -444,7 +444,7 @@ def test_live__b_starts_within_one_completion_after_a_floods_a_full_cluster(
     from fastapi.testclient import TestClient
 
     from miso.api import UserStore, create_app
-    from miso.transport.inprocess import LocalCluster
+    from miso.cluster.local import LocalCluster
 
     d = Path(tempfile.mkdtemp(prefix="miso-ten-"))  # under /tmp: jobs' accounts reach it
     # as `miso cluster up --fair-share --fairness-price 0.05` configures it
@@ -503,9 +503,9 @@ def test_web_page__owners_table_in_chromium_counts_only_for_a_non_admin(tmp_path
     sync_api = pytest.importorskip("playwright.sync_api")
     from miso.api import UserStore, create_app
     from miso.api.server import ApiServer, Listen
+    from miso.cluster.local import LocalCluster
     from miso.observe import attach
     from miso.observe.routes import api_routers
-    from miso.transport.inprocess import LocalCluster
 
     cfg = ControllerConfig(**FAST, tenancy=TenancyConfig())  # type: ignore[arg-type]
     with LocalCluster(tmp_path / "c", nodes=0, config=cfg, start=False) as c:

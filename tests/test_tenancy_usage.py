@@ -200,7 +200,7 @@ def state_dir() -> Iterator[Path]:
 
 
 def test_restart__a_crashed_controllers_usage_comes_back_and_b_goes_first(state_dir: Path):
-    from miso.transport.inprocess import LocalCluster
+    from miso.cluster.local import LocalCluster
 
     cfg = ControllerConfig(**FAST, policy="nopart", tenancy=TenancyConfig())  # type: ignore[arg-type]
     with LocalCluster(state_dir, gpus_per_node=1, config=cfg) as c:

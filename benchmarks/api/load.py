@@ -1,7 +1,7 @@
 """Load benchmark of the HTTP API: N concurrent clients submitting, listing and reading status.
 
 The server is what the cluster head runs: the real app (:func:`miso.api.head.serve`) over the
-real controller on emulated GPUs (:class:`miso.transport.inprocess.LocalCluster`, real job
+real controller on emulated GPUs (:class:`miso.cluster.local.LocalCluster`, real job
 processes), in its own process, on 127.0.0.1 only. The clients (threads of one process, one
 keep-alive connection, user and token each) run closed loops for ``--duration`` seconds: submitters
 submit ``sleep`` jobs as fast as answers come, the others alternate status and job listings.
@@ -34,8 +34,8 @@ MAX_CLIENTS, MAX_DURATION, MAX_SUBMITS = 64, 120.0, 20_000
 
 def serve_main(state: Path, users: int, gpus: int, policy: str | None, observe: bool) -> int:
     from miso.api.head import serve, users_of
+    from miso.cluster.local import LocalCluster
     from miso.controller import ControllerConfig
-    from miso.transport.inprocess import LocalCluster
 
     cfg = ControllerConfig(**({"policy": policy} if policy else {}))
     lc = LocalCluster(state, gpus_per_node=gpus, config=cfg)

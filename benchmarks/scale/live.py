@@ -219,11 +219,11 @@ def serve_main(state: Path, cfg: dict[str, Any], gpus: int) -> int:
     import logging
 
     from miso.api.head import serve, users_of
+    from miso.cluster.local import LocalCluster
     from miso.controller import Controller, ControllerConfig
     from miso.controller.storefile import open_store
     from miso.observe import attach
     from miso.observe.routes import api_routers, instrument
-    from miso.transport.inprocess import LocalCluster
 
     logging.basicConfig(level=logging.WARNING)
     per = int(cfg["gpus_per_node"])

@@ -29,10 +29,10 @@ import live  # noqa: E402  (benchmarks/scale/live.py: the job mix and the record
 
 
 def main(argv: list[str] | None = None) -> int:
+    from miso.cluster.local import LocalCluster
     from miso.controller import Controller, ControllerConfig
     from miso.controller.storefile import open_store
     from miso.observe import attach
-    from miso.transport.inprocess import LocalCluster
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--gpus", type=int, default=1024)

@@ -4,7 +4,7 @@ of each attack, with real Unix accounts (created and removed here: run as root).
     python benchmarks/security/run.py --trials 5 --json security.json
     python benchmarks/security/run.py --suite issue26 --trials 5 --json trust.json
 
-Each trial starts an emulated cluster in this process (:class:`miso.transport.inprocess.
+Each trial starts an emulated cluster in this process (:class:`miso.cluster.local.
 LocalCluster`: the controller, the real agent and guard, real job processes; the transport is
 in-process instead of Ray, the agent runs as root as under ``miso cluster up``). Jobs are
 submitted as the API does after authentication (owner + Unix account). Attacks:
@@ -64,10 +64,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from miso.cluster.local import LocalCluster
 from miso.controller import ControllerConfig
 from miso.controller.launcher import resume_point
 from miso.job import LAST_CHECKPOINT
-from miso.transport.inprocess import LocalCluster
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))  # the helpers shared with the tests

@@ -85,8 +85,8 @@ def api_bed(env: Any, tenancy: Any, users: list[str], no_helper_after: float = 3
     from fastapi.testclient import TestClient
 
     from miso.api import UserStore, create_app
+    from miso.cluster.local import LocalCluster
     from miso.controller import ControllerConfig
-    from miso.transport.inprocess import LocalCluster
 
     with contextlib.ExitStack() as stack:
         accts = {u: stack.enter_context(env.account("msec")) for u in users}

@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from miso import loadgen
+from miso.cluster.local import LocalCluster
 from miso.controller import ControllerConfig
 from miso.controller.services import attach_services
 from miso.controller.servicestore import ServiceRecord
-from miso.transport.inprocess import LocalCluster
 
 LOADER = """
 import asyncio, json, sys

@@ -18,7 +18,7 @@
 All Ray traffic stays on 127.0.0.1 for local clusters; no dashboard, no usage stats.
 
 This module starts and stops Ray itself (a private local head, or joining a running Ray). The
-actors are :mod:`miso.transport.ray`, starting and stopping them :mod:`miso.transport.raystart`;
+actors are :mod:`miso.cluster.rayactors`, starting and stopping them :mod:`miso.cluster.raystart`;
 their names are re-exported here, the one facade that the CLI, deploy scripts, tests and
 benchmarks use (``from miso import raycluster as rc``).
 """
@@ -39,16 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from miso import runtimedir
-from miso.transport.ray import (
-    AGENT_PREFIX,
-    AGENT_RESOURCE,
-    CONTROLLER,
-    NAMESPACE,
-    AgentActor,
-    ControllerActor,
-    make_backend,
-)
-from miso.transport.raystart import (
+from miso.cluster.rayactors import AgentActor, ControllerActor, make_backend
+from miso.cluster.raystart import (
     agent_handles,
     agent_name,
     agent_nodes,
@@ -58,6 +50,7 @@ from miso.transport.raystart import (
     start_controller,
     stop_actors,
 )
+from miso.transport.ray import AGENT_PREFIX, AGENT_RESOURCE, CONTROLLER, NAMESPACE
 
 __all__ = [
     # the head (this module)

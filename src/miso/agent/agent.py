@@ -27,7 +27,7 @@ is gone. Each log is capped at ``log_cap_mb`` MiB (``MISO_LOG_CAP_MB``; head and
 Fencing: every job runs under :mod:`miso.agent.guard`, which kills it when the controller's
 lease (renewed by each :meth:`Agent.report` call that carries one) has run out or the agent has
 died, and leaves an exit record in the attempt's (agent-owned) directory
-(:func:`miso.agent.attempt.exit_record_path`), which the controller reads when the node is
+(:func:`miso.nodewire.exit_record_path`), which the controller reads when the node is
 unreachable.
 
 This module is the agent's orders; one attempt's bookkeeping and report are
@@ -53,9 +53,7 @@ from miso.agent import generation, jobprocs, logfile, runas
 from miso.agent.attempt import (
     Attempt,
     RateTracker,
-    attempt_dir,
     attempt_report,
-    exit_record_path,
     refresh,
 )
 from miso.agent.bounds import JobBounds
@@ -64,23 +62,9 @@ from miso.agent.nodeaddr import node_addr
 from miso.backend.base import BackendError, GpuBackend, MpsHandle, ReconfigurationError
 from miso.job import CHECKPOINT_SIGNAL
 from miso.mig import Placement, canonical
+from miso.nodewire import attempt_dir, exit_record_path, layout_data, placement_of
 
 log = logging.getLogger(__name__)
-
-
-def placement_of(data: Any) -> Placement:
-    """Placement from ``[start, profile]`` / ``{"start":..,"profile":..}`` / a Placement."""
-    if isinstance(data, Placement):
-        return data
-    if isinstance(data, dict):
-        return Placement(int(data["start"]), str(data["profile"]))
-    start, profile = data
-    return Placement(int(start), str(profile))
-
-
-def layout_data(layout: Any) -> list[list[Any]]:
-    """A layout as JSON-friendly ``[[start, profile], ...]``."""
-    return [[p.start, p.profile] for p in canonical(placement_of(x) for x in layout)]
 
 
 class Agent:

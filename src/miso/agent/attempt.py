@@ -23,16 +23,6 @@ from miso.mig import Placement
 log = logging.getLogger(__name__)
 
 
-def attempt_dir(workdir: str | Path, job: str, attempt: int) -> Path:
-    """The agent's directory of one attempt (log, job files, exit record)."""
-    return Path(workdir) / "jobs" / job / f"attempt-{attempt}"
-
-
-def exit_record_path(workdir: str | Path, job: str, attempt: int) -> Path:
-    """Where the guard of an attempt records how it ended (see :mod:`miso.agent.guard`)."""
-    return attempt_dir(workdir, job, attempt) / "exit.json"
-
-
 @dataclass
 class RateTracker:
     """Iteration-rate bookkeeping of one attempt: steady rate and phase-change detection.

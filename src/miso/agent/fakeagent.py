@@ -16,7 +16,7 @@ end counts). A checkpoint is a path that names its iteration (``fake-checkpoint:
 which the next attempt, on any fake node, resumes from. Progress is evaluated when the
 controller looks (a report, a checkpoint, a kill), so an idle cluster costs nothing.
 
-:mod:`miso.transport.fakeactors` serves it as Ray actors named like the real agents.
+:mod:`miso.cluster.fakeactors` serves it as Ray actors named like the real agents.
 """
 
 from __future__ import annotations
@@ -30,13 +30,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from miso.agent.agent import layout_data, placement_of
 from miso.agent.attempt import RateTracker
 from miso.backend.base import BackendError, MpsHandle, ReconfigurationError
 from miso.backend.emulated import EmulatedBackend
 from miso.job import EXIT_CHECKPOINTED
 from miso.mig import Placement, canonical
 from miso.mps_speed import mps_speed
+from miso.nodewire import layout_data, placement_of
 from miso.workloads import Workload, workload
 
 #: The path of a fake checkpoint: the job and the iteration it saved.

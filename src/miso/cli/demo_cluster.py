@@ -103,8 +103,8 @@ class DemoLocal:
     """The demo cluster without Ray (in-process agents and controller)."""
 
     def __init__(self, d: str, gpus: int, model: str, cfg: dict[str, Any]) -> None:
+        from miso.cluster.local import LocalCluster
         from miso.controller import ControllerConfig
-        from miso.transport.inprocess import LocalCluster
 
         self.c = LocalCluster(d, gpus_per_node=gpus, model=model,
                               config=ControllerConfig(**cfg))

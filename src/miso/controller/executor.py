@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 
-from miso.agent.agent import layout_data, placement_of
 from miso.controller.gangs import GangRunner
 from miso.controller.gpu_worker import GpuWorker
 from miso.controller.launcher import Launcher, Relaunch
@@ -22,6 +21,7 @@ from miso.controller.profile_run import ProfileRun
 from miso.controller.runtime import GpuRef, Run, Runtime
 from miso.jobstatus import JobStatus
 from miso.mig import Placement, TransitionError, plan_transition
+from miso.nodewire import layout_data, placement_of
 from miso.sched import (
     ApplyLayout,
     Decision,

@@ -33,11 +33,11 @@ import threading
 import time
 from typing import Any
 
-from miso.agent.agent import layout_data
 from miso.controller.launcher import Launcher, resume_point
 from miso.controller.runtime import Run, Runtime, SubmitError
 from miso.jobstatus import JobStatus
 from miso.mig import Placement
+from miso.nodewire import layout_data
 from miso.sched import Decision, JobFailed
 from miso.sched.decisions import StartGang, StopGang
 from miso.sched.events import GangFailed, GangStarted

@@ -25,13 +25,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from miso.agent.attempt import exit_record_path
 from miso.attemptstatus import AttemptStatus
 from miso.controller.executor import PlanExecutor
 from miso.controller.runtime import Runtime
 from miso.controller.timelimits import TimeLimitStore, run_time, time_limit_reason
 from miso.job import read_json
 from miso.jobstatus import LIMIT_REASON
+from miso.nodewire import exit_record_path
 from miso.sched import (
     ApplyLayout,
     ClusterState,

@@ -16,11 +16,11 @@ from __future__ import annotations
 import logging
 import time
 
-from miso.agent.attempt import exit_record_path
 from miso.attemptstatus import AttemptStatus
 from miso.controller.runtime import Runtime
 from miso.job import read_json
 from miso.jobstatus import JobStatus
+from miso.nodewire import exit_record_path
 from miso.transport.base import NodeUnavailable
 
 log = logging.getLogger(__name__)

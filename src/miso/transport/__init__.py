@@ -1,15 +1,15 @@
 """How the controller reaches agents (controller <-> agent calls), in one place.
 
 * :mod:`miso.transport.base`: the :class:`Transport` protocol and :class:`NodeUnavailable`.
-* :mod:`miso.transport.inprocess`: agents in this process (``LocalTransport``) and the
-  one-process emulated cluster built on it (``LocalCluster``: tests, ``miso demo --no-ray``).
-* :mod:`miso.transport.ray`: agents as Ray actors: ``RayTransport`` (the controller's side),
-  the agent and controller actors (the other side).
-* :mod:`miso.transport.raystart`: starting, finding, checkpointing and stopping those actors
-  in a running Ray. Starting and stopping a Ray head itself is :mod:`miso.raycluster`.
+* :mod:`miso.transport.inprocess`: agents in this process (``LocalTransport``).
+* :mod:`miso.transport.ray`: agents as named Ray actors: ``RayTransport`` (the controller's
+  side) and the actors' names.
 
-Only :mod:`miso.transport.ray` and :mod:`miso.transport.raystart` use ray, and import it only
-when called.
+The transport imports only what is below it (the agent, the node protocol:
+:mod:`miso.nodeerrors`, :mod:`miso.attemptstatus`, :mod:`miso.nodewire`). What puts agents,
+a transport and a controller together (``LocalCluster``, the Ray actors) is
+:mod:`miso.cluster`. Only :mod:`miso.transport.ray` uses ray, and imports it only when
+called.
 """
 
 from miso.transport.base import NodeUnavailable, Transport

@@ -2,7 +2,7 @@
 
 Agent actors are supervised by Ray (``max_restarts=-1``, no task retried): a killed or crashed
 agent comes back by itself as a new incarnation (see :mod:`miso.raycluster`). The actors
-themselves are :mod:`miso.transport.ray`.
+themselves are :mod:`miso.cluster.rayactors`, their names :mod:`miso.transport.ray`.
 """
 
 from __future__ import annotations
@@ -15,14 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from miso.attemptstatus import AttemptStatus
-from miso.transport.ray import (
-    AGENT_PREFIX,
-    AGENT_RESOURCE,
-    CONTROLLER,
-    NAMESPACE,
-    AgentActor,
-    ControllerActor,
-)
+from miso.cluster.rayactors import AgentActor, ControllerActor
+from miso.transport.ray import AGENT_PREFIX, AGENT_RESOURCE, CONTROLLER, NAMESPACE
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
@@ -148,7 +142,7 @@ def checkpoint_jobs(timeout: float) -> int:
     for a in agents:
         try:
             jobs = [j for j in ray.get(a.report.remote(lease), timeout=10)["jobs"]
-                    if j["status"] == "running"]
+                    if j["status"] == AttemptStatus.RUNNING]
         except Exception:  # noqa: BLE001, S112
             continue
         for j in jobs:

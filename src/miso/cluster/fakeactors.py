@@ -8,7 +8,8 @@ from typing import Any
 
 from miso.agent.fakeagent import FakeAgent
 from miso.agent.incarnation import Incarnation
-from miso.transport.ray import AGENT_PREFIX, NAMESPACE, AgentActor
+from miso.cluster.rayactors import AgentActor
+from miso.transport.ray import AGENT_PREFIX, NAMESPACE
 
 
 class FakeAgentActor(AgentActor):
