@@ -6,9 +6,16 @@ and records every event it delivers. The stream is then replayed into a real
 :class:`~miso.controller.Controller` (in-memory job store, :class:`VirtualClock`, no agents, a
 plan executor that only records): submissions through the store, cancellations as the API's
 cancel, the lost node as the poller reports it, acknowledgements as the poller and executor
-post them, progress as ``JobProgress`` events (the live conversion from iterations is tested in
-test_sched_core.py). Timers are *not* replayed: the live loop must raise its own ``Tick`` from
-its clock when the replay reaches the time the simulator raised it.
+post them, progress as ``JobProgress`` events. Timers are *not* replayed: the live loop must
+raise its own ``Tick`` from its clock when the replay reaches the time the simulator raised it.
+
+The live halves (issue 27): :func:`test_parity__live_factory_and_progress_conversion` builds
+the live policy with the controller's own factory (from a :class:`ControllerConfig`, not the
+simulator's ``build_policy``), and turns every progress report of a job on a MIG slice into
+what its agent reports (iterations left, iterations/s on that slice), which the live loop
+converts to full-GPU seconds itself (:func:`miso.sched.progress.full_gpu_work`); the work it
+folds must be the simulator's. (The rate it folds is the slice's modelled speed, not the
+simulator's true one, so the replay then delivers the simulator's report as well.)
 """
 
 from __future__ import annotations
@@ -33,6 +40,9 @@ from miso.sched import (
 )
 from miso.sched.clock import VirtualClock
 from miso.sched.decisions import RequeueJob
+from miso.sched.events import JobProgress
+from miso.sched.policies import policy_options
+from miso.sched.progress import slice_speed
 from miso.sched.tenancyconfig import TenancyConfig
 from miso.sim.engine import Simulator
 from miso.sim.run import build_policy
@@ -66,14 +76,60 @@ def _simulate(name: str, jobs: list[TraceJob], cfg: WorldConfig,
     return sim.run().log
 
 
+#: Iterations per second of full GPU of every job in the replay's agent reports.
+ITERATIONS_PER_FULL_GPU_S = 3.0
+
+
+def _live_config(name: str, cfg: WorldConfig, tenancy: TenancyConfig | None
+                 ) -> ControllerConfig:
+    """The controller's configuration that makes its own policy factory build what the
+    simulator's builds for ``cfg`` (its predictor must be ``"true"``: the noisy oracle's
+    seed is the simulator's)."""
+    assert cfg.predictor == "true"
+    known = policy_options(name)
+    args: dict[str, Any] = {"restart_s": cfg.restart_s} if "restart_s" in known else {}
+    if "layout" in known:
+        args["layout"] = OPTSTA_LAYOUT
+    return ControllerConfig(policy=name, policy_args=args, estimator=cfg.predictor,
+                            profile_seconds_per_level=cfg.profile_s_per_level,
+                            tenancy=tenancy)
+
+
+def _agent_report(con: Controller, ev: JobProgress) -> tuple[Any, ...] | None:
+    """What the agent of a job running on a MIG slice reports for ``ev`` (the live loop's
+    ``("progress", job, gpu, placement, mps_pct, iterations_left, iterations/s)``): the job
+    runs its slice at the speed the live conversion expects there, so converted back it is
+    ``ev.work_s`` again. None for a job not on a slice (stopped, under MPS, unknown)."""
+    state = con.loop.state
+    js = state.jobs.get(ev.job)
+    if ev.rate <= 0 or js is None or js.gpu is None or js.placement is None:
+        return None
+    gs = state.gpus.get(js.gpu)
+    if gs is None:
+        return None
+    speed = slice_speed(gs.geom, js.placement, None, js.observed)
+    rate = ITERATIONS_PER_FULL_GPU_S * speed
+    return ("progress", ev.job, js.gpu, js.placement, None,
+            ev.work_s * ITERATIONS_PER_FULL_GPU_S, rate)
+
+
 def _replay(name: str, jobs: list[TraceJob], cfg: WorldConfig,
-            log: list[tuple[float, object]], tenancy: TenancyConfig | None = None
+            log: list[tuple[float, object]], tenancy: TenancyConfig | None = None,
+            *, live_halves: bool = False, converted: list[float] | None = None,
             ) -> list[tuple[float, Decision]]:
+    """The live loop's decisions on the simulator's event stream ``log``. With
+    ``live_halves`` its policy is the controller's own (:func:`_live_config`) and progress
+    on a slice arrives as the agent reports it; ``converted`` then gets the slice speed of
+    every report so converted."""
     clock = VirtualClock()
     store = JobStore(":memory:")
-    con = Controller(store, None, ControllerConfig(policy=name, tenancy=tenancy),  # type: ignore[arg-type]
-                     checkpoint_root="/nonexistent", clock=clock,
-                     policy=_policy(name, jobs, cfg))
+    if live_halves:
+        con = Controller(store, None, _live_config(name, cfg, tenancy),  # type: ignore[arg-type]
+                         checkpoint_root="/nonexistent", clock=clock)
+    else:
+        con = Controller(store, None, ControllerConfig(policy=name, tenancy=tenancy),  # type: ignore[arg-type]
+                         checkpoint_root="/nonexistent", clock=clock,
+                         policy=_policy(name, jobs, cfg))
     rec = DecisionRecorder()
     con.observer = rec
     ex = AcceptingExecutor()
@@ -107,6 +163,21 @@ def _replay(name: str, jobs: list[TraceJob], cfg: WorldConfig,
                 lost.add(node)
                 rt.fencing.add(node)
                 loop.handle(("node_lost", node, 0.0))
+        elif live_halves and isinstance(item, JobProgress) and \
+                (report := _agent_report(con, item)) is not None:
+            loop.handle(report)
+            speed = report[-1] / ITERATIONS_PER_FULL_GPU_S
+            folded = loop.state.jobs[item.job].progress
+            assert folded is not None and folded[0] == t and folded[2] == speed
+            assert folded[1] == pytest.approx(item.work_s, rel=1e-9, abs=1e-9), (
+                f"{item.job} on a slice of speed {speed}: the live conversion gives "
+                f"{folded[1]} full-GPU s left, the simulator {item.work_s}")
+            if converted is not None:
+                converted.append(speed)
+            # the simulator's rate is the job's true speed there, the live one the model's
+            # (a measured ratio, else the slice's compute share): the stream goes on with
+            # the simulator's, so the decisions can be compared
+            loop.handle(("event", item))
         else:
             loop.handle(("event", item))
     assert not con.errors, con.errors
@@ -118,11 +189,11 @@ def _decisions(log: list[tuple[float, object]]) -> list[tuple[float, Decision]]:
 
 
 def _check(name: str, jobs: list[TraceJob], cfg: WorldConfig,
-           inject: list[tuple[float, Any]], tenancy: TenancyConfig | None = None
-           ) -> list[tuple[float, object]]:
+           inject: list[tuple[float, Any]], tenancy: TenancyConfig | None = None,
+           **replay: Any) -> list[tuple[float, object]]:
     log = _simulate(name, jobs, cfg, inject, tenancy)
     sim = _decisions(log)
-    live = _replay(name, jobs, cfg, log, tenancy)
+    live = _replay(name, jobs, cfg, log, tenancy, **replay)
     assert len(sim) > 20
     for i, (a, b) in enumerate(zip(sim, live, strict=False)):
         # repr, not ==: a decision's explanation (``why``) is left out of its equality
@@ -171,3 +242,18 @@ def test_parity__tenancy_fair_share_quota_and_preemption(name: str):
     if name in ("nopart", "miso+"):
         assert any(isinstance(d, RequeueJob) and d.reason.startswith("preempted")
                    for _, d in log)
+
+
+@pytest.mark.parametrize("name", POLICIES)
+def test_parity__live_factory_and_progress_conversion(name: str):
+    """The live halves: the controller's own policy factory, and progress on MIG slices as
+    the agents report it (iterations), converted by the live loop. Slices slower than the
+    full GPU must be among the conversions, or a conversion that ignored the slice's speed
+    would pass."""
+    jobs = _trace(40, seed=5)
+    cfg = WorldConfig(n_gpus=4, restart_s=60.0, phase_change_prob=0.3, no_checkpoint_frac=0.3,
+                      predictor="true")
+    speeds: list[float] = []
+    _check(name, jobs, cfg, [], live_halves=True, converted=speeds)
+    if name not in ("nopart", "mps"):   # those never run a job on a smaller MIG slice
+        assert sum(s < 1.0 for s in speeds) >= 10, speeds
