@@ -13,8 +13,8 @@ from typing import Any
 
 from miso.api.wire import API
 
-_LAZY = {"create_app": "miso.api.app", "require_admin": "miso.api.app",
-         "require_user": "miso.api.app", "User": "miso.api.users",
+_LAZY = {"create_app": "miso.api.app", "require_admin": "miso.api.auth",
+         "require_user": "miso.api.auth", "User": "miso.api.users",
          "UserError": "miso.api.users", "UserStore": "miso.api.users"}
 
 __all__ = ["API", "User", "UserError", "UserStore", "create_app", "require_admin",

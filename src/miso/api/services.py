@@ -16,7 +16,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, field_validator
 
-from miso.api.app import UserDep
+from miso.api.auth import UserDep
 from miso.api.wire import API
 from miso.controller.services import ServiceError, ServiceManager
 from miso.controller.servicestore import ServiceRecord

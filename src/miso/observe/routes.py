@@ -202,7 +202,7 @@ def api_routers(controller: Any, observer: Observer, listen_host: str = "127.0.0
     or for anyone when the operator opts out (``miso cluster up --metrics-public``: every
     owner is then ``other``). ``listen_host`` is kept for callers; loopback is no exemption
     (any local account reaches it)."""
-    from miso.api.app import require_user
+    from miso.api.auth import require_user
 
     del listen_host
     return [observe_router(controller, observer, auth=require_user,
