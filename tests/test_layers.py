@@ -114,3 +114,29 @@ def test_policy_classes_have_at_most_two_bases() -> None:
             if isinstance(node, ast.ClassDef) and len(node.bases) > 2:
                 wide.append(f"{path.name}:{node.name} ({len(node.bases)} bases)")
     assert not wide, f"classes with more than two bases: {wide}"
+
+
+#: The node protocol's types and their one low home (below agent, transport and controller).
+NODE_PROTOCOL = {"NodeUnavailable": "miso.nodeerrors", "AttemptStatus": "miso.attemptstatus",
+                 "layout_data": "miso.nodewire", "placement_of": "miso.nodewire",
+                 "attempt_dir": "miso.nodewire", "exit_record_path": "miso.nodewire"}
+
+
+def test_layer_node_protocol_imported_from_its_home() -> None:
+    """Agent, transport and controller take the node protocol's types from their home, not
+    from one another (the packages' own re-exports for outside callers aside)."""
+    reexports = {"miso.transport", "miso.transport.base", "miso.agent"}
+    bad, seen = [], 0
+    for path in sorted(SRC.rglob("*.py")):
+        mod = _module_of(path)
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.ImportFrom) or node.level or mod in reexports:
+                continue
+            for a in node.names:
+                home = NODE_PROTOCOL.get(a.name)
+                if home is not None and (node.module or "").startswith("miso"):
+                    seen += 1
+                    if node.module != home:
+                        bad.append(f"{mod}: {a.name} from {node.module} (home: {home})")
+    assert seen > 10, seen  # the walk sees the imports (agent, controller, transport)
+    assert not bad, "\n".join(bad)

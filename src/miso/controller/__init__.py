@@ -8,7 +8,8 @@ from miso.controller.controller import (
     SubmitError,
 )
 from miso.controller.store import JobRecord, JobStore, StoreError
-from miso.transport.base import NodeUnavailable, Transport
+from miso.nodeerrors import NodeUnavailable
+from miso.transport.base import Transport
 
 __all__ = [
     "Controller", "ControllerConfig", "JobRecord", "JobStore", "NodeUnavailable", "QuotaExceeded",

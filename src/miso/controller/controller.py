@@ -65,13 +65,14 @@ from miso.controller.timelimits import TimeLimitStore
 from miso.controller.usagestore import UsageStore
 from miso.jobstatus import JobStatus
 from miso.mig import GPU_MODELS, geometry
+from miso.nodeerrors import NodeUnavailable
 from miso.sched import JobSpec, JobSubmitted, Policy
 from miso.sched.clock import Clock
 from miso.sched.estimators import make_estimator
 from miso.sched.gangs import GangLayer, with_gangs
 from miso.sched.policies import build_policy, policy_options
 from miso.sched.tenancyconfig import queued_quota_reason
-from miso.transport.base import NodeUnavailable, Transport
+from miso.transport.base import Transport
 from miso.workloads import catalogue
 
 __all__ = [

@@ -21,6 +21,7 @@ from miso.controller.profile_run import ProfileRun
 from miso.controller.runtime import GpuRef, Run, Runtime
 from miso.jobstatus import JobStatus
 from miso.mig import Placement, TransitionError, plan_transition
+from miso.nodeerrors import NodeUnavailable
 from miso.nodewire import layout_data, placement_of
 from miso.sched import (
     ApplyLayout,
@@ -32,7 +33,6 @@ from miso.sched import (
     RunMps,
     StartProfiling,
 )
-from miso.transport.base import NodeUnavailable
 
 log = logging.getLogger(__name__)
 

@@ -37,11 +37,11 @@ from miso.controller.launcher import Launcher, resume_point
 from miso.controller.runtime import Run, Runtime, SubmitError
 from miso.jobstatus import JobStatus
 from miso.mig import Placement
+from miso.nodeerrors import NodeUnavailable
 from miso.nodewire import layout_data
 from miso.sched import Decision, JobFailed
 from miso.sched.decisions import StartGang, StopGang
 from miso.sched.events import GangFailed, GangStarted
-from miso.transport.base import NodeUnavailable
 
 log = logging.getLogger(__name__)
 

@@ -31,6 +31,7 @@ from miso.controller.runtime import Runtime
 from miso.controller.timelimits import TimeLimitStore, run_time, time_limit_reason
 from miso.job import read_json
 from miso.jobstatus import LIMIT_REASON
+from miso.nodeerrors import NodeUnavailable
 from miso.nodewire import exit_record_path
 from miso.sched import (
     ApplyLayout,
@@ -57,7 +58,6 @@ from miso.sched.fairwait import fair_waits
 from miso.sched.progress import full_gpu_work, slice_speed
 from miso.sched.state import JobStatus
 from miso.sched.tenancy import UsageRecord
-from miso.transport.base import NodeUnavailable
 
 log = logging.getLogger(__name__)
 

@@ -31,6 +31,7 @@ from miso.controller.runtime import GpuRef, Runtime
 from miso.controller.statustext import prune_losses
 from miso.jobstatus import LIMIT_REASON, JobStatus
 from miso.mig import geometry
+from miso.nodeerrors import NodeUnavailable
 from miso.sched import (
     GpuAdded,
     JobCheckpointable,
@@ -39,7 +40,6 @@ from miso.sched import (
     JobSpeedChanged,
     SpeedObserved,
 )
-from miso.transport.base import NodeUnavailable
 
 log = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ from miso.attemptstatus import AttemptStatus
 from miso.controller.runtime import Runtime
 from miso.job import read_json
 from miso.jobstatus import JobStatus
+from miso.nodeerrors import NodeUnavailable
 from miso.nodewire import exit_record_path
-from miso.transport.base import NodeUnavailable
 
 log = logging.getLogger(__name__)
 

@@ -20,10 +20,11 @@ from miso.attemptstatus import AttemptStatus
 from miso.controller.store import JobRecord, JobStore, StoreError
 from miso.controller.storefile import BACKUP
 from miso.mig import Geometry, Placement
+from miso.nodeerrors import NodeUnavailable
 from miso.sched import Event
 from miso.sched.clock import Clock, WallClock
 from miso.sched.tenancyconfig import TenancyConfig
-from miso.transport.base import NodeUnavailable, Transport
+from miso.transport.base import Transport
 
 log = logging.getLogger(__name__)
 

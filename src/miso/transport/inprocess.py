@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from miso.agent import Agent
-from miso.transport.base import NodeUnavailable
+from miso.nodeerrors import NodeUnavailable
 
 
 class LocalTransport:

@@ -14,7 +14,7 @@ import contextlib
 import threading
 from typing import Any
 
-from miso.transport.base import NodeUnavailable
+from miso.nodeerrors import NodeUnavailable
 
 NAMESPACE = "miso"
 CONTROLLER = "miso-controller"
