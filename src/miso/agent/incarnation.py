@@ -9,7 +9,7 @@ instance. :class:`Incarnation` wraps an :class:`~miso.agent.Agent` so that
   (:mod:`miso.controller.poller`) fences a node whose incarnation changed and requeues its jobs;
 * until the controller has taken this life on (its ``describe``, called when a node joins),
   every call that starts something (``launch``, ``apply_layout``, ``start_mps``) is refused as
-  :class:`~miso.transport.base.NodeUnavailable`: a launch meant for the old agent, sent in
+  :class:`~miso.nodeerrors.NodeUnavailable`: a launch meant for the old agent, sent in
   the moment before the controller noticed, must not fail the job on an agent with no layout.
 """
 

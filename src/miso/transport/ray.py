@@ -3,7 +3,7 @@
 Agent actors are named ``miso-agent:<node>`` in the namespace ``miso``, the controller actor
 ``miso-controller`` (the names below: a running cluster finds its actors by them).
 :class:`RayTransport` calls the agents and turns every failure to reach one into
-:class:`~miso.transport.base.NodeUnavailable`. The actors themselves, and starting and
+:class:`~miso.nodeerrors.NodeUnavailable`. The actors themselves, and starting and
 stopping them, are :mod:`miso.cluster.rayactors` and :mod:`miso.cluster.raystart`. ray is
 imported only inside the methods, so importing this module is cheap.
 """
