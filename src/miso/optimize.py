@@ -90,11 +90,22 @@ class _Tables:
     unit: dict[Placement, int]  # placement -> u
 
 
-class PartitionOptimizer:
-    """Exact optimizer for one geometry. Build once per (GPU model, profiles, driver)."""
+#: Solutions a memoizing optimizer keeps before it starts afresh (about 1 KB each).
+MEMO_SIZE = 50_000
 
-    def __init__(self, geom: Geometry) -> None:
+
+class PartitionOptimizer:
+    """Exact optimizer for one geometry. Build once per (GPU model, profiles, driver).
+
+    With ``memo`` (the shared ones of :func:`optimizer_for`), :meth:`solve` remembers its
+    answers by their exact inputs: a scheduler asks the same question again and again (a job
+    waiting at the head of the queue is weighed against the same GPU at every event), and a
+    solve is a pure function of its inputs. Timing benchmarks build their own without."""
+
+    def __init__(self, geom: Geometry, memo: bool = False) -> None:
         self.geom = geom
+        self._memo: dict[tuple[object, ...], tuple[Solution | None, type | None, str]] | None = \
+            {} if memo else None
         self.profile_names = tuple(p.name for p in geom.profiles)
         self.profile_index = {n: i for i, n in enumerate(self.profile_names)}
         self.max_jobs = max((len(lay) for lay in enumerate_layouts(geom)), default=0)
@@ -123,6 +134,48 @@ class PartitionOptimizer:
         return np.array(rows, dtype=float)
 
     def solve(
+        self,
+        speeds: Mapping[str, Mapping[str, float]],
+        *,
+        current: Mapping[str, Placement] | None = None,
+        objective: Objective | str = Objective.THROUGHPUT,
+        restart_penalty: float | Mapping[str, float] = 0.1,
+        pinned: Collection[str] = (),
+        above: float | None = None,
+    ) -> Solution:
+        """:meth:`solve_fresh`, remembered by its inputs when the optimizer has a memo (the
+        answer, or the error raised, is the one a fresh solve gives)."""
+        memo = self._memo
+        if memo is None:
+            return self.solve_fresh(speeds, current=current, objective=objective,
+                                    restart_penalty=restart_penalty, pinned=pinned, above=above)
+        key = (tuple([(j, tuple(s.items())) for j, s in speeds.items()]),
+               tuple(current.items()) if current else (), str(objective),
+               tuple(restart_penalty.items()) if isinstance(restart_penalty, Mapping)
+               else restart_penalty, frozenset(pinned), above)
+        try:
+            got = memo.get(key)
+        except TypeError:  # an unhashable input: no memo (the solve says what is wrong)
+            return self.solve_fresh(speeds, current=current, objective=objective,
+                                    restart_penalty=restart_penalty, pinned=pinned, above=above)
+        if got is None:
+            try:
+                sol = self.solve_fresh(speeds, current=current, objective=objective,
+                                       restart_penalty=restart_penalty, pinned=pinned,
+                                       above=above)
+                got = (sol, None, "")
+            except OptimizerError as e:
+                got = (None, type(e), str(e))
+            if len(memo) >= MEMO_SIZE:
+                memo.clear()
+            memo[key] = got
+        sol, err, msg = got
+        if sol is None:
+            raise err(msg)  # type: ignore[misc]
+        return Solution(sol.layout, dict(sol.assignment), sol.objective, sol.throughput,
+                        sol.restarted, sol.kept)
+
+    def solve_fresh(
         self,
         speeds: Mapping[str, Mapping[str, float]],
         *,
@@ -335,8 +388,9 @@ def _build_tables(geom: Geometry, n: int) -> _Tables:
 
 @cache
 def optimizer_for(geom: Geometry) -> PartitionOptimizer:
-    """A shared, cached optimizer per geometry (the precomputation runs once)."""
-    return PartitionOptimizer(geom)
+    """A shared, cached optimizer per geometry (the precomputation runs once), with a memo of
+    its solutions (:class:`PartitionOptimizer`)."""
+    return PartitionOptimizer(geom, memo=True)
 
 
 def brute_force(
