@@ -153,13 +153,15 @@ class PartitionOptimizer:
         if memo is None:
             return self.solve_fresh(speeds, current=current, objective=objective,
                                     restart_penalty=restart_penalty, pinned=pinned, above=above)
-        key = (tuple([(j, tuple(s.items())) for j, s in speeds.items()]),
-               tuple(current.items()) if current else (), str(objective),
-               tuple(restart_penalty.items()) if isinstance(restart_penalty, Mapping)
-               else restart_penalty, frozenset(pinned), above)
         try:
+            key = (tuple([(j, tuple(s.items())) for j, s in speeds.items()]),
+                   # a Placement by its fields: its dataclass hash is a Python call
+                   tuple([(j, p.start, p.profile) for j, p in current.items()]) if current
+                   else (), str(objective),
+                   tuple(restart_penalty.items()) if isinstance(restart_penalty, Mapping)
+                   else restart_penalty, frozenset(pinned), above)
             got = memo.get(key)
-        except TypeError:  # an unhashable input: no memo (the solve says what is wrong)
+        except (TypeError, AttributeError):  # odd input: no memo (the solve says what is wrong)
             return self.solve_fresh(speeds, current=current, objective=objective,
                                     restart_penalty=restart_penalty, pinned=pinned, above=above)
         if got is None:
