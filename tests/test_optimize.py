@@ -16,6 +16,7 @@ from miso.optimize import (
     PartitionOptimizer,
     brute_force,
     optimizer_for,
+    remembering_optimizer,
 )
 
 MODELS = ["A100-40GB", "A30-24GB", "H100-80GB", "RTX-PRO-6000"]
@@ -166,7 +167,7 @@ def test_per_job_penalties_and_pinned_match_brute_force(model):
 
 @pytest.mark.parametrize("model", ["A100-40GB", "H100-80GB"])
 def test_the_memo_answers_as_a_fresh_solve(model):
-    """The shared optimizer's memo gives, asked twice, what a fresh solve gives (the same
+    """The remembering optimizer's memo gives, asked twice, what a fresh solve gives (the same
     solution or the same error), and an answer handed out cannot change a later one."""
     fresh = PartitionOptimizer(geometry(model))
 
@@ -184,10 +185,10 @@ def test_the_memo_answers_as_a_fresh_solve(model):
         except OptimizerError as e:
             for _ in range(2):
                 with pytest.raises(type(e), match="^" + re.escape(str(e)) + "$"):
-                    optimizer_for(g).solve(speeds, **kw)
+                    remembering_optimizer(g).solve(speeds, **kw)
             return
-        first = optimizer_for(g).solve(speeds, **kw)
+        first = remembering_optimizer(g).solve(speeds, **kw)
         first.assignment.clear()  # a caller's change to its copy
-        assert optimizer_for(g).solve(speeds, **kw) == want
+        assert remembering_optimizer(g).solve(speeds, **kw) == want
 
     run()

@@ -18,7 +18,7 @@ import statistics
 import time
 
 from miso.mig import Placement, beside, geometry
-from miso.optimize import PartitionOptimizer, solve_beside_replicas
+from miso.optimize import optimizer_for, solve_beside_replicas
 
 
 def speeds_for(geom, n: int, rng: random.Random) -> dict:
@@ -42,13 +42,13 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
     geom = geometry("A100-40GB")
-    opt = PartitionOptimizer(geom)  # no memo: every solve timed is a fresh one
+    opt = optimizer_for(geom)
     rng = random.Random(args.seed)
     reps = {"svc-a": Placement(0, "1g.5gb"), "svc-b": Placement(1, "1g.5gb"),
             "svc-c": Placement(2, "1g.5gb")}
     c7 = [speeds_for(geom, 7, rng) for _ in range(args.cases)]
     c4 = [speeds_for(geom, 4, rng) for _ in range(args.cases)]
-    free = PartitionOptimizer(beside(geom, reps.values()))
+    free = optimizer_for(beside(geom, reps.values()))
     for fn, items in ((opt.solve, c7[:50]), (opt.solve, c4[:50]),
                       (lambda s: solve_beside_replicas(opt, s, reps), c4[:50]),
                       (free.solve, c4[:50])):

@@ -16,6 +16,7 @@ job that must move), ``fairness`` (sum of log speeds, proportional fairness).
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 from collections.abc import Collection, Mapping, Sequence
@@ -94,17 +95,18 @@ class _Tables:
     unit: dict[Placement, int]  # placement -> u
 
 
-#: Solutions a memoizing optimizer keeps before it starts afresh (about 1 KB each).
-MEMO_SIZE = 50_000
+#: Solutions a remembering optimizer keeps before it starts afresh (about 1 KB each).
+MEMO_SIZE = 4096
 
 
 class PartitionOptimizer:
     """Exact optimizer for one geometry. Build once per (GPU model, profiles, driver).
 
-    With ``memo`` (the shared ones of :func:`optimizer_for`), :meth:`solve` remembers its
-    answers by their exact inputs: a scheduler asks the same question again and again (a job
-    waiting at the head of the queue is weighed against the same GPU at every event), and a
-    solve is a pure function of its inputs. Timing benchmarks build their own without."""
+    With ``memo`` (:func:`remembering_optimizer`), :meth:`solve` remembers its answers by
+    their exact inputs (a solve is a pure function of them): for a caller that asks the same
+    question again and again, e.g. miso+'s admission weighing a job that waits at the head of
+    the queue against the same GPU at every event. A remembered answer costs about a quarter
+    of a solve, so callers whose questions rarely repeat use :func:`optimizer_for`."""
 
     def __init__(self, geom: Geometry, memo: bool = False) -> None:
         self.geom = geom
@@ -395,9 +397,17 @@ def _build_tables(geom: Geometry, n: int) -> _Tables:
 
 @cache
 def optimizer_for(geom: Geometry) -> PartitionOptimizer:
-    """A shared, cached optimizer per geometry (the precomputation runs once), with a memo of
-    its solutions (:class:`PartitionOptimizer`)."""
-    return PartitionOptimizer(geom, memo=True)
+    """A shared, cached optimizer per geometry (the precomputation runs once)."""
+    return PartitionOptimizer(geom)
+
+
+@cache
+def remembering_optimizer(geom: Geometry) -> PartitionOptimizer:
+    """:func:`optimizer_for`'s optimizer (its tables shared) with a memo of its solutions
+    (:class:`PartitionOptimizer`), for questions that repeat."""
+    opt = copy.copy(optimizer_for(geom))
+    opt._memo = {}
+    return opt
 
 
 def brute_force(

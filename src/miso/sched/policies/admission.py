@@ -16,7 +16,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from miso.jobstatus import CORE_ENDED
-from miso.optimize import OptimizerError, optimizer_for
+from miso.optimize import OptimizerError, remembering_optimizer
 from miso.sched.policies.base import Scratch
 from miso.sched.unseen import UnseenResidents
 
@@ -154,7 +154,7 @@ class Admission:
         rem = partial(self.pol.work.remaining, sc.state)
         geom = sc.state.gpus[g].geom
         sp = self.pol.speeds(geom, sc, [*residents, job])
-        opt = optimizer_for(geom)
+        opt = remembering_optimizer(geom)  # asked again while the job waits: remembered
         current = sc.state.gpus[g].target_assignment()
         try:
             alone = opt.solve({r: sp[r] for r in residents})
