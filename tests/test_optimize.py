@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from miso.mig import Placement, enumerate_layouts, geometry, is_valid
-from miso.optimize import Objective, OptimizerError, brute_force, optimizer_for
+from miso.optimize import (
+    Objective,
+    OptimizerError,
+    PartitionOptimizer,
+    brute_force,
+    optimizer_for,
+    remembering_optimizer,
+)
 
 MODELS = ["A100-40GB", "A30-24GB", "H100-80GB", "RTX-PRO-6000"]
 
@@ -153,5 +161,34 @@ def test_per_job_penalties_and_pinned_match_brute_force(model):
         assert sol.objective == pytest.approx(ref, abs=1e-9)
         assert all(sol.assignment[j] == current[j] for j in pinned)
         assert is_valid(g, sol.layout)
+
+    run()
+
+
+@pytest.mark.parametrize("model", ["A100-40GB", "H100-80GB"])
+def test_the_memo_answers_as_a_fresh_solve(model):
+    """The remembering optimizer's memo gives, asked twice, what a fresh solve gives (the same
+    solution or the same error), and an answer handed out cannot change a later one."""
+    fresh = PartitionOptimizer(geometry(model))
+
+    @settings(max_examples=150, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(problems(model), st.data())
+    def run(problem, data):
+        g, speeds, current = problem
+        pen = {j: data.draw(st.floats(0.0, 0.8)) for j in current}
+        pinned = {j for j in current if data.draw(st.booleans())}
+        kw = {"current": current, "objective": "restart-aware", "restart_penalty": pen,
+              "pinned": pinned}
+        try:
+            want = fresh.solve(speeds, **kw)
+        except OptimizerError as e:
+            for _ in range(2):
+                with pytest.raises(type(e), match="^" + re.escape(str(e)) + "$"):
+                    remembering_optimizer(g).solve(speeds, **kw)
+            return
+        first = remembering_optimizer(g).solve(speeds, **kw)
+        first.assignment.clear()  # a caller's change to its copy
+        assert remembering_optimizer(g).solve(speeds, **kw) == want
 
     run()

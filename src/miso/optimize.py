@@ -16,6 +16,7 @@ job that must move), ``fairness`` (sum of log speeds, proportional fairness).
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 from collections.abc import Collection, Mapping, Sequence
@@ -37,6 +38,10 @@ class Objective(StrEnum):
     THROUGHPUT = "throughput"
     RESTART_AWARE = "restart-aware"
     FAIRNESS = "fairness"
+
+
+#: Objective by value: the enum's own lookup by value costs microseconds per solve
+_OBJECTIVES: dict[str, Objective] = {o.value: o for o in Objective}
 
 
 class OptimizerError(ValueError):
@@ -90,11 +95,23 @@ class _Tables:
     unit: dict[Placement, int]  # placement -> u
 
 
-class PartitionOptimizer:
-    """Exact optimizer for one geometry. Build once per (GPU model, profiles, driver)."""
+#: Solutions a remembering optimizer keeps before it starts afresh (about 1 KB each).
+MEMO_SIZE = 4096
 
-    def __init__(self, geom: Geometry) -> None:
+
+class PartitionOptimizer:
+    """Exact optimizer for one geometry. Build once per (GPU model, profiles, driver).
+
+    With ``memo`` (:func:`remembering_optimizer`), :meth:`solve` remembers its answers by
+    their exact inputs (a solve is a pure function of them): for a caller that asks the same
+    question again and again, e.g. miso+'s admission weighing a job that waits at the head of
+    the queue against the same GPU at every event. A remembered answer costs about a quarter
+    of a solve, so callers whose questions rarely repeat use :func:`optimizer_for`."""
+
+    def __init__(self, geom: Geometry, memo: bool = False) -> None:
         self.geom = geom
+        self._memo: dict[tuple[object, ...], tuple[Solution | None, type | None, str]] | None = \
+            {} if memo else None
         self.profile_names = tuple(p.name for p in geom.profiles)
         self.profile_index = {n: i for i, n in enumerate(self.profile_names)}
         self.max_jobs = max((len(lay) for lay in enumerate_layouts(geom)), default=0)
@@ -132,6 +149,50 @@ class PartitionOptimizer:
         pinned: Collection[str] = (),
         above: float | None = None,
     ) -> Solution:
+        """:meth:`solve_fresh`, remembered by its inputs when the optimizer has a memo (the
+        answer, or the error raised, is the one a fresh solve gives)."""
+        memo = self._memo
+        if memo is None:
+            return self.solve_fresh(speeds, current=current, objective=objective,
+                                    restart_penalty=restart_penalty, pinned=pinned, above=above)
+        try:
+            key = (tuple([(j, tuple(s.items())) for j, s in speeds.items()]),
+                   # a Placement by its fields: its dataclass hash is a Python call
+                   tuple([(j, p.start, p.profile) for j, p in current.items()]) if current
+                   else (), str(objective),
+                   tuple(restart_penalty.items()) if isinstance(restart_penalty, Mapping)
+                   else restart_penalty, frozenset(pinned), above)
+            got = memo.get(key)
+        except (TypeError, AttributeError):  # odd input: no memo (the solve says what is wrong)
+            return self.solve_fresh(speeds, current=current, objective=objective,
+                                    restart_penalty=restart_penalty, pinned=pinned, above=above)
+        if got is None:
+            try:
+                sol = self.solve_fresh(speeds, current=current, objective=objective,
+                                       restart_penalty=restart_penalty, pinned=pinned,
+                                       above=above)
+                got = (sol, None, "")
+            except OptimizerError as e:
+                got = (None, type(e), str(e))
+            if len(memo) >= MEMO_SIZE:
+                memo.clear()
+            memo[key] = got
+        sol, err, msg = got
+        if sol is None:
+            raise err(msg)  # type: ignore[misc]
+        return Solution(sol.layout, dict(sol.assignment), sol.objective, sol.throughput,
+                        sol.restarted, sol.kept)
+
+    def solve_fresh(
+        self,
+        speeds: Mapping[str, Mapping[str, float]],
+        *,
+        current: Mapping[str, Placement] | None = None,
+        objective: Objective | str = Objective.THROUGHPUT,
+        restart_penalty: float | Mapping[str, float] = 0.1,
+        pinned: Collection[str] = (),
+        above: float | None = None,
+    ) -> Solution:
         """Best layout and assignment for the jobs of ``speeds``.
 
         ``current`` maps running jobs to their instance now. With the throughput and fairness
@@ -145,7 +206,8 @@ class PartitionOptimizer:
         solve when a cheap upper bound shows the objective cannot exceed ``above``.
         """
         if objective is not Objective.THROUGHPUT:
-            objective = Objective(objective)
+            got = _OBJECTIVES.get(objective) if isinstance(objective, str) else None
+            objective = got if got is not None else Objective(objective)
         jobs = list(speeds)
         n = len(jobs)
         if n == 0:
@@ -337,6 +399,15 @@ def _build_tables(geom: Geometry, n: int) -> _Tables:
 def optimizer_for(geom: Geometry) -> PartitionOptimizer:
     """A shared, cached optimizer per geometry (the precomputation runs once)."""
     return PartitionOptimizer(geom)
+
+
+@cache
+def remembering_optimizer(geom: Geometry) -> PartitionOptimizer:
+    """:func:`optimizer_for`'s optimizer (its tables shared) with a memo of its solutions
+    (:class:`PartitionOptimizer`), for questions that repeat."""
+    opt = copy.copy(optimizer_for(geom))
+    opt._memo = {}
+    return opt
 
 
 def brute_force(

@@ -16,8 +16,9 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from miso.jobstatus import CORE_ENDED
-from miso.optimize import OptimizerError, optimizer_for
+from miso.optimize import OptimizerError, remembering_optimizer
 from miso.sched.policies.base import Scratch
+from miso.sched.unseen import UnseenResidents
 
 if TYPE_CHECKING:  # pragma: no cover
     from miso.sched.policies.misoplus import MisoPlus
@@ -54,6 +55,7 @@ class Admission:
         self.free_at: tuple[int, list[float]] | None = None  # (call, GPU free times)
         self.lazy_at: tuple[int, float] | None = None  # (call, typical work): scan deferred
         self.soonest: list[str] = []   # the GPUs soonest free at the last scan
+        self.unseen = UnseenResidents()  # for would_record
         #: the figures of the last choice to wait (:func:`~.declined.declined_share`)
         self.share_estimate: dict[str, Any] | None = None
 
@@ -152,7 +154,7 @@ class Admission:
         rem = partial(self.pol.work.remaining, sc.state)
         geom = sc.state.gpus[g].geom
         sp = self.pol.speeds(geom, sc, [*residents, job])
-        opt = optimizer_for(geom)
+        opt = remembering_optimizer(geom)  # asked again while the job waits: remembered
         current = sc.state.gpus[g].target_assignment()
         try:
             alone = opt.solve({r: sp[r] for r in residents})
@@ -200,14 +202,7 @@ class Admission:
     def would_record(self, sc: Scratch) -> bool:
         """Whether a scan would record a job's work (:meth:`WorkLearner.note`): a resident
         reporting progress, not ended, not seen yet."""
-        seen, jobs = self.pol.work.seen, sc.state.jobs
-        for gs in sc.state.gpus.values():
-            for j in gs.jobs:
-                if j not in seen:
-                    js = jobs.get(j)
-                    if js is not None and js.progress is not None and js.status not in CORE_ENDED:
-                        return True
-        return False
+        return self.unseen.any(sc.state, self.pol.work.seen)  # sched/unseen.py: no scan
 
     def free_bound(self, sc: Scratch, k: int) -> float | None:
         """At least :meth:`gpu_free_in`: exact when this decision scanned, else the

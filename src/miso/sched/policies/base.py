@@ -158,8 +158,10 @@ class Scratch:
         return speeds if not self.owner_bound() else self.fair.speeds(gpu, speeds)
 
     def jobs_on(self, gpu: str) -> list[str]:
-        base = [j for j in self.state.gpus[gpu].jobs if j not in self.requeued]
-        return base + self.extra.get(gpu, [])
+        jobs = self.state.gpus[gpu].jobs
+        base = [j for j in jobs if j not in self.requeued] if self.requeued else jobs[:]
+        extra = self.extra.get(gpu)
+        return base + extra if extra else base
 
     def memory_on(self, gpu: str) -> float:
         jobs = self.state.jobs
