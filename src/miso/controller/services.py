@@ -201,6 +201,7 @@ class ServiceManager:
 
     def tick(self) -> None:
         now = time.monotonic()
+        self.keep_router()
         with contextlib.suppress(Exception):  # else the last known GPU models
             self._models = {str(g["id"]): str(g["model"]) for g in self.ctl.cluster()["gpus"]}
         with self.lock:
@@ -213,6 +214,36 @@ class ServiceManager:
                 self._check(rec, r, now)
             if rec.state == "running":
                 self._scale(rec, now)
+
+    def keep_router(self) -> bool:
+        """A router process that died (killed, crashed) is started again on its port (the
+        URLs stay) and given the table again: every service, its ready replicas, the
+        draining ones drained; stopped services answer 503 again. True when it restarted.
+        (The router's rate and latency windows start empty: the planner sees rate 0 for
+        one tick, and the scale-in delay keeps it from draining on that.)"""
+        alive = getattr(self.server, "alive", None)
+        if alive is None or alive():
+            return False
+        code = self.server.exit_status()
+        try:
+            self.server.restart()
+        except OSError as e:
+            log.error("router restart failed: %s", e)
+            return False
+        with self.lock:
+            for name, rec in self.services.items():
+                self.router.add_service(name, rec.slo_p99_ms)
+                if rec.state != "running":
+                    self.router.stop_service(name)
+                for r in self.replicas.get(name, {}).values():
+                    if r.state in ("ready", "draining"):
+                        self.router.add_replica(name, r.job, self.replica_host, r.port,
+                                                r.profile)
+                    if r.state == "draining":
+                        self.router.drain(name, r.job)
+                self._note(name, f"router process ended (exit status {code}); restarted on "
+                                 f"port {self.server.port} with this service's replicas")
+        return True
 
     # ---- one replica ------------------------------------------------------------------------
     def _check(self, rec: ServiceRecord, r: ReplicaState, now: float) -> None:
