@@ -20,8 +20,8 @@ from waiting import wait_for
 from miso.controller import ControllerConfig
 from miso.controller.services import ServiceManager, attach_services
 from miso.controller.servicestore import ServiceRecord, ServiceStore
+from miso.sched.plannedscale import LIVE_CONFIG, PlannedScaler
 from miso.serving import emulated
-from miso.sim.plannedscale import LIVE_CONFIG, PlannedScaler
 from miso.transport.inprocess import LocalCluster
 
 

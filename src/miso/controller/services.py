@@ -31,10 +31,10 @@ import httpx
 from miso.controller.replicawatch import ReplicaState, ReplicaWatch
 from miso.controller.servicescale import ServiceScaling
 from miso.controller.servicestore import ServiceRecord, ServiceStore
+from miso.sched.plannedscale import PlannedScaler
 from miso.serving import catalog
 from miso.serving.router import Router, RouterServer
 from miso.serving.routerproc import RouterProcess
-from miso.sim.plannedscale import PlannedScaler
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 :class:`~miso.controller.services.ServiceManager`.
 
 Each tick the router's rate over 10 s goes to the scheduling core's service planner
-(:class:`~miso.sim.plannedscale.PlannedScaler`), with one replica's capacity on the slice
+(:class:`~miso.sched.plannedscale.PlannedScaler`), with one replica's capacity on the slice
 replicas get here (the first ready replica's: the catalogue's, an emulated server's slowed
 down model, or a capacity measured live, which is kept in the store). Its ``StartReplica`` /
 ``DrainReplica`` decisions are carried out by :meth:`ServiceScaling.apply`: a start waits in
