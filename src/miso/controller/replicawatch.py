@@ -35,6 +35,8 @@ MAX_BACKOFF_S = 60.0
 
 @dataclass
 class ReplicaState:
+    """One replica job of a live service as the manager follows it."""
+
     job: str
     port: int
     state: str = "starting"  # starting | ready | draining
@@ -49,7 +51,6 @@ class ReplicaState:
     slowdown: float = 1.0
     #: the planner's id of the replica this job is (a replacement keeps its predecessor's)
     plan_id: str = ""
-
 
 
 class ReplicaWatch:
