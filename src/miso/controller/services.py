@@ -51,7 +51,6 @@ class ServiceError(Exception):
         self.status = status
 
 
-
 class ServiceManager:
     """The services of one controller (see the module docstring)."""
 

@@ -500,7 +500,6 @@ class ServicePlanner:
         return self.slots.slices_in_use(gpu)
 
 
-
 def spread_ok(replicas: Sequence[ReplicaState]) -> bool:
     """A service with >= 2 replicas spans >= 2 GPUs."""
     live = [r for r in replicas if not r.draining]
