@@ -1,6 +1,7 @@
 """The head restarts a dead router (issue 29): a router process SIGKILLed while a service
 serves comes back on the same port with the service's ready replicas, draining ones drained
-and stopped services refused again; the restart is in the service's events.
+and stopped services refused again; the restart is in the service's events. A replica job
+that waits for a slice is said so in its service's events.
 
 The controller is a stand-in that runs each replica job as a plain process (the service
 manager only submits, reads and cancels jobs), so the test needs no cluster."""
@@ -45,12 +46,19 @@ class ProcessController:
     def __init__(self, path: Path) -> None:
         self.store = Jobs(path)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        #: submitted jobs stay queued (no slice free) instead of running
+        self.full = False
 
     def cluster(self) -> dict[str, Any]:
         return {"gpus": [{"id": "g0", "model": "A100-40GB"}]}
 
     def submit(self, cmd: list[str], **kw: Any) -> str:
-        jid = f"j{1000 + len(self.procs)}"
+        jid = f"j{1000 + len(self.store.recs)}"
+        if self.full:
+            self.store.recs[jid] = SimpleNamespace(
+                id=jid, name=kw.get("name") or jid, command=cmd, state=JobStatus.QUEUED,
+                gpu=None, placement=None, reason=None)
+            return jid
         self.procs[jid] = subprocess.Popen(cmd)
         self.store.recs[jid] = SimpleNamespace(
             id=jid, name=kw.get("name") or jid, command=cmd, state=JobStatus.RUNNING,
@@ -58,9 +66,10 @@ class ProcessController:
         return jid
 
     def cancel(self, job: str) -> dict[str, Any]:
-        p = self.procs[job]
-        p.terminate()
-        p.wait(10)
+        p = self.procs.get(job)
+        if p is not None:
+            p.terminate()
+            p.wait(10)
         self.store.recs[job].state = JobStatus.CANCELLED
         return {}
 
@@ -118,3 +127,22 @@ def test_a_killed_router_is_restarted_on_its_port_with_the_replicas(manager) -> 
     assert "router process ended (exit status -9); restarted on port" in \
         "\n".join(e["text"] for e in mgr.events["live"])
     assert mgr.keep_router() is False  # alive: nothing to do
+
+
+def test_a_replica_that_waits_for_a_slice_is_said_so_once(manager) -> None:  # noqa: ANN001
+    from miso.controller import replicawatch
+
+    mgr, ctl = manager
+    ctl.full = True
+    mgr.serve(ServiceRecord(name="wait", model="resnet50", slo_p99_ms=100,
+                            command=replica_cmd()))
+    (rep,) = mgr.replicas["wait"].values()
+    mgr.tick()
+    text = "\n".join(e["text"] for e in mgr.events["wait"])
+    assert "waits for a slice" not in text  # not yet: queued for less than the threshold
+    rep.since -= replicawatch.QUEUED_NOTE_S + 1
+    mgr.tick()
+    mgr.tick()
+    waits = [e["text"] for e in mgr.events["wait"] if "waits for a slice" in e["text"]]
+    assert len(waits) == 1 and waits[0].startswith(f"replica {rep.job} still waits"), waits
+    assert "training is not checkpointed" in mgr.view("wait")["why"]

@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 
 ENDED = {JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELLED}
 MAX_BACKOFF_S = 60.0
+#: a replica job queued this long is said to wait for a slice (once) in its service's events
+QUEUED_NOTE_S = 10.0
 
 
 @dataclass
@@ -51,6 +53,8 @@ class ReplicaState:
     slowdown: float = 1.0
     #: the planner's id of the replica this job is (a replacement keeps its predecessor's)
     plan_id: str = ""
+    #: its wait for a slice is in the service's events
+    wait_noted: bool = False
 
 
 class ReplicaWatch:
@@ -77,6 +81,12 @@ class ReplicaWatch:
             if r.state == "ready":  # moved or checkpointed under us: out of the router
                 self.m.router.remove_replica(rec.name, r.job)
                 r.state, r.since, r.running_since = "starting", now, None
+            elif state == JobStatus.QUEUED and not r.wait_noted and \
+                    now - r.since >= QUEUED_NOTE_S:
+                r.wait_noted = True
+                self.m.note(rec.name, f"replica {r.job} still waits for a slice after "
+                                      f"{now - r.since:.0f} s (live, training is not "
+                                      f"checkpointed to make room for a replica)")
             return
         if r.running_since is None:
             r.running_since = now
