@@ -21,8 +21,8 @@ from miso.cluster.local import LocalCluster
 from miso.controller import ControllerConfig
 from miso.controller.services import ServiceManager, attach_services
 from miso.controller.servicestore import ServiceRecord, ServiceStore
+from miso.sched.plannedscale import LIVE_CONFIG, PlannedScaler
 from miso.serving import emulated
-from miso.sim.plannedscale import LIVE_CONFIG, PlannedScaler
 
 
 def emuserve(*extra: str) -> list[str]:

@@ -124,7 +124,7 @@ def test_covering_holds_in_every_decision_on_random_streams(seed):
             assert spread_ok(list(st.replicas.values()))
         for g in p.gpus:  # slices on each GPU form a valid MIG layout
             from miso.mig import is_valid
-            assert is_valid(p.gpus[g], [pl for _, _, pl in p.held[g]])
+            assert is_valid(p.gpus[g], [pl for _, _, pl in p.slots.held[g]])
 
 
 def test_scale_in_hysteresis_does_not_flap_on_a_noisy_constant_rate():

@@ -113,7 +113,7 @@ def run(state_dir: str | Path, *, duration: float = 180.0, points: str = "1,6,1"
         if keep_samples:
             out["sent_s"] = [s.sent for s in res.samples]
             out["ready_delays_s"] = ready_delays(list(mgr.events["bars-svc"]))
-            out["slowdown"] = mgr.expected_slowdown(mgr.services["bars-svc"])
+            out["slowdown"] = mgr.scaling.expected_slowdown(mgr.services["bars-svc"])
             out["gpu_model"] = "A100-40GB"
         return out
     finally:

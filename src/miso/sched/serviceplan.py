@@ -14,7 +14,8 @@ decisions, each with a ``why``. The rules:
 * **Spreading**: a service with >= 2 replicas spans >= 2 GPUs (one GPU's repartition never
   takes the whole service down); replicas go first-fit onto GPUs that already host service
   slices (packing keeps whole GPUs free for training), a fresh GPU last; with a
-  ``slot_cost`` (the training a slot stops) the cheapest slot of a tier wins.
+  ``slot_cost`` (the training a slot stops) the cheapest slot of a tier wins (the slots:
+  :mod:`miso.sched.serviceslots`).
 * **Scale out** by the cheapest covering of the shortfall, or, when the cheapest covering of
   the whole target takes fewer slices than the live replicas plus that top-up, by a
   make-before-break resize to it (no piecemeal 7g + 4 x 3g where 2 x 7g cover).
@@ -33,7 +34,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from miso.mig import Geometry, Placement, geometry, is_valid
+from miso.mig import Geometry, Placement
 from miso.sched import servicerate
 from miso.sched.servicecover import cheapest_covering
 from miso.sched.servicerate import PlanRate
@@ -48,6 +49,7 @@ from miso.sched.services import (
     ServiceSubmitted,
     StartReplica,
 )
+from miso.sched.serviceslots import ReplicaSlots
 from miso.serving import catalog
 
 CapacityFn = Callable[[ServiceSpec, str, str], float]
@@ -121,37 +123,46 @@ class ServicePlanner:
                  capacity: CapacityFn = catalogue_capacity) -> None:
         self.cfg = config or PlannerConfig()
         self.capacity_fn = capacity
-        self.gpus: dict[str, Geometry] = {g: geometry(m) for g, m in gpus.items()}
-        self.order = list(gpus)
-        self.held: dict[str, list[tuple[str, str, Placement]]] = {g: [] for g in gpus}
+        self.slots = ReplicaSlots(gpus)
         self.services: dict[str, ServiceState] = {}
         self.measured: dict[tuple[str, str, str], float] = {}
-        #: GPUs the planner must not use (e.g. held by training the driver will not move)
-        self.blocked: set[str] = set()
-        #: the price of putting a replica on (gpu, slot): the training progress it displaces
-        #: (:class:`~miso.sched.servicepolicy.ServicesFirst` sets it from the cluster state);
-        #: None: first fit. Among the GPUs of one placement tier the cheapest slot wins.
-        self.slot_cost: Callable[[str, Placement], float] | None = None
+
+    @property
+    def gpus(self) -> dict[str, Geometry]:
+        return self.slots.gpus
+
+    @property
+    def blocked(self) -> set[str]:
+        """GPUs the planner must not use (:attr:`ReplicaSlots.blocked`)."""
+        return self.slots.blocked
+
+    @blocked.setter
+    def blocked(self, gpus: set[str]) -> None:
+        self.slots.blocked = gpus
+
+    @property
+    def slot_cost(self) -> Callable[[str, Placement], float] | None:
+        """The price of a slot (:attr:`ReplicaSlots.slot_cost`)."""
+        return self.slots.slot_cost
+
+    @slot_cost.setter
+    def slot_cost(self, fn: Callable[[str, Placement], float] | None) -> None:
+        self.slots.slot_cost = fn
+
 
     # -- the cluster's GPUs -----------------------------------------------------------------
     def add_gpu(self, gpu: str, model: str) -> None:
         """A GPU joined the cluster (no-op when known)."""
-        if gpu not in self.gpus:
-            self.gpus[gpu] = geometry(model)
-            self.order.append(gpu)
-            self.held[gpu] = []
+        self.slots.add_gpu(gpu, model)
 
     def remove_gpu(self, gpu: str) -> list[tuple[str, str]]:
         """A GPU left: its replicas are gone (returned as (service, replica)); their services
         are short until the next plan."""
-        lost = [(svc, rid) for svc, rid, _ in self.held.pop(gpu, [])]
+        lost = self.slots.remove_gpu(gpu)
         for svc, rid in lost:
             s = self.services.get(svc)
             if s is not None:
                 s.replicas.pop(rid, None)
-        self.gpus.pop(gpu, None)
-        if gpu in self.order:
-            self.order.remove(gpu)
         return lost
 
     def replan(self, now: float, service: str, trigger: str = "replan"
@@ -200,60 +211,11 @@ class ServicePlanner:
         (:func:`miso.sched.servicecover.cheapest_covering`)."""
         return cheapest_covering(self.options(spec), need, at_least, at_most)
 
-    # -- placement --------------------------------------------------------------------------
-    def _slot_on(self, gpu: str, profile: str) -> Placement | None:
-        """The first valid slot (no ``slot_cost``) or the cheapest one of ``profile`` on
-        ``gpu`` beside its replicas."""
-        geom = self.gpus[gpu]
-        held = [pl for _, _, pl in self.held[gpu]]
-        prof = geom.model.profile(profile)
-        best: tuple[float, Placement] | None = None
-        for start in prof.starts:
-            cand = Placement(start, profile)
-            if is_valid(geom, [*held, cand]):
-                if self.slot_cost is None:
-                    return cand
-                c = self.slot_cost(gpu, cand)
-                if best is None or c < best[0]:
-                    best = (c, cand)
-        return best[1] if best else None
-
-    def place(self, s: ServiceState, profile: str, avoid: set[str]) -> tuple[str, Placement
-                                                                           ] | None:
-        """A GPU and slot for one more replica: GPUs hosting service slices first (fullest
-        first), avoiding ``avoid`` (the service's own GPUs) when another GPU can take it."""
-        used = [g for g in self.order if self.held[g] and g not in self.blocked]
-        used.sort(key=lambda g: -sum(self.gpus[g].model.profile(pl.profile).compute_slices
-                                     for _, _, pl in self.held[g]))
-        fresh = [g for g in self.order if not self.held[g] and g not in self.blocked]
-        for pool in ([g for g in used if g not in avoid], [g for g in fresh if g not in avoid],
-                     used, fresh):
-            spot = self._cheapest_slot(pool, profile)
-            if spot is not None:
-                return spot
-        return None
-
-    def _cheapest_slot(self, pool: list[str], profile: str) -> tuple[str, Placement] | None:
-        """The first GPU of ``pool`` with a ``profile`` slot, or with ``slot_cost`` the one
-        whose slot displaces least (ties: the earlier GPU)."""
-        best: tuple[float, int, str, Placement] | None = None
-        for i, g in enumerate(pool):
-            slot = self._slot_on(g, profile)
-            if slot is None:
-                continue
-            if self.slot_cost is None:
-                return g, slot
-            c = self.slot_cost(g, slot)
-            if best is None or (c, i) < best[:2]:
-                best = (c, i, g, slot)
-            if c <= 0:
-                break  # displaces nothing: the first such GPU of the tier
-        return None if best is None else (best[2], best[3])
-
+    # -- placement (:mod:`miso.sched.serviceslots`) ----------------------------------------
     def _start(self, now: float, s: ServiceState, profile: str, why: dict) -> StartReplica | None:
         own = {r.gpu for r in s.live()}
         avoid = own if len(own) < 2 else set()  # spread over two GPUs, then pack
-        spot = self.place(s, profile, avoid)
+        spot = self.slots.place(profile, avoid)
         if spot is None:
             return None
         gpu, slot = spot
@@ -261,7 +223,7 @@ class ServicePlanner:
         s.next_id += 1
         cap = self.cap(s.spec, self.gpus[gpu].model.name, profile)
         s.replicas[rid] = ReplicaState(rid, gpu, slot, cap)
-        self.held[gpu].append((s.spec.name, rid, slot))
+        self.slots.hold(gpu, s.spec.name, rid, slot)
         return StartReplica(s.spec.name, rid, gpu, slot, why=dict(why, gpu=gpu,
                                                                    slot=str(slot),
                                                                    capacity_rps=round(cap, 2)))
@@ -323,7 +285,7 @@ class ServicePlanner:
         if s is None or rid not in s.replicas:
             return []
         r = s.replicas.pop(rid)
-        self.held[r.gpu] = [h for h in self.held[r.gpu] if h[1] != rid]
+        self.slots.release(r.gpu, rid)
         return []
 
     def _on_stopped(self, name: str) -> list[StartReplica | DrainReplica]:
@@ -532,11 +494,10 @@ class ServicePlanner:
     # -- views ------------------------------------------------------------------------------
     def gpus_in_use(self) -> list[str]:
         """GPUs holding at least one service slice."""
-        return [g for g in self.order if self.held[g]]
+        return self.slots.gpus_in_use()
 
     def slices_in_use(self, gpu: str) -> int:
-        geom = self.gpus[gpu]
-        return sum(geom.model.profile(pl.profile).compute_slices for _, _, pl in self.held[gpu])
+        return self.slots.slices_in_use(gpu)
 
 
 def spread_ok(replicas: Sequence[ReplicaState]) -> bool:

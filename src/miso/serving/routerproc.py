@@ -11,10 +11,12 @@ read at scrape time and re-exported in the controller's registry.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -32,17 +34,46 @@ class RouterProcess:
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, registry: Any = None) -> None:
         self.host = host
-        self.proc = subprocess.Popen([sys.executable, "-m", "miso.serving.routerproc", host,
-                                      str(port)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, bufsize=1)
         self._lock = threading.Lock()
+        self.port = port
+        self._spawn(port)
+        #: how many times the child was started again (:meth:`restart`)
+        self.restarts = 0
+        if registry is not None:
+            registry.register(_RemoteMetrics(self))
+
+    def _spawn(self, port: int) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "miso.serving.routerproc",
+                                      self.host, str(port)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, bufsize=1)
         hello = json.loads(self._readline())
         if "error" in hello:
             self.proc.wait(5)
             raise OSError(hello["error"])
         self.port = int(hello["port"])
-        if registry is not None:
-            registry.register(_RemoteMetrics(self))
+
+    def alive(self) -> bool:
+        """Whether the child runs (a killed or crashed router does not)."""
+        return self.proc.poll() is None
+
+    def exit_status(self) -> int | None:
+        return self.proc.poll()
+
+    def restart(self, attempts: int = 10, pause_s: float = 0.2) -> None:
+        """A new child on the same port, so every service URL stays the same (raises
+        OSError when the port stays taken). Its table is empty: the caller adds the
+        services and replicas again (:meth:`miso.controller.services.ServiceManager.tick`)."""
+        with self._lock:
+            self.stop()
+            for i in range(attempts):
+                try:
+                    self._spawn(self.port)
+                    break
+                except OSError:
+                    if i == attempts - 1:
+                        raise
+                    time.sleep(pause_s)
+            self.restarts += 1
 
     def _readline(self) -> str:
         assert self.proc.stdout is not None
@@ -106,11 +137,17 @@ class RouterProcess:
     def stop(self) -> None:
         if self.proc.poll() is None:
             if self.proc.stdin is not None:
-                self.proc.stdin.close()
+                with contextlib.suppress(OSError):  # it may end between poll and close
+                    self.proc.stdin.close()
             try:
                 self.proc.wait(5)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+                self.proc.wait(5)
+        for f in (self.proc.stdin, self.proc.stdout):
+            if f is not None:
+                with contextlib.suppress(OSError):
+                    f.close()
 
 
 class _RemoteMetrics:

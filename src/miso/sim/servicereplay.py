@@ -4,7 +4,7 @@ A live run (``miso load`` through the router, replicas of ``python -m miso.emuse
 its request send times, one replica's slice and the time a replica took from its start to
 ready. :func:`replay` runs the same arrivals through what the live service manager runs: the
 rate over the last ``rate_window_s`` observed every ``tick_s`` and fed to the same
-:class:`~miso.sim.plannedscale.PlannedScaler` (the core's
+:class:`~miso.sched.plannedscale.PlannedScaler` (the core's
 :class:`~miso.sched.serviceplan.ServicePlanner`), a started replica ready ``ready_delay_s``
 later, a drained one out of rotation at once; requests go round-robin over the ready replicas
 (the router sends each to the least loaded one) and each replica serves its requests by the
@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from miso.sched.plannedscale import PlannedScaler
 from miso.sched.serviceplan import PlannerConfig
 from miso.sched.services import ServiceSpec, StartReplica
 from miso.serving import catalog, emulated
 from miso.serving.replica import simulate_replica
-from miso.sim.plannedscale import PlannedScaler
 
 
 @dataclass

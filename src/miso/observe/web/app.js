@@ -225,7 +225,7 @@
     const W = 300, H = 100, L = 34, B = 14;
     const svg = svgEl("svg", { viewBox: `0 0 ${W} ${H}`, role: "img",
       preserveAspectRatio: "none" });
-    const n = HISTORY.length;
+    const n = Math.max(0, ...Object.values(series).map((v) => v.length));
     const x = (i) => L + (n <= 1 ? 0 : (i * (W - L - 4)) / (n - 1));
     const y = (val) => H - B - (Math.min(val, yMax) / (yMax || 1)) * (H - B - 6);
     svg.append(svgEl("line", { x1: L, y1: H - B, x2: W - 2, y2: H - B, stroke: "#888" }));
@@ -276,6 +276,68 @@
     }
   }
 
+  // Services (`miso serve`): a table and three plots over time, when the head runs a router
+  const SVC_HISTORY = [];
+  function drawServices(v) {
+    $("services-section").hidden = !v;
+    if (!v) return;
+    const tb = $("services").querySelector("tbody");
+    tb.replaceChildren();
+    const list = v.services || [];
+    $("services-none").hidden = list.length > 0;
+    for (const s of list) {
+      const over = s.p99_ms != null && s.p99_ms > s.slo_p99_ms;
+      const slices = (s.slices || []).join(", ");
+      tb.append(el("tr", {},
+        el("td", { text: s.name }), el("td", {}, el("code", { text: s.url })),
+        el("td", { class: "num", text: fmt(s.rate, 1) }),
+        el("td", { text: `${s.ready_replicas} of ${(s.replicas || []).length}` +
+          (slices ? ` (${slices})` : "") }),
+        el("td", { class: over ? "num miss" : "num",
+          text: `${fmt(s.p50_ms, 1)} / ${fmt(s.p99_ms, 1)} (${fmt(s.slo_p99_ms, 0)})` +
+            (over ? " over the SLO" : "") }),
+        el("td", { class: "num", text: s.attainment == null ? "\u2013" :
+          `${(100 * s.attainment).toFixed(1)} %` }),
+        el("td", { text: s.why || "" })));
+    }
+    const o = v.others || {};
+    $("services-others").hidden = !o.services;
+    $("services-others").textContent = o.services ?
+      `Other owners run ${o.services} service(s) with ${o.replicas} replica(s).` : "";
+    const t = Date.now();
+    SVC_HISTORY.push({ t, s: Object.fromEntries(list.map((x) => [x.name, x])) });
+    if (SVC_HISTORY.length > MAX_SAMPLES) SVC_HISTORY.shift();
+    const box = $("service-plots");
+    box.replaceChildren();
+    const names = [...new Set(SVC_HISTORY.flatMap((h) => Object.keys(h.s)))].slice(0, 4);
+    if (!names.length) return;
+    const field = (name, f) => SVC_HISTORY.map((h) => (name in h.s ? h.s[name][f] ?? null : null));
+    const num = (d) => (x) => x.toFixed(d);
+    const rates = Object.fromEntries(names.map((n) => [n, field(n, "rate")]));
+    box.append(chart("Request rate (requests/s, last 10 s)", rates,
+      Math.max(1, ...Object.values(rates).flat().filter((x) => x != null)), num(1)));
+    const reps = Object.fromEntries(names.map((n) => [n, field(n, "ready_replicas")]));
+    box.append(chart("Ready replicas", reps,
+      Math.max(1, ...Object.values(reps).flat().filter((x) => x != null)), num(0)));
+    const lat = {};
+    for (const n of names) {
+      lat[`${n} p99`] = field(n, "p99_ms");
+      lat[`${n} SLO`] = field(n, "slo_p99_ms");
+    }
+    box.append(chart("p99 latency vs SLO (ms, last 10 s)", lat,
+      Math.max(1, ...Object.values(lat).flat().filter((x) => x != null)), num(0)));
+  }
+
+  async function refreshServices() {
+    let v = null;
+    try {
+      v = await fetchJSON("api/v1/services");
+    } catch (e) {  // no router on this head (404), or not allowed: no section
+      v = null;
+    }
+    drawServices(v);
+  }
+
   async function refresh() {
     if (paused) return;
     try {
@@ -294,6 +356,7 @@
       drawDecisions(v.decisions);
       sample(v);
       drawPlots();
+      await refreshServices();
     } catch (e) {
       showError(e.message);
     }

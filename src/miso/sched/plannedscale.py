@@ -17,11 +17,9 @@ possible replica, so placement never fails), whose capacity is the live one: tha
 replica slice replicas get here, measured or from the model. The planner's slots and GPUs are
 not used; the controller's policy places the jobs.
 
-It lives in ``miso.sim`` (pure, no I/O) because both the live service manager
-(``miso.controller.services``) and the simulated replay of a live run
-(:mod:`miso.sim.servicereplay`) drive the planner through it, and the layers put it above
-``miso.sched`` and below ``miso.controller``; it belongs in ``miso.sched`` once services are
-in the scheduling core's driver.
+It is pure (no I/O) and drives only the core's planner, so it lives in ``miso.sched``: the
+live service manager (:mod:`miso.controller.servicescale`) and the simulated replay of a live
+run (:mod:`miso.sim.servicereplay`) both drive the planner through it.
 """
 
 from __future__ import annotations
