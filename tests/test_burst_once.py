@@ -23,17 +23,22 @@ class Counted(MisoPlus):
         super().__init__(**kw)
         self.reads: list[tuple[int, float]] = []
         self.answers: list[bool] = []
+        self.decisions = 0
         pol = self
         load = ArrivalClock.offered_load
 
         class Clock(ArrivalClock):
             def offered_load(self, default_work_s: float, min_samples: int = 16):  # noqa: ANN201
-                if min_samples == pol.burst_samples:
-                    pol.reads.append((pol.calls, pol.work.stats[1]))
+                if min_samples == pol.bursts.opts.samples:
+                    pol.reads.append((pol.decisions, pol.work.stats[1]))
                 return load(self, default_work_s, min_samples)
 
         self.clock = Clock(self.clock.quiet_gaps)
-        self.bursts = CountedBurst(self)
+        self.bursts = CountedBurst(self, self.bursts.opts)
+
+    def decide(self, now, event, state):  # noqa: ANN001, ANN201
+        self.decisions += 1
+        return super().decide(now, event, state)
 
 
 class CountedBurst(Burst):
@@ -41,8 +46,8 @@ class CountedBurst(Burst):
 
     pol: Counted
 
-    def burst(self) -> bool:
-        out = super().burst()
+    def burst(self, sc):  # noqa: ANN001, ANN201
+        out = super().burst(sc)
         self.pol.answers.append(out)
         return out
 
@@ -52,8 +57,8 @@ class UncachedBurst(Burst):
 
     pol: Counted
 
-    def burst(self) -> bool:
-        out = Burst.burst.__wrapped__(self)  # type: ignore[attr-defined]
+    def burst(self, sc):  # noqa: ANN001, ANN201
+        out = self.test(sc)
         self.pol.answers.append(out)
         return out
 
@@ -61,7 +66,7 @@ class UncachedBurst(Burst):
 class Uncached(Counted):
     def __init__(self, **kw: object) -> None:
         super().__init__(**kw)
-        self.bursts = UncachedBurst(self)
+        self.bursts = UncachedBurst(self, self.bursts.opts)
 
 
 def _run(cls: type[Counted], seed: int) -> tuple[Counted, list[float]]:

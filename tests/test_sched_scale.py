@@ -193,7 +193,7 @@ class RefMisoPlus(MisoPlus):
 
     def __init__(self, **kw: object) -> None:
         super().__init__(**kw)
-        self.rebalancer = _RefRebalancing(self)
+        self.rebalancer = _RefRebalancing(self)  # (no options of its own)
 
     def ref_fill_idle_gpus(self, now: float, sc: Scratch) -> None:
         st = sc.state
@@ -213,9 +213,9 @@ class RefMisoPlus(MisoPlus):
                 if pl is None or j in pinned:
                     continue
                 s = self.speeds(gs.geom, sc, [j])[j].get(pl.profile, 1.0)
-                w = self.work.remaining(self.state, j)
-                saved = w / max(s, 0.05) - (w + self.restart_s)
-                if saved > self.restart_s:
+                w = self.work.remaining(st, j)
+                saved = w / max(s, 0.05) - (w + self.restarts.prior_s)
+                if saved > self.restarts.prior_s:
                     donors.append((-saved, j, g))
         donors.sort()
         used: set[str] = set()

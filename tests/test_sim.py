@@ -511,16 +511,16 @@ def test_misoplus__no_burst_in_a_busy_poisson_stream():
     fired: list[float] = []
 
     class WatchedBurst(Burst):
-        def burst(self) -> bool:
-            out = super().burst()
+        def burst(self, sc):  # noqa: ANN001, ANN202
+            out = super().burst(sc)
             if out:
-                fired.append(self.pol.now)
+                fired.append(sc.cycle.now)
             return out
 
     class Watched(MisoPlus):
         def __init__(self, **kw: object) -> None:
             super().__init__(**kw)
-            self.bursts = WatchedBurst(self)
+            self.bursts = WatchedBurst(self, self.bursts.opts)
 
     jobs = poisson_jobs(300, seed=3)
     for n, restart in ((16, 300.0), (40, 30.0)):
@@ -619,7 +619,7 @@ def test_misoplus__a_burst_places_no_newcomer_on_a_gpu_its_landed_jobs_fill():
     class Unguarded(MisoPlus):
         def __init__(self, **kw: object) -> None:
             super().__init__(**kw)
-            self.choice = UnguardedChoice(self)
+            self.choice = UnguardedChoice(self, self.choice.opts)
 
     rng = random.Random(1)
     trace = [TraceJob(f"j{i:02d}", 20.0 * i / 9, 20 * rng.uniform(0.5, 1.5),

@@ -159,9 +159,9 @@ def pessimistic_donor(k: float):  # noqa: ANN201
             if j not in pol.est and pl.profile != full and \
                     pl.profile not in pol.learned.get(j, {}):
                 s *= k
-            w = pol.work.remaining(pol.state, j)
-            saved = w / max(s, 0.05) - (w + pol.restart_s)
-            if saved > pol.restart_s and (best is None or (-saved, j) < best):
+            w = pol.work.remaining(sc.state, j)
+            saved = w / max(s, 0.05) - (w + pol.restarts.prior_s)
+            if saved > pol.restarts.prior_s and (best is None or (-saved, j) < best):
                 best = (-saved, j)
         return best
     return best_donor

@@ -2,16 +2,17 @@
 profiling, and whether a newcomer should share a GPU now or wait for a whole one, from the
 arrival rate, the queue and the restart price.
 
-The permit stage of :class:`~miso.sched.policies.misoplus.MisoPlus` (``pol.admission``; it
-reads the policy ``pol``'s knobs
-``profile_when``, ``share_margin``, ``profile_levels``, ``profile_s``, ``restart_s``,
-``default_remaining_s``, its arrival clock ``clock``, ``now``, the jobs that have run
-``ran``, the measured speeds ``est`` and its ``speeds``/``remaining``/``arrival_within``).
+The permit stage of :class:`~miso.sched.policies.misoplus.MisoPlus` (``pol.admission``; its
+own options in :class:`AdmissionOptions`; it reads the policy ``pol``'s profiling run
+``profiling``, its arrival clock ``clock``, its learners ``work`` and ``restarts``, the jobs
+that have run ``ran``, the measured speeds ``est`` and its ``speeds``/``arrival_within``; the
+facts of one decision, and the GPU scan made once in it, are the cycle's, ``sc.cycle``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,37 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: When miso+ profiles a newcomer alone on an idle GPU (:meth:`Admission.profile_pays`).
 PROFILE_WHEN = ("auto", "always", "never")
+
+
+@dataclass(frozen=True)
+class Profiling:
+    """A lone newcomer's profiling run: MPS ``levels`` (100 % last, so it keeps running
+    afterwards), ``seconds`` at each."""
+
+    levels: tuple[int, ...]
+    seconds: float
+
+    def run_s(self, restart_s: float) -> float:
+        """Its length: every level, and a restart at each level switch."""
+        return len(self.levels) * self.seconds + (len(self.levels) - 1) * restart_s
+
+
+@dataclass(frozen=True)
+class AdmissionOptions:
+    """``profile_when``: when a lone newcomer is profiled (:data:`PROFILE_WHEN`);
+    ``share_margin``: standard deviations of the offered load counted in :meth:`heavy_load`;
+    ``load_samples``: arrivals before the load is known; ``wait_bias``: outside a fixed mix a
+    newcomer waits for a whole GPU only when sharing looks this many times worse."""
+
+    profile_when: str = "auto"
+    share_margin: float = 0.0
+    load_samples: int = 16
+    wait_bias: float = 1.2
+
+    def __post_init__(self) -> None:
+        if self.profile_when not in PROFILE_WHEN:
+            raise TypeError(f"profile_when must be one of {', '.join(PROFILE_WHEN)}, not "
+                            f"{self.profile_when!r}")
 
 
 #: GPUs whose times bound the free time without a scan (:meth:`Admission.free_bound`)
@@ -50,10 +82,9 @@ LONG_JOB = 0.005
 class Admission:
     """Profiling and sharing decisions that must never make a cluster worse than NoPart."""
 
-    def __init__(self, pol: MisoPlus) -> None:
+    def __init__(self, pol: MisoPlus, opts: AdmissionOptions) -> None:
         self.pol = pol
-        self.free_at: tuple[int, list[float]] | None = None  # (call, GPU free times)
-        self.lazy_at: tuple[int, float] | None = None  # (call, typical work): scan deferred
+        self.opts = opts
         self.soonest: list[str] = []   # the GPUs soonest free at the last scan
         self.unseen = UnseenResidents()  # for would_record
         #: the figures of the last choice to wait (:func:`~.declined.declined_share`)
@@ -65,15 +96,16 @@ class Admission:
         standard deviations (busy GPUs are about Poisson-distributed). False while no arrival
         rate is known (a fixed mix, the first job) or once arrivals stopped; true in a burst
         (:meth:`Burst.burst`)."""
-        if self.pol.bursts.burst():
+        pol = self.pol
+        if pol.bursts.burst(sc):
             return True
-        load = self.pol.clock.offered_load(self.pol.work.typical(), self.pol.load_samples)
-        if load is None or self.pol.clock.quiet(self.pol.now):
+        load = pol.clock.offered_load(pol.work.typical(), self.opts.load_samples)
+        if load is None or pol.clock.quiet(sc.cycle.now):
             return False
         # The rate is estimated from m arrivals (relative error ~ 1/sqrt(m)): take its lower
         # bound, so a few short gaps early on do not look like a busy cluster.
-        load *= 1.0 - 1.0 / len(self.pol.clock.long) ** 0.5
-        return load + self.pol.share_margin * load ** 0.5 >= len(sc.state.gpus)
+        load *= 1.0 - 1.0 / len(pol.clock.long) ** 0.5
+        return load + self.opts.share_margin * load ** 0.5 >= len(sc.state.gpus)
 
     def others_waiting(self, sc: Scratch, job: str) -> bool:
         """Whether, with fair share ordering the queue, another job waits: then a newcomer that
@@ -91,17 +123,17 @@ class Admission:
         expected (:meth:`heavy_load`; at light load a newcomer rather waits for a whole GPU,
         :meth:`better_to_wait`). A job not profiled is planned with the prior, corrected by
         its observed rates."""
-        run_s = len(self.pol.profile_levels) * self.pol.profile_s + \
-            (len(self.pol.profile_levels) - 1) * self.pol.restart_s
-        if self.pol.profile_when == "never" or self.pol.arrival_within(run_s):
+        pol, when = self.pol, self.opts.profile_when
+        run_s = pol.profiling.run_s(pol.restarts.prior_s)
+        if when == "never" or pol.arrival_within(sc, run_s):
             return False
-        if self.pol.profile_when == "always" or self.heavy_load(sc):
+        if when == "always" or self.heavy_load(sc):
             return True
-        if self.pol.clock.offered_load(self.pol.default_remaining_s) is None:
+        if pol.clock.offered_load(pol.work.default_s) is None:
             # No load known yet (the first arrivals): a long job is profiled all the same,
             # the price being small against its run time and its chance to share some day.
-            left = self.pol.work.remaining(self.pol.state, job)
-            return run_s + self.pol.profile_s <= LONG_JOB * left
+            left = pol.work.remaining(sc.state, job)
+            return run_s + pol.profiling.seconds <= LONG_JOB * left
         return False
 
     def better_to_wait(self, g: str, job: str, sc: Scratch, ahead: int) -> bool:
@@ -132,7 +164,7 @@ class Admission:
         # The estimate leans to waiting (residents growing into freed slices later, and the
         # queue behind a waiting job, are not counted): outside a fixed mix a newcomer waits
         # only when sharing looks ``wait_bias`` times worse (1.2 measured best at 90 s).
-        bias = 1.0 if self.pol.in_batch() else self.pol.wait_bias
+        bias = 1.0 if self.pol.in_batch(sc) else self.opts.wait_bias
         bound = self.free_bound(sc, ahead)
         wait = None if bound is None else _waited(bound, own, waits)
         if wait is None or share < bias * wait:
@@ -143,7 +175,8 @@ class Admission:
             if share < bias * wait:
                 return False
         self.share_estimate = {"gpu": g, "job": job, "share_s": share, "wait_s": wait,
-                               "bias": bias, "restarts": moved, "restart_s": self.pol.restart_s}
+                               "bias": bias, "restarts": moved,
+                               "restart_s": self.pol.restarts.prior_s}
         return True
 
     def both_ways(self, g: str, job: str, sc: Scratch, residents: list[str]
@@ -172,31 +205,29 @@ class Admission:
             waits.append(rem(r) / max(sp[r].get(before.profile, 0.5), 0.05))
             share += rem(r) / max(sp[r][after.profile], 0.05)
             if r in self.pol.ran and after != current.get(r):
-                share += self.pol.restart_s
+                share += self.pol.restarts.prior_s
                 moved.append(r)
         return share, own, waits, moved
 
     def scan_point(self, sc: Scratch) -> None:
         """Where a decision's first :meth:`better_to_wait` scans every GPU: the scan is left
-        for later (``lazy_at``: this call and the typical work then) when it would record no
-        job's work (every resident reporting progress is seen) and no estimate changes
+        for later (the cycle's ``memo["lazy"]``: the typical work then) when it would record
+        no job's work (every resident reporting progress is seen) and no estimate changes
         during the decision (an estimator that needs profiles), so a later scan gives the
-        same times; else it runs now."""
-        calls = self.pol.calls
-        if (self.free_at is not None and self.free_at[0] == calls) or \
-                (self.lazy_at is not None and self.lazy_at[0] == calls):
+        same times; else it runs now (``memo["free_at"]``: the GPUs' free times)."""
+        memo = sc.cycle.memo
+        if "free_at" in memo or "lazy" in memo:
             return
         if self.pol.estimator.needs_profile and not self.would_record(sc):
-            self.lazy_at = (calls, self.pol.work.typical())
+            memo["lazy"] = self.pol.work.typical()
         else:
             self.gpu_free_in(sc, 0)
 
     def settle(self, sc: Scratch) -> None:
         """Run a scan left for later now, before this decision changes an estimate (an
         event hook after a placement pass, e.g. reclaim's): later asks read its times."""
-        lazy = self.lazy_at
-        if lazy is not None and lazy[0] == self.pol.calls and \
-                (self.free_at is None or self.free_at[0] != lazy[0]):
+        memo = sc.cycle.memo
+        if "lazy" in memo and "free_at" not in memo:
             self.gpu_free_in(sc, 0)
 
     def would_record(self, sc: Scratch) -> bool:
@@ -208,19 +239,19 @@ class Admission:
         """At least :meth:`gpu_free_in`: exact when this decision scanned, else the
         ``k+1``-th soonest of the GPUs soonest free at the last scan (their times now);
         None when there is no such bound."""
-        calls = self.pol.calls
-        if self.free_at is not None and self.free_at[0] == calls:
+        memo = sc.cycle.memo
+        if "free_at" in memo:
             return self.gpu_free_in(sc, k)
         gpus = sc.state.gpus
-        if self.lazy_at is None or self.lazy_at[0] != calls or k >= len(gpus):
+        if "lazy" not in memo or k >= len(gpus):
             return None
-        typical = self.lazy_at[1]
+        typical = memo["lazy"]
         some = [gpus[g] for g in self.soonest if g in gpus][:k + _BOUND_GPUS]
         if len(some) <= k:
             return None
-        return sorted(self.gpu_end_times(some, lambda: typical))[k]
+        return sorted(self.gpu_end_times(sc.state, some, lambda: typical))[k]
 
-    def gpu_end_times(self, gpus: Any, typical: Callable[[], float]) -> list[float]:
+    def gpu_end_times(self, st: Any, gpus: Any, typical: Callable[[], float]) -> list[float]:
         """Per GPU of ``gpus`` (GpuStates, in order), :meth:`gpu_ends_in`, the full profile's
         name looked up once per GPU model: the scan over every GPU of :meth:`gpu_free_in`,
         miso+'s hottest loop."""
@@ -234,15 +265,14 @@ class Admission:
             full = fulls.get(id(model))
             if full is None:
                 full = fulls[id(model)] = model.full_profile().name
-            out.append(self.gpu_ends_in(gs, full, typical))
+            out.append(self.gpu_ends_in(st, gs, full, typical))
         return out
 
-    def gpu_ends_in(self, gs: Any, full: str, typical: Callable[[], float]) -> float:
+    def gpu_ends_in(self, st: Any, gs: Any, full: str, typical: Callable[[], float]) -> float:
         """Seconds until every job of ``gs`` has ended at its current slice's speed (its
         estimate there, else 1.0 on the whole GPU ``full`` and 0.5 on a slice):
         :meth:`WorkLearner.remaining` inlined (the same floats, the same work records in the
         same order)."""
-        st = self.pol.state
         now, jobs, est, seen = st.now, st.jobs, self.pol.est, self.pol.work.seen
         asg = gs.assignment
         t = 0.0
@@ -272,17 +302,15 @@ class Admission:
         """Seconds until the ``k+1``-th soonest GPU has finished all its jobs (each job's
         remaining work at its current slice's speed); None when fewer GPUs. One scan of the
         GPUs per decision."""
-        calls = self.pol.calls
-        if self.free_at is None or self.free_at[0] != calls:
-            lazy = self.lazy_at
-            typical = (lambda: lazy[1]) if lazy is not None and lazy[0] == calls \
-                else self.pol.work.typical
+        memo = sc.cycle.memo
+        times = memo.get("free_at")
+        if times is None:
+            typical = (lambda: memo["lazy"]) if "lazy" in memo else self.pol.work.typical
             gpus = list(sc.state.gpus.values())
-            ends = self.gpu_end_times(gpus, typical)
+            ends = self.gpu_end_times(sc.state, gpus, typical)
             order = sorted(range(len(ends)), key=ends.__getitem__)[:_SOONEST]
             self.soonest = [gpus[i].id for i in order]
-            self.free_at = (calls, sorted(ends))
-        times = self.free_at[1]
+            times = memo["free_at"] = sorted(ends)
         if not times:
             return None
         if k < len(times):

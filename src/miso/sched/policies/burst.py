@@ -4,83 +4,112 @@ GPUs). There a GPU repartitioned at every arrival restarts its first jobs again 
 and OptSta's fixed layout, which lands every job on a slice that stays, wins. In a burst each
 GPU's plan keeps slots for the next arrivals (a "landing" layout of ``burst_jobs`` instances,
 OptSta's family), so they join it without restarting anyone, and the jobs are planned as a
-fixed mix (``in_batch``: harmonic prior, at most ``burst_jobs`` per GPU while restarts are
+fixed mix (``in_batch``: harmonic prior, at most ``jobs`` per GPU while restarts are
 dear). Landed jobs keep their slices, and a newcomer takes a free slot before it restarts a
 job that started alone on a whole GPU before the burst showed.
 
-The burst regime of :class:`~miso.sched.policies.misoplus.MisoPlus` (``pol.bursts``; it
-reads the policy ``pol``'s ``burst_jobs``, ``burst_samples``, ``burst_load``, the arrival
-clock ``clock``, ``now``, ``state``, ``profile_levels``, ``profile_s``, its learners ``work``
-and ``restarts``, ``arrival_within`` and ``candidate_gpus``).
+The burst regime of :class:`~miso.sched.policies.misoplus.MisoPlus` (``pol.bursts``; its own
+options in :class:`BurstOptions`; it reads the policy ``pol``'s arrival clock ``clock``, its
+profiling run ``profiling``, its learners ``work`` and ``restarts``, ``arrival_within`` and
+``candidate_gpus``; the facts of one decision from the cycle ``sc.cycle``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from miso.sched.decisions import ApplyLayout
 from miso.sched.policies.base import Scratch, fitting_profiles
-from miso.sched.policies.percall import once_per_decision
 from miso.sched.policies.priors import prior_speeds
 
 if TYPE_CHECKING:  # pragma: no cover
     from miso.sched.policies.misoplus import MisoPlus
+    from miso.sched.state import ClusterState
 
 #: Share of the starting load (``burst_load`` x GPUs) that keeps a burst going.
 BURST_HOLD = 0.5
 
 
+@dataclass(frozen=True)
+class BurstOptions:
+    """``jobs``: slots per GPU in a burst's landing layout (0: no burst regime); ``samples``:
+    arrivals before the test; ``load``: the offered load, in GPUs, that starts a burst;
+    ``restart_frac``: a profiling run must cost at least this share of a typical job's work
+    (short jobs; miso+'s ``batch_restart_frac``)."""
+
+    jobs: int = 3
+    samples: int = 3
+    load: float = 1.5
+    restart_frac: float = 0.1
+
+
 class Burst:
     """Whether arrivals come as a burst, and the landing slots a GPU keeps in one."""
 
-    def __init__(self, pol: MisoPlus) -> None:
+    def __init__(self, pol: MisoPlus, opts: BurstOptions) -> None:
         self.pol = pol
-        self.bursting = False  # the last :meth:`burst` answer
+        self.opts = opts
+        self.bursting = False  # the last :meth:`test` answer (its hysteresis)
 
-    @once_per_decision("burst_inputs")
-    def burst(self) -> bool:
-        """A burst: from ``burst_samples`` arrivals on, their offered load (lower bound, as
-        :meth:`heavy_load`) is ``burst_load`` times the GPUs, and the next newcomer is
+    def burst(self, sc: Scratch) -> bool:
+        """:meth:`test`, computed once per decision: asked again in the same cycle with the
+        same inputs (what may change while a decision runs: the works and restart costs
+        measured during it, the queue's emptiness, the cluster's size), the cycle's answer.
+        Its hysteresis settles in one call (a wider window once bursting), so that answer is
+        the one a recomputation would give (issue 17)."""
+        pol, st = self.pol, sc.state
+        key = (pol.work.stats[1], pol.restarts.stats[1], bool(st.queue), len(st.gpus),
+               len(pol.gpu_index))
+        got = sc.cycle.memo.get("burst")
+        if got is None or got[0] != key:
+            got = sc.cycle.memo["burst"] = (key, self.test(sc))
+        return got[1]
+
+    def test(self, sc: Scratch) -> bool:
+        """A burst: from ``samples`` arrivals on, their offered load (lower bound, as
+        :meth:`heavy_load`) is ``load`` times the GPUs, and the next newcomer is
         expected on each GPU before a lone newcomer's profiling run would end (arrivals much
         faster than a restart-and-profile cycle: 60 s between jobs on 16-40 GPUs with 30-300
-        s restarts is not one), and that cycle costs ``batch_restart_frac`` of a typical
+        s restarts is not one), and that cycle costs ``restart_frac`` of a typical
         job's work at least (short jobs: long ones pay a restart back, 14 jobs of 20,000 s
         arriving a second apart share GPUs as usual). No burst before some job's work is
         known (16 jobs on 16 GPUs looked like one with 3,000 s guessed). It ends when
         arrivals stop and its queue has drained."""
-        if self.pol.burst_jobs <= 0 or self.pol.state is None:
+        pol, opts, st = self.pol, self.opts, sc.state
+        if opts.jobs <= 0:
             return False
-        if self.pol.clock.quiet(self.pol.now):
+        if pol.clock.quiet(sc.cycle.now):
             # Arrivals stopped: the burst's queue still drains onto the landing slots.
-            self.bursting = self.bursting and bool(self.pol.state.queue)
+            self.bursting = self.bursting and bool(st.queue)
             return self.bursting
-        work = self.burst_work()
-        m = len(self.pol.clock.long)
-        load = None if work is None else self.pol.clock.offered_load(work, self.pol.burst_samples)
+        work = self.burst_work(st)
+        m = len(pol.clock.long)
+        load = None if work is None else pol.clock.offered_load(work, opts.samples)
         if load is None or work is None:
             self.bursting = False
             return False
         load *= 1.0 - 1.0 / m ** 0.5
-        run_s = len(self.pol.profile_levels) * self.pol.profile_s + \
-            (len(self.pol.profile_levels) - 1) * self.pol.restarts.cost("")
+        run_s = pol.profiling.run_s(pol.restarts.cost(""))
         # Once in a burst, a lower load keeps it (half): the work estimate moves as jobs
         # report, and a burst that flickers off mid-plan drops its landing slots.
         hold = BURST_HOLD if self.bursting else 1.0
-        self.bursting = (load >= hold * self.pol.burst_load * len(self.pol.state.gpus)
+        self.bursting = (load >= hold * opts.load * len(st.gpus)
                          # once in a burst, measured (cheap) restarts do not end it
-                         and self.pol.arrival_within(run_s * (2.0 if self.bursting else 1.0))
-                         and run_s >= self.pol.batch_restart_frac * work)
+                         and pol.arrival_within(sc, run_s * (2.0 if self.bursting else 1.0))
+                         and run_s >= opts.restart_frac * work)
         return self.bursting
 
-    def burst_work(self) -> float | None:
+    def burst_work(self, st: ClusterState) -> float | None:
         """A typical job's work as the burst test sees it: the mean work measured so far,
         else the mean declared at submission, else :meth:`reported_work`."""
         if self.pol.work.stats[1]:
             return self.pol.work.typical()
         known = [w for w in self.pol.clock.work if w is not None]  # declared at submission
-        return sum(known) / len(known) if known else self.reported_work()
+        return sum(known) / len(known) if known else self.reported_work(st)
 
-    def reported_work(self) -> float | None:
+    @staticmethod
+    def reported_work(st: ClusterState) -> float | None:
         """Mean work left that the jobs have reported so far (full-GPU seconds), before the
         policy has priced any of them (:meth:`WorkLearner.typical` learns a job's work only when it
         plans its GPU, and a job alone on a whole GPU is not re-planned): live, the first
@@ -88,7 +117,6 @@ class Burst:
         rather than when the fifth finds every GPU taken and the first four must be
         restarted to land the rest. None when nobody reported yet. Reads, never records;
         only the GPUs' residents (not every job the cluster has seen)."""
-        st = self.pol.state
         seen = [p[1] for gs in st.gpus.values() for j in gs.jobs
                 if (p := st.jobs[j].progress) is not None and st.jobs[j].finished_at is None]
         return sum(seen) / len(seen) if seen else None
@@ -97,7 +125,7 @@ class Burst:
         """In a burst, the residents of ``g`` on a slice (not the whole GPU): they keep it,
         as OptSta's jobs keep theirs, so a newcomer joins ``g`` only on a free slot. Empty
         outside a burst."""
-        if not self.burst():
+        if not self.burst(sc):
             return set()
         gs = sc.state.gpus[g]
         full = gs.geom.model.full_profile().name
@@ -121,10 +149,10 @@ class Burst:
         before the burst showed): the least crowded GPU with a free landing slot for it, so
         that job keeps its GPU until a newcomer has nowhere else to go (a short first job
         may end meanwhile; OptSta's jobs never restart). ``g`` itself otherwise."""
-        if not sc.jobs_on(g) or not self.burst() or self.free_slots(sc, g, job) > 0:
+        if not sc.jobs_on(g) or not self.burst(sc) or self.free_slots(sc, g, job) > 0:
             return g
         for n, h in self.pol.candidate_gpus(sc, job):  # least crowded first; memory checked
-            if n >= self.pol.burst_jobs:
+            if n >= self.opts.jobs:
                 break
             if n and h != g and h != held and self.free_slots(sc, h, job) > 0:
                 return h
@@ -132,24 +160,13 @@ class Burst:
 
     def landing_slots(self, sc: Scratch, g: str, jobs: list[str]) -> dict[str, Any]:
         """In a burst, phantom newcomers (prior speeds, the median newcomer's memory) up to
-        ``burst_jobs`` jobs on ``g``: the plan leaves their slices free for the next
+        ``jobs`` jobs on ``g``: the plan leaves their slices free for the next
         arrivals. Empty outside a burst or when ``g`` is full."""
-        if not self.burst():
+        if not self.burst(sc):
             return {}
         gs = sc.state.gpus[g]
-        free = min(self.pol.burst_jobs, gs.geom.model.max_instances) - len(jobs)
+        free = min(self.opts.jobs, gs.geom.model.max_instances) - len(jobs)
         ghost = prior_speeds(gs.geom, self.pol.clock.median_memory(), harmonic=True)
         if free <= 0 or not ghost:
             return {}
         return {f"\x00landing-{i}": ghost for i in range(free)}
-
-    def burst_inputs(self) -> tuple:
-        """What :meth:`burst` reads that may change between two of its calls: the decision
-        (``calls``, ``now``; the arrival clock changes only as one starts), the works and
-        restart costs measured during it, the queue's emptiness and the cluster's size. Its
-        hysteresis settles in one call (a wider window once bursting), so one answer per key
-        is the answer every call would give (issue 17: computed once per decision)."""
-        pol = self.pol
-        st = pol.state
-        return (pol.calls, pol.now, pol.work.stats[1], pol.restarts.stats[1], id(st),
-                None if st is None else (bool(st.queue), len(st.gpus)), len(pol.gpu_index))

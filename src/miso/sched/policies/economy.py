@@ -10,6 +10,7 @@ from the learners (:mod:`~miso.sched.policies.learners`) and the arrival clock.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from miso.mig import Placement
@@ -39,19 +40,28 @@ def restart_prices(horizon: float, speeds: Mapping[str, Mapping[str, float]],
     return {j: cost(j) * speeds[j].get(pl.profile, 0.5) / horizon for j, pl in current.items()}
 
 
-class RestartEconomy:
-    """Pricing of restarts (``on``: the ``economy`` switch) and the headroom kept for the next
-    arrival (``reserve``). ``replans``: re-plans of a GPU expected while a plan stands as
-    jobs keep arriving (25 measured best, see benchmarks/README.md);
-    ``horizon_quantile`` (0.5: the median), and ``batch_horizon_quantile`` in a fixed mix."""
+@dataclass(frozen=True)
+class EconomyOptions:
+    """``on``: restarts priced in plans (miso+'s ``economy``); ``reserve``: headroom kept for
+    the next arrival; ``replans``: re-plans of a GPU expected while a plan stands as jobs keep
+    arriving (25 measured best, see benchmarks/README.md); ``horizon_quantile`` (0.5: the
+    median), and ``batch_horizon_quantile`` in a fixed mix."""
 
-    def __init__(self, work: WorkLearner, restarts: RestartCosts, clock: ArrivalClock, *,
-                 on: bool, replans: float, horizon_quantile: float,
-                 batch_horizon_quantile: float, reserve: bool, max_jobs: int) -> None:
+    on: bool = True
+    reserve: bool = True
+    replans: float = 25.0
+    horizon_quantile: float = 0.5
+    batch_horizon_quantile: float = 0.75
+
+
+class RestartEconomy:
+    """Pricing of restarts and the headroom kept for the next arrival (:class:`EconomyOptions`;
+    ``max_jobs``: the policy's jobs per GPU)."""
+
+    def __init__(self, work: WorkLearner, restarts: RestartCosts, clock: ArrivalClock,
+                 opts: EconomyOptions, max_jobs: int) -> None:
         self.work, self.restarts, self.clock = work, restarts, clock
-        self.on, self.replans, self.reserve, self.max_jobs = on, replans, reserve, max_jobs
-        self.horizon_quantile = horizon_quantile
-        self.batch_horizon_quantile = batch_horizon_quantile
+        self.opts, self.max_jobs = opts, max_jobs
 
     def horizon(self, sc: Scratch, jobs: list[str], speeds: dict[str, dict[str, float]],
                 current: dict[str, Placement], in_batch: Callable[[], bool]) -> float:
@@ -70,8 +80,9 @@ class RestartEconomy:
             ts.append(self.work.remaining(st, j) / max(s, 0.05))
         if not ts:
             return self.restarts.prior_s
-        q = self.batch_horizon_quantile if in_batch() else self.horizon_quantile
-        k = float(len(ts)) if self.clock.quiet(sc.cycle.now) else self.replans
+        opts = self.opts
+        q = opts.batch_horizon_quantile if in_batch() else opts.horizon_quantile
+        k = float(len(ts)) if self.clock.quiet(sc.cycle.now) else opts.replans
         return plan_horizon(ts, q, k, self.restarts.prior_s)
 
     def prices(self, sc: Scratch, jobs: list[str], speeds: dict[str, dict[str, float]],
@@ -79,7 +90,7 @@ class RestartEconomy:
                ) -> tuple[float | None, dict[str, float]]:
         """(horizon, :func:`restart_prices`); ``(None, {})`` without ``economy`` or when
         nothing runs."""
-        if not (self.on and current):
+        if not (self.opts.on and current):
             return None, {}
         horizon = self.horizon(sc, jobs, speeds, current, in_batch)
         return horizon, restart_prices(horizon, speeds, current, self.restarts.cost)
@@ -92,7 +103,7 @@ class RestartEconomy:
         light load (``heavy_load()`` false: sharing is not expected)."""
         st = sc.state
         cy = sc.cycle
-        if not self.reserve or cy.trigger == "profiled" or self.clock.quiet(cy.now):
+        if not self.opts.reserve or cy.trigger == "profiled" or self.clock.quiet(cy.now):
             return None
         if not heavy_load():
             return None  # light load: the next newcomer finds an idle GPU or waits for one

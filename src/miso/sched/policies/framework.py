@@ -61,10 +61,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 class Cycle:
     """The facts of one ``decide`` call, computed once at its top (Kubernetes' CycleState).
-    ``filters``: the profile's filters active in this cycle (a filter that cannot reject
+    ``memo``: answers plugins computed once in this cycle. ``filters``: the profile's filters
+    active in this cycle (a filter that cannot reject
     anything now is left out, so the placement indexes keep their fast paths)."""
 
-    __slots__ = ("event", "filters", "now", "owner_bound", "sc", "state", "trigger")
+    __slots__ = ("event", "filters", "memo", "now", "owner_bound", "sc", "state", "trigger")
 
     def __init__(self, now: float, event: Event, state: ClusterState, sc: Scratch,
                  filters: Sequence[Filter]) -> None:
@@ -77,6 +78,9 @@ class Cycle:
         self.owner_bound = sc.owner_bound()
         self.filters: tuple[Filter, ...] = ()
         self.filters = tuple(f for f in filters if f.active(self))
+        #: what plugins computed once in this cycle (a scan, a stateful test's answer with the
+        #: inputs it was computed from), by name: kept here, not on the plugin
+        self.memo: dict[str, Any] = {}
 
     def allowed(self, job: str, gpu: str, residents: Sequence[str]) -> bool:
         """Every active filter lets ``job`` join ``residents`` on ``gpu``."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
+from miso.mig import Geometry
 from miso.optimize import OptimizerError, optimizer_for
 from miso.sched.decisions import ApplyLayout, Decision, RequeueCause, StartProfiling, WakeUp
 from miso.sched.events import (
@@ -16,28 +17,27 @@ from miso.sched.events import (
     SpeedObserved,
     Tick,
 )
-from miso.sched.policies.admission import PROFILE_WHEN, Admission
+from miso.sched.modelplace import for_geometry
+from miso.sched.policies.admission import Admission, AdmissionOptions, Profiling
 from miso.sched.policies.arrivals import ArrivalClock
-from miso.sched.policies.base import (
-    Scratch,
-)
+from miso.sched.policies.base import Scratch
 from miso.sched.policies.baselines import BACKFILL_WINDOW
-from miso.sched.policies.burst import Burst
+from miso.sched.policies.burst import Burst, BurstOptions
 from miso.sched.policies.declined import Declines, declined_plan
-from miso.sched.policies.economy import RestartEconomy
+from miso.sched.policies.economy import EconomyOptions, RestartEconomy
 from miso.sched.policies.estimates import SpeedPlugin
 from miso.sched.policies.explain import explain_plan
 from miso.sched.policies.learners import RestartCosts, WorkLearner
 from miso.sched.policies.miso import Miso
 from miso.sched.policies.observed import ObservedSpeeds
-from miso.sched.policies.placing import GpuChoice, QueuePass
-from miso.sched.policies.planspeeds import PlanSpeeds
+from miso.sched.policies.placing import ChoiceOptions, GpuChoice, QueuePass
+from miso.sched.policies.priors import prior_speeds
 from miso.sched.policies.rebalance import RebalanceIndex, Rebalancing
 from miso.sched.reservecost import headroom_pays
 from miso.sched.state import ClusterState
 
 
-class MisoPlus(PlanSpeeds, Miso):
+class MisoPlus(Miso):
     """Ours: MISO redesigned around restart economy. Every change is a switch, so the ablation
     table (benchmarks/README.md) can measure it:
 
@@ -63,10 +63,9 @@ class MisoPlus(PlanSpeeds, Miso):
       (only where that restarts nobody), so the arrival itself restarts nobody.
     * ``backfill``: a queued job that fits no GPU (too much memory for what is free) does not
       hold up the smaller ones behind it (MISO waits FIFO).
-    * ``observed_correction``: observed MIG rates replace predictions (or the prior) once the
-      job's full-GPU rate is known; a phase change rescales a job's estimates by
-      observed/baseline instead of stopping its GPU to re-profile (a job alone on its GPU is
-      re-profiled alone).
+    * observed MIG rates replace predictions (or the prior) once the job's full-GPU rate is
+      known; a phase change rescales a job's estimates by observed/baseline instead of
+      stopping its GPU to re-profile (a job alone on its GPU is re-profiled alone).
     * ``profile_when`` (no regret, issue 17): ``"auto"`` profiles a lone newcomer only when
       sharing is expected (:meth:`heavy_load`: the arrivals' offered load reaches the GPUs,
       ``share_margin`` standard deviations included); ``"always"`` is the issue-8 rule,
@@ -93,6 +92,11 @@ class MisoPlus(PlanSpeeds, Miso):
     * ``burst_jobs``: many short jobs arriving within a fraction of one job's length
       (:meth:`burst`) land on a layout of that many slots per GPU that stays (OptSta's
       family), planned as a fixed mix; 0 turns it off.
+
+    Each stage is a component with its own frozen options record (:class:`AdmissionOptions`,
+    :class:`BurstOptions`, :class:`ChoiceOptions`, :class:`EconomyOptions`), built here from
+    the policy's options; the facts of one decision are the cycle's (``sc.cycle``), not
+    fields of the policy.
     """
 
     name = "miso+"
@@ -100,7 +104,7 @@ class MisoPlus(PlanSpeeds, Miso):
     def __init__(self, restart_s: float = 60.0, profile_newcomers_only: bool = True,
                  profile_levels: tuple[int, ...] = (14, 100), economy: bool = True,
                  pin_uncheckpointable: bool = True, rebalance: bool = True,
-                 observed_correction: bool = True, default_remaining_s: float = 3000.0,
+                 default_remaining_s: float = 3000.0,
                  horizon_quantile: float = 0.5, replans: float = 25.0,
                  quiet_gaps: float = 8.0, reserve: bool = True, backfill: bool = True,
                  profile_when: str = "auto",
@@ -113,36 +117,22 @@ class MisoPlus(PlanSpeeds, Miso):
                  learn_restart_cost: bool = True, estimates: tuple[SpeedPlugin, ...] = (),
                  **miso_options: Any) -> None:
         super().__init__(**miso_options)
-        if profile_when not in PROFILE_WHEN:
-            raise TypeError(f"profile_when must be one of {', '.join(PROFILE_WHEN)}, not "
-                            f"{profile_when!r}")
-        self.profile_when = profile_when
-        self.share_margin = share_margin
-        self.wait_for_gpu = wait_for_gpu
+        admission = AdmissionOptions(profile_when, share_margin, load_samples, wait_bias)
         self.batch_arrivals = batch_arrivals
-        self.load_samples = load_samples
-        self.batch_jobs = batch_jobs
-        self.batch_restart_frac = batch_restart_frac
         self.batch_prior = batch_prior
         self.starve_after = starve_after
-        self.wait_bias = wait_bias
-        self.burst_jobs, self.burst_samples, self.burst_load = burst_jobs, burst_samples, burst_load
         self.estimates = tuple(p.build() for p in estimates)  # estimates.py
         self.work = WorkLearner(default_remaining_s)  # learners.py
         self.restarts = RestartCosts(restart_s, learn_restart_cost)
-        self.calls = 0
-        self.restart_s = restart_s
         self.profile_newcomers_only = profile_newcomers_only
-        self.profile_levels = tuple(profile_levels)
+        self.profiling = Profiling(tuple(profile_levels), self.profile_s)
         self.pin_uncheckpointable = pin_uncheckpointable
         self.rebalance = rebalance
-        self.observed_correction = observed_correction
-        self.default_remaining_s = default_remaining_s
         self.clock = ArrivalClock(quiet_gaps)
         self.economy = RestartEconomy(  # the permit and reserve stages
-            self.work, self.restarts, self.clock, on=economy, replans=replans,
-            horizon_quantile=horizon_quantile, batch_horizon_quantile=batch_horizon_quantile,
-            reserve=reserve, max_jobs=self.max_jobs)
+            self.work, self.restarts, self.clock,
+            EconomyOptions(economy, reserve, replans, horizon_quantile, batch_horizon_quantile),
+            self.max_jobs)
         self.backfill = backfill
         self.quiet_timer = False
         self.batch_timer = False
@@ -151,23 +141,20 @@ class MisoPlus(PlanSpeeds, Miso):
         self.ran: set[str] = set()          # jobs that have made progress
         self.prior: set[str] = set()        # jobs planned with the prior (not profiled)
         self.learned: dict[str, dict[str, float]] = {}  # prior jobs: observed speeds
-        self.now = 0.0
-        self.state: ClusterState | None = None
-        # the stages (plugins reading this policy's learners and knobs)
-        self.bursts = Burst(self)            # the burst regime (burst.py)
+        # the stages (plugins with their own options, reading this policy's learners)
+        self.bursts = Burst(self, BurstOptions(  # the burst regime (burst.py)
+            burst_jobs, burst_samples, burst_load, batch_restart_frac))
         self.observing = ObservedSpeeds(self)  # learner: speed events (observed.py)
-        self.choice = GpuChoice(self)        # filter/score/permit: where a job goes (placing.py)
-        self.admission = Admission(self)     # permit: profile, share or wait (admission.py)
+        self.choice = GpuChoice(self, ChoiceOptions(  # filter/score/permit (placing.py)
+            wait_for_gpu, batch_jobs, batch_restart_frac))
+        self.admission = Admission(self, admission)  # permit: profile, share or wait
         self.rebalancer = Rebalancing(self)  # post-bind: moves onto idle GPUs (rebalance.py)
         self.donors = RebalanceIndex(self.rebalancer.best_donor)
         self.declines = Declines()          # declined repartitions recorded (declined.py)
 
     # -- inputs -----------------------------------------------------------------------------
     def decide(self, now: float, event: Event, state: ClusterState) -> list[Decision]:
-        self.state = state
         self.donors.note(event, state)
-        self.now = now
-        self.calls += 1
         if isinstance(event, JobSubmitted):
             self.clock.note(now, event.job.memory_gb, event.job.duration_hint_s)
         self.restarts.learn(state)
@@ -227,19 +214,51 @@ class MisoPlus(PlanSpeeds, Miso):
         st = sc.state
         return {j for j in jobs if j in self.ran and not st.jobs[j].spec.checkpointable}
 
-    def in_batch(self) -> bool:
+    def in_batch(self, sc: Scratch) -> bool:
         """A fixed mix: several jobs came, all at one instant (no arrival rate known)."""
         return self.batch_arrivals and len(self.clock.times) >= 2 and \
-            self.clock.mean_gap() is None or self.bursts.burst()
+            self.clock.mean_gap() is None or self.bursts.burst(sc)
 
-    def arrival_within(self, seconds: float) -> bool:
+    def arrival_within(self, sc: Scratch, seconds: float) -> bool:
         """A newcomer is expected on a given GPU within ``seconds`` (arrivals spread evenly
         over the GPUs): then a lone newcomer is not profiled, since the next arrival would
         wait for the profiling run and the job will share its GPU (planned with the prior)
         before its profile matters."""
         gap = self.clock.mean_gap()
-        return (gap is not None and not self.clock.quiet(self.now)
+        return (gap is not None and not self.clock.quiet(sc.cycle.now)
                 and gap * len(self.gpu_index) < seconds)
+
+    def speeds(self, geom: Geometry, sc: Scratch, jobs: list[str]
+               ) -> dict[str, dict[str, float]]:
+        """Per job, its speed on every profile of ``geom``, for the optimizer: its estimate
+        where it has one (a profile's prediction, observed rates, or an estimator that needs
+        no profile, such as true speeds or a profile taken at submission), else a prior (the
+        catalogue average, its harmonic mean in a fixed mix) with the rates the job has shown
+        so far (jobs so planned recorded in ``prior``); then the profile's estimate plugins
+        (:mod:`~miso.sched.policies.estimates`; none shipped, issue 19's experiments are in
+        :mod:`miso.sched.experiments`)."""
+        out = {}
+        for j in jobs:
+            if j not in self.est and not self.estimator.needs_profile:
+                # Estimates that need no profile (true speeds, a profile taken at submission)
+                # are known from the start: no prior.
+                self.est[j] = self.estimator.estimate(geom, [sc.state.jobs[j]])[j]
+            if j in self.est:  # a job that moved from another GPU model: its speeds here
+                self.est[j] = for_geometry(self.est[j], geom)
+            if j in self.est:
+                out[j] = self.est[j]
+                for p in self.estimates:
+                    out[j] = p.known(self, sc, j, self.est[j], out[j])
+            else:
+                batch = self.batch_prior and self.in_batch(sc)
+                out[j] = prior_speeds(geom, sc.state.jobs[j].spec.memory_gb, harmonic=batch)
+                for p in self.estimates:
+                    out[j] = p.prior(self, sc, geom, j, out[j], batch)
+                seen = self.learned.get(j)
+                if seen:
+                    out[j] = {p: seen.get(p, v) for p, v in out[j].items()}
+                self.prior.add(j)
+        return out
 
     # -- planning ---------------------------------------------------------------------------
     def replan(self, now: float, g: str, sc: Scratch, force_solve: bool = False) -> None:
@@ -275,11 +294,11 @@ class MisoPlus(PlanSpeeds, Miso):
         if not (self.estimator.needs_profile and j not in self.est and j not in self.ran
                 and st.jobs[j].spec.checkpointable and self.admission.profile_pays(sc, j)):
             return False
+        levels = self.profiling.levels
         sc.out.append(StartProfiling(
-            g, st.new_plan_id(), (j,), levels=self.profile_levels,
-            seconds_per_level=self.profile_s,
+            g, st.new_plan_id(), (j,), levels=levels, seconds_per_level=self.profiling.seconds,
             why={"trigger": sc.cycle.trigger, "note": f"{j} is new and alone on {g}: "
-                 f"profiled alone ({len(self.profile_levels)} MPS levels) so its MIG "
+                 f"profiled alone ({len(levels)} MPS levels) so its MIG "
                  f"speeds are known before it ever shares a GPU; no other job stops"}))
         self.last_profile[g] = now
         return True
@@ -293,7 +312,8 @@ class MisoPlus(PlanSpeeds, Miso):
         current = {j: pl for j, pl in gs.assignment.items() if j in speeds}
         pinned = self.pinned(sc, jobs) & set(current)
         pinned |= self.bursts.landed(sc, g) & set(current)  # a burst's keep their slices
-        horizon, penalty = self.economy.prices(sc, jobs, speeds, current, self.in_batch)
+        horizon, penalty = self.economy.prices(sc, jobs, speeds, current,
+                                               partial(self.in_batch, sc))
         objective = self.objective if horizon is None else "restart-aware"
         solve = partial(optimizer_for(gs.geom).solve, current=current, objective=objective,
                         restart_penalty=penalty, pinned=pinned)
@@ -322,7 +342,7 @@ class MisoPlus(PlanSpeeds, Miso):
         where it restarts nobody more (never restart a job for an arrival that may not
         come)."""
         ghosts = self.bursts.landing_slots(sc, g, jobs)  # a burst: slots that stay for the next
-        ghost = None if self.bursts.bursting else self.economy.headroom(
+        ghost = None if self.bursts.burst(sc) else self.economy.headroom(
             sc, g, jobs, lambda: self.admission.heavy_load(sc), self.first_candidate)
         if ghost is None and not ghosts:
             return sol, dict(sol.assignment), None
@@ -399,7 +419,7 @@ class MisoPlus(PlanSpeeds, Miso):
         bound = sc.owner_bound()
         qp = QueuePass()
         starve = self.starve_after * self.work.typical() \
-            if self.starve_after > 0 and not self.in_batch() else None
+            if self.starve_after > 0 and not self.in_batch(sc) else None
         for j in sc.queue(BACKFILL_WINDOW):
             mem = jobs[j].spec.memory_gb
             key = jobs[j].spec.owner if bound else ""

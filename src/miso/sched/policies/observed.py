@@ -9,9 +9,10 @@ in :mod:`miso.sched.experiments`).
 
 A learner of :class:`~miso.sched.policies.misoplus.MisoPlus` (``pol.observing``, the
 policy's speed-event hooks; it reads and updates the policy ``pol``'s
-``est``, ``base_est``, ``ref_rate``, ``learned``, ``ran``, ``last_profile``, its knobs
-``observed_correction``, ``threshold``, ``cooldown``, its ``estimates``, ``estimator`` and
-``replan``).
+``est``, ``base_est``, ``ref_rate``, ``learned``, ``ran``, ``last_profile``, MISO's knobs
+``threshold`` and ``cooldown``, its ``estimates``, ``estimator`` and ``replan``). It has no
+options of its own (the ``observed_correction`` switch, off only in an ablation, was deleted in
+issue 27: observed rates always correct the estimates).
 """
 
 from __future__ import annotations
@@ -48,8 +49,6 @@ class ObservedSpeeds:
         return ev
 
     def on_speed_observed(self, now: float, ev: SpeedObserved, sc: Scratch) -> None:
-        if not self.pol.observed_correction:
-            return
         gs = sc.state.gpus.get(ev.gpu)
         if gs is None:
             return
@@ -102,6 +101,6 @@ class ObservedSpeeds:
             self.pol.est[ev.job] = {p: (v if p == full else max(0.01, min(1.5, v * f)))
                                 for p, v in base.items()}
         self.pol.dirty.add(ev.gpu)
-        if not self.pol.bursts.burst():  # a burst's landing layout stays: the next event re-plans
+        if not self.pol.bursts.burst(sc):  # a burst's landing layout stays: the next event re-plans
             self.pol.replan(now, ev.gpu, sc)
 

@@ -4,9 +4,9 @@ the pinned residents), unless at light load waiting for a whole GPU ends the job
 Philly trace and no better elsewhere, was deleted in issue 27; git keeps it.)
 
 The filter/score stage of :class:`~miso.sched.policies.misoplus.MisoPlus` (``pol.choice``;
-it reads the policy ``pol``'s knob ``wait_for_gpu``, its ``candidate_gpus``, ``pinned`` and
-``speeds``, and asks its permit stage ``admission``; the facts of one pass over the queue
-come in a :class:`QueuePass`, not fields on the policy).
+its own options in :class:`ChoiceOptions`; it reads the policy ``pol``'s ``candidate_gpus``,
+``pinned``, ``speeds`` and ``in_batch``, and asks its permit stage ``admission``; the facts of
+one pass over the queue come in a :class:`QueuePass`, not fields on the policy).
 """
 
 from __future__ import annotations
@@ -23,6 +23,17 @@ if TYPE_CHECKING:  # pragma: no cover
     from miso.sched.policies.misoplus import MisoPlus
 
 
+@dataclass(frozen=True)
+class ChoiceOptions:
+    """``wait_for_gpu``: at light load a newcomer may wait for a whole GPU
+    (:meth:`Admission.better_to_wait`); ``batch_jobs``, ``batch_restart_frac``: the cap of a
+    fixed mix (:meth:`GpuChoice.batch_full`)."""
+
+    wait_for_gpu: bool = True
+    batch_jobs: int = 4
+    batch_restart_frac: float = 0.1
+
+
 @dataclass
 class QueuePass:
     """The facts of one pass over the queue (in one decision), shared by its placements:
@@ -37,8 +48,9 @@ class QueuePass:
 class GpuChoice:
     """Where a queued job goes (see the module docstring)."""
 
-    def __init__(self, pol: MisoPlus) -> None:
+    def __init__(self, pol: MisoPlus, opts: ChoiceOptions) -> None:
         self.pol = pol
+        self.opts = opts
 
     def choose_gpu(self, now: float, job: str, sc: Scratch, qp: QueuePass) -> str | None:
         """The least crowded GPU that can hold the job beside its pinned residents (an idle
@@ -53,7 +65,7 @@ class GpuChoice:
             qp.waited = True
             return None
         adm = self.pol.admission
-        if g is not None and self.pol.wait_for_gpu and sc.jobs_on(g) \
+        if g is not None and self.opts.wait_for_gpu and sc.jobs_on(g) \
                 and not adm.heavy_load(sc) and not adm.others_waiting(sc, job) \
                 and adm.better_to_wait(g, job, sc, qp.ahead):
             qp.waited = True
@@ -87,14 +99,14 @@ class GpuChoice:
         the first ones early and restart less (benchmarks/README.md, "No regret"). Cheap
         restarts make the growth cheap: no cap then (restart 30 s vs 600 s jobs, until
         their remaining work is under 300 s)."""
-        cap = self.pol.batch_jobs
+        pol, cap = self.pol, self.opts.batch_jobs
         jobs = sc.jobs_on(g)
-        if self.pol.bursts.burst():  # a burst: the landing layout's slots, no more
-            return len(jobs) >= self.pol.burst_jobs
-        if cap <= 0 or len(jobs) < cap or not self.pol.in_batch():
+        if pol.bursts.burst(sc):  # a burst: the landing layout's slots, no more
+            return len(jobs) >= pol.bursts.opts.jobs
+        if cap <= 0 or len(jobs) < cap or not pol.in_batch(sc):
             return False
-        work = sum(self.pol.work.remaining(self.pol.state, j) for j in jobs) / len(jobs)
-        return self.pol.restarts.cost("") >= self.pol.batch_restart_frac * work
+        work = sum(pol.work.remaining(sc.state, j) for j in jobs) / len(jobs)
+        return pol.restarts.cost("") >= self.opts.batch_restart_frac * work
 
     def fits_beside_pinned(self, g: str, job: str, sc: Scratch) -> bool:
         """Whether a layout keeps the pinned residents of ``g`` (jobs that cannot checkpoint

@@ -90,8 +90,9 @@ class RebalanceIndex:
 
 class Rebalancing:
     """miso+'s moves onto idle GPUs, after a completion (``pol.rebalancer``, a post-bind
-    stage of :class:`~miso.sched.policies.misoplus.MisoPlus`; it reads the policy ``pol``'s
-    ``donors``, ``restart_s``, ``pinned``, ``speeds``, ``work`` and ``replan``)."""
+    stage of :class:`~miso.sched.policies.misoplus.MisoPlus`, no options of its own; it reads
+    the policy ``pol``'s ``donors``, ``pinned``, ``speeds``, its learners ``work`` and
+    ``restarts`` and ``replan``)."""
 
     def __init__(self, pol: MisoPlus) -> None:
         self.pol = pol
@@ -103,16 +104,18 @@ class Rebalancing:
         jobs = sc.jobs_on(g)
         if len(jobs) < 2 or gs.busy:
             return None
-        pinned = self.pol.pinned(sc, jobs)
+        pol = self.pol
+        pinned = pol.pinned(sc, jobs)
+        restart_s = pol.restarts.prior_s
         best: Donor | None = None
         for j in jobs:
             pl = gs.assignment.get(j)
             if pl is None or j in pinned:
                 continue
-            s = self.pol.speeds(gs.geom, sc, [j])[j].get(pl.profile, 1.0)
-            w = self.pol.work.remaining(self.pol.state, j)
-            saved = w / max(s, 0.05) - (w + self.pol.restart_s)
-            if saved > self.pol.restart_s and (best is None or (-saved, j) < best):
+            s = pol.speeds(gs.geom, sc, [j])[j].get(pl.profile, 1.0)
+            w = pol.work.remaining(sc.state, j)
+            saved = w / max(s, 0.05) - (w + restart_s)
+            if saved > restart_s and (best is None or (-saved, j) < best):
                 best = (-saved, j)
         return best
 
