@@ -276,8 +276,18 @@ def test_rendezvous_at_rank_0s_node_address(tmp_path: Path, monkeypatch) -> None
         ctl = c.controller
         assert ctl is not None
         assert _until(lambda: ctl.rt.node_addrs == {"node0": "127.0.0.1", "node1": "127.0.0.1"})
+        # MASTER_PORT: asked of rank 0's node's agent (two distinct ports, one per agent)
+        ports: dict[str, int] = {}
+        for node, agent in c.transport.agents().items():
+            p = agent.free_port()
+            while p in ports.values():
+                p = agent.free_port()
+            ports[node] = p
+            monkeypatch.setattr(agent, "free_port", lambda p=p: p)
         jid, out = _submit(c, tmp_path)
         assert _until(lambda: len(_ranks(out)) == 2)
         assert {r["MASTER_ADDR"] for r in _ranks(out)} == {"127.0.0.1"}
+        rank0 = next(r for r in _ranks(out) if r["RANK"] == "0")
+        assert {int(r["MASTER_PORT"]) for r in _ranks(out)} == {ports[rank0["MISO_NODE"]]}
         (out / "release").touch()
         assert _until(lambda: ctl.store.get(jid).state == "finished")

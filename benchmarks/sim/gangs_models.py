@@ -1,7 +1,7 @@
 """Gangs and several GPU models (issue 30).
 
     python benchmarks/sim/gangs_models.py [--seeds 3] [--jobs 300] [--load 0.9] [--json FILE]
-        [--skip philly]
+        [--skip philly] [--philly-cells busiest_3_days] [--philly-seeds 1-3]
 
 1. **Two models**: 8 A100-40GB + 8 H100-80GB, a Poisson training mix (MISO trace durations,
    on a whole A100-40GB) at ``--load`` of the cluster's whole-GPU capacity (each H100 counts
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import time
 from pathlib import Path
@@ -116,19 +117,35 @@ def busiest_window(days: float = 3.0) -> tuple[float, float]:
 
 
 def philly(policies: list[str], window: tuple[float, float] | None, n_jobs: int | None,
-           gpus: int) -> dict:
+           gpus: int, seed: int = 1) -> dict:
     jobs = load_trace("philly", seed=1, max_jobs=n_jobs, window_s=window)
     cfg = WorldConfig(n_gpus=gpus)
     out: dict = {"jobs": len(jobs), "gang_jobs": sum(j.num_gpus > 1 for j in jobs),
-                 "gpus": gpus, "policies": {}}
+                 "gpus": gpus, "seed": seed, "policies": {}}
     for p in policies:
         t = time.perf_counter()
-        s = summarize(run_policy(p, jobs, cfg, 1))
+        s = summarize(run_policy(p, jobs, cfg, seed))
         out["policies"][p] = {k: s.get(k) for k in (
             "avg_jct_s", "gang_p95_queue_s", "gang_avg_queue_s", "gang_wait_idle_gpu_h",
             "small_avg_jct_s", "gang_avg_jct_s", "gpu_utilisation")} | {
             "wall_s": time.perf_counter() - t}
     return out
+
+
+def print_philly(key: str, r: dict) -> None:
+    nop = r["policies"].get("nopart", {}).get("gang_p95_queue_s") or math.nan
+    print(f"\nPhilly {key}: {r['jobs']} jobs, {r['gang_jobs']} gangs, {r['gpus']} GPUs, "
+          f"seed {r['seed']}\n")
+    print("| policy | avg JCT (s) | gangs' p95 queueing (s) | vs NoPart | "
+          "GPU-h idle while a gang waits |")
+    print("|---|---|---|---|---|")
+    for p, v in r["policies"].items():
+        print(f"| {p} | {v['avg_jct_s']:.0f} | {v['gang_p95_queue_s']:.0f} | "
+              f"{v['gang_p95_queue_s'] / nop:.2f} | {v['gang_wait_idle_gpu_h']:.0f} |")
+    pol = r["policies"]
+    if "miso" in pol and "miso+" in pol:
+        print(f"\nmiso+ / MISO average JCT: "
+              f"{pol['miso+']['avg_jct_s'] / pol['miso']['avg_jct_s']:.4f}")
 
 
 def main() -> None:
@@ -145,6 +162,10 @@ def main() -> None:
                     help="of first_3000_64gpus, first_10000, busiest_3_days")
     ap.add_argument("--philly-gpus", type=int, default=384,
                     help="GPUs for first_10000 (its offered work fills ~348 GPUs)")
+    ap.add_argument("--philly-policies", default="nopart,optsta,miso,miso+")
+    ap.add_argument("--philly-seeds", default="1",
+                    help="simulator seeds of the Philly cells (restart costs, estimator "
+                         "noise), e.g. 1-3: one table per seed and miso+ / MISO per seed")
     a = ap.parse_args()
     skip = set(a.skip.split(","))
     out: dict = {}
@@ -168,7 +189,7 @@ def main() -> None:
             print(f"| {w['u0']:g}:{w['u1']:g} | {r['seed']} | {sh.get('u0', 0):.3f} / "
                   f"{sh.get('u1', 0):.3f} | {dv['u0']:+.1%} / {dv['u1']:+.1%} |")
     if "philly" not in skip:
-        pols = ["nopart", "optsta", "miso", "miso+"]
+        pols = a.philly_policies.split(",")
         cells = {"first_3000_64gpus": (None, 3000, 64),
                  "first_10000": (None, 10000, a.philly_gpus),
                  "busiest_3_days": (busiest_window(), None, 0)}
@@ -181,15 +202,11 @@ def main() -> None:
                 span = max(j.submit_s for j in js) or 1.0
                 inside = sum(min(j.duration_s, span - j.submit_s) * j.num_gpus for j in js)
                 gpus = max(max(j.num_gpus for j in js), round(inside / span / 0.9))
-            r = out[key] = philly(pols, win, n, gpus)
-            nop = r["policies"]["nopart"]["gang_p95_queue_s"] or 1.0
-            print(f"\nPhilly {key}: {r['jobs']} jobs, {r['gang_jobs']} gangs, {gpus} GPUs\n")
-            print("| policy | avg JCT (s) | gangs' p95 queueing (s) | vs NoPart | "
-                  "GPU-h idle while a gang waits |")
-            print("|---|---|---|---|---|")
-            for p, v in r["policies"].items():
-                print(f"| {p} | {v['avg_jct_s']:.0f} | {v['gang_p95_queue_s']:.0f} | "
-                      f"{v['gang_p95_queue_s'] / nop:.2f} | {v['gang_wait_idle_gpu_h']:.0f} |")
+            lo, _, hi = a.philly_seeds.partition("-")
+            for seed in range(int(lo), int(hi or lo) + 1):
+                r = philly(pols, win, n, gpus, seed)
+                out[key if seed == 1 else f"{key}_seed{seed}"] = r
+                print_philly(key, r)
     if a.json:
         a.json.write_text(json.dumps(out, indent=2))
 

@@ -58,7 +58,7 @@ from miso.agent.attempt import (
 )
 from miso.agent.bounds import JobBounds
 from miso.agent.launch import job_base_env, log_cap_bytes, start_guarded
-from miso.agent.nodeaddr import node_addr
+from miso.agent.nodeaddr import free_port, node_addr
 from miso.backend.base import BackendError, GpuBackend, MpsHandle, ReconfigurationError
 from miso.job import CHECKPOINT_SIGNAL
 from miso.mig import Placement, canonical
@@ -134,6 +134,11 @@ class Agent:
 
     def ping(self) -> str:
         return self.node
+
+    def free_port(self) -> int:
+        """A TCP port free on this node now (a gang's ``MASTER_PORT`` when its rank 0 runs
+        here: :mod:`miso.controller.gangs`)."""
+        return free_port()
 
     def describe(self) -> dict[str, Any]:
         """Node id, backend and each GPU's model, MIG mode and current layout."""

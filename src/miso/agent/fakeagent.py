@@ -160,6 +160,9 @@ class FakeAgent:
     def ping(self) -> str:
         return self.node
 
+    def free_port(self) -> int:
+        return 29500  # nothing listens on a fake node (torch.distributed's default port)
+
     def describe(self) -> dict[str, Any]:
         gpus = []
         for g in self.backend.gpus():

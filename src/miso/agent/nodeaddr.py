@@ -12,6 +12,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+import socket
 
 #: The environment variable an operator sets on a node (read by its agent)
 ENV = "MISO_NODE_ADDR"
@@ -32,3 +33,11 @@ def valid_addr(addr: object) -> str | None:
 def node_addr() -> str | None:
     """This node's rendezvous address from ``MISO_NODE_ADDR`` (None when unset or invalid)."""
     return valid_addr(os.environ.get(ENV))
+
+
+def free_port() -> int:
+    """A TCP port free on every address of this host now (a gang's rendezvous port when rank
+    0 runs here: ``MASTER_PORT`` must be free on rank 0's node, not on the controller's)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])

@@ -40,6 +40,9 @@ class AgentActor:
     def ping(self) -> str:
         return self.agent.ping()
 
+    def free_port(self) -> int:
+        return self.agent.free_port()
+
     def describe(self) -> dict[str, Any]:
         d = self.agent.describe()
         if d.get("addr") is None:  # a gang's rendezvous host: this Ray node's IP

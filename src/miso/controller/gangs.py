@@ -10,8 +10,8 @@ worker owns it):
   own (attempt numbers are never reused, so no rank runs twice) with ``RANK``, ``LOCAL_RANK``,
   ``WORLD_SIZE``, ``MASTER_ADDR`` (rank 0's node: the address its agent advertises,
   :mod:`miso.agent.nodeaddr`; 127.0.0.1 when none, every agent of an emulated cluster being on
-  this host) and ``MASTER_PORT`` (a port free on the controller's host, chosen per start: on
-  several hosts it is not checked free on rank 0's). If one rank cannot start, the
+  this host) and ``MASTER_PORT`` (a port free on rank 0's node, asked of its agent per
+  start). If one rank cannot start, the
   started ones are killed and the core hears :class:`~miso.sched.events.GangFailed` (the job
   is back in its queue); else :class:`~miso.sched.events.GangStarted`.
 * Rank 0's run is the job's run (``Runtime.runs``): its progress, checkpoints and exit are
@@ -160,9 +160,9 @@ class GangRunner:
         resume, path = resume_point(rec.checkpoint_iteration, rec.checkpoint_path, ck_dir)
         if path is not None and path != rec.checkpoint_path:
             rt.store.progress(job, checkpoint_iteration=resume, checkpoint_path=path)
-        port = free_port()
         # rank 0's node is the rendezvous host (its advertised address; one host: loopback)
         master = rt.node_addrs.get(refs[0].node, MASTER_ADDR) if refs[0] else MASTER_ADDR
+        port = self.rendezvous_port(refs[0].node if refs[0] else None)
         started: list[Run] = []
         per_node: dict[str, int] = {}
         world = len(d.gpus)
@@ -231,6 +231,19 @@ class GangRunner:
         rt.store.log_event(rt.now(), "gang-started", {"job": job, "gpus": list(d.gpus),
                                                      "master_port": port})
         rt.post_event(GangStarted(job, d.plan_id))
+
+    def rendezvous_port(self, node: str | None) -> int:
+        """``MASTER_PORT``: a port free on rank 0's node (its agent's ``free_port``), else,
+        from an agent without it or unreachable (the launch then fails on its own), one free
+        on this host."""
+        if node is not None:
+            try:
+                port = self.rt.call(node, "free_port")
+            except (NodeUnavailable, AttributeError):
+                port = None
+            if isinstance(port, int) and not isinstance(port, bool) and 0 < port < 65536:
+                return port
+        return free_port()
 
     def stop(self, job: str) -> None:
         """Checkpoint every rank together (ask, wait, kill the late ones); back to queued."""

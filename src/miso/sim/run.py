@@ -76,20 +76,35 @@ def optsta_candidates(gpu_model: str) -> list[tuple]:
 
 
 def optsta_search(jobs: Sequence[TraceJob], cfg: Any, seed: int,
-                  sample: int = 300) -> tuple:
+                  sample: int = 300) -> tuple | dict[str, tuple]:
     """OptSta's exhaustive offline search: simulate the first ``sample`` jobs of the trace on
     every candidate static layout (GPU count scaled to keep the load) and keep the layout with
     the lowest average JCT. OptSta is allowed this offline knowledge (paper: "exhaustive offline
-    search")."""
+    search"). On several GPU models (``cfg.gpu_mix``): model -> its best layout, each searched
+    so on a cluster of that model alone (the sample's jobs that may run there, durations divided
+    by the model's factor, :func:`miso.sched.modelspeed.model_factor`)."""
     sub = list(jobs[:sample])
     n_gpus = max(1, round(cfg.n_gpus * len(sub) / max(1, len(jobs)))) if len(jobs) > sample \
         else cfg.n_gpus
     n_gpus = max([n_gpus, *(j.num_gpus for j in sub)])  # the sample's largest gang fits
-    scfg = replace(cfg, n_gpus=n_gpus)
+    models = [m for m, _ in cfg.gpu_mix]
+    if len(set(models)) > 1:
+        from miso.sched.modelspeed import model_factor
+
+        return {m: _optsta_best(
+            [replace(j, duration_s=j.duration_s / model_factor(j.workload, m, models[0]))
+             for j in sub if j.gpu_model in (None, m)],
+            replace(cfg, gpu_model=m, gpu_mix=(), n_gpus=n_gpus), seed)
+            for m in dict.fromkeys(models)}
+    return _optsta_best(sub, replace(cfg, n_gpus=n_gpus), seed)
+
+
+def _optsta_best(sub: list[TraceJob], scfg: Any, seed: int) -> tuple:
+    """The candidate layout of ``scfg.gpu_model`` with the lowest average JCT on ``sub``."""
     best = None
-    geom = geometry(cfg.gpu_model)
+    geom = geometry(scfg.gpu_model)
     need = {j.workload for j in sub}
-    for lay in optsta_candidates(cfg.gpu_model):
+    for lay in optsta_candidates(scfg.gpu_model):
         profs = {pl.profile for pl in lay}
         if any(not profs & set(workload_speeds(geom, catalogue()[w])) for w in need):
             continue  # some job of the trace fits no instance of this layout

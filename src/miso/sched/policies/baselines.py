@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from functools import cache
 
 from miso.mig import Geometry, Placement
@@ -62,15 +62,21 @@ class OptSta(BasePolicy):
     """One static layout on every GPU; a job takes the largest free instance that fits.
 
     ``layout`` is a tuple of placements valid on every GPU of the cluster (the simulator's
-    offline search picks the best maximal layout, see :func:`miso.sim.run.optsta_search`).
+    offline search picks the best maximal layout, see :func:`miso.sim.run.optsta_search`), or
+    on several GPU models a mapping model -> layout (one best static layout per model; a model
+    it does not name runs whole GPUs).
     When a job finishes, a job of the same GPU on a smaller instance moves up to the freed one
     (``promote``), as in the MISO artifact's static scheme.
     """
 
     name = "optsta"
 
-    def __init__(self, layout: Sequence[Placement] | None = None, promote: bool = True
-                 ) -> None:
+    def __init__(self, layout: Sequence[Placement] | Mapping[str, Sequence[Placement]]
+                 | None = None, promote: bool = True) -> None:
+        self.by_model: dict[str, tuple[Placement, ...]] = {}
+        if isinstance(layout, Mapping):
+            self.by_model = {m: tuple(sorted(lay)) for m, lay in layout.items()}
+            layout = None
         self.layout = tuple(sorted(layout)) if layout is not None else None
         self.promote = promote
         # GPUs with a free instance, by (free instances, assigned jobs, geometry).
@@ -80,7 +86,10 @@ class OptSta(BasePolicy):
     def _layout(self, sc: Scratch, gpu: str) -> tuple[Placement, ...]:
         if self.layout is not None:
             return self.layout
-        full = sc.state.gpus[gpu].geom.model.full_profile()
+        gs = sc.state.gpus[gpu]
+        if gs.model in self.by_model:
+            return self.by_model[gs.model]
+        full = gs.geom.model.full_profile()
         return (Placement(0, full.name),)
 
     def on_gpu_added(self, now: float, gpu: str, sc: Scratch) -> None:
