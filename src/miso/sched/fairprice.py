@@ -30,6 +30,11 @@ per GPU. :func:`fair_cap` picks the largest profile size whose estimated price i
 stated one; at least the smallest slice (fair share then still orders the queue). With the
 stated price 0.05 that is a whole GPU at 0.9x, a 4g slice at 1.6x and a 2g slice at 3.25x of
 an A100 (benchmarks/README.md, "Tenancy", measures what they cost).
+
+:class:`FairSlices` keeps, for one cluster's tenancy, the backlog signal, the budget of the
+last decision (:meth:`FairSlices.plan`, once per decision; the status shows it) and when
+reclaim last returned room on each GPU (reclaim's rate limit,
+:mod:`miso.sched.policies.reclaim`).
 """
 
 from __future__ import annotations
@@ -37,6 +42,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from miso.sched.tenancyconfig import TenancyConfig
 
 #: The fairness price of ``miso simulate`` and ``miso cluster up --fair-share`` when none is
 #: stated (5 % of the total average JCT).
@@ -129,3 +138,35 @@ def fair_cap(price: float, pressure: float, sizes: Sequence[float]) -> FairBudge
         if e <= price + 1e-12:
             cap, est = c, e
     return FairBudget(pressure, True, cap, est, price)
+
+
+class FairSlices:
+    """The fair slices' cap as the load moves, for one cluster's tenancy: the backlog signal,
+    the budget of the last decision, and when fair share last returned room on each GPU."""
+
+    def __init__(self, config: TenancyConfig) -> None:
+        self.config = config
+        #: active jobs per GPU, time-averaged (the fair slices' load signal)
+        self.backlog = Backlog()
+        #: the regime and fair slice cap of the last decision (None: no price stated)
+        self.budget: FairBudget | None = None
+        #: GPU -> when fair share last returned room on it (reclaim's rate limit)
+        self.reclaimed_at: dict[str, float] = {}
+
+    def cap(self) -> float:
+        """The most of a GPU a fair slice may be now: ``demand_per_job`` without a stated
+        price, else the cap of the last :meth:`plan`."""
+        if self.config.fairness_price is None or self.budget is None:
+            return self.config.demand_per_job
+        return self.budget.cap
+
+    def plan(self, sizes: Sequence[float]) -> None:
+        """With a stated ``fairness_price``: choose the fair slice cap for this decision from
+        the backlog (:func:`fair_cap`; ``sizes``: the profile sizes as parts of a GPU; the
+        backlog sampled just before) and keep it in :attr:`budget`. Nothing without a price."""
+        price = self.config.fairness_price
+        if price is None:
+            return
+        # the backlog now or lately, the larger: a flood counts at once, and fair slices grow
+        # back only as the average falls
+        self.budget = fair_cap(price, max(self.backlog.value, self.backlog.last), sizes)

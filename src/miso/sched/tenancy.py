@@ -22,19 +22,8 @@ An owner's usage decays with a half-life ``half_life_s`` (Slurm's ``PriorityDeca
 ``U(t) = sum over held intervals of charge x dt x 2^(-(t - t_dt) / half_life)``, integrated
 exactly between changes (a charge is constant between two state changes).
 
-**Fair share (Slurm's classic multifactor factor):** ``F = 2^(-U/S)`` where ``U`` is the owner's
-decayed usage as a fraction of all owners' and ``S`` its weight as a fraction of all weights.
-``F`` falls monotonically in ``u/w`` (the common normalisations cancel), so waiting jobs are
-ordered by (priority, highest first) then ``u/w`` (lowest first: Fair Tree's Level FS ``S/U``
-gives the same order), then submission time (FIFO within an owner).
-
-**Quotas:** ``max_in_use[owner]`` caps the GPU-equivalents an owner holds: a queued job is offered
-to the policy only while ``in use + its smallest fitting slice`` stays under the cap (the policy
-may then give it a larger slice, within the cap: :mod:`miso.sched.quotacap`; under a policy of
-whole GPUs only, ``nopart``, the smallest slice is the whole GPU; a running job is never stopped
-for that); otherwise it waits,
-and :meth:`Tenancy.why_waiting` says why. ``max_queued[owner]`` caps an owner's queued jobs: a
-driver refuses a submission over it with :meth:`Tenancy.refuse_submit`'s one-line reason.
+**Queue order, quotas, priorities:** :mod:`miso.sched.fairorder` (fair share's ``u/w``
+order, in-use and queued-jobs quotas).
 
 **Entitlements (fair share decides sizes too, ``reclaim``, on with fair share):** ordering
 alone starts an under-served owner's job sooner but on whatever slice frees, typically a 1g
@@ -58,17 +47,15 @@ average GPUs); counted in GPUs, an owner at its entitlement could hold far fewer
 weight (measured: owners at 2:1 got -23 % / -19 % of their weight).
 
 **A stated price** (``fairness_price``, issue 31): the fair slice's cap then follows the
-cluster's backlog instead of ``demand_per_job`` (:mod:`miso.sched.fairprice`;
-:meth:`Tenancy.plan_budget` once per decision, :attr:`Tenancy.budget` for the status), and
-reclaim acts only when the fair slice beats what packing gives (:mod:`miso.sched.policies.reclaim`).
+cluster's backlog instead of ``demand_per_job`` (:mod:`miso.sched.fairprice`,
+:class:`~miso.sched.fairprice.FairSlices`: :meth:`Tenancy.plan_budget` once per decision,
+:attr:`Tenancy.budget` for the status), and reclaim acts only when the fair slice beats what
+packing gives (:mod:`miso.sched.policies.reclaim`).
 
 **Accounts** (``accounts``, ``account_weights``; Slurm's association tree, two levels):
 entitlements are water-filled between accounts, then between the owners of each
 (:mod:`miso.sched.fairfill`), and the queue goes by the account's ``u/w`` first, then the
 owner's. An owner in no account is an account of its own (one level, as before).
-
-**Priorities:** ``high`` (100), ``normal`` (0), ``low`` (-100) or any integer; see
-:mod:`miso.sched.policies.preempt` for preemption.
 
 **Durable usage:** the ledger is exactly described, between two changes of the owners'
 charges, by each owner's usage as of the last change and its charge since
@@ -84,10 +71,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from miso.sched import fairorder
 from miso.sched.fairfill import two_level_fill, water_fill
-from miso.sched.fairprice import Backlog, FairBudget, fair_cap
+from miso.sched.fairprice import Backlog, FairBudget, FairSlices
 from miso.sched.quotacap import reserved_charge
-from miso.sched.tenancyconfig import TenancyConfig, queued_quota_reason
+from miso.sched.tenancyconfig import TenancyConfig
 
 __all__ = ["Tenancy", "UsageRecord", "job_charge", "two_level_fill", "water_fill"]
 
@@ -163,13 +151,24 @@ class Tenancy:
         self.resident: dict[str, int] = {}
         #: gpu -> replica -> (owner, charge): service replicas' slices, charged to their owner
         self._replicas: dict[str, dict[str, tuple[str, float]]] = {}
-        #: active jobs per GPU, time-averaged (the fair slices' load signal)
-        self.backlog = Backlog()
-        #: the regime and fair slice cap of the last decision (None: no price stated)
-        self.budget: FairBudget | None = None
-        #: GPU -> when fair share last returned room on it (reclaim's rate limit)
-        self.reclaimed_at: dict[str, float] = {}
+        #: the fair slices' cap as the load moves, and reclaim's rate limit (fairprice.py)
+        self.slices = FairSlices(config)
         state.watch(self._changed)
+
+    @property
+    def backlog(self) -> Backlog:
+        """Active jobs per GPU, time-averaged (the fair slices' load signal)."""
+        return self.slices.backlog
+
+    @property
+    def budget(self) -> FairBudget | None:
+        """The regime and fair slice cap of the last decision (None: no price stated)."""
+        return self.slices.budget
+
+    @property
+    def reclaimed_at(self) -> dict[str, float]:
+        """GPU -> when fair share last returned room on it (reclaim's rate limit)."""
+        return self.slices.reclaimed_at
 
     # -- the ledger ---------------------------------------------------------------------------
     def advance(self, now: float) -> None:
@@ -325,11 +324,8 @@ class Tenancy:
         return jobs
 
     def fair_cap(self) -> float:
-        """The most of a GPU a fair slice may be now: ``demand_per_job`` without a stated
-        price, else the cap of the last :meth:`plan_budget`."""
-        if self.config.fairness_price is None or self.budget is None:
-            return self.config.demand_per_job
-        return self.budget.cap
+        """The most of a GPU a fair slice may be now (:meth:`FairSlices.cap`)."""
+        return self.slices.cap()
 
     def entitlements(self, queued: Mapping[str, int], demand_per_job: float | None = None,
                      ) -> dict[str, float]:
@@ -356,107 +352,37 @@ class Tenancy:
         return sum(self.model_weight(gs.model) for gs in self.state.gpus.values())
 
     def plan_budget(self, sizes: Iterable[float]) -> None:
-        """With a stated ``fairness_price``: choose the fair slice cap for this decision from
-        the backlog (:func:`miso.sched.fairprice.fair_cap`; ``sizes``: the profile sizes as
-        parts of a GPU) and keep it in :attr:`budget`. Nothing without a price."""
-        price = self.config.fairness_price
-        if price is None:
+        """With a stated ``fairness_price``: the fair slice cap for this decision
+        (:meth:`FairSlices.plan` on the backlog sampled now; ``sizes``: the profile sizes as
+        parts of a GPU). Nothing without a price."""
+        if self.config.fairness_price is None:
             return
         self._sample_backlog()
-        # the backlog now or lately, the larger: a flood counts at once, and fair slices grow
-        # back only as the average falls
-        self.budget = fair_cap(price, max(self.backlog.value, self.backlog.last), list(sizes))
+        self.slices.plan(list(sizes))
 
     def protected(self, owner: str, ents: Mapping[str, float]) -> bool:
         """Whether ``owner`` holds no more than its entitlement (``keep_margin`` included):
         its jobs keep their fair slices and no reclaim takes from it."""
         return self.held.get(owner, 0.0) <= ents.get(owner, 0.0) + self.config.keep_margin + 1e-6
 
-    # -- fair share ---------------------------------------------------------------------------
+    # -- fair share (miso.sched.fairorder) ----------------------------------------------------
     def level(self, owner: str, now: float) -> float:
-        """``u / w``: decayed usage per unit of entitlement (lower goes first)."""
-        return self.usage_at(owner, now) / self.config.weight(owner)
-
-    def account_level(self, account: str, now: float) -> float:
-        """An account's decayed usage (its owners' together) per unit of its weight."""
-        cfg = self.config
-        use = sum(self.usage_at(o, now) for o in set(self.usage) | set(self.in_use)
-                  if cfg.account_of(o) == account)
-        return use / cfg.account_weight(account)
+        """``u / w`` of ``owner`` (:func:`miso.sched.fairorder.level`)."""
+        return fairorder.level(self, owner, now)
 
     def levels(self, owner: str, now: float) -> tuple[float, float] | float:
-        """The queue order's key for ``owner``: :meth:`level`; with accounts (account's
-        level, the owner's level within it)."""
-        if not self.config.accounts:
-            return self.level(owner, now)
-        return (self.account_level(self.config.account_of(owner), now),
-                self.level(owner, now))
+        """The queue order's key for ``owner`` (:func:`miso.sched.fairorder.levels`)."""
+        return fairorder.levels(self, owner, now)
 
     def factor(self, owner: str, now: float) -> float:
-        """Slurm's classic fair-share factor ``F = 2^(-U/S)`` (1: nothing used; 0.5: used
-        exactly its share; for reports: the order uses the equivalent ``u/w``)."""
-        owners = set(self.usage) | set(self.in_use) | {owner}
-        tot_u = sum(self.usage_at(o, now) for o in owners)
-        tot_w = sum(self.config.weight(o) for o in owners)
-        if tot_u <= 0:
-            return 1.0
-        u = self.usage_at(owner, now) / tot_u
-        s = self.config.weight(owner) / tot_w
-        if not s > 0:  # a share too small for a float (weights 5e-324 beside 1e6): no share
-            return 0.0 if u > 0 else 1.0
-        return 2.0 ** (-u / s)
+        """Slurm's fair-share factor of ``owner`` (:func:`miso.sched.fairorder.factor`)."""
+        return fairorder.factor(self, owner, now)
 
     def order(self, queue: Iterable[str], extra_in_use: Mapping[str, float] | None = None,
               ) -> list[str]:
-        """The queued jobs ``queue`` (in submission order) as the policy should take them:
-        priority, then fair share (when on), then FIFO; jobs whose owner is at its in-use
-        quota are left out (``waiting`` says why). ``extra_in_use``: GPU-equivalents an owner
-        took or released in the current ``decide`` call that the ledger does not show yet."""
-        st = self.state
-        cfg = self.config
-        now = st.now
-        queue = list(queue)
-        levels: dict[str, tuple[float, float] | float] = {}
-        buckets: dict[tuple[int, str], list[str]] = {}
-        for j in queue:
-            spec = st.jobs[j].spec
-            o = spec.owner
-            if o not in levels:
-                levels[o] = self.levels(o, now) if cfg.fair_share else 0.0
-            buckets.setdefault((spec.priority, o), []).append(j)
-        # Within a priority, owners by level (their account's first, with accounts) then by
-        # their oldest job (FIFO between equals).
-        keys = sorted(buckets, key=lambda k: (-k[0], levels[k[1]],
-                                              st.jobs[buckets[k][0]].submitted_at,
-                                              buckets[k][0]))
-        if not cfg.fair_share:
-            # Priority, then the queue's own (FIFO) order: a stable sort.
-            out = sorted(queue, key=lambda x: -st.jobs[x].spec.priority)
-        else:
-            out = [j for k in keys for j in buckets[k]]
-        self.waiting = {}
-        if not cfg.max_in_use:
-            return out
-        used = dict(self.in_use)
-        for o, c in (extra_in_use or {}).items():
-            used[o] = used.get(o, 0.0) + c
-        kept = []
-        for j in out:
-            js = st.jobs[j]
-            o = js.spec.owner
-            cap = cfg.max_in_use.get(o)
-            if cap is None:
-                kept.append(j)
-                continue
-            need = self.smallest_charge(j)
-            if used.get(o, 0.0) + need > cap + 1e-9:
-                self.waiting[j] = (f"owner {o or '(none)'} holds {used.get(o, 0.0):.2f} of its "
-                                   f"{cap:g} GPU-equivalent quota; this job needs at least "
-                                   f"{need:.2f}")
-                continue
-            used[o] = used.get(o, 0.0) + need
-            kept.append(j)
-        return kept
+        """The queued jobs as the policy should take them (:func:`miso.sched.fairorder.order`:
+        priority, fair share, FIFO; quotas hold jobs back)."""
+        return fairorder.order(self, queue, extra_in_use)
 
     def smallest_charge(self, job: str) -> float:
         """The smallest GPU-equivalent share of a slice that holds the job on any GPU model
@@ -479,15 +405,10 @@ class Tenancy:
         """Why a queued job is held back (over its owner's in-use quota), or None."""
         return self.waiting.get(job)
 
-    # -- submissions --------------------------------------------------------------------------
+    # -- submissions -------------------------------------------------------------------------
     def refuse_submit(self, owner: str) -> str | None:
         """The one-line reason to refuse a new job of ``owner`` (queued quota), or None."""
-        cap = self.config.max_queued.get(owner)
-        if cap is None:
-            return None
-        st = self.state
-        return queued_quota_reason(
-            owner, sum(1 for j in st.queue if st.jobs[j].spec.owner == owner), cap)
+        return fairorder.refuse_submit(self, owner)
 
     # -- reports ------------------------------------------------------------------------------
     def report(self, now: float) -> dict[str, dict[str, float | str]]:

@@ -25,6 +25,9 @@ nothing. And at most one reclaim per GPU per ``min_run_s`` (``Tenancy.reclaimed_
 reclaim's ``why`` names the job it is for (``for_job``), its fair slice and its packed share
 as parts of a GPU (``fair_slice``, ``packed_share``): the simulator counts the reclaims whose
 job then got no larger slice (``reclaims_useless``, expected 0).
+
+When no reclaim is made for such a waiting job, it holds one GPU from the other owners' new
+jobs instead (:mod:`miso.sched.policies.fairhold`).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from miso.sched.decisions import RequeueCause, WakeUp
+from miso.sched.policies.fairhold import hold
 from miso.sched.policies.preempt import DEFAULT_RESTART_S, victim_cost
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -68,11 +72,13 @@ def reclaim(policy: BasePolicy, now: float, sc: Scratch) -> bool:
             continue
         worth = _worth(sc, j)
         if worth is None:
+            _hold_if_under(policy, sc, j, ents, held)
             continue
         got, later = _best_gpu(policy, now, sc, j, ents, held, restart_s)
         if got is None:
             if later is not None:
                 wake = later if wake is None else min(wake, later)
+            _hold_if_under(policy, sc, j, ents, held)
             continue
         g, victims, cost, gain = got
         if held.get(o, 0.0) + gain > ents.get(o, 0.0) + 1e-6:
@@ -86,6 +92,15 @@ def reclaim(policy: BasePolicy, now: float, sc: Scratch) -> bool:
     if wake is not None and not done:
         _wake_at(policy, sc, now, wake)
     return done > 0
+
+
+def _hold_if_under(policy: BasePolicy, sc: Scratch, job: str, ents: dict[str, float],
+                   held: dict[str, float]) -> None:
+    """Hold a GPU for ``job`` (:func:`~miso.sched.policies.fairhold.hold`) when its owner
+    holds less than its entitlement (not merely within its margin)."""
+    o = sc.state.jobs[job].spec.owner
+    if held.get(o, 0.0) < ents.get(o, 0.0) - 1e-6:
+        hold(policy, sc, job)
 
 
 def _wake_at(policy: BasePolicy, sc: Scratch, now: float, wake: float) -> None:
