@@ -52,7 +52,7 @@ from miso.sched import (
     WakeUp,
 )
 from miso.sched.decisions import RepartitionDeclined, StartGang, StopGang
-from miso.sched.driver import DriverStep
+from miso.sched.driver import DriverStep, batchable
 from miso.sched.fairwait import fair_waits
 from miso.sched.progress import full_gpu_work, slice_speed
 from miso.sched.state import JobStatus
@@ -70,6 +70,10 @@ SNAPSHOT_EVERY_S = 0.5
 #: Events and decisions kept before they are written to the store in one transaction (they
 #: are written sooner when the queue is empty or every SNAPSHOT_EVERY_S).
 LOG_BATCH = 500
+
+#: At most this many submissions waiting in the queue are taken as one batch (one placement
+#: pass: :meth:`EventLoop._arrivals`).
+ARRIVAL_BATCH = 128
 
 #: A loop that has not come round for this long (s, real time) is reported stuck.
 STUCK_AFTER_S = 60.0
@@ -205,7 +209,10 @@ class EventLoop:
             if self._log:
                 self.flush_log()
             return did
-        self._dispatch(item)
+        if item[0] == "event" and batchable(item[1]):
+            self._arrivals([item, *self._waiting_arrivals()])
+        else:
+            self._dispatch(item)
         # fresh as soon as the queue is empty; while items wait, at most every 0.5 s
         due = rt.queue.empty() or time.monotonic() - self._snap_at >= SNAPSHOT_EVERY_S
         if item[0] != "progress":  # a job's progress changes no GPU, queue or owner view
@@ -216,6 +223,37 @@ class EventLoop:
             self.flush_log()
         self._keep_ledger()
         return True
+
+    def _waiting_arrivals(self) -> list[tuple[Any, ...]]:
+        """The submissions waiting at the head of the queue (up to :data:`ARRIVAL_BATCH`),
+        taken from it: they arrived while the last item was handled."""
+        q = self.rt.queue
+        out: list[tuple[Any, ...]] = []
+        while len(out) < ARRIVAL_BATCH - 1:
+            with q.mutex:  # this thread is the queue's only consumer: the head stays
+                head = q.queue[0] if q.queue else None
+            if head is None or head[0] != "event" or not batchable(head[1]):
+                break
+            out.append(q.get_nowait())
+        return out
+
+    def _arrivals(self, items: list[tuple[Any, ...]]) -> None:
+        """Submissions taken together: one driver batch (:meth:`DriverStep.arrivals`: the
+        policy places them in one pass after the last one, as the simulator does for
+        arrivals at one instant with ``coalesce_arrivals``); each item's wait and the
+        batch's handling time are reported as for one event."""
+        if len(items) == 1:
+            self._dispatch(items[0])
+            return
+        rt = self.rt
+        t0 = time.monotonic()
+        self.step.observer = rt.observer
+        self._safe(self.step.arrivals, rt.now(), [it[1] for it in items])
+        if rt.observer is not None:
+            took = time.monotonic() - t0
+            for it in items:
+                rt.observer.on_timing("loop_lag", t0 - it[2])
+                rt.observer.on_timing("event_handling", took)
 
     def handle(self, item: tuple[Any, ...]) -> None:
         """Handle one queue item (``("event", ev, t)``, ``("progress", ...)``, ``("cancel",

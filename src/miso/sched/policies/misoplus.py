@@ -21,7 +21,7 @@ from miso.sched.policies.arrivals import ArrivalClock
 from miso.sched.policies.base import (
     Scratch,
 )
-from miso.sched.policies.baselines import BACKFILL_WINDOW
+from miso.sched.policies.baselines import backfill_window
 from miso.sched.policies.burst import Burst
 from miso.sched.policies.declined import Declines, declined_plan
 from miso.sched.policies.economy import RestartEconomy
@@ -400,7 +400,7 @@ class MisoPlus(PlanSpeeds, Miso):
         qp = QueuePass()
         starve = self.starve_after * self.work.typical() \
             if self.starve_after > 0 and not self.in_batch() else None
-        for j in sc.queue(BACKFILL_WINDOW):
+        for j in sc.queue(backfill_window(sc)):
             mem = jobs[j].spec.memory_gb
             key = jobs[j].spec.owner if bound else ""
             # It starves: hold a GPU for the first such job that finds no room (below).
