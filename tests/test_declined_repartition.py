@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from miso.controller.loop import declined_json
+from miso.controller.loopview import declined_json
 from miso.controller.statustext import why
 from miso.mig import Placement
 from miso.observe import DecisionLog, Observer, policy_estimates

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import math
 import queue
 import threading
 import time
@@ -27,6 +26,7 @@ from typing import Any
 
 from miso.attemptstatus import AttemptStatus
 from miso.controller.executor import PlanExecutor
+from miso.controller.loopview import LoopView
 from miso.controller.runtime import Runtime
 from miso.controller.timelimits import TimeLimitStore, run_time, time_limit_reason
 from miso.job import read_json
@@ -53,16 +53,13 @@ from miso.sched import (
     WakeUp,
 )
 from miso.sched.decisions import RepartitionDeclined, StartGang, StopGang
-from miso.sched.driver import DriverStep
-from miso.sched.fairwait import fair_waits
+from miso.sched.driver import DriverStep, batchable
 from miso.sched.progress import full_gpu_work, slice_speed
 from miso.sched.state import JobStatus
 from miso.sched.tenancy import UsageRecord
 
 log = logging.getLogger(__name__)
 
-#: How often (s) the status views' fair-share waits are recomputed while events stream in.
-FAIR_WAIT_EVERY_S = 0.5
 #: How often (s) the status snapshot is rebuilt while items wait in the queue (it is rebuilt
 #: as soon as the queue is empty): a 1,000-GPU view costs ~25 ms on the 2-core machine, so a
 #: burst of 10,000 submissions costs no 10,000 rebuilds.
@@ -70,6 +67,10 @@ SNAPSHOT_EVERY_S = 0.5
 #: Events and decisions kept before they are written to the store in one transaction (they
 #: are written sooner when the queue is empty or every SNAPSHOT_EVERY_S).
 LOG_BATCH = 500
+
+#: At most this many submissions waiting in the queue are taken as one batch (one placement
+#: pass: :meth:`EventLoop._arrivals`).
+ARRIVAL_BATCH = 128
 
 #: A loop that has not come round for this long (s, real time) is reported stuck.
 STUCK_AFTER_S = 60.0
@@ -98,20 +99,12 @@ class EventLoop:
         self.step = DriverStep(self.state, policy, execute=self._execute_step,
                                record=self._record, observer=rt.observer,
                                on_contract_error=self._contract_error)
-        self._snapshot: dict[str, Any] = {"gpus": [], "queue": []}
-        #: queued job -> the policy's last declined share for it (RepartitionDeclined)
-        self._declined: dict[str, dict[str, Any]] = {}
+        #: the status snapshot for readers (:mod:`miso.controller.loopview`)
+        self.view = LoopView(rt, self.state, self.step)
         #: called with the tenancy ledger whenever an owner's charge changed (the controller
         #: keeps it in the store: :mod:`miso.controller.usagestore`)
         self.on_ledger: Callable[[list[UsageRecord]], None] | None = None
         self._rates: dict[str, float] = {}
-        self._fair: dict[str, dict[str, Any]] = {}
-        self._fair_at = -math.inf
-        self._fair_stale = False
-        #: per GPU: (what its view was built from, the view), rebuilt only when that changed
-        self._gpu_views: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
-        self._snap_at = -math.inf
-        self._snap_stale = False
         #: events and decisions not yet written to the store (see :meth:`flush_log`)
         self._log: list[tuple[float, str, dict[str, Any]]] = []
         self._thread: threading.Thread | None = None
@@ -155,8 +148,7 @@ class EventLoop:
 
     def snapshot(self) -> dict[str, Any]:
         """GPUs (layout, phase, jobs) and the queue as of the last handled item."""
-        with self.rt.lock:
-            return dict(self._snapshot)
+        return self.view.get()
 
     # ---- the loop -----------------------------------------------------------------------
 
@@ -200,22 +192,65 @@ class EventLoop:
             clock.at(clock.now() + (item[2] - time.time()), item)
             item = None
         if item is None:
-            if not did and (self._fair_stale or self._snap_stale):
+            if not did and (self.view.fair_stale or self.view.stale):
                 self._update_snapshot(fresh=True)  # idle: bring the views up to date
             if self._log:
                 self.flush_log()
             return did
-        self._dispatch(item)
+        if item[0] == "event" and batchable(item[1]):
+            self._arrivals([item, *self._waiting_arrivals()])
+        else:
+            self._dispatch(item)
         # fresh as soon as the queue is empty; while items wait, at most every 0.5 s
-        due = rt.queue.empty() or time.monotonic() - self._snap_at >= SNAPSHOT_EVERY_S
+        due = rt.queue.empty() or time.monotonic() - self.view.built_at >= SNAPSHOT_EVERY_S
         if item[0] != "progress":  # a job's progress changes no GPU, queue or owner view
-            self._snap_stale = True
-        if self._snap_stale and due:
+            self.view.stale = True
+        if self.view.stale and due:
             self._update_snapshot()
         if self._log and due:
             self.flush_log()
         self._keep_ledger()
         return True
+
+    def _waiting_arrivals(self) -> list[tuple[Any, ...]]:
+        """The submissions waiting in the queue (up to :data:`ARRIVAL_BATCH` in all), taken
+        from it ahead of the other items waiting there, which keep their order: they arrived
+        while the last item was handled, and are handled as if they had arrived with the one
+        just taken (a submission is the first event of its job: no item of that job waits
+        before it)."""
+        q = self.rt.queue
+        with q.mutex:  # this thread is the queue's only consumer
+            if not any(it[0] == "event" and batchable(it[1]) for it in q.queue):
+                return []
+            out: list[tuple[Any, ...]] = []
+            rest: list[tuple[Any, ...]] = []
+            for it in q.queue:
+                if len(out) < ARRIVAL_BATCH - 1 and it[0] == "event" and batchable(it[1]):
+                    out.append(it)
+                else:
+                    rest.append(it)
+            q.queue.clear()
+            q.queue.extend(rest)
+            q.not_full.notify_all()
+        return out
+
+    def _arrivals(self, items: list[tuple[Any, ...]]) -> None:
+        """Submissions taken together: one driver batch (:meth:`DriverStep.arrivals`: the
+        policy places them in one pass after the last one, as the simulator does for
+        arrivals at one instant with ``coalesce_arrivals``); each item's wait and the
+        batch's handling time are reported as for one event."""
+        if len(items) == 1:
+            self._dispatch(items[0])
+            return
+        rt = self.rt
+        t0 = time.monotonic()
+        self.step.observer = rt.observer
+        self._safe(self.step.arrivals, rt.now(), [it[1] for it in items])
+        if rt.observer is not None:
+            took = time.monotonic() - t0
+            for it in items:
+                rt.observer.on_timing("loop_lag", t0 - it[2])
+                rt.observer.on_timing("event_handling", took)
 
     def handle(self, item: tuple[Any, ...]) -> None:
         """Handle one queue item (``("event", ev, t)``, ``("progress", ...)``, ``("cancel",
@@ -348,8 +383,8 @@ class EventLoop:
 
     def _execute(self, d: Decision) -> None:
         rt = self.rt
-        if self._declined and isinstance(d, PlaceJob | ApplyLayout | RunMps | StartProfiling):
-            self._declined_stale(d.gpu)
+        if isinstance(d, PlaceJob | ApplyLayout | RunMps | StartProfiling):
+            self.view.gpu_changed(d.gpu)
         match d:
             case PlaceJob(job=j, gpu=g):
                 rt.store.update(j, gpu=g)
@@ -364,15 +399,10 @@ class EventLoop:
             case WakeUp(at=at, tag=tag):
                 rt.clock.at(at, ("tick", tag))
             case RepartitionDeclined(job=j) if j:
-                self._declined[j] = declined_json(d)
+                self.view.declined(d)
             case StartGang() | StopGang():
                 if self._gangs is not None:
                     self._gangs.submit(d)
-
-    def _declined_stale(self, gpu: str) -> None:
-        """``gpu``'s mix or layout changes: the waits declined against it are not current
-        any more (the policy records a new one if the job still waits)."""
-        self._declined = {j: v for j, v in self._declined.items() if v["gpu"] != gpu}
 
     def _cancel(self, job: str) -> None:
         rt = self.rt
@@ -491,85 +521,5 @@ class EventLoop:
         with rt.lock:
             rt.fencing.discard(node)
 
-    def _gpu_view(self, gid: str, gs: Any) -> dict[str, Any]:
-        """One GPU of the snapshot, rebuilt only when its state changed."""
-        ref = self.rt.gpus.get(gid)
-        node = ref.node if ref else ""
-        key = (gs.phase, gs.layout, tuple(gs.assignment.items()),
-               tuple(gs.mps_shares.items()), tuple(gs.jobs), gs.pending_plan_id, node)
-        hit = self._gpu_views.get(gid)
-        if hit is not None and hit[0] == key:
-            return hit[1]
-        view = {
-            "id": gid, "node": node, "model": gs.model,
-            "phase": str(gs.phase), "layout": [str(p) for p in gs.layout],
-            "assignment": {j: str(p) for j, p in gs.assignment.items()},
-            "mps_shares": dict(gs.mps_shares), "jobs": list(gs.jobs),
-            "pending_plan": gs.pending_plan_id,
-        }
-        self._gpu_views[gid] = (key, view)
-        return view
-
     def _update_snapshot(self, *, fresh: bool = False) -> None:
-        held = self.state.gangs.gpus  # GPUs held for gangs: shown too
-        gpus = [self._gpu_view(gid, gs) for gid, gs in {**self.state.gpus, **held}.items()]
-        if len(self._gpu_views) > 2 * len(gpus) + 16:  # forget removed GPUs
-            self._gpu_views = {g["id"]: self._gpu_views[g["id"]] for g in gpus}
-        self._snap_at, self._snap_stale = time.monotonic(), False
-        snap: dict[str, Any] = {"gpus": gpus, "queue": list(self.state.queue)}
-        if self._declined:  # only while the job still waits in the queue
-            queued = set(self.state.queue)
-            self._declined = {j: v for j, v in self._declined.items() if j in queued}
-            snap["declined"] = dict(self._declined)
-        held = self.step.dependencies.waiting()
-        if held:  # held until the jobs named by --after ended
-            snap["after"] = {j: list(deps) for j, deps in held.items()}
-        ten = self.state.tenancy
-        if ten is not None:
-            snap["held"] = dict(ten.waiting)      # queued job -> why (over a quota)
-            # queued job -> why (fair share): a pass over the queue, so at most every
-            # FAIR_WAIT_EVERY_S while events stream in, and when the loop goes idle
-            mono = time.monotonic()
-            if fresh or mono - self._fair_at >= FAIR_WAIT_EVERY_S:
-                self._fair, self._fair_at, self._fair_stale = \
-                    _fair_wait_json(self.state), mono, False
-            else:
-                self._fair_stale = True
-            snap["fair_wait"] = self._fair
-            counts = _owner_counts(self.state)
-            snap["owners"] = {o: {**r, **counts.get(o, {"queued": 0, "running": 0})}
-                              for o, r in ten.report(self.state.now).items()}
-            if ten.budget is not None:  # the fair slices' regime and budget (fairprice.py)
-                snap["fair_slices"] = ten.budget.to_json()
-        with self.rt.lock:
-            self._snapshot = snap
-
-
-def declined_json(d: RepartitionDeclined) -> dict[str, Any]:
-    """What ``status`` says of a job that waits for a whole GPU rather than share one: the
-    GPU, the seconds sharing would save before its restarts and what they cost, and how many
-    running jobs they stop (no job ids: a reader may not see others' jobs)."""
-    return {"gpu": d.gpu, "gain_s": round(d.gain, 1), "price_s": round(d.price, 1),
-            "restarts": len(d.restarts)}
-
-
-def _fair_wait_json(state: ClusterState) -> dict[str, dict[str, Any]]:
-    """:func:`~miso.sched.fairwait.fair_waits` by job, as JSON (one dict per priority and
-    owner, shared by its jobs)."""
-    out: dict[str, dict[str, Any]] = {}
-    for fw, js in fair_waits(state):
-        out.update(dict.fromkeys(js, fw.to_json()))
-    return out
-
-
-def _owner_counts(state: ClusterState) -> dict[str, dict[str, int]]:
-    """Per owner: jobs queued (not on a GPU) and on a GPU (placed, profiling or running)."""
-    out: dict[str, dict[str, int]] = {}
-    for j in state.queue:
-        n = out.setdefault(state.jobs[j].spec.owner, {"queued": 0, "running": 0})
-        n["queued"] += 1
-    for gs in state.gpus.values():
-        for j in gs.jobs:
-            n = out.setdefault(state.jobs[j].spec.owner, {"queued": 0, "running": 0})
-            n["running"] += 1
-    return out
+        self.view.update(fresh=fresh)

@@ -113,6 +113,10 @@ class VirtualClock(_Timers):
             self._now = t
         return t, item
 
+    def peek(self) -> tuple[float, Any] | None:
+        """The earliest item and its time, left scheduled; None when nothing is."""
+        return (self._heap[0][0], self._heap[0][2]) if self._heap else None
+
     def reserve(self, n: int) -> int:
         """Reserve ``n`` sequence numbers; returns the one before the first."""
         base = self._seq

@@ -62,6 +62,12 @@ def stale(ev: Event, state: ClusterState) -> bool:
     return False
 
 
+def batchable(ev: Event) -> bool:
+    """Whether ``ev`` may be delivered in a batch of one instant's submissions
+    (:meth:`DriverStep.arrivals`): a single-GPU job's submission naming no dependencies."""
+    return isinstance(ev, JobSubmitted) and not ev.job.gang and not ev.job.after
+
+
 class DriverStep:
     """One driver's step over its ``state`` and ``policy`` (see the module docstring).
 
@@ -113,6 +119,47 @@ class DriverStep:
             return False
         if isinstance(ev, JobSubmitted) and self.dependencies.waits(ev, st):
             return True  # not eligible yet: delivered once its dependencies ended
+        self.deliver(now, ev)
+        if isinstance(ev, JobFinished | JobFailed):
+            for held in self.dependencies.released(st):
+                self(now, held)  # its last dependency ended: it arrives now
+        return True
+
+    def arrivals(self, now: float, evs: list[JobSubmitted]) -> None:
+        """Run the step for several submissions of one instant as one batch: each is
+        filtered, observed and decided in order, but the policy is told how many are still
+        to come (``state.more_arrivals``) and how many the batch holds
+        (``state.batch_arrivals``), so it leaves its placement pass to the last one, which
+        looks that many more jobs down the queue. A batch of one is exactly ``self(now, ev)``.
+
+        Both drivers use it the same way, so they agree on a batch: the simulator for
+        arrivals at the same instant when ``coalesce_arrivals`` is on, the live loop for the
+        submissions already waiting in its queue when it takes one (one decision for those
+        that arrived while the last one ran). Gang jobs are not batched (the gang layer
+        places them itself) nor are jobs that name others in ``after`` (:func:`batchable`);
+        a batch holding one of those is delivered one event at a time."""
+        st = self.state
+        if not all(batchable(ev) for ev in evs):
+            for ev in evs:
+                self(now, ev)
+            return
+        ready: list[JobSubmitted] = []
+        seen: set[str] = set()
+        for ev in evs:  # the ones that reach the policy: new (a duplicate is stale)
+            if not stale(ev, st) and ev.job.id not in seen:
+                seen.add(ev.job.id)
+                ready.append(ev)
+        st.batch_arrivals = len(ready)
+        try:
+            for i, ev in enumerate(ready):
+                st.more_arrivals = len(ready) - 1 - i
+                self.deliver(now, ev)
+        finally:
+            st.more_arrivals, st.batch_arrivals = 0, 1
+
+    def deliver(self, now: float, ev: Event) -> None:
+        """Steps 2-5 for an event that is neither stale nor held."""
+        st = self.state
         self.events += 1
         obs = self.observer
         if obs is not None:
@@ -121,10 +168,6 @@ class DriverStep:
         if self.record is not None:
             self.record(now, ev)
         self.carry_out(now, self.policy.decide(now, ev, st))
-        if isinstance(ev, JobFinished | JobFailed):
-            for held in self.dependencies.released(st):
-                self(now, held)  # its last dependency ended: it arrives now
-        return True
 
     def drop_held(self, now: float, job: str) -> bool:
         """Forget ``job``, held for its dependencies (cancelled before it was eligible);

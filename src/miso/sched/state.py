@@ -160,6 +160,13 @@ class ClusterState:
         self.tenancy: Tenancy | None = Tenancy(tenancy, self) if tenancy is not None else None
         #: inference services and their replicas' slices (:mod:`miso.sched.servicestate`)
         self.services = ServiceBook(self)
+        #: The driver's hint while it delivers several submissions of one instant
+        #: (:meth:`miso.sched.driver.DriverStep.arrivals`): how many are still to come after
+        #: the one being decided (a policy leaves its placement pass to the last), and how
+        #: many the batch holds (that pass looks as many more jobs down the queue). 0 and 1
+        #: for an event delivered alone.
+        self.more_arrivals = 0
+        self.batch_arrivals = 1
 
     def watch(self, fn: Callable[[str], None]) -> None:
         """Call ``fn(gpu)`` after every change to a GPU's resident jobs, plans, layout or

@@ -49,7 +49,7 @@ from miso.sched import (
 )
 from miso.sched.clock import VirtualClock
 from miso.sched.decisions import StartGang, StopGang
-from miso.sched.driver import DriverStep
+from miso.sched.driver import DriverStep, batchable
 from miso.sched.events import GangStarted
 from miso.sched.gangs import GangLayer, with_gangs
 from miso.sched.modelspeed import model_factor
@@ -87,11 +87,14 @@ class Simulator(ProfilingRuns, Disturbances, SimExecution):
 
     def __init__(self, policy: Policy, jobs: Sequence[TraceJob], config: WorldConfig,
                  *, seed: int = 1, record: bool = False, observer: Any = None,
-                 tenancy: TenancyConfig | None = None) -> None:
+                 tenancy: TenancyConfig | None = None, coalesce_arrivals: bool = False) -> None:
         if any(tj.num_gpus > 1 for tj in jobs) and not isinstance(policy, GangLayer):
             # gangs beside the policy: whole-GPU FIFO with a reservation and backfill
             policy = with_gangs(policy, node_of=lambda g: str(int(g[3:]) // GPUS_PER_NODE))
         self.policy = policy
+        #: arrivals at the same instant delivered as one batch (DriverStep.arrivals), as the
+        #: live loop delivers the submissions waiting in its queue; off: one at a time
+        self.coalesce_arrivals = coalesce_arrivals
         self.observer = observer  # miso.observe.Observer-like: on_event / on_decision
         self.cfg = config
         self.seed = seed
@@ -216,8 +219,18 @@ class Simulator(ProfilingRuns, Disturbances, SimExecution):
                     progress(done)
             elif kind == ARRIVE:
                 next_arrival()
-                j = self.jobs[a]  # type: ignore[index]
-                self.deliver(t, JobSubmitted(j.spec))
+                evs = [JobSubmitted(self.jobs[a].spec)]  # type: ignore[index]
+                while self.coalesce_arrivals and batchable(evs[-1]) and \
+                        (nx := clock.peek()) is not None and nx[0] == t and \
+                        nx[1][0] == ARRIVE and batchable(ev := JobSubmitted(
+                            self.jobs[nx[1][1]].spec)):
+                    clock.pop()
+                    next_arrival()
+                    evs.append(ev)
+                if len(evs) == 1:
+                    self.deliver(t, evs[0])
+                else:
+                    self.deliver_arrivals(t, evs)
             elif kind == RESUME:
                 self._resume(t, a, b)  # type: ignore[arg-type]
             elif kind == PLAN_DONE:
@@ -283,6 +296,15 @@ class Simulator(ProfilingRuns, Disturbances, SimExecution):
             self.note_gang_idle(now)
         ten = self.state.tenancy
         if ten is not None and isinstance(ev, JobSubmitted | JobFinished):
+            self.owner_usage.append((now, {o: c for o, c in ten.in_use.items() if c > 0}))
+
+    def deliver_arrivals(self, now: float, evs: list[JobSubmitted]) -> None:
+        """Several arrivals of one instant as one batch (``coalesce_arrivals``)."""
+        self.step.arrivals(now, evs)
+        if self.state.gangs.queue or self._gang_idle[1]:
+            self.note_gang_idle(now)
+        ten = self.state.tenancy
+        if ten is not None:
             self.owner_usage.append((now, {o: c for o, c in ten.in_use.items() if c > 0}))
 
     def clock_now_end(self) -> float:

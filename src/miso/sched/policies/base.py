@@ -283,7 +283,8 @@ class BasePolicy:
 
     # hooks --------------------------------------------------------------------------------
     def on_submit(self, now: float, ev: JobSubmitted, sc: Scratch) -> None:
-        self.on_capacity(now, sc)
+        if not sc.state.more_arrivals:  # else the batch's last submission places them all
+            self.on_capacity(now, sc)
 
     def on_finish(self, now: float, job: str, gpu: str | None, sc: Scratch) -> None:
         self.on_capacity(now, sc)

@@ -14,6 +14,13 @@ from miso.sched.policies.base import BasePolicy, Scratch, fitting_profiles
 BACKFILL_WINDOW = 64
 
 
+def backfill_window(sc: Scratch) -> int:
+    """How far down the queue this call looks: :data:`BACKFILL_WINDOW`, plus the other
+    submissions of a batch delivered at one instant (their placement passes were left to the
+    last one: :meth:`miso.sched.driver.DriverStep.arrivals`)."""
+    return BACKFILL_WINDOW + sc.state.batch_arrivals - 1
+
+
 class NoPart(BasePolicy):
     """One job per whole GPU, FIFO. A new job takes the free GPU that was added first."""
 
@@ -27,7 +34,7 @@ class NoPart(BasePolicy):
     def on_capacity(self, now: float, sc: Scratch) -> None:
         st = sc.state
         cy = sc.cycle
-        queue = sc.queue(BACKFILL_WINDOW)
+        queue = sc.queue(backfill_window(sc))
         if not queue:
             return
         # Each job takes at most one GPU, so the first len(queue) free GPUs are enough
@@ -120,7 +127,7 @@ class OptSta(BasePolicy):
 
     def on_capacity(self, now: float, sc: Scratch) -> None:
         st = sc.state
-        queue = sc.queue(BACKFILL_WINDOW)
+        queue = sc.queue(backfill_window(sc))
         if not queue:
             return
         self._call_asg = new_asg = {}
@@ -228,7 +235,7 @@ class MpsOnly(BasePolicy):
         share = 100 // self.slots
         touched: list[str] = []
         fail = float("inf")  # smallest memory that found no GPU this call
-        for j in sc.queue(BACKFILL_WINDOW):
+        for j in sc.queue(backfill_window(sc)):
             mem = st.jobs[j].spec.memory_gb
             occ = self.occ.view(sc)
             if not occ.any():

@@ -21,7 +21,7 @@ from miso.sched.modelplace import for_geometry
 from miso.sched.policies.admission import Admission, AdmissionOptions, Profiling
 from miso.sched.policies.arrivals import ArrivalClock
 from miso.sched.policies.base import Scratch
-from miso.sched.policies.baselines import BACKFILL_WINDOW
+from miso.sched.policies.baselines import backfill_window
 from miso.sched.policies.burst import Burst, BurstOptions
 from miso.sched.policies.declined import Declines, declined_plan
 from miso.sched.policies.economy import EconomyOptions, RestartEconomy
@@ -420,7 +420,7 @@ class MisoPlus(Miso):
         qp = QueuePass()
         starve = self.starve_after * self.work.typical() \
             if self.starve_after > 0 and not self.in_batch(sc) else None
-        for j in sc.queue(BACKFILL_WINDOW):
+        for j in sc.queue(backfill_window(sc)):
             mem = jobs[j].spec.memory_gb
             key = jobs[j].spec.owner if bound else ""
             # It starves: hold a GPU for the first such job that finds no room (below).
