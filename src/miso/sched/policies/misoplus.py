@@ -152,6 +152,12 @@ class MisoPlus(Miso):
         self.donors = RebalanceIndex(self.rebalancer.best_donor)
         self.declines = Declines()          # declined repartitions recorded (declined.py)
 
+    @property
+    def restart_s(self) -> float:
+        """The configured restart price (the prior of :class:`RestartCosts`): preemption and
+        reclaim price their victims with it."""
+        return self.restarts.prior_s
+
     # -- inputs -----------------------------------------------------------------------------
     def decide(self, now: float, event: Event, state: ClusterState) -> list[Decision]:
         self.donors.note(event, state)
