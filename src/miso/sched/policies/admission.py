@@ -122,7 +122,7 @@ class Admission:
         :meth:`better_to_wait`). A job not profiled is planned with the prior, corrected by
         its observed rates."""
         pol, when = self.pol, self.opts.profile_when
-        run_s = pol.profiling.run_s(pol.restarts.prior_s)
+        run_s = pol.profiling.run_s(pol.restarts.cost(job))
         if when == "never" or pol.arrival_within(sc, run_s):
             return False
         if when == "always" or self.heavy_load(sc):
@@ -174,7 +174,7 @@ class Admission:
                 return False
         self.share_estimate = {"gpu": g, "job": job, "share_s": share, "wait_s": wait,
                                "bias": bias, "restarts": moved,
-                               "restart_s": self.pol.restarts.prior_s}
+                               "restart_costs": [self.pol.restarts.cost(r) for r in moved]}
         return True
 
     def both_ways(self, g: str, job: str, sc: Scratch, residents: list[str]
@@ -203,7 +203,7 @@ class Admission:
             waits.append(rem(r) / max(sp[r].get(before.profile, 0.5), 0.05))
             share += rem(r) / max(sp[r][after.profile], 0.05)
             if r in self.pol.ran and after != current.get(r):
-                share += self.pol.restarts.prior_s
+                share += self.pol.restarts.cost(r)
                 moved.append(r)
         return share, own, waits, moved
 

@@ -110,7 +110,7 @@ def declined_share(policy: Any, sc: Scratch, g: str, job: str) -> None:
     if not est or est.get("gpu") != g or est.get("job") != job:
         return
     moved = tuple(est["restarts"])
-    price = est["restart_s"] * len(moved)
+    price = sum(est["restart_costs"])
     gain = est["wait_s"] - (est["share_s"] - price)
     if not policy.declines.new("job:" + job, (g, tuple(sc.jobs_on(g)), moved)):
         return

@@ -152,11 +152,11 @@ class MisoPlus(Miso):
         self.donors = RebalanceIndex(self.rebalancer.best_donor)
         self.declines = Declines()          # declined repartitions recorded (declined.py)
 
-    @property
-    def restart_s(self) -> float:
-        """The configured restart price (the prior of :class:`RestartCosts`): preemption and
-        reclaim price their victims with it."""
-        return self.restarts.prior_s
+    def restart_price(self, job: str) -> float:
+        """The one restart price (:meth:`RestartCosts.cost`: ``job``'s learned cost, else the
+        mean learned, else the configured ``restart_s``): preemption and reclaim price their
+        victims with it, as plans, admission and rebalancing do."""
+        return self.restarts.cost(job)
 
     # -- inputs -----------------------------------------------------------------------------
     def decide(self, now: float, event: Event, state: ClusterState) -> list[Decision]:
