@@ -85,8 +85,6 @@ class Admission:
         self.pol = pol
         self.opts = opts
         self.soonest: list[str] = []   # the GPUs soonest free at the last scan
-        #: the figures of the last choice to wait (:func:`~.declined.declined_share`)
-        self.share_estimate: dict[str, Any] | None = None
 
     def heavy_load(self, sc: Scratch) -> bool:
         """Whether jobs will have to share GPUs: the arrivals' offered load (Little's law,
@@ -147,8 +145,10 @@ class Admission:
         The waiting time grows with the free time, so when sharing is worse even with an
         upper bound of it (:meth:`free_bound`, a few GPUs' times) the scan of every GPU is
         not needed (:meth:`scan_point` says when it may be left out). A choice to wait leaves
-        its figures in ``share_estimate`` (the declined-share record, declined.py)."""
-        self.share_estimate = None
+        its figures in the cycle's ``memo["share_estimate"]`` (for the declined-share
+        record, declined.py)."""
+        memo = sc.cycle.memo
+        memo["share_estimate"] = None
         residents = sc.jobs_on(g)
         if not any(r in self.pol.ran for r in residents):
             return False  # nobody runs there yet: a plan for all of them restarts nobody
@@ -172,9 +172,9 @@ class Admission:
             wait = _waited(t_free, own, waits)
             if share < bias * wait:
                 return False
-        self.share_estimate = {"gpu": g, "job": job, "share_s": share, "wait_s": wait,
-                               "bias": bias, "restarts": moved,
-                               "restart_costs": [self.pol.restarts.cost(r) for r in moved]}
+        memo["share_estimate"] = {"gpu": g, "job": job, "share_s": share, "wait_s": wait,
+                                  "bias": bias, "restarts": moved,
+                                  "restart_costs": [self.pol.restarts.cost(r) for r in moved]}
         return True
 
     def both_ways(self, g: str, job: str, sc: Scratch, residents: list[str]
