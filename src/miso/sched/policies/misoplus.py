@@ -449,15 +449,6 @@ class MisoPlus(Miso):
             sc.place(j, g)
             self.dirty.add(g)
 
-    def replan_dirty(self, now: float, sc: Scratch) -> None:
-        """Re-plan the dirty GPUs without a plan in flight (a busy one stays dirty: replan's
-        first check; no plan is acknowledged during a decision), left out before sorting so
-        an event costs the GPUs that can be re-planned, not every busy one of a big cluster."""
-        gpus = sc.state.gpus
-        ready = [g for g in self.dirty if g not in gpus or not gpus[g].busy]
-        for g in sorted(ready, key=lambda x: self.gpu_index.get(x, 0)):
-            self.replan(now, g, sc)
-
     # -- events -----------------------------------------------------------------------------
     def on_applied(self, now: float, gpu: str, sc: Scratch) -> None:
         self.restarts.note_applied(sc.state, now, gpu)
