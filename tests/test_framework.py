@@ -77,3 +77,60 @@ def test_profiles_are_the_policy_table() -> None:
                                     fromlist=["x"]).make_estimator("true", seed=1)}))
         assert pol.name == name and pol.profile is prof
         assert pol.filters == prof.filters and pol.post_filters == prof.post_filters
+
+
+def test_misoplus_preemption_prices_victims_at_its_restart_s(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Preemption prices miso+'s victims at the policy's restart price (here the configured
+    one, nothing learned), not the post-filter's default (60 s) for a policy without one."""
+    from dataclasses import replace
+
+    from miso.sched.estimators import make_estimator
+    from miso.sched.policies import preempt
+    from miso.sched.tenancyconfig import HIGH
+
+    seen: list[float] = []
+    cost = preempt.victim_cost
+
+    def recording(sc, job, now, restart_s):  # noqa: ANN001, ANN202
+        seen.append(restart_s)
+        return cost(sc, job, now, restart_s)
+
+    monkeypatch.setattr(preempt, "victim_cost", recording)
+    jobs = [replace(j, priority=HIGH if i % 4 == 3 else 0)
+            for i, j in enumerate(poisson_jobs(40, seed=5, mean_interarrival_s=20.0))]
+    ten = TenancyConfig(fair_share=False, preempt=True, min_run_s=0.0)
+    run_policy("miso+", jobs, WorldConfig(n_gpus=2, restart_s=300.0), 1, tenancy=ten,
+               restart_s=300.0, estimator=make_estimator("true", seed=1),
+               learn_restart_cost=False)
+    assert seen and set(seen) == {300.0}
+
+
+def test_misoplus_prices_victims_at_its_learned_restart_costs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One restart price: preemption charges each victim what the policy's plans charge it
+    (its learned cost, else the mean learned, else ``restart_s``), which here moves off the
+    configured 300 s once restarts are measured (the world's restarts take 30 s)."""
+    from dataclasses import replace
+
+    from miso.sched.policies import preempt
+    from miso.sched.tenancyconfig import HIGH
+    from miso.sim.engine import Simulator
+    from miso.sim.run import build_policy
+
+    jobs = [replace(j, priority=HIGH if i % 4 == 3 else 0)
+            for i, j in enumerate(poisson_jobs(60, seed=5, mean_interarrival_s=20.0))]
+    cfg = WorldConfig(n_gpus=2, restart_s=30.0)
+    pol = build_policy("miso+", jobs, cfg, 1, restart_s=300.0)
+    seen: list[tuple[float, float]] = []
+    cost = preempt.victim_cost
+
+    def recording(sc, job, now, restart_s):  # noqa: ANN001, ANN202
+        seen.append((restart_s, pol.restarts.cost(job)))
+        return cost(sc, job, now, restart_s)
+
+    monkeypatch.setattr(preempt, "victim_cost", recording)
+    Simulator(pol, jobs, cfg, seed=1,
+              tenancy=TenancyConfig(fair_share=False, preempt=True, min_run_s=0.0)).run()
+    assert seen and all(charged == learned for charged, learned in seen)
+    assert any(charged < 300.0 for charged, _ in seen)  # learned, not the configured prior

@@ -45,7 +45,7 @@ def test_make_policy__a_missing_estimator_is_an_error_not_a_silent_oracle():
     for name in ("miso", "miso+"):
         with pytest.raises(TypeError, match="needs 'estimator'"):
             make_policy(name)
-    assert make_policy("miso+", estimator=TrueSpeeds(), restart_s=30.0).restart_s == 30.0
+    assert make_policy("miso+", estimator=TrueSpeeds(), restart_s=30.0).restart_price("j") == 30.0
 
 
 def test_build_policy__driver_defaults_only_where_taken_user_options_strict():

@@ -32,7 +32,8 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     ap.add_argument("--check", action="store_true",
                     help=f"compare every figure with {RESULTS.name} (recorded at e8424d3; "
-                         "miso+ re-recorded with the priced reserve, issue 30)")
+                         "miso+ re-recorded with the priced reserve, issue 30, and with one "
+                         "restart price, issue 27)")
     a = ap.parse_args()
     out: dict[str, dict[str, dict[str, str]]] = {}
     for n in (int(x) for x in a.gpus.split(",")):

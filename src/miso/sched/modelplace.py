@@ -183,6 +183,18 @@ def plan_moves(policy: Any, sc: Scratch, target: str, used: set[str]
 
 
 
+def move_alone(sc: Scratch, job: str, dst: str, reason: str, gain: float, note: str) -> None:
+    """Move running ``job`` onto the whole GPU ``dst`` (a rebalance: requeued for ``reason``,
+    placed, ``dst`` given one whole-GPU instance; ``gain``: the seconds it is expected to
+    save, ``note``: the plan's explanation)."""
+    st = sc.state
+    sc.requeue(job, reason, cause=RequeueCause.REBALANCE)
+    sc.place(job, dst)
+    full = Placement(0, st.gpus[dst].geom.model.full_profile().name)
+    sc.out.append(ApplyLayout(dst, st.new_plan_id(), (full,), {job: full}, why={
+        "trigger": "rebalance", "restarts": [job], "expected_gain": gain, "note": note}))
+
+
 def fill_by_model(policy: Any, now: float, sc: Scratch) -> None:
     """miso+'s hook on several GPU models (:meth:`Rebalancing.fill_idle_gpus`, when nothing
     queues): each idle GPU (the first ``MAX_TARGETS``, in GPU order) gets the moves of
@@ -197,15 +209,10 @@ def fill_by_model(policy: Any, now: float, sc: Scratch) -> None:
             continue
         moves = plan_moves(policy, sc, target, used)
         for saved, j, src, dst in moves:
-            sc.requeue(j, f"rebalance to {dst} ({st.gpus[dst].geom.model.name})",
-                       cause=RequeueCause.REBALANCE)
-            sc.place(j, dst)
-            full = Placement(0, st.gpus[dst].geom.model.full_profile().name)
-            sc.out.append(ApplyLayout(dst, st.new_plan_id(), (full,), {j: full}, why={
-                "trigger": "rebalance", "restarts": [j], "expected_gain": saved,
-                "note": f"{dst} ({st.gpus[dst].geom.model.name}) is free and nothing queues: "
-                        f"{j} moves from {src} ({st.gpus[src].geom.model.name}) to the whole "
-                        f"GPU, finishing ~{saved:.0f} s sooner net of one restart"}))
+            move_alone(sc, j, dst, f"rebalance to {dst} ({st.gpus[dst].geom.model.name})",
+                       saved, f"{dst} ({st.gpus[dst].geom.model.name}) is free and nothing "
+                       f"queues: {j} moves from {src} ({st.gpus[src].geom.model.name}) to the "
+                       f"whole GPU, finishing ~{saved:.0f} s sooner net of one restart")
         dsts = {d for *_, d in moves}
         for _, _, src, _ in moves:
             if src not in dsts:
@@ -238,15 +245,10 @@ def swap_on_arrival(policy: Any, sc: Scratch, job: str, g: str, held: str | None
     if best is None:
         return g
     net, k, src = best
-    model = st.gpus[g].geom.model.name
-    sc.requeue(k, f"makes room on {src} for {job}, which gains more there",
-               cause=RequeueCause.REBALANCE)
-    sc.place(k, g)
-    full = Placement(0, st.gpus[g].geom.model.full_profile().name)
-    sc.out.append(ApplyLayout(g, st.new_plan_id(), (full,), {k: full}, why={
-        "trigger": "rebalance", "restarts": [k], "expected_gain": net,
-        "note": f"{job} gains more on {src} ({st.gpus[src].geom.model.name}) than {k} "
-                f"loses on {g} ({model}): they swap, ~{net:.0f} s saved net of one restart"}))
+    move_alone(sc, k, g, f"makes room on {src} for {job}, which gains more there", net,
+               f"{job} gains more on {src} ({st.gpus[src].geom.model.name}) than {k} loses "
+               f"on {g} ({st.gpus[g].geom.model.name}): they swap, ~{net:.0f} s saved net of "
+               "one restart")
     return src
 
 

@@ -87,8 +87,6 @@ class Admission:
         self.opts = opts
         self.soonest: list[str] = []   # the GPUs soonest free at the last scan
         self.unseen = UnseenResidents()  # for would_record
-        #: the figures of the last choice to wait (:func:`~.declined.declined_share`)
-        self.share_estimate: dict[str, Any] | None = None
 
     def heavy_load(self, sc: Scratch) -> bool:
         """Whether jobs will have to share GPUs: the arrivals' offered load (Little's law,
@@ -124,7 +122,7 @@ class Admission:
         :meth:`better_to_wait`). A job not profiled is planned with the prior, corrected by
         its observed rates."""
         pol, when = self.pol, self.opts.profile_when
-        run_s = pol.profiling.run_s(pol.restarts.prior_s)
+        run_s = pol.profiling.run_s(pol.restarts.cost(job))
         if when == "never" or pol.arrival_within(sc, run_s):
             return False
         if when == "always" or self.heavy_load(sc):
@@ -149,8 +147,10 @@ class Admission:
         The waiting time grows with the free time, so when sharing is worse even with an
         upper bound of it (:meth:`free_bound`, a few GPUs' times) the scan of every GPU is
         not needed (:meth:`scan_point` says when it may be left out). A choice to wait leaves
-        its figures in ``share_estimate`` (the declined-share record, declined.py)."""
-        self.share_estimate = None
+        its figures in the cycle's ``memo["share_estimate"]`` (for the declined-share
+        record, declined.py)."""
+        memo = sc.cycle.memo
+        memo["share_estimate"] = None
         residents = sc.jobs_on(g)
         if not any(r in self.pol.ran for r in residents):
             return False  # nobody runs there yet: a plan for all of them restarts nobody
@@ -174,9 +174,9 @@ class Admission:
             wait = _waited(t_free, own, waits)
             if share < bias * wait:
                 return False
-        self.share_estimate = {"gpu": g, "job": job, "share_s": share, "wait_s": wait,
-                               "bias": bias, "restarts": moved,
-                               "restart_s": self.pol.restarts.prior_s}
+        memo["share_estimate"] = {"gpu": g, "job": job, "share_s": share, "wait_s": wait,
+                                  "bias": bias, "restarts": moved,
+                                  "restart_costs": [self.pol.restarts.cost(r) for r in moved]}
         return True
 
     def both_ways(self, g: str, job: str, sc: Scratch, residents: list[str]
@@ -205,7 +205,7 @@ class Admission:
             waits.append(rem(r) / max(sp[r].get(before.profile, 0.5), 0.05))
             share += rem(r) / max(sp[r][after.profile], 0.05)
             if r in self.pol.ran and after != current.get(r):
-                share += self.pol.restarts.prior_s
+                share += self.pol.restarts.cost(r)
                 moved.append(r)
         return share, own, waits, moved
 

@@ -29,6 +29,7 @@ from miso.sched.pinning import pinned_speeds
 from miso.sched.policies.entitled import Entitled
 from miso.sched.policies.framework import ENTITLEMENT, PREEMPT, Cycle, Filter, PostFilter, Profile
 from miso.sched.policies.ordernote import order_note
+from miso.sched.policies.preempt import DEFAULT_RESTART_S
 from miso.sched.quotacap import capped_speeds
 from miso.sched.services import ServiceSlicesChanged
 from miso.sched.state import ClusterState
@@ -265,6 +266,11 @@ class BasePolicy:
     def has_room(self, sc: Scratch, job: str) -> bool:
         """Whether the policy could place ``job`` now (reclaim asks first)."""
         return True
+
+    def restart_price(self, job: str) -> float:
+        """What restarting ``job`` costs (s), the price preemption and reclaim charge for it:
+        the post-filters' default for a policy without a restart economy."""
+        return DEFAULT_RESTART_S
 
     def fits(self, cy: Cycle, job: str, gpu: str, residents: Sequence[str]) -> bool:
         """**The fit test**: ``job`` on ``gpu`` if only ``residents`` stayed there: the

@@ -6,9 +6,9 @@ price that outweighed it. Nothing depends on these records; they only explain.
 
 Two hooks call it: :meth:`MisoPlus.solve_and_apply` when the priced plan keeps the layout
 (:func:`declined_plan`), and :meth:`GpuChoice.choose_gpu` when a job waits for a whole GPU
-(:func:`declined_share`, from the figures :meth:`Admission.better_to_wait` leaves in
-``share_estimate``). A decline repeated unchanged (same GPU, same layouts, same jobs) is
-recorded once.
+(:func:`declined_share`, from the figures :meth:`Admission.better_to_wait` leaves in the
+cycle's ``memo["share_estimate"]``). A decline repeated unchanged (same GPU, same layouts, same
+jobs) is recorded once.
 """
 
 from __future__ import annotations
@@ -105,12 +105,13 @@ def declined_share(policy: Any, sc: Scratch, g: str, job: str) -> None:
     """``job`` waits for a whole GPU rather than share ``g``: record the completion time
     sharing would save before its restarts (``gain``, s, summed over ``g``'s jobs and the
     newcomer) and what the restarts of ``g``'s running jobs cost (``price``, s), from the
-    estimate :meth:`Admission.better_to_wait` just made (its ``share_estimate``)."""
-    est = policy.admission.share_estimate
+    estimate :meth:`Admission.better_to_wait` just made (``share_estimate`` in this cycle's
+    memo)."""
+    est = sc.cycle.memo.get("share_estimate")
     if not est or est.get("gpu") != g or est.get("job") != job:
         return
     moved = tuple(est["restarts"])
-    price = est["restart_s"] * len(moved)
+    price = sum(est["restart_costs"])
     gain = est["wait_s"] - (est["share_s"] - price)
     if not policy.declines.new("job:" + job, (g, tuple(sc.jobs_on(g)), moved)):
         return

@@ -13,8 +13,7 @@ reads the policy.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
-from typing import Any
+from itertools import count
 
 from miso.sched.decisions import ApplyLayout, Decision
 from miso.sched.state import ClusterState
@@ -65,49 +64,29 @@ STALE = 20.0
 
 
 class Relaunches:
-    """Relaunched jobs not seen resuming yet: job -> (the plan that restarted it, its
-    acknowledgement), in insertion order (a dict's), with what makes learning from them cost
-    what changed, not every relaunch in flight at every call: the jobs that reported progress
-    since (``ClusterState.watch_progress``) and a heap of when each goes stale."""
+    """Relaunched jobs not seen resuming yet: ``entries``, job -> (the plan that restarted it,
+    its acknowledgement), in insertion order (a dict's), with what makes learning from them
+    cost what changed, not every relaunch in flight at every call: the jobs that reported
+    progress since (``ClusterState.watch_progress``) and a heap of when each goes stale."""
 
     def __init__(self) -> None:
         self.entries: dict[str, tuple[float, float]] = {}
         self._seq: dict[str, int] = {}       # job -> insertion number (the dict's order)
-        self._n = 0
+        self._count = count()
         self._expiry: list[tuple[float, str]] = []
         self._reported: set[str] = set()
         self._state: ClusterState | None = None
 
-    def __bool__(self) -> bool:
-        return bool(self.entries)
-
-    def __len__(self) -> int:
-        return len(self.entries)
-
-    def __contains__(self, job: object) -> bool:
-        return job in self.entries
-
-    def __setitem__(self, job: str, value: tuple[float, float]) -> None:
+    def add(self, job: str, value: tuple[float, float]) -> None:
         if job not in self.entries:
-            self._seq[job] = self._n
-            self._n += 1
+            self._seq[job] = next(self._count)
         self.entries[job] = value
         self._reported.add(job)  # a report may have come before this call saw the ack
         heapq.heappush(self._expiry, (value[0], job))
 
-    def __delitem__(self, job: str) -> None:
-        del self.entries[job]
-        self._seq.pop(job, None)
-
-    def pop(self, job: str, default: Any = None) -> Any:
-        if job not in self.entries:
-            return default
-        got = self.entries[job]
-        del self[job]
-        return got
-
-    def items(self) -> Iterator[tuple[str, tuple[float, float]]]:
-        return iter(list(self.entries.items()))
+    def drop(self, job: str) -> None:
+        if self.entries.pop(job, None) is not None:
+            del self._seq[job]
 
     def _note(self, job: str) -> None:
         if job in self.entries:
@@ -184,27 +163,27 @@ class RestartCosts:
         for j, t0 in self.restarting.pop(gpu, {}).items():
             js = st.jobs.get(j)
             if js is not None and js.gpu == gpu and js.finished_at is None:
-                self.relaunching[j] = (t0, now)
+                self.relaunching.add(j, (t0, now))
 
     def learn(self, st: ClusterState) -> None:
         """Read each relaunched job's first progress report after the plan's
         acknowledgement (folded into its state by the driver, live or simulated; not a last
         report of the old run) as its restart cost: from the plan to that report. Only the
         relaunches that can have changed are looked at (:meth:`Relaunches.changed`)."""
-        if not self.relaunching:
+        if not self.relaunching.entries:
             return
         limit = STALE * max(self.prior_s, 60.0)
         for j, (t0, acked) in self.relaunching.changed(st, limit):
             js = st.jobs.get(j)
             p = js.progress if js is not None else None
             if js is None or js.finished_at is not None or st.now - t0 > limit:
-                del self.relaunching[j]  # ended, or no relaunch seen: nothing to learn
+                self.relaunching.drop(j)  # ended, or no relaunch seen: nothing to learn
             elif p is not None and p[0] > acked and p[2] > 0:
                 self.seen[j] = p[0] - t0
                 self.stats[0] += p[0] - t0
                 self.stats[1] += 1
-                del self.relaunching[j]
+                self.relaunching.drop(j)
 
     def forget(self, job: str) -> None:
         self.seen.pop(job, None)
-        self.relaunching.pop(job, None)
+        self.relaunching.drop(job)

@@ -163,7 +163,16 @@ class Miso(BasePolicy):
                 continue
             sc.place(j, g)
             self.dirty.add(g)
-        for g in sorted(self.dirty, key=lambda x: self.gpu_index.get(x, 0)):
+        self.replan_dirty(now, sc)
+
+    def replan_dirty(self, now: float, sc: Scratch) -> None:
+        """Re-plan the dirty GPUs without a plan in flight, in GPU order (a busy one stays
+        dirty: :meth:`plannable`; no plan is acknowledged during a decision), left out before
+        sorting so an event costs the GPUs that can be re-planned, not every busy one of a
+        big cluster."""
+        gpus = sc.state.gpus
+        ready = [g for g in self.dirty if g not in gpus or not gpus[g].busy]
+        for g in sorted(ready, key=lambda x: self.gpu_index.get(x, 0)):
             self.replan(now, g, sc)
 
     def on_gpu_added(self, now: float, gpu: str, sc: Scratch) -> None:

@@ -152,6 +152,12 @@ class MisoPlus(Miso):
         self.donors = RebalanceIndex(self.rebalancer.best_donor)
         self.declines = Declines()          # declined repartitions recorded (declined.py)
 
+    def restart_price(self, job: str) -> float:
+        """The one restart price (:meth:`RestartCosts.cost`: ``job``'s learned cost, else the
+        mean learned, else the configured ``restart_s``): preemption and reclaim price their
+        victims with it, as plans, admission and rebalancing do."""
+        return self.restarts.cost(job)
+
     # -- inputs -----------------------------------------------------------------------------
     def decide(self, now: float, event: Event, state: ClusterState) -> list[Decision]:
         self.donors.note(event, state)
@@ -442,15 +448,6 @@ class MisoPlus(Miso):
                 continue
             sc.place(j, g)
             self.dirty.add(g)
-
-    def replan_dirty(self, now: float, sc: Scratch) -> None:
-        """Re-plan the dirty GPUs without a plan in flight (a busy one stays dirty: replan's
-        first check; no plan is acknowledged during a decision), left out before sorting so
-        an event costs the GPUs that can be re-planned, not every busy one of a big cluster."""
-        gpus = sc.state.gpus
-        ready = [g for g in self.dirty if g not in gpus or not gpus[g].busy]
-        for g in sorted(ready, key=lambda x: self.gpu_index.get(x, 0)):
-            self.replan(now, g, sc)
 
     # -- events -----------------------------------------------------------------------------
     def on_applied(self, now: float, gpu: str, sc: Scratch) -> None:

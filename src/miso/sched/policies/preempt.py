@@ -24,7 +24,8 @@ from miso.sched.decisions import RequeueCause
 if TYPE_CHECKING:  # pragma: no cover
     from miso.sched.policies.base import BasePolicy, Scratch
 
-#: Restart cost (s) used to price victims when the policy declares none (miso+ has ``restart_s``).
+#: Restart cost (s) a policy without a restart economy prices victims at
+#: (:meth:`BasePolicy.restart_price`; miso+ prices each at its learned cost).
 DEFAULT_RESTART_S = 60.0
 #: At most this many preemptions per decision call.
 MAX_PER_CALL = 4
@@ -66,7 +67,6 @@ def choose_victims(policy: BasePolicy, now: float, sc: Scratch, job: str
     ten = st.tenancy
     assert ten is not None
     prio = st.jobs[job].spec.priority
-    restart_s = float(getattr(policy, "restart_s", DEFAULT_RESTART_S))
     best: tuple[int, float, str, tuple[str, ...]] | None = None
     owner = st.jobs[job].spec.owner
     for g, gs in st.gpus.items():
@@ -75,7 +75,7 @@ def choose_victims(policy: BasePolicy, now: float, sc: Scratch, job: str
         resident = sc.jobs_on(g)
         eligible = [v for v in resident if preemptible(sc, v, prio, now)]
         max_k = len(eligible) if best is None else min(len(eligible), best[0])
-        got = _fewest_cheapest(policy, sc, now, job, g, resident, eligible, max_k, restart_s)
+        got = _fewest_cheapest(policy, sc, now, job, g, resident, eligible, max_k)
         if got is not None:
             key = (got[0], got[1], g, got[2])
             if best is None or key[:2] < best[:2]:
@@ -86,7 +86,7 @@ def choose_victims(policy: BasePolicy, now: float, sc: Scratch, job: str
 
 
 def _fewest_cheapest(policy: BasePolicy, sc: Scratch, now: float, job: str, g: str,
-                     resident: list[str], eligible: list[str], max_k: int, restart_s: float
+                     resident: list[str], eligible: list[str], max_k: int
                      ) -> tuple[int, float, tuple[str, ...]] | None:
     """(k, cost, victims): the cheapest set of the fewest (at most ``max_k``) ``eligible``
     residents of ``g`` whose leaving lets ``job`` pass the policy's fit test."""
@@ -96,7 +96,7 @@ def _fewest_cheapest(policy: BasePolicy, sc: Scratch, now: float, job: str, g: s
             rest = [j for j in resident if j not in vic]
             if not policy.fits(sc.cycle, job, g, rest):
                 continue    # (with fair share: every protected job keeps its fair slice)
-            cost = sum(victim_cost(sc, v, now, restart_s) for v in vic)
+            cost = sum(victim_cost(sc, v, now, policy.restart_price(v)) for v in vic)
             if found is None or cost < found[0] - 1e-9:
                 found = (cost, vic)
         if found is not None:

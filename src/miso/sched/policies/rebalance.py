@@ -14,10 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from miso.mig import Placement
-from miso.sched.decisions import ApplyLayout, RequeueCause
 from miso.sched.events import Event
-from miso.sched.modelplace import fill_by_model, several_models
+from miso.sched.modelplace import fill_by_model, move_alone, several_models
 from miso.sched.occupancy import Occupancy
 from miso.sched.policies.base import Scratch
 from miso.sched.ranking import LazyRanking
@@ -138,11 +136,7 @@ class Rebalancing:
             saved, j, src = got
             if cy.filters and not cy.allowed(j, target, ()):
                 continue  # the profile's filters keep this job off that GPU
-            sc.requeue(j, f"rebalance to idle {target}", cause=RequeueCause.REBALANCE)
-            sc.place(j, target)
-            full = Placement(0, st.gpus[target].geom.model.full_profile().name)
-            sc.out.append(ApplyLayout(target, st.new_plan_id(), (full,), {j: full}, why={
-                "trigger": "rebalance", "restarts": [j], "expected_gain": -saved,
-                "note": f"{target} is idle and nothing queues: {j} moves from {src} to the "
-                        f"whole GPU, finishing ~{-saved:.0f} s sooner net of one restart"}))
+            move_alone(sc, j, target, f"rebalance to idle {target}", -saved,
+                       f"{target} is idle and nothing queues: {j} moves from {src} to the "
+                       f"whole GPU, finishing ~{-saved:.0f} s sooner net of one restart")
             self.pol.replan(now, src, sc)

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 from miso.sched.decisions import RequeueCause, WakeUp
 from miso.sched.policies.fairhold import hold
-from miso.sched.policies.preempt import DEFAULT_RESTART_S, victim_cost
+from miso.sched.policies.preempt import victim_cost
 
 if TYPE_CHECKING:  # pragma: no cover
     from miso.sched.policies.base import BasePolicy, Scratch
@@ -59,7 +59,6 @@ def reclaim(policy: BasePolicy, now: float, sc: Scratch) -> bool:
         return False
     ents = sc.entitlements()
     held = dict(ten.held)
-    restart_s = float(getattr(policy, "restart_s", DEFAULT_RESTART_S))
     done = 0
     wake: float | None = None
     tried: set[str] = set()
@@ -74,7 +73,7 @@ def reclaim(policy: BasePolicy, now: float, sc: Scratch) -> bool:
         if worth is None:
             _hold_if_under(policy, sc, j, ents, held)
             continue
-        got, later = _best_gpu(policy, now, sc, j, ents, held, restart_s)
+        got, later = _best_gpu(policy, now, sc, j, ents, held)
         if got is None:
             if later is not None:
                 wake = later if wake is None else min(wake, later)
@@ -162,8 +161,9 @@ def _return_room(sc: Scratch, job: str, g: str, victims: tuple[str, ...], cost: 
     sc.reserved[g] = o
 
 
-def _priced(sc: Scratch, now: float, job: str, resident: list[str], ents: dict[str, float],
-            held: dict[str, float], restart_s: float) -> tuple[list[tuple[float, str]], float]:
+def _priced(policy: BasePolicy, sc: Scratch, now: float, job: str, resident: list[str],
+            ents: dict[str, float], held: dict[str, float]
+            ) -> tuple[list[tuple[float, str]], float]:
     """(the residents that may be reclaimed for ``job``, cheapest first, with their price;
     when the ones not run ``min_run_s`` yet become reclaimable): of another owner above its
     entitlement, of no higher priority, able to checkpoint (unless
@@ -187,13 +187,13 @@ def _priced(sc: Scratch, now: float, job: str, resident: list[str], ents: dict[s
         if now - since < cfg.min_run_s:
             ready = max(ready, since + cfg.min_run_s)
             continue
-        priced.append((victim_cost(sc, v, now, restart_s), v))
+        priced.append((victim_cost(sc, v, now, policy.restart_price(v)), v))
     priced.sort()
     return priced, ready
 
 
 def _best_gpu(policy: BasePolicy, now: float, sc: Scratch, job: str,
-              ents: dict[str, float], held: dict[str, float], restart_s: float,
+              ents: dict[str, float], held: dict[str, float],
               ) -> tuple[tuple[str, tuple[str, ...], float, float] | None, float | None]:
     """((GPU, victims, cost, the waiting owner's gain in GPUs) or None, the earliest time a
     GPU blocked only by the minimum run time becomes reclaimable)."""
@@ -212,7 +212,7 @@ def _best_gpu(policy: BasePolicy, now: float, sc: Scratch, job: str,
             later = _sooner(later, last[g] + gap)
             continue
         resident = sc.jobs_on(g)
-        priced, ready = _priced(sc, now, job, resident, ents, held, restart_s)
+        priced, ready = _priced(policy, sc, now, job, resident, ents, held)
         got = _take_until_fits(policy, sc, job, g, resident, priced, ents, held,
                                None if best is None else best[0])
         if got is None:
@@ -220,7 +220,7 @@ def _best_gpu(policy: BasePolicy, now: float, sc: Scratch, job: str,
                 later = _sooner(later, ready)
             continue
         victims, lost = got
-        cost = sum(victim_cost(sc, v, now, restart_s) for v in victims)
+        cost = sum(victim_cost(sc, v, now, policy.restart_price(v)) for v in victims)
         gain = sum(lost.values())
         key = (len(victims), cost, g, tuple(victims), gain)
         if best is None or key[:2] < best[:2]:
