@@ -34,6 +34,7 @@ class PlanSpeeds:
 
     def speeds(self, geom: Geometry, sc: Scratch, jobs: list[str]) -> dict[str, dict[str, float]]:
         out = {}
+        batch: bool | None = None  # in_batch() once per call: it cannot change meanwhile
         for j in jobs:
             if j not in self.est and not self.estimator.needs_profile:
                 # Estimates that need no profile (true speeds, a profile taken at submission)
@@ -46,7 +47,8 @@ class PlanSpeeds:
                 for p in self.estimates:
                     out[j] = p.known(self, sc, j, self.est[j], out[j])  # type: ignore[arg-type]
             else:
-                batch = self.batch_prior and self.in_batch()
+                if batch is None:
+                    batch = bool(self.batch_prior and self.in_batch())
                 out[j] = prior_speeds(geom, sc.state.jobs[j].spec.memory_gb, harmonic=batch)
                 for p in self.estimates:
                     out[j] = p.prior(self, sc, geom, j, out[j], batch)  # type: ignore[arg-type]
