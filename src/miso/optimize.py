@@ -225,8 +225,11 @@ class PartitionOptimizer:
         cur = {j: current[j] for j in jobs if j in current} if current else {}
         pin = {j: cur[j] for j in pinned if j in cur}
         if objective is Objective.RESTART_AWARE:
-            pen = {j: float(restart_penalty.get(j, 0.0)) if isinstance(restart_penalty, Mapping)
-                   else float(restart_penalty) for j in cur if j not in pin}
+            if isinstance(restart_penalty, Mapping):  # asked once: an ABC check is slow
+                pen = {j: float(restart_penalty.get(j, 0.0)) for j in cur if j not in pin}
+            else:
+                pen = dict.fromkeys((j for j in cur if j not in pin),
+                                    float(restart_penalty)) if cur else {}
         else:
             pen = dict.fromkeys((j for j in cur if j not in pin), 0.0)
         if above is not None:
@@ -270,8 +273,9 @@ class PartitionOptimizer:
             placed = _place(self.profile_names, t.arrangements[a], lay,
                             [cur.get(j) for j in jobs])
             assignment = dict(zip(jobs, placed, strict=True))
-        restarted = tuple(j for j in cur if assignment[j] != cur[j])
-        kept_jobs = tuple(j for j in cur if assignment[j] == cur[j])
+        same = [(j, assignment[j] == cur[j]) for j in cur]  # one Placement comparison each
+        restarted = tuple(j for j, eq in same if not eq)
+        kept_jobs = tuple(j for j, eq in same if eq)
         thr = float(sum(speeds[j][pl.profile] for j, pl in assignment.items()))
         return Solution(lay, assignment, score, thr, restarted, kept_jobs)
 
@@ -303,7 +307,7 @@ class PartitionOptimizer:
                 ok[:] = False
             else:
                 ok &= t.pair_has[:, u]
-        idx = np.flatnonzero(ok)
+        idx = ok.nonzero()[0]  # ok is 1-D: flatnonzero without its ravel
         if not idx.size:
             raise OptimizerError(f"no valid {self.geom.model.name} layout keeps the pinned "
                                  f"jobs {', '.join(sorted(pin))} on their instances")
