@@ -151,5 +151,8 @@ class Burst:
         is the answer every call would give (issue 17: computed once per decision)."""
         pol = self.pol
         st = pol.state
+        if st is None:
+            return (pol.calls, pol.now, pol.work.stats[1], pol.restarts.stats[1], 0, None,
+                    None, len(pol.gpu_index))
         return (pol.calls, pol.now, pol.work.stats[1], pol.restarts.stats[1], id(st),
-                None if st is None else (bool(st.queue), len(st.gpus)), len(pol.gpu_index))
+                bool(st.queue), len(st.gpus), len(pol.gpu_index))

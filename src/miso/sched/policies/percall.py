@@ -22,11 +22,12 @@ def once_per_decision(inputs: str) -> Callable[[Callable[[Any], Any]], Callable[
         @wraps(fn)
         def cached(self: Any) -> Any:
             key = getattr(self, inputs)()
-            got = self.__dict__.get(slot)
+            d = self.__dict__
+            got = d.get(slot)
             if got is not None and got[0] == key:
                 return got[1]
             out = fn(self)
-            self.__dict__[slot] = (key, out)
+            d[slot] = (key, out)
             return out
 
         return cached
