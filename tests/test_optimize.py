@@ -192,3 +192,29 @@ def test_the_memo_answers_as_a_fresh_solve(model):
         assert remembering_optimizer(g).solve(speeds, **kw) == want
 
     run()
+
+
+@pytest.mark.parametrize("model", ["A100-40GB", "H100-80GB"])
+def test_few_pairs_scored_in_python_as_numpy_scores_them(model, monkeypatch):
+    """A few candidate pairs are scored in plain Python; the answer is the vectorised one to
+    the last bit (objective, layout, assignment)."""
+    import miso.optimize as optimize_module
+
+    @settings(max_examples=150, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(problems(model), st.data())
+    def run(problem, data):
+        g, speeds, current = problem
+        pen = {j: data.draw(st.sampled_from([0.0, 0.05, 0.1, 0.3])) for j in current}
+        kw = {"current": current, "objective": "restart-aware", "restart_penalty": pen}
+        got = []
+        for few in (16, -1):  # -1: every case vectorised
+            monkeypatch.setattr(optimize_module, "_FEW_PAIRS", few)
+            try:
+                sol = optimizer_for(g).solve(speeds, **kw)
+                got.append((repr(sol.objective), sol.layout, sol.assignment))
+            except OptimizerError as e:
+                got.append(str(e))
+        assert got[0] == got[1]
+
+    run()

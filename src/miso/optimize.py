@@ -225,8 +225,11 @@ class PartitionOptimizer:
         cur = {j: current[j] for j in jobs if j in current} if current else {}
         pin = {j: cur[j] for j in pinned if j in cur}
         if objective is Objective.RESTART_AWARE:
-            pen = {j: float(restart_penalty.get(j, 0.0)) if isinstance(restart_penalty, Mapping)
-                   else float(restart_penalty) for j in cur if j not in pin}
+            if isinstance(restart_penalty, Mapping):  # asked once: an ABC check is slow
+                pen = {j: float(restart_penalty.get(j, 0.0)) for j in cur if j not in pin}
+            else:
+                pen = dict.fromkeys((j for j in cur if j not in pin),
+                                    float(restart_penalty)) if cur else {}
         else:
             pen = dict.fromkeys((j for j in cur if j not in pin), 0.0)
         if above is not None:
@@ -270,8 +273,9 @@ class PartitionOptimizer:
             placed = _place(self.profile_names, t.arrangements[a], lay,
                             [cur.get(j) for j in jobs])
             assignment = dict(zip(jobs, placed, strict=True))
-        restarted = tuple(j for j in cur if assignment[j] != cur[j])
-        kept_jobs = tuple(j for j in cur if assignment[j] == cur[j])
+        same = [(j, assignment[j] == cur[j]) for j in cur]  # one Placement comparison each
+        restarted = tuple(j for j, eq in same if not eq)
+        kept_jobs = tuple(j for j, eq in same if eq)
         thr = float(sum(speeds[j][pl.profile] for j, pl in assignment.items()))
         return Solution(lay, assignment, score, thr, restarted, kept_jobs)
 
@@ -303,7 +307,7 @@ class PartitionOptimizer:
                 ok[:] = False
             else:
                 ok &= t.pair_has[:, u]
-        idx = np.flatnonzero(ok)
+        idx = ok.nonzero()[0]  # ok is 1-D: flatnonzero without its ravel
         if not idx.size:
             raise OptimizerError(f"no valid {self.geom.model.name} layout keeps the pinned "
                                  f"jobs {', '.join(sorted(pin))} on their instances")
@@ -311,6 +315,11 @@ class PartitionOptimizer:
         # profile).
         run = [(i, t.unit.get(cur[j], len(t.unit))) for i, j in enumerate(jobs) if j in cur]
         kept = t.pair_keeps[idx[:, None], [i for i, _ in run], [u for _, u in run]]
+        if idx.size <= _FEW_PAIRS:
+            penv = [pen.get(j, 0.0) for j in jobs if j in cur] if pen else None
+            k, score_k = _best_of_few(vals[pa[idx]].tolist(), kept.tolist(), penv)
+            w = int(idx[k])
+            return score_k, int(pa[w]), t.pair_layout[w]
         n_kept = np.add.reduce(kept, axis=1)
         # Penalties of the moved jobs, added one job at a time in order (the scalar loop's sums;
         # pinned jobs add an exact 0.0).
@@ -332,6 +341,34 @@ class PartitionOptimizer:
                 return f"job {j} fits no MIG profile of {self.geom.model.name}"
         return (f"no valid {self.geom.model.name} layout holds these {len(jobs)} jobs with one "
                 f"instance each (memory limits leave too few fitting slices)")
+
+
+#: Up to this many candidate pairs, :meth:`PartitionOptimizer._best_pair` scores them in plain
+#: Python (:func:`_best_of_few`): numpy's per-call overhead outweighs a few rows.
+_FEW_PAIRS = 16
+
+
+def _best_of_few(vals: list[float], kept: list[list[bool]], penv: list[float] | None
+                 ) -> tuple[int, float]:
+    """(position, score) of the best of a few candidate pairs, exactly as the vectorised
+    :meth:`PartitionOptimizer._best_pair` picks it: score = value minus the penalties of the
+    running jobs it moves, added one job at a time in order (numpy's ``cumsum``); among the
+    scores within 1e-9 of the top, the most jobs kept, then the first."""
+    scores = []
+    for v, row in zip(vals, kept, strict=True):
+        if penv is None:
+            scores.append(v - 0.0)
+            continue
+        cost = 0.0
+        for n, (keep, pv) in enumerate(zip(row, penv, strict=True)):
+            x = 0.0 if keep else pv
+            cost = x if n == 0 else cost + x
+        scores.append(v - cost)
+    floor = max(scores) - 1e-9
+    near = [i for i, sc in enumerate(scores) if sc >= floor]
+    most = max(sum(kept[i]) for i in near)
+    best = next(i for i in near if sum(kept[i]) == most)
+    return best, scores[best]
 
 
 def _place(names: Sequence[str], arr: Sequence[int], lay: Layout,

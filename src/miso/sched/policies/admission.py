@@ -252,9 +252,11 @@ class Admission:
         return sorted(self.gpu_end_times(sc.state, some, lambda: typical))[k]
 
     def gpu_end_times(self, st: Any, gpus: Any, typical: Callable[[], float]) -> list[float]:
-        """Per GPU of ``gpus`` (GpuStates, in order), :meth:`gpu_ends_in`, the full profile's
+        """Per GPU of ``gpus`` (GpuStates, in order), :func:`_ends_in`, the full profile's
         name looked up once per GPU model: the scan over every GPU of :meth:`gpu_free_in`,
-        miso+'s hottest loop."""
+        miso+'s hottest loop (what every GPU reads is fetched once per scan)."""
+        work = self.pol.work
+        ctx = (st.now, st.jobs, self.pol.est, work.seen, work.note, typical)
         fulls: dict[int, str] = {}
         out = []
         for gs in gpus:
@@ -265,38 +267,8 @@ class Admission:
             full = fulls.get(id(model))
             if full is None:
                 full = fulls[id(model)] = model.full_profile().name
-            out.append(self.gpu_ends_in(st, gs, full, typical))
+            out.append(_ends_in(gs.jobs, gs.assignment, full, ctx))
         return out
-
-    def gpu_ends_in(self, st: Any, gs: Any, full: str, typical: Callable[[], float]) -> float:
-        """Seconds until every job of ``gs`` has ended at its current slice's speed (its
-        estimate there, else 1.0 on the whole GPU ``full`` and 0.5 on a slice):
-        :meth:`WorkLearner.remaining` inlined (the same floats, the same work records in the
-        same order)."""
-        now, jobs, est, seen = st.now, st.jobs, self.pol.est, self.pol.work.seen
-        asg = gs.assignment
-        t = 0.0
-        for j in gs.jobs:
-            pl = asg.get(j)
-            v = est.get(j)
-            if pl is not None and v:
-                s = v.get(pl.profile, 0.5)
-            else:
-                s = 1.0 if pl is None or pl.profile == full else 0.5
-            js = jobs.get(j)
-            p = None if js is None else js.progress
-            if p is None or js.status in CORE_ENDED:  # type: ignore[union-attr]
-                rem = typical()
-            else:
-                if j not in seen:  # as remaining() records it
-                    self.pol.work.note(j, p[1])
-                t0, work, rate = p  # JobState.remaining_work, then at least 1 s
-                left = work - (rate * (now - t0) if rate > 0 else 0.0)
-                rem = left if left > 1.0 else 1.0
-            x = rem / (0.05 if s < 0.05 else s)
-            if x > t:
-                t = x
-        return t
 
     def gpu_free_in(self, sc: Scratch, k: int) -> float | None:
         """Seconds until the ``k+1``-th soonest GPU has finished all its jobs (each job's
@@ -318,3 +290,34 @@ class Admission:
         # Deeper in the queue: every GPU frees again after about its median job's time.
         return times[k % len(times)] + (k // len(times)) * max(times[len(times) // 2], 1.0)
 
+
+def _ends_in(residents: list[str], asg: dict[str, Any], full: str, ctx: tuple[Any, ...]
+             ) -> float:
+    """Seconds until every job of a GPU (``residents``, its assignment ``asg``) has ended at
+    its current slice's speed (its estimate there, else 1.0 on the whole GPU ``full`` and 0.5
+    on a slice): :meth:`WorkLearner.remaining` inlined (the same floats, the same work records
+    in the same order). ``ctx``: (now, the state's jobs, the estimates, the learner's seen
+    works, its ``note``, the typical work)."""
+    now, jobs, est, seen, note, typical = ctx
+    t = 0.0
+    for j in residents:
+        pl = asg.get(j)
+        v = est.get(j)
+        if pl is not None and v:
+            s = v.get(pl.profile, 0.5)
+        else:
+            s = 1.0 if pl is None or pl.profile == full else 0.5
+        js = jobs.get(j)
+        p = None if js is None else js.progress
+        if p is None or js.status in CORE_ENDED:
+            rem = typical()
+        else:
+            if j not in seen:  # as remaining() records it
+                note(j, p[1])
+            t0, work, rate = p  # JobState.remaining_work, then at least 1 s
+            left = work - (rate * (now - t0) if rate > 0 else 0.0)
+            rem = left if left > 1.0 else 1.0
+        x = rem / (0.05 if s < 0.05 else s)
+        if x > t:
+            t = x
+    return t

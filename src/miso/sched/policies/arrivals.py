@@ -19,9 +19,12 @@ class ArrivalClock:
         self.long: deque[float] = deque(maxlen=load_window)
         self.work: deque[float | None] = deque(maxlen=load_window)
         self.undeclared = 0   # entries of ``work`` that are None
+        self._gap: float | None = None  # mean_gap(), computed as each arrival is noted
 
     def note(self, now: float, memory_gb: float, work_s: float | None = None) -> None:
         self.times.append(now)
+        a = self.times
+        self._gap = (a[-1] - a[0]) / (len(a) - 1) if len(a) >= 2 and a[-1] > a[0] else None
         self.memory.append(memory_gb)
         self.long.append(now)
         if len(self.work) == self.work.maxlen and self.work[0] is None:
@@ -43,9 +46,9 @@ class ArrivalClock:
         return sum(w) / len(w) / gap  # type: ignore[arg-type]
 
     def mean_gap(self) -> float | None:
-        """Mean inter-arrival time of the window (None before two distinct arrivals)."""
-        a = self.times
-        return (a[-1] - a[0]) / (len(a) - 1) if len(a) >= 2 and a[-1] > a[0] else None
+        """Mean inter-arrival time of the window (None before two distinct arrivals);
+        computed once per arrival (the hottest question of miso+'s stages)."""
+        return self._gap
 
     def quiet(self, now: float) -> bool:
         """No job has arrived for ``quiet_gaps`` mean inter-arrival times (or none ever)."""

@@ -244,6 +244,7 @@ class MisoPlus(Miso):
         (:mod:`~miso.sched.policies.estimates`; none shipped, issue 19's experiments are in
         :mod:`miso.sched.experiments`)."""
         out = {}
+        batch: bool | None = None  # in_batch() once per call: it cannot change meanwhile
         for j in jobs:
             if j not in self.est and not self.estimator.needs_profile:
                 # Estimates that need no profile (true speeds, a profile taken at submission)
@@ -256,7 +257,8 @@ class MisoPlus(Miso):
                 for p in self.estimates:
                     out[j] = p.known(self, sc, j, self.est[j], out[j])
             else:
-                batch = self.batch_prior and self.in_batch(sc)
+                if batch is None:
+                    batch = bool(self.batch_prior and self.in_batch(sc))
                 out[j] = prior_speeds(geom, sc.state.jobs[j].spec.memory_gb, harmonic=batch)
                 for p in self.estimates:
                     out[j] = p.prior(self, sc, geom, j, out[j], batch)
