@@ -208,7 +208,9 @@ def _best_gpu(policy: BasePolicy, now: float, sc: Scratch, job: str,
     for g, gs in st.gpus.items():
         if gs.busy or g in sc.touched or sc.reserved.get(g, owner) != owner:
             continue
-        if g in last and now - last[g] < gap:   # one reclaim per GPU per min_run_s
+        # one reclaim per GPU per min_run_s (a tolerance: a timer set for the moment the gap
+        # ends must find it ended, or it would be set again for that same moment, forever)
+        if g in last and last[g] + gap > now + 1e-9:
             later = _sooner(later, last[g] + gap)
             continue
         resident = sc.jobs_on(g)
