@@ -251,38 +251,6 @@ def test_job_helper__only_rank_zero_writes_every_rank_resumes(tmp_path):
 
 
 
-def test_tenancy__entitlements_and_holdings_in_the_model_neutral_unit():
-    # An A100-40GB (1 unit) and an H100-80GB (2.6132 units); u1 alone holds the H100 (a 1g
-    # slice: the GPU counts whole), u0 waits with 9 jobs, weights 2:1. Counted in GPUs u1
-    # held 1 of its 0.67 and u0 was owed 1.33 GPUs: an A100 and a third, 2.33 units less
-    # than its share. In units: capacity 3.6132, shared 2:1 (both demand more).
-    from miso.sched import ApplyLayout, LayoutApplied, PlaceJob
-    from miso.sched.tenancyconfig import TenancyConfig
-
-    st = ClusterState(tenancy=TenancyConfig(weights={"u0": 2.0, "u1": 1.0}))
-    st.observe(0.0, GpuAdded("a0", "A100-40GB"))
-    st.observe(0.0, GpuAdded("h0", "H100-80GB"))
-    mem = workload_memory_gb("resnet_train64")
-    st.observe(0.0, JobSubmitted(JobSpec("b", "b", mem, owner="u1")))
-    for i in range(9):
-        st.observe(0.0, JobSubmitted(JobSpec(f"a{i}", "a", mem, owner="u0")))
-    st.apply(0.0, PlaceJob("b", "h0"))
-    pl = Placement(0, "1g.10gb")
-    pid = st.new_plan_id()
-    st.apply(0.0, ApplyLayout("h0", pid, (pl,), {"b": pl}))
-    st.observe(0.0, LayoutApplied("h0", pid))
-    ten = st.tenancy
-    assert ten is not None
-    cap = 1.0 + 2.6132
-    assert ten.capacity() == pytest.approx(cap, abs=1e-3)
-    assert ten.held["u1"] == pytest.approx(2.6132, abs=1e-3)
-    ents = ten.entitlements({"u0": 9})
-    assert ents["u0"] == pytest.approx(2 / 3 * cap, abs=1e-3)
-    assert ents["u1"] == pytest.approx(1 / 3 * cap, abs=1e-3)
-    assert not ten.protected("u1", {**ents, "u1": ents["u1"] - 1.0})  # keep_margin 1 unit
-    assert ten.protected("u0", ents)
-
-
 def test_optsta__a_best_static_layout_per_gpu_model():
     cfg = WorldConfig(n_gpus=4, gpu_mix=(("A100-40GB", 2), ("H100-80GB", 2)))
     jobs = [j for j in _stream(60, 3, 4) if j.num_gpus == 1]
