@@ -131,3 +131,38 @@ def test_batch__a_burst_larger_than_the_backfill_window_is_placed_alike(name: st
     alone = placed_at_once(False)
     assert alone > 64  # more than one backfill window's worth starts at once
     assert placed_at_once(True) == alone
+
+
+def test_batch__a_submission_that_fails_drops_only_itself() -> None:
+    """The policy fails on the second of three waiting submissions: the error is shown, and
+    the third is still observed and decided (on its own), as when each was one item."""
+    jobs = grouped_trace(3, group=3, seed=1)
+    cfg = WorldConfig(n_gpus=3, restart_s=30.0)
+    con = Controller(JobStore(":memory:"), None, ControllerConfig(policy="nopart"),  # type: ignore[arg-type]
+                     checkpoint_root="/nonexistent", clock=VirtualClock(),
+                     policy=build_policy("nopart", jobs, cfg, 3))
+    con.loop.executor = AcceptingExecutor()  # type: ignore[assignment]
+    geom = geometry(cfg.gpu_model)
+    for g in ("gpu0", "gpu1", "gpu2"):
+        con.rt.gpus[g] = GpuRef(g, "n0", 0, geom.model.name, geom)
+        con.loop.handle(("event", GpuAdded(g, geom.model.name)))
+    decide = con.policy.decide
+
+    def failing(now: float, ev: Any, st: Any) -> Any:
+        if isinstance(ev, JobSubmitted) and ev.job.id == "j0002":
+            raise RuntimeError("policy bug")
+        return decide(now, ev, st)
+    con.policy.decide = failing  # type: ignore[method-assign]
+    con.loop.step.policy = con.policy
+    for tj in jobs:
+        rec = con.store.submit(command=["train"], name=tj.id, memory_gb=4.0, memory_gib=4.0,
+                               workload=tj.workload, at=0.0)
+        spec = Simulator(build_policy("nopart", jobs, cfg, 3), jobs, cfg).jobs[tj.id].spec
+        assert rec.id == spec.id
+        con.rt.queue.put(("event", JobSubmitted(spec), time.monotonic()))
+    assert con.loop.run_once() and con.rt.queue.empty()
+    st = con.loop.state
+    assert {"j0001", "j0002", "j0003"} <= set(st.jobs)
+    assert any("policy bug" in e for e in con.errors)
+    # the third decided on its own after the failed batch: every job is placed
+    assert all(st.jobs[j].gpu is not None for j in ("j0001", "j0002", "j0003"))

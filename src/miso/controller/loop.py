@@ -245,7 +245,15 @@ class EventLoop:
         rt = self.rt
         t0 = time.monotonic()
         self.step.observer = rt.observer
-        self._safe(self.step.arrivals, rt.now(), [it[1] for it in items])
+        evs = [it[1] for it in items]
+        try:
+            self.step.arrivals(rt.now(), evs)
+        except Exception as e:  # noqa: BLE001 - as for one item: reported, the loop goes on
+            log.exception("controller: a batch of %d submissions failed", len(evs))
+            rt.error(f"{type(e).__name__}: {e}")
+            for ev in evs:  # the batch's submissions not reached yet: each alone
+                if ev.job.id not in self.state.jobs:
+                    self._safe(self._handle, ev)
         if rt.observer is not None:
             took = time.monotonic() - t0
             for it in items:
