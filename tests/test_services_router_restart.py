@@ -48,6 +48,8 @@ class ProcessController:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         #: submitted jobs stay queued (no slice free) instead of running
         self.full = False
+        #: replica jobs it was asked to make room for
+        self.rooms: list[str] = []
 
     def cluster(self) -> dict[str, Any]:
         return {"gpus": [{"id": "g0", "model": "A100-40GB"}]}
@@ -64,6 +66,9 @@ class ProcessController:
             id=jid, name=kw.get("name") or jid, command=cmd, state=JobStatus.RUNNING,
             gpu="g0", placement="7g.40gb@0", reason=None)
         return jid
+
+    def make_room(self, job: str) -> None:
+        self.rooms.append(job)
 
     def cancel(self, job: str) -> dict[str, Any]:
         p = self.procs.get(job)
@@ -145,4 +150,8 @@ def test_a_replica_that_waits_for_a_slice_is_said_so_once(manager) -> None:  # n
     mgr.tick()
     waits = [e["text"] for e in mgr.events["wait"] if "waits for a slice" in e["text"]]
     assert len(waits) == 1 and waits[0].startswith(f"replica {rep.job} still waits"), waits
-    assert "training is not checkpointed" in mgr.view("wait")["why"]
+    assert "checkpointed to make room" in mgr.view("wait")["why"]
+    assert ctl.rooms == [rep.job]  # asked once per ROOM_S while it waits
+    rep.room_asked -= replicawatch.ROOM_S + 1
+    mgr.tick()
+    assert ctl.rooms == [rep.job, rep.job]

@@ -153,7 +153,7 @@ class ServiceScaling:
                               memory_gb=self.replica_memory_gb(rec),
                               env=dict(rec.env), cwd=rec.cwd, owner=rec.owner,
                               unix_user=rec.unix_user,
-                              owner_name=rec.owner_name)
+                              owner_name=rec.owner_name, ahead=True)
         with self.m.lock:
             self.m.replicas.setdefault(rec.name, {})[jid] = ReplicaState(
                 jid, port, since=time.monotonic(), plan_id=plan_id)

@@ -389,7 +389,8 @@ class Tenancy:
 
     def order(self, queue: Iterable[str], extra_in_use: Mapping[str, float] | None = None,
               ) -> list[str]:
-        """The queued jobs ``queue`` (in submission order) as the policy should take them:
+        """The queued jobs ``queue`` (in submission order) as the policy should take them
+        (the head's replica jobs, ``ahead``, first):
         priority, then fair share (when on), then FIFO; jobs whose owner is at its in-use
         quota are left out (``waiting`` says why). ``extra_in_use``: GPU-equivalents an owner
         took or released in the current ``decide`` call that the ledger does not show yet."""
@@ -415,6 +416,8 @@ class Tenancy:
             out = sorted(queue, key=lambda x: -st.jobs[x].spec.priority)
         else:
             out = [j for k in keys for j in buckets[k]]
+        if any(st.jobs[j].spec.ahead for j in out):  # the head's replica jobs first
+            out = sorted(out, key=lambda x: not st.jobs[x].spec.ahead)
         self.waiting = {}
         if not cfg.max_in_use:
             return out
