@@ -102,6 +102,8 @@ class EventLoop:
         self._snapshot: dict[str, Any] = {"gpus": [], "queue": []}
         #: queued job -> the policy's last declined share for it (RepartitionDeclined)
         self._declined: dict[str, dict[str, Any]] = {}
+        #: replica job -> the job being checkpointed to make room for it (:meth:`make_room`)
+        self._rooms: dict[str, str] = {}
         #: called with the tenancy ledger whenever an owner's charge changed (the controller
         #: keeps it in the store: :mod:`miso.controller.usagestore`)
         self.on_ledger: Callable[[list[UsageRecord]], None] | None = None
@@ -452,15 +454,21 @@ class EventLoop:
         js = self.state.jobs.get(job)
         if js is None or not js.spec.ahead:
             return
+        rt = self.rt
+        with rt.lock:  # one job at a time for a replica: the last one still stopping
+            if job in self._rooms and self._rooms[job] in rt.runs:
+                return
+        self._rooms = {r: v for r, v in self._rooms.items()
+                       if r in self.state.queue}  # forget replicas placed or gone
         victim = room_victim(self.state, job)
         if victim is None:
             return
-        rt = self.rt
         with rt.lock:
             run = rt.runs.get(victim)
             if run is None or run.stopping:
                 return
             run.stopping = True
+        self._rooms[job] = victim
         reason = f"checkpointed to make room for service replica {job} ({js.spec.name})"
         log.info("job %s: %s", victim, reason)
         threading.Thread(target=self._time_out, args=(run, reason, True, "replica-room"),
