@@ -109,7 +109,7 @@ def cluster(tmp_path: Path) -> Iterator[tuple[LocalCluster, ServiceManager]]:
     c.controller.stop(stop_jobs=True)
 
 
-@pytest.mark.slow  # ~15-30 s on 2 busy cores
+@pytest.mark.slow  # ~12 s on 2 busy cores
 def test_a_training_job_is_checkpointed_for_a_replica_and_resumes(cluster) -> None:  # noqa: ANN001
     c, mgr = cluster
     ctl = c.controller
