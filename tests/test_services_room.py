@@ -143,3 +143,15 @@ def test_a_training_job_is_checkpointed_for_a_replica_and_resumes(cluster) -> No
     ticking(lambda: not mgr.view("svc")["replicas"])
     wait_for(lambda: ctl.store.get(train).state == StoreStatus.RUNNING, 60)
     assert ctl.store.get(train).checkpoint_iteration
+
+
+def test_with_tenancy_replica_jobs_stay_ahead_of_priority_and_fair_share() -> None:
+    from miso.sched.tenancyconfig import TenancyConfig
+
+    st = ClusterState(TenancyConfig(fair_share=True))
+    st.observe(0.0, JobSubmitted(JobSpec("u1", "u1", 5.0, owner="bob", priority=100)))
+    st.observe(1.0, JobSubmitted(JobSpec("u2", "u2", 5.0, owner="carol")))
+    st.observe(2.0, JobSubmitted(JobSpec("r1", "svc", 10.5, owner="alice", ahead=True)))
+    assert st.tenancy is not None
+    assert st.tenancy.order(st.queue)[0] == "r1"
+    assert st.tenancy.order(["u2", "u1"]) == ["u1", "u2"]  # without replicas: as before
