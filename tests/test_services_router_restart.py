@@ -8,6 +8,7 @@ manager only submits, reads and cancels jobs), so the test needs no cluster."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -61,7 +62,7 @@ class ProcessController:
                 id=jid, name=kw.get("name") or jid, command=cmd, state=JobStatus.QUEUED,
                 gpu=None, placement=None, reason=None)
             return jid
-        self.procs[jid] = subprocess.Popen(cmd)
+        self.procs[jid] = subprocess.Popen(cmd, start_new_session=True)
         self.store.recs[jid] = SimpleNamespace(
             id=jid, name=kw.get("name") or jid, command=cmd, state=JobStatus.RUNNING,
             gpu="g0", placement="7g.40gb@0", reason=None)
@@ -79,9 +80,9 @@ class ProcessController:
         return {}
 
     def close(self) -> None:
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.kill()
+        for p in self.procs.values():  # the whole process group: a server's children too
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
             p.wait(10)
 
 
