@@ -21,12 +21,17 @@ class StoreController:
     def __init__(self, store: JobStore) -> None:
         self.store = store
         self.cancelled: list[str] = []
+        self.ahead: list[str] = []
+        self.rooms: list[str] = []
 
     def submit(self, command: list[str], *, name: str | None = None,
                memory_gb: float | None = None, workload: str | None = None,
                env: dict[str, str] | None = None, cwd: str | None = None,
                owner: str | None = None, unix_user: str | None = None,
-               owner_name: str | None = None, request_id: str | None = None) -> str:
+               owner_name: str | None = None, request_id: str | None = None,
+               ahead: bool = False) -> str:
+        if ahead:  # a service replica (the head's own): queued ahead of the others
+            self.ahead.append(name or "")
         try:
             return self.store.submit(command=command, name=name, memory_gb=memory_gb or 1.0,
                                      workload=workload, env=env, cwd=cwd, owner=owner,
@@ -34,6 +39,9 @@ class StoreController:
                                      request_id=request_id).id
         except StoreError as e:
             raise SubmitError(str(e)) from None
+
+    def make_room(self, job: str) -> None:
+        self.rooms.append(job)
 
     def cancel(self, job: str) -> dict[str, Any]:
         rec = self.store.get(job)

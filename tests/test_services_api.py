@@ -51,6 +51,10 @@ def test_owner_admin_and_counts_only_for_others(api: Any) -> None:
     (job,) = ctl.store.jobs()
     assert (job.owner_name, job.unix_user) == ("alice", "nobody")
     assert "miso.serving.runreplica" in job.command
+    assert ctl.ahead == [job.name]  # the head's replica job is queued ahead of others
+    r = client.post("/api/v1/jobs", json={"command": ["python", "x.py"], "ahead": True},
+                    headers=H(tok["alice"]))
+    assert r.status_code == 422 and ctl.ahead == [job.name]  # a user cannot ask for it
     assert client.post("/api/v1/services", json=BODY,
                        headers=H(tok["bob"])).status_code == 409  # the name is taken
     # every resize is in the decision log (miso events) with its reason, naming the replica

@@ -8,6 +8,7 @@ manager only submits, reads and cancels jobs), so the test needs no cluster."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -48,6 +49,8 @@ class ProcessController:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         #: submitted jobs stay queued (no slice free) instead of running
         self.full = False
+        #: replica jobs it was asked to make room for
+        self.rooms: list[str] = []
 
     def cluster(self) -> dict[str, Any]:
         return {"gpus": [{"id": "g0", "model": "A100-40GB"}]}
@@ -59,11 +62,14 @@ class ProcessController:
                 id=jid, name=kw.get("name") or jid, command=cmd, state=JobStatus.QUEUED,
                 gpu=None, placement=None, reason=None)
             return jid
-        self.procs[jid] = subprocess.Popen(cmd)
+        self.procs[jid] = subprocess.Popen(cmd, start_new_session=True)
         self.store.recs[jid] = SimpleNamespace(
             id=jid, name=kw.get("name") or jid, command=cmd, state=JobStatus.RUNNING,
             gpu="g0", placement="7g.40gb@0", reason=None)
         return jid
+
+    def make_room(self, job: str) -> None:
+        self.rooms.append(job)
 
     def cancel(self, job: str) -> dict[str, Any]:
         p = self.procs.get(job)
@@ -74,9 +80,9 @@ class ProcessController:
         return {}
 
     def close(self) -> None:
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.kill()
+        for p in self.procs.values():  # the whole process group: a server's children too
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
             p.wait(10)
 
 
@@ -145,4 +151,8 @@ def test_a_replica_that_waits_for_a_slice_is_said_so_once(manager) -> None:  # n
     mgr.tick()
     waits = [e["text"] for e in mgr.events["wait"] if "waits for a slice" in e["text"]]
     assert len(waits) == 1 and waits[0].startswith(f"replica {rep.job} still waits"), waits
-    assert "training is not checkpointed" in mgr.view("wait")["why"]
+    assert "checkpointed to make room" in mgr.view("wait")["why"]
+    assert ctl.rooms == [rep.job]  # asked once per ROOM_S while it waits
+    rep.room_asked -= replicawatch.ROOM_S + 1
+    mgr.tick()
+    assert ctl.rooms == [rep.job, rep.job]

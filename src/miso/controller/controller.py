@@ -213,7 +213,7 @@ class Controller:
                priority: int = 0, host_memory_gb: float | None = None,
                time_limit_s: float | None = None, num_gpus: int = 1,
                nodes: int | None = None, profile: str | None = None,
-               after: list[str] | None = None) -> str:
+               after: list[str] | None = None, ahead: bool = False) -> str:
         """Queue a job; returns its id. Raises :class:`SubmitError` on bad input.
 
         ``memory_gb`` is the job's peak GPU memory in GB (10^9 bytes). ``env`` is added to the
@@ -230,7 +230,9 @@ class Controller:
         counts; :mod:`miso.controller.gangs`). ``profile`` pins it to one MIG profile (a GPU
         model of the cluster must have it; the job's memory is that slice's);
         ``after``: jobs (ids or names, the submitter's) that must end first
-        (:mod:`miso.controller.requests`).
+        (:mod:`miso.controller.requests`). ``ahead``: queued ahead of every other job (the
+        head's service replicas only: :class:`~miso.sched.events.JobSpec`; the API never
+        sets it).
         """
         command = [str(c) for c in command]
         if not command:
@@ -308,7 +310,7 @@ class Controller:
         if owner and owner_name:
             self.owner_names[owner] = owner_name
         self.rt.job_added()
-        self.rt.post_event(JobSubmitted(_spec(rec, priority)))
+        self.rt.post_event(JobSubmitted(_spec(rec, priority, ahead)))
         return rec.id
 
     def _check_queued_quota(self, owner: str | None, owner_name: str | None) -> None:
@@ -380,6 +382,12 @@ class Controller:
             self.rt.cfg = self.cfg
             if cfg is not None and self.loop.state.tenancy is not None:
                 self.rt.queue.put(("tenancy", cfg))
+
+    def make_room(self, job: str) -> None:
+        """Checkpoint one running job so that queued ``job``, a service replica of the head
+        (submitted ``ahead``), gets a slice; nothing when none makes room
+        (:meth:`~miso.controller.loop.EventLoop.make_room`)."""
+        self.loop.make_room(job)
 
     def cancel(self, job: str) -> dict[str, Any]:
         """Cancel a job (kills its process); returns its record."""
@@ -482,12 +490,12 @@ class Controller:
         return best[0], f"{best[1]} of {best[2]}"
 
 
-def _spec(rec: JobRecord, priority: int = 0) -> JobSpec:
+def _spec(rec: JobRecord, priority: int = 0, ahead: bool = False) -> JobSpec:
     gib = rec.memory_gib if rec.memory_gib is not None else rec.memory_gb * GIB_PER_GB
     return JobSpec(rec.id, rec.name, gib, rec.workload,
                    checkpointable=rec.checkpointable is not False, owner=rec.owner or "",
                    priority=priority, num_gpus=rec.num_gpus or 1, nodes=rec.nodes,
-                   profile=rec.profile, after=tuple(rec.after or ()))
+                   profile=rec.profile, after=tuple(rec.after or ()), ahead=ahead)
 
 
 def _check_program_of_account(program: str, env: dict[str, str], unix_user: str | None) -> None:

@@ -55,6 +55,7 @@ from miso.sched import (
 from miso.sched.decisions import RepartitionDeclined, StartGang, StopGang
 from miso.sched.driver import DriverStep, batchable
 from miso.sched.progress import full_gpu_work, slice_speed
+from miso.sched.replicaroom import room_victim
 from miso.sched.state import JobStatus
 from miso.sched.tenancy import UsageRecord
 
@@ -101,6 +102,8 @@ class EventLoop:
                                on_contract_error=self._contract_error)
         #: the status snapshot for readers (:mod:`miso.controller.loopview`)
         self.view = LoopView(rt, self.state, self.step)
+        #: replica job -> the job being checkpointed to make room for it (:meth:`make_room`)
+        self._rooms: dict[str, str] = {}
         #: called with the tenancy ledger whenever an owner's charge changed (the controller
         #: keeps it in the store: :mod:`miso.controller.usagestore`)
         self.on_ledger: Callable[[list[UsageRecord]], None] | None = None
@@ -318,6 +321,8 @@ class EventLoop:
             self._safe(self._handle, JobFailed(item[1], item[2]))
         elif kind == "time_requeue":  # stopped after a checkpoint: back in the queue
             self._safe(self._time_requeue, *item[1:])
+        elif kind == "make_room":  # a queued replica job of the head waits for a slice
+            self._safe(self._make_room, item[1])
         elif kind == "tenancy" and self.state.tenancy is not None:
             # new weights / quotas (``miso quota set``): the next decision orders by them
             self.state.tenancy.config = item[1]
@@ -466,14 +471,49 @@ class EventLoop:
         rec = self.rt.job(job)
         return js.spec.checkpointable or bool(rec is not None and rec.checkpoint_iteration)
 
-    def _time_out(self, run: Any, reason: str, requeue: bool = False) -> None:
+    def _time_out(self, run: Any, reason: str, requeue: bool = False,
+                  kind: str = "time-limit-requeue") -> None:
         try:
             self.executor.launcher.stop([run])
         finally:
-            self.rt.queue.put(("time_requeue", run.job, run.gpu, reason) if requeue
+            self.rt.queue.put(("time_requeue", run.job, run.gpu, reason, kind) if requeue
                               else ("time_limit", run.job, reason))
 
-    def _time_requeue(self, job: str, gpu: str, reason: str) -> None:
+    def make_room(self, job: str) -> None:
+        """Ask the loop to checkpoint one running job so that ``job``, a queued replica job
+        of the head (``ahead``), gets a slice (:func:`~miso.sched.replicaroom.room_victim`
+        chooses it; nothing when none makes room). Any thread."""
+        self.rt.queue.put(("make_room", job))
+
+    def _make_room(self, job: str) -> None:
+        """The victim is stopped after a checkpoint off the loop, then requeued (the core
+        hears :class:`~miso.sched.events.JobStopped`) behind the replica, which the policy
+        places in the room it leaves; it resumes from its checkpoint when placed again."""
+        js = self.state.jobs.get(job)
+        if js is None or not js.spec.ahead:
+            return
+        rt = self.rt
+        with rt.lock:  # one job at a time for a replica: the last one still stopping
+            if job in self._rooms and self._rooms[job] in rt.runs:
+                return
+        self._rooms = {r: v for r, v in self._rooms.items()
+                       if r in self.state.queue}  # forget replicas placed or gone
+        victim = room_victim(self.state, job)
+        if victim is None:
+            return
+        with rt.lock:
+            run = rt.runs.get(victim)
+            if run is None or run.stopping:
+                return
+            run.stopping = True
+        self._rooms[job] = victim
+        reason = f"checkpointed to make room for service replica {job} ({js.spec.name})"
+        log.info("job %s: %s", victim, reason)
+        threading.Thread(target=self._time_out, args=(run, reason, True, "replica-room"),
+                         name="miso-room", daemon=True).start()
+
+    def _time_requeue(self, job: str, gpu: str, reason: str,
+                      kind: str = "time-limit-requeue") -> None:
         """A job stopped at its time limit after a checkpoint: back in the queue (the core
         hears :class:`~miso.sched.events.JobStopped`; the policy places it again, and it
         resumes from its checkpoint). A job that moved, ended or runs again meanwhile: left
@@ -485,8 +525,7 @@ class EventLoop:
         if js is None or js.gpu != gpu or again is not None:
             return
         rt.store.update(job, state=JobStatus.QUEUED, gpu=None, placement=None, mps_pct=None)
-        rt.store.log_event(rt.now(), "time-limit-requeue", {"job": job, "gpu": gpu,
-                                                            "reason": reason})
+        rt.store.log_event(rt.now(), kind, {"job": job, "gpu": gpu, "reason": reason})
         self._handle(JobStopped(job, gpu, reason))
 
     def _node_lost(self, node: str) -> None:

@@ -33,6 +33,9 @@ ENDED = {JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELLED}
 MAX_BACKOFF_S = 60.0
 #: a replica job queued this long is said to wait for a slice (once) in its service's events
 QUEUED_NOTE_S = 10.0
+#: a replica job queued this long asks the controller to checkpoint a training job to make
+#: room for it (:meth:`~miso.controller.controller.Controller.make_room`), again this often
+ROOM_S = 5.0
 
 
 @dataclass
@@ -55,6 +58,8 @@ class ReplicaState:
     plan_id: str = ""
     #: its wait for a slice is in the service's events
     wait_noted: bool = False
+    #: when it last asked for room (a training job checkpointed for it), 0: never
+    room_asked: float = 0.0
 
 
 class ReplicaWatch:
@@ -63,6 +68,21 @@ class ReplicaWatch:
 
     def __init__(self, manager: Any) -> None:
         self.m = manager
+
+    def wait_for_slice(self, rec: ServiceRecord, r: ReplicaState, now: float) -> None:
+        """A replica job still queued: after :data:`ROOM_S` (and again each :data:`ROOM_S`)
+        the controller checkpoints a training job to make room when one does (the replica is
+        queued ahead of it, so the policy places the replica there); after
+        :data:`QUEUED_NOTE_S` its wait is in the service's events (once)."""
+        waited = now - r.since
+        if waited >= ROOM_S and now - r.room_asked >= ROOM_S:
+            r.room_asked = now
+            self.m.ctl.make_room(r.job)
+        if not r.wait_noted and waited >= QUEUED_NOTE_S:
+            r.wait_noted = True
+            self.m.note(rec.name, f"replica {r.job} still waits for a slice after "
+                                  f"{waited:.0f} s (a training job is checkpointed to make "
+                                  f"room when one can)")
 
     def check(self, rec: ServiceRecord, r: ReplicaState, now: float) -> None:
         job = self.job(r.job)
@@ -81,12 +101,8 @@ class ReplicaWatch:
             if r.state == "ready":  # moved or checkpointed under us: out of the router
                 self.m.router.remove_replica(rec.name, r.job)
                 r.state, r.since, r.running_since = "starting", now, None
-            elif state == JobStatus.QUEUED and not r.wait_noted and \
-                    now - r.since >= QUEUED_NOTE_S:
-                r.wait_noted = True
-                self.m.note(rec.name, f"replica {r.job} still waits for a slice after "
-                                      f"{now - r.since:.0f} s (live, training is not "
-                                      f"checkpointed to make room for a replica)")
+            elif state == JobStatus.QUEUED:
+                self.wait_for_slice(rec, r, now)
             return
         if r.running_since is None:
             r.running_since = now

@@ -6,10 +6,11 @@ Each tick the router's rate over 10 s goes to the scheduling core's service plan
 replicas get here (the first ready replica's: the catalogue's, an emulated server's slowed
 down model, or a capacity measured live, which is kept in the store). Its ``StartReplica`` /
 ``DrainReplica`` decisions are carried out by :meth:`ServiceScaling.apply`: a start waits in
-``pending`` for its job (submitted as a job of the service's owner, so the controller's policy
-places it on a slice), a drain stops routing to the replica (it stops once its requests are
-done). Make-before-break is the planner's: it drains only once the ready replicas cover the
-target without the one it drains.
+``pending`` for its job (submitted as a job of the service's owner queued ahead of other
+jobs, so the controller's policy places it on a slice; one that waits asks for room:
+:meth:`~miso.controller.replicawatch.ReplicaWatch.wait_for_slice`), a drain stops routing
+to the replica (it stops once its requests are done). Make-before-break is the planner's:
+it drains only once the ready replicas cover the target without the one it drains.
 """
 
 from __future__ import annotations
@@ -153,7 +154,7 @@ class ServiceScaling:
                               memory_gb=self.replica_memory_gb(rec),
                               env=dict(rec.env), cwd=rec.cwd, owner=rec.owner,
                               unix_user=rec.unix_user,
-                              owner_name=rec.owner_name)
+                              owner_name=rec.owner_name, ahead=True)
         with self.m.lock:
             self.m.replicas.setdefault(rec.name, {})[jid] = ReplicaState(
                 jid, port, since=time.monotonic(), plan_id=plan_id)

@@ -46,6 +46,10 @@ class JobSpec:
     ``profile`` optionally pins the job to one MIG profile (``3g.20gb``; None: the policy
     chooses; :func:`miso.sched.pinning.pinned_speeds`). ``after``: jobs that must end first
     (:mod:`miso.sched.dependencies`).
+    ``ahead`` queues the job ahead of every job without it (FIFO among those with it): the
+    head's own service replicas (:mod:`miso.controller.servicescale`), so that a training job
+    checkpointed to make room for a replica does not take its room back; set by the head
+    only, never through the API.
     """
 
     id: str
@@ -61,6 +65,7 @@ class JobSpec:
     gpu_model: str | None = None
     profile: str | None = None
     after: tuple[str, ...] = ()
+    ahead: bool = False
 
     @property
     def gang(self) -> bool:

@@ -71,9 +71,9 @@ def factor(ten: Tenancy, owner: str, now: float) -> float:
 
 def order(ten: Tenancy, queue: Iterable[str], extra_in_use: Mapping[str, float] | None = None,
           ) -> list[str]:
-    """The queued jobs ``queue`` (in submission order) as the policy should take them:
-    priority, then fair share (when on), then FIFO; jobs whose owner is at its in-use quota
-    are left out (``ten.waiting`` says why). ``extra_in_use``: GPU-equivalents an owner took or
+    """The queued jobs ``queue`` (in submission order) as the policy should take them (the
+    head's replica jobs, ``ahead``, first): priority, then fair share (when on), then FIFO;
+    jobs whose owner is at its in-use quota are left out (``ten.waiting`` says why). ``extra_in_use``: GPU-equivalents an owner took or
     released in the current ``decide`` call that the ledger does not show yet."""
     st = ten.state
     cfg = ten.config
@@ -97,6 +97,8 @@ def order(ten: Tenancy, queue: Iterable[str], extra_in_use: Mapping[str, float] 
         out = sorted(queue, key=lambda x: -st.jobs[x].spec.priority)
     else:
         out = [j for k in keys for j in buckets[k]]
+    if any(st.jobs[j].spec.ahead for j in out):  # the head's replica jobs first
+        out = sorted(out, key=lambda x: not st.jobs[x].spec.ahead)
     ten.waiting = {}
     if not cfg.max_in_use:
         return out

@@ -89,6 +89,11 @@ class JobState:
     def id(self) -> str:
         return self.spec.id
 
+    @property
+    def queue_key(self) -> tuple[bool, float, str]:
+        """Its place in the queue: jobs ``ahead`` first, then submission order."""
+        return (not self.spec.ahead, self.submitted_at, self.spec.id)
+
     def remaining_work(self, now: float) -> float | None:
         """Work left at ``now`` in seconds alone on a full GPU, extrapolated from the last
         progress report; None when the job never reported progress or has ended."""
@@ -149,7 +154,9 @@ class ClusterState:
     def __init__(self, tenancy: TenancyConfig | None = None) -> None:
         self.gpus: dict[str, GpuState] = {}
         self.jobs: dict[str, JobState] = {}
-        self.queue: list[str] = []        # queued job ids, FIFO (submission order)
+        #: queued job ids, FIFO (submission order; the head's replica jobs first:
+        #: :attr:`JobState.queue_key`)
+        self.queue: list[str] = []
         self._plan = 0
         self.now = 0.0
         self._watchers: list[Callable[[str], None]] = []
@@ -308,6 +315,10 @@ class ClusterState:
             js.progress = (now, spec.duration_hint_s, 0.0)
         if spec.gang:
             self.gangs.submitted(js)
+        elif spec.ahead:  # behind the other jobs ahead, before every other queued job
+            i = next((k for k, j in enumerate(self.queue) if not self.jobs[j].spec.ahead),
+                     len(self.queue))
+            self.queue.insert(i, spec.id)
         else:
             self.queue.append(spec.id)
         if self.tenancy is not None:
@@ -375,9 +386,9 @@ class ClusterState:
         js.gpu = None
         js.placement = None
         js.status = JobStatus.QUEUED
-        # Keep the queue in submission order.
+        # Keep the queue in submission order (jobs ahead first).
         self.queue.append(j)
-        self.queue.sort(key=lambda x: (self.jobs[x].submitted_at, x))
+        self.queue.sort(key=lambda x: self.jobs[x].queue_key)
 
     # -- decisions -------------------------------------------------------------------------
     def _check_layout(self, g: str, gs: GpuState, pid: int, lay: tuple[Placement, ...],

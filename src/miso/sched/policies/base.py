@@ -192,9 +192,9 @@ class Scratch:
         if self.state.tenancy is not None:
             return self._tenant_queue()[:limit]
         if self.requeued:
-            # Requeued jobs re-enter in submission order.
+            # Requeued jobs re-enter in submission order (jobs ahead first).
             q = sorted((set(self.state.queue) | self.requeued) - self.placed,
-                       key=lambda x: (self.state.jobs[x].submitted_at, x))
+                       key=lambda x: self.state.jobs[x].queue_key)
             return q[:limit]
         if not self.placed:
             return self.state.queue[:limit]
@@ -218,7 +218,7 @@ class Scratch:
         cand = [j for j in st.queue if j not in placed]
         if self.requeued:
             cand = sorted(set(cand) | (self.requeued - placed),
-                          key=lambda x: (st.jobs[x].submitted_at, x))
+                          key=lambda x: st.jobs[x].queue_key)
         extra: dict[str, float] = {}
         if ten.config.max_in_use:
             for j in placed:
