@@ -73,8 +73,9 @@ def order(ten: Tenancy, queue: Iterable[str], extra_in_use: Mapping[str, float] 
           ) -> list[str]:
     """The queued jobs ``queue`` (in submission order) as the policy should take them (the
     head's replica jobs, ``ahead``, first): priority, then fair share (when on), then FIFO;
-    jobs whose owner is at its in-use quota are left out (``ten.waiting`` says why). ``extra_in_use``: GPU-equivalents an owner took or
-    released in the current ``decide`` call that the ledger does not show yet."""
+    jobs whose owner is at its in-use quota are left out (``ten.waiting`` says why).
+    ``extra_in_use``: GPU-equivalents an owner took or released in the current ``decide`` call
+    that the ledger does not show yet."""
     st = ten.state
     cfg = ten.config
     now = st.now
