@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from waiting import wait_for
 
 from miso.api.models import SubmitRequest
+from miso.cluster.local import LocalCluster
 from miso.controller import ControllerConfig
 from miso.controller.services import ServiceManager, attach_services
 from miso.controller.servicestore import ServiceRecord
@@ -23,7 +24,6 @@ from miso.mig.layouts import Placement, geometry
 from miso.sched.events import JobSpec, JobStopped, JobSubmitted
 from miso.sched.replicaroom import holds, room_victim
 from miso.sched.state import ClusterState, GpuState, JobStatus
-from miso.transport.inprocess import LocalCluster
 
 
 def _state(residents: dict[str, list[tuple[str, float, bool, str]]]) -> ClusterState:

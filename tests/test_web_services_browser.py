@@ -23,11 +23,11 @@ from miso.api.app import create_app
 from miso.api.server import ApiServer, Listen
 from miso.api.services import services_router
 from miso.api.users import UserStore
+from miso.cluster.local import LocalCluster
 from miso.controller import Controller, ControllerConfig, JobStore
 from miso.controller.services import attach_services
 from miso.observe import attach
 from miso.observe.routes import api_routers
-from miso.transport.inprocess import LocalCluster
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
