@@ -76,10 +76,19 @@ def order(ten: Tenancy, queue: Iterable[str], extra_in_use: Mapping[str, float] 
     jobs whose owner is at its in-use quota are left out (``ten.waiting`` says why).
     ``extra_in_use``: GPU-equivalents an owner took or released in the current ``decide`` call
     that the ledger does not show yet."""
+    out = ranked(ten, list(queue))
+    ten.waiting = {}
+    if not ten.config.max_in_use:
+        return out
+    return within_quota(ten, out, extra_in_use)
+
+
+def ranked(ten: Tenancy, queue: list[str]) -> list[str]:
+    """``queue`` by priority, then fair share (when on), then FIFO, the head's replica jobs
+    (``ahead``) first."""
     st = ten.state
     cfg = ten.config
     now = st.now
-    queue = list(queue)
     keys_of: dict[str, tuple[float, float] | float] = {}
     buckets: dict[tuple[int, str], list[str]] = {}
     for j in queue:
@@ -100,9 +109,15 @@ def order(ten: Tenancy, queue: Iterable[str], extra_in_use: Mapping[str, float] 
         out = [j for k in keys for j in buckets[k]]
     if any(st.jobs[j].spec.ahead for j in out):  # the head's replica jobs first
         out = sorted(out, key=lambda x: not st.jobs[x].spec.ahead)
-    ten.waiting = {}
-    if not cfg.max_in_use:
-        return out
+    return out
+
+
+def within_quota(ten: Tenancy, out: list[str], extra_in_use: Mapping[str, float] | None,
+                 ) -> list[str]:
+    """The jobs of ``out`` (in order) whose owner stays within its in-use quota; the others
+    are left out with a reason in ``ten.waiting``."""
+    st = ten.state
+    cfg = ten.config
     used = dict(ten.in_use)
     for o, c in (extra_in_use or {}).items():
         used[o] = used.get(o, 0.0) + c

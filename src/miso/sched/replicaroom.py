@@ -17,7 +17,7 @@ restart economy's price), then the newest job.
 from __future__ import annotations
 
 from miso.mig.layouts import Geometry, multisets
-from miso.sched.state import ClusterState, JobStatus
+from miso.sched.state import ClusterState, GpuState, JobState, JobStatus
 
 
 def holds(geom: Geometry, memory_gib: list[float]) -> bool:
@@ -47,17 +47,33 @@ def room_victim(state: ClusterState, job: str) -> str | None:
         stay = [state.jobs[j] for j in gs.jobs]
         if holds(gs.geom, [s.spec.memory_gb for s in stay] + [need]):
             return None  # room without a checkpoint: the policy's to use
-        packs = any(s.spec.ahead for s in stay)
-        for v in stay:
-            if v.spec.ahead or not v.spec.checkpointable or v.spec.gang or \
-                    v.status is not JobStatus.RUNNING:
-                continue
-            rest = [s.spec.memory_gb for s in stay if s is not v] + [need]
-            if not holds(gs.geom, rest):
-                continue
-            slices = gs.geom.model.profile(v.placement.profile).compute_slices \
-                if v.placement is not None else gs.geom.model.full_profile().compute_slices
-            key = (not packs, slices, -v.submitted_at, v.id)
-            if best is None or key < best[0]:
-                best = (key, v.id)
+        got = gpu_victim(gs, stay, need)
+        if got is not None and (best is None or got[0] < best[0]):
+            best = got
     return best[1] if best is not None else None
+
+
+def may_make_room(v: JobState) -> bool:
+    """A running training job that can save: never a replica (``ahead``) nor a gang."""
+    spec = v.spec
+    return (not spec.ahead and spec.checkpointable and not spec.gang
+            and v.status is JobStatus.RUNNING)
+
+
+def gpu_victim(gs: GpuState, stay: list[JobState], need: float,
+               ) -> tuple[tuple[bool, int, float, str], str] | None:
+    """The best victim on one GPU with its preference key (smaller is better), or None."""
+    packs = any(s.spec.ahead for s in stay)
+    best: tuple[tuple[bool, int, float, str], str] | None = None
+    for v in stay:
+        if not may_make_room(v):
+            continue
+        rest = [s.spec.memory_gb for s in stay if s is not v] + [need]
+        if not holds(gs.geom, rest):
+            continue
+        slices = gs.geom.model.profile(v.placement.profile).compute_slices \
+            if v.placement is not None else gs.geom.model.full_profile().compute_slices
+        key = (not packs, slices, -v.submitted_at, v.id)
+        if best is None or key < best[0]:
+            best = (key, v.id)
+    return best
