@@ -22,7 +22,7 @@ import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from functools import cache
+from functools import cache, partial
 
 import numpy as np
 
@@ -152,9 +152,10 @@ class PartitionOptimizer:
         """:meth:`solve_fresh`, remembered by its inputs when the optimizer has a memo (the
         answer, or the error raised, is the one a fresh solve gives)."""
         memo = self._memo
+        fresh = partial(self.solve_fresh, speeds, current=current, objective=objective,
+                        restart_penalty=restart_penalty, pinned=pinned, above=above)
         if memo is None:
-            return self.solve_fresh(speeds, current=current, objective=objective,
-                                    restart_penalty=restart_penalty, pinned=pinned, above=above)
+            return fresh()
         try:
             key = (tuple([(j, tuple(s.items())) for j, s in speeds.items()]),
                    # a Placement by its fields: its dataclass hash is a Python call
@@ -164,14 +165,10 @@ class PartitionOptimizer:
                    else restart_penalty, frozenset(pinned), above)
             got = memo.get(key)
         except (TypeError, AttributeError):  # odd input: no memo (the solve says what is wrong)
-            return self.solve_fresh(speeds, current=current, objective=objective,
-                                    restart_penalty=restart_penalty, pinned=pinned, above=above)
+            return fresh()
         if got is None:
             try:
-                sol = self.solve_fresh(speeds, current=current, objective=objective,
-                                       restart_penalty=restart_penalty, pinned=pinned,
-                                       above=above)
-                got = (sol, None, "")
+                got = (fresh(), None, "")
             except OptimizerError as e:
                 got = (None, type(e), str(e))
             if len(memo) >= MEMO_SIZE:
