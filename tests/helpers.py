@@ -14,7 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from miso.cluster.local import LocalCluster
 from miso.controller import ControllerConfig
+from miso.controller.services import ServiceManager, attach_services
 
 #: A well-behaved job (40 progress reports in 2 s, then done): the victim beside hostile jobs
 #: in the tests and in benchmarks/security/run.py.
@@ -127,3 +129,19 @@ class AcceptingExecutor:
 
     def busy(self) -> bool:
         return False
+
+
+@contextlib.contextmanager
+def service_cluster(tmp_path: Path, gpus_per_node: int,
+                    ) -> Iterator[tuple[LocalCluster, ServiceManager]]:
+    """An emulated cluster with its service manager in this process, not ticking (the test
+    drives ``tick()`` itself); stopped with its jobs, router and replicas afterwards."""
+    c = LocalCluster(tmp_path, config=ControllerConfig(**FAST), gpus_per_node=gpus_per_node,
+                     rate_window=0.5)
+    mgr = attach_services(c.controller, tmp_path, separate_process=False)
+    mgr._stop.set()  # noqa: SLF001 - the test drives tick() itself
+    yield c, mgr
+    mgr.close()
+    mgr.server.stop()
+    assert c.controller is not None
+    c.controller.stop(stop_jobs=True)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers import FAST
+from helpers import FAST, service_cluster
 from waiting import wait_for
 
 from miso.cluster.local import LocalCluster
@@ -32,15 +32,8 @@ def emuserve(*extra: str) -> list[str]:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[tuple[LocalCluster, ServiceManager]]:
-    c = LocalCluster(tmp_path, config=ControllerConfig(**FAST), gpus_per_node=2,
-                     rate_window=0.5)
-    mgr = attach_services(c.controller, tmp_path, separate_process=False)
-    mgr._stop.set()  # noqa: SLF001 - the test drives tick() itself
-    yield c, mgr
-    mgr.close()
-    mgr.server.stop()
-    assert c.controller is not None
-    c.controller.stop(stop_jobs=True)
+    with service_cluster(tmp_path, gpus_per_node=2) as got:
+        yield got
 
 
 def ticking(mgr: ServiceManager, pred, timeout: float = 30.0):  # noqa: ANN001, ANN201

@@ -10,14 +10,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import FAST, emu_iterations
+from helpers import emu_iterations, service_cluster
 from pydantic import ValidationError
 from waiting import wait_for
 
 from miso.api.models import SubmitRequest
 from miso.cluster.local import LocalCluster
-from miso.controller import ControllerConfig
-from miso.controller.services import ServiceManager, attach_services
+from miso.controller.services import ServiceManager
 from miso.controller.servicestore import ServiceRecord
 from miso.jobstatus import JobStatus as StoreStatus
 from miso.mig.layouts import Placement, geometry
@@ -98,15 +97,8 @@ def test_the_victim_frees_room_packs_replicas_and_costs_least() -> None:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[tuple[LocalCluster, ServiceManager]]:
-    c = LocalCluster(tmp_path, config=ControllerConfig(**FAST), gpus_per_node=1,
-                     rate_window=0.5)
-    mgr = attach_services(c.controller, tmp_path, separate_process=False)
-    mgr._stop.set()  # noqa: SLF001 - the test drives tick() itself
-    yield c, mgr
-    mgr.close()
-    mgr.server.stop()
-    assert c.controller is not None
-    c.controller.stop(stop_jobs=True)
+    with service_cluster(tmp_path, gpus_per_node=1) as got:
+        yield got
 
 
 @pytest.mark.slow  # ~12 s on 2 busy cores
