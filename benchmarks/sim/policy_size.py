@@ -62,8 +62,13 @@ def imports(mod: str) -> set[str]:
                 base = ".".join([*parts, base] if base else parts)
             if not base.startswith("miso"):
                 continue
-            out |= {m for a in node.names if module_file(m := f"{base}.{a.name}")}
-            if module_file(base):
+            subs = {m for a in node.names if module_file(m := f"{base}.{a.name}")}
+            out |= subs
+            # ``from pkg import sub`` loads the submodule; the package counts only when a name
+            # that is not a submodule is taken from it (as ``from pkg.sub import x`` does not
+            # count ``pkg``): else ``from miso.sched import fairorder`` would pull in
+            # ``miso.sched``'s ``__init__`` and with it every profile.
+            if module_file(base) and len(subs) < len(node.names):
                 out.add(base)
         elif isinstance(node, ast.Import):
             out |= {a.name for a in node.names
@@ -97,6 +102,9 @@ def own_modules(policy: str) -> list[str]:
     for mod in set(mods.values()) - {mods[policy]}:
         own -= closure(mod)
     own.discard(PLUGINS)
+    if mods[policy] not in own:
+        raise SystemExit(f"{mods[policy]} is loaded by another shipped profile's module: the "
+                         "derived list would be empty or wrong")
     return sorted(own)
 
 
