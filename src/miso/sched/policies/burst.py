@@ -84,12 +84,11 @@ class Burst:
             self.bursting = self.bursting and bool(st.queue)
             return self.bursting
         work = self.burst_work(st)
-        m = len(pol.clock.long)
         load = None if work is None else pol.clock.offered_load(work, opts.samples)
         if load is None or work is None:
             self.bursting = False
             return False
-        load *= 1.0 - 1.0 / m ** 0.5
+        load *= 1.0 - 1.0 / len(pol.clock.long) ** 0.5
         run_s = pol.profiling.run_s(pol.restarts.cost(""))
         # Once in a burst, a lower load keeps it (half): the work estimate moves as jobs
         # report, and a burst that flickers off mid-plan drops its landing slots.

@@ -78,8 +78,6 @@ class RestartEconomy:
             pl = current.get(j)
             s = speeds[j].get(pl.profile, 0.5) if pl is not None else 0.5
             ts.append(self.work.remaining(st, j) / max(s, 0.05))
-        if not ts:
-            return self.restarts.prior_s
         opts = self.opts
         q = opts.batch_horizon_quantile if in_batch() else opts.horizon_quantile
         k = float(len(ts)) if self.clock.quiet(sc.cycle.now) else opts.replans

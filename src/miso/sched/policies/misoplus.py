@@ -117,7 +117,6 @@ class MisoPlus(Miso):
                  learn_restart_cost: bool = True, estimates: tuple[SpeedPlugin, ...] = (),
                  **miso_options: Any) -> None:
         super().__init__(**miso_options)
-        admission = AdmissionOptions(profile_when, share_margin, load_samples, wait_bias)
         self.batch_arrivals = batch_arrivals
         self.batch_prior = batch_prior
         self.starve_after = starve_after
@@ -147,7 +146,8 @@ class MisoPlus(Miso):
         self.observing = ObservedSpeeds(self)  # learner: speed events (observed.py)
         self.choice = GpuChoice(self, ChoiceOptions(  # filter/score/permit (placing.py)
             wait_for_gpu, batch_jobs, batch_restart_frac))
-        self.admission = Admission(self, admission)  # permit: profile, share or wait
+        self.admission = Admission(self, AdmissionOptions(  # permit: profile, share or wait
+            profile_when, share_margin, load_samples, wait_bias))
         self.rebalancer = Rebalancing(self)  # post-bind: moves onto idle GPUs (rebalance.py)
         self.donors = RebalanceIndex(self.rebalancer.best_donor)
         self.declines = Declines()          # declined repartitions recorded (declined.py)
@@ -193,8 +193,7 @@ class MisoPlus(Miso):
     def on_tick(self, now: float, ev: Tick, sc: Scratch) -> None:
         if ev.tag == "batch":
             self.batch_timer = False
-            for g in sorted(self.dirty, key=lambda x: self.gpu_index.get(x, 0)):
-                self.replan(now, g, sc)
+            self.replan_dirty(now, sc)  # a busy GPU stays dirty, as replan would leave it
             return
         if ev.tag != "quiet":
             super().on_tick(now, ev, sc)
@@ -251,9 +250,7 @@ class MisoPlus(Miso):
                 # are known from the start: no prior.
                 self.est[j] = self.estimator.estimate(geom, [sc.state.jobs[j]])[j]
             if j in self.est:  # a job that moved from another GPU model: its speeds here
-                self.est[j] = for_geometry(self.est[j], geom)
-            if j in self.est:
-                out[j] = self.est[j]
+                out[j] = self.est[j] = for_geometry(self.est[j], geom)
                 for p in self.estimates:
                     out[j] = p.known(self, sc, j, self.est[j], out[j])
             else:
@@ -272,8 +269,6 @@ class MisoPlus(Miso):
     def replan(self, now: float, g: str, sc: Scratch, force_solve: bool = False) -> None:
         if not self.plannable(g, sc):
             return
-        st = sc.state
-        gs = st.gpus[g]
         self.donors.changed(g)  # estimates of its jobs may change
         jobs = sc.jobs_on(g)
         if not jobs:
@@ -293,7 +288,7 @@ class MisoPlus(Miso):
             return
         if len(jobs) == 1 and self.profile_alone(now, g, jobs[0], sc):
             return
-        self.solve_and_apply(now, g, jobs, self.speeds(gs.geom, sc, jobs), sc)
+        self.solve_and_apply(now, g, jobs, self.speeds(sc.state.gpus[g].geom, sc, jobs), sc)
 
     def profile_alone(self, now: float, g: str, j: str, sc: Scratch) -> bool:
         """Profile ``j``, a newcomer alone on ``g``, there when it pays (nobody else stops);
@@ -352,19 +347,18 @@ class MisoPlus(Miso):
         ghosts = self.bursts.landing_slots(sc, g, jobs)  # a burst: slots that stay for the next
         ghost = None if self.bursts.burst(sc) else self.economy.headroom(
             sc, g, jobs, lambda: self.admission.heavy_load(sc), self.first_candidate)
+        plain = sol, dict(sol.assignment), None
         if ghost is None and not ghosts:
-            return sol, dict(sol.assignment), None
+            return plain
         ghosts = ghosts or {_NEXT: ghost}
         try:
             alt = solve({**speeds, **ghosts})
         except OptimizerError:
-            alt = None
-        if alt is None or (ghost is not None and not set(alt.restarted) <= set(sol.restarted)):
-            return sol, dict(sol.assignment), None
-        if ghost is not None and not headroom_pays(  # sched/reservecost.py
-                jobs, speeds, sol.assignment, alt.assignment,
-                self.clock.mean_gap() * len(sc.state.gpus), self.restarts.cost):
-            return sol, dict(sol.assignment), None
+            return plain
+        if ghost is not None and not (set(alt.restarted) <= set(sol.restarted) and headroom_pays(
+                jobs, speeds, sol.assignment, alt.assignment,  # sched/reservecost.py
+                self.clock.mean_gap() * len(sc.state.gpus), self.restarts.cost)):
+            return plain
         reserved = ", ".join(str(alt.assignment[x]) for x in ghosts)
         return alt, {j: pl for j, pl in alt.assignment.items() if j not in ghosts}, reserved
 
@@ -434,22 +428,20 @@ class MisoPlus(Miso):
             # It starves: hold a GPU for the first such job that finds no room (below).
             hold = qp.held is None and starve is not None and \
                 now - jobs[j].submitted_at > starve
-            if mem >= no_room.get(key, float("inf")):
-                qp.ahead += 1
-                if hold:
-                    qp.held = self.choice.gpu_to_hold(sc, j)
-                continue
-            qp.waited = False
-            g = self.choice.choose_gpu(now, j, sc, qp)
-            if g is None:
-                if not qp.waited:
+            fits_nowhere = mem >= no_room.get(key, float("inf"))
+            if not fits_nowhere:
+                qp.waited = False
+                g = self.choice.choose_gpu(now, j, sc, qp)
+                if g is not None:
+                    sc.place(j, g)
+                    self.dirty.add(g)
+                    continue
+                fits_nowhere = not qp.waited  # no room (not a choice to wait)
+                if fits_nowhere:
                     no_room[key] = mem
-                qp.ahead += 1
-                if hold and not qp.waited:
-                    qp.held = self.choice.gpu_to_hold(sc, j)
-                continue
-            sc.place(j, g)
-            self.dirty.add(g)
+            qp.ahead += 1
+            if hold and fits_nowhere:
+                qp.held = self.choice.gpu_to_hold(sc, j)
 
     # -- events -----------------------------------------------------------------------------
     def on_applied(self, now: float, gpu: str, sc: Scratch) -> None:

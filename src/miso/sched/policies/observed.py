@@ -53,8 +53,10 @@ class ObservedSpeeds:
         if gs is None:
             return
         full = gs.geom.model.full_profile().name
-        if ev.placement.profile == full:
-            self.note_full_rate(ev, full, sc)
+        if ev.placement.profile == full:  # a rate on the whole GPU: the job's reference rate
+            self.pol.ref_rate[ev.job] = ev.rate
+            for p in self.pol.estimates:
+                p.full_rate(self.pol, sc, ev, full)
         for p in self.pol.estimates:
             p.slice_rate(self.pol, sc, ev)
         ref = self.pol.ref_rate.get(ev.job)
@@ -63,12 +65,6 @@ class ObservedSpeeds:
                 max(0.01, min(1.5, ev.rate / ref))
         if ref and ev.job in self.pol.est:
             self.correct_estimates(ev.job, ref, gs.geom, full, sc)
-
-    def note_full_rate(self, ev: SpeedObserved, full: str, sc: Scratch) -> None:
-        """A rate measured on the whole GPU: the job's reference rate."""
-        self.pol.ref_rate[ev.job] = ev.rate
-        for p in self.pol.estimates:
-            p.full_rate(self.pol, sc, ev, full)
 
     def correct_estimates(self, job: str, ref: float, geom: Any, full: str,
                           sc: Scratch) -> None:

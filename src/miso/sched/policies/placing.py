@@ -134,18 +134,11 @@ class GpuChoice:
         it fits, so the GPU drains to room for it instead of filling with smaller jobs that
         pass it. (The GPU with the fewest jobs, held before, could be two 17 GB jobs that
         leave a third no room while they run: the 16-GPU p95, issue 17.)"""
-        st = sc.state
         cy = sc.cycle
-        best: tuple[float, int, int, str] | None = None
-        for g in st.gpus:
-            if cy.filters and not cy.allowed(job, g, sc.jobs_on(g)):
-                continue
-            wait = self.room_in(sc, g, job)
-            if wait is None:
-                continue
-            key = (wait, len(sc.jobs_on(g)), self.pol.gpu_index.get(g, 0), g)
-            if best is None or key < best:
-                best = key
+        best = min(((wait, len(sc.jobs_on(g)), self.pol.gpu_index.get(g, 0), g)
+                    for g in sc.state.gpus
+                    if not cy.filters or cy.allowed(job, g, sc.jobs_on(g))
+                    if (wait := self.room_in(sc, g, job)) is not None), default=None)
         return None if best is None else best[3]
 
     def room_in(self, sc: Scratch, g: str, job: str) -> float | None:

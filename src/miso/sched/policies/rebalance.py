@@ -120,21 +120,19 @@ class Rebalancing:
     def fill_idle_gpus(self, now: float, sc: Scratch) -> None:
         """When nothing queues, move the best donor job (:meth:`best_donor`) of a crowded GPU
         onto each idle GPU, one per donor GPU, best first."""
-        st = sc.state
-        cy = sc.cycle
         if sc.queue(1):
             return
         if self.pol.model_aware and several_models(sc):
             fill_by_model(self.pol, now, sc)  # any job may gain from an idle GPU of another model
             return
         for target in self.pol.donors.idle(sc):
-            if st.gpus[target].base is not None:
+            if sc.state.gpus[target].base is not None:
                 continue  # service replicas hold slices of it: not a whole idle GPU
             got = self.pol.donors.pop(sc)
             if got is None:
                 return
             saved, j, src = got
-            if cy.filters and not cy.allowed(j, target, ()):
+            if sc.cycle.filters and not sc.cycle.allowed(j, target, ()):
                 continue  # the profile's filters keep this job off that GPU
             move_alone(sc, j, target, f"rebalance to idle {target}", -saved,
                        f"{target} is idle and nothing queues: {j} moves from {src} to the "
