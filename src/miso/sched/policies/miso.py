@@ -271,6 +271,10 @@ class Miso(BasePolicy):
     def on_finish(self, now: float, job: str, gpu: str | None, sc: Scratch) -> None:
         self.est.pop(job, None)
         self.stale.discard(job)
+        # The estimator's records of the job (the predictor's std and interval), read only by
+        # explanations: without this they grow with every job a long run has seen.
+        self.estimator.uncertainty.pop(job, None)
+        getattr(self.estimator, "interval", {}).pop(job, None)
         if gpu is not None and gpu in sc.state.gpus:
             self.dirty.add(gpu)
         self.on_capacity(now, sc)

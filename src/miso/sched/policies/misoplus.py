@@ -455,8 +455,6 @@ class MisoPlus(Miso):
         self.base_est.pop(job, None)
         for p in self.estimates:
             p.forget(job)
-        self.estimator.uncertainty.pop(job, None)
-        getattr(self.estimator, "interval", {}).pop(job, None)
         self.ran.discard(job)
         self.prior.discard(job)
         self.learned.pop(job, None)
