@@ -22,7 +22,9 @@ with a reservation and backfill (Slurm's backfill scheduler, one reservation):
    announced to the policy as a :class:`~miso.sched.events.GpuAdded`, through a ``gang:``
    timer, so a static-layout policy lays it out again).
 
-Gangs wait in FIFO order among themselves (tenancy's fair share does not reorder them).
+Gangs wait in FIFO order among themselves; with tenancy's fair share on, in its order
+(priority, then the owner's fair-share level, then FIFO: :func:`miso.sched.fairorder.ranked`),
+so the reservation is for the gang of the owner fair share ranks first, not the oldest gang.
 ``node_of`` maps a GPU id to its node: a gang takes GPUs from as few nodes as it can, or exactly
 ``spec.nodes`` nodes with equal counts when the job asks.
 
@@ -58,6 +60,7 @@ from miso.sched.events import (
     JobSubmitted,
     Tick,
 )
+from miso.sched.fairorder import ranked
 from miso.sched.policy import Policy
 from miso.sched.state import ClusterState, GpuState, JobStatus, Phase
 
@@ -188,7 +191,7 @@ class GangLayer:
         view_idle = [g for g, gs in sorted(st.gpus.items(), key=lambda x: self._order(x[0]))
                      if not gs.jobs and gs.pending is None and g not in ps.touched
                      and not st.services.by_gpu.get(g)]  # (replicas hold slices of it)
-        for j in list(book.queue):
+        for j in self.queue_order(st):
             spec = st.jobs[j].spec
             pool = [g for g in idle_held + view_idle if g not in ps.used]
             got = pick_gpus(pool, spec.num_gpus, spec.nodes, self.node_of)
@@ -196,6 +199,16 @@ class GangLayer:
                 return j
             self._start(ps, j, got)
         return None
+
+    @staticmethod
+    def queue_order(st: ClusterState) -> list[str]:
+        """The queued gangs in the order they start and reserve: FIFO, or tenancy's order with
+        fair share on (a gang of an owner below its share is not kept behind the reservations
+        of owners above theirs)."""
+        ten = st.tenancy
+        if ten is None or not ten.config.fair_share:
+            return list(st.gangs.queue)
+        return ranked(ten, list(st.gangs.queue))
 
     def _start(self, ps: GangPass, j: str, gpus: list[str], backfill: bool = False) -> None:
         ps.start(j, gpus, backfill)
