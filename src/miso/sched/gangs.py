@@ -61,6 +61,7 @@ from miso.sched.events import (
     Tick,
 )
 from miso.sched.fairorder import ranked
+from miso.sched.gangreclaim import reclaim_for
 from miso.sched.policy import Policy
 from miso.sched.state import ClusterState, GpuState, JobStatus, Phase
 
@@ -125,6 +126,9 @@ class GangLayer:
         self.inner = inner
         self.node_of = node_of
         self.backfills: set[str] = set()   # whole-GPU runs started as backfill
+        #: whole-GPU run -> when this layer started it (fair share's gang reclaim spares
+        #: runs younger than ``min_run_s``)
+        self.started: dict[str, float] = {}
         self._rank: dict[str, int] = {}
         #: (the gang holding the reservation, its expected start) once it holds all its GPUs
         self.reservation: tuple[str, float] | None = None
@@ -156,6 +160,7 @@ class GangLayer:
         out = list(self.inner.decide(now, inner_ev, state)) if inner_ev is not None else []
         if isinstance(event, JobFinished | JobFailed):
             self.backfills.discard(event.job)
+            self.started.pop(event.job, None)
         if state.gangs.queue or state.gangs.gpus:
             out.extend(self.gang_pass(now, state, out))
         return out
@@ -212,6 +217,7 @@ class GangLayer:
 
     def _start(self, ps: GangPass, j: str, gpus: list[str], backfill: bool = False) -> None:
         ps.start(j, gpus, backfill)
+        self.started[j] = ps.now
         if backfill:
             self.backfills.add(j)
 
@@ -223,11 +229,28 @@ class GangLayer:
         t_start = max((ends[g] for g in res), default=ps.now)
         full = len(res) >= spec.num_gpus
         self.reservation = (head, t_start) if full else None
+        if full and self._start_reserved(ps, head, res):
+            return
+        if self._reclaim(ps, head, t_start if full else math.inf):
+            self.reservation = None
+            return
         if not full:
             return  # the cluster cannot hold it now (GPUs busy with plans): next event
-        if self._start_reserved(ps, head, res):
-            return
         self._backfill(ps, head, res, t_start)
+
+    def _reclaim(self, ps: GangPass, head: str, t_start: float) -> bool:
+        """With fair share's reclaim, start ``head`` on other owners' stopped whole-GPU runs
+        when its reservation would start only after ``min_run_s``
+        (:func:`miso.sched.gangreclaim.reclaim_for`)."""
+        ten = ps.st.tenancy
+        if ten is None or not ten.config.entitled \
+                or t_start - ps.now <= ten.config.min_run_s:
+            return False
+        if not reclaim_for(ps, head, self.backfills, self.started,
+                           lambda pool, n, nodes: pick_gpus(pool, n, nodes, self.node_of)):
+            return False
+        self.started[head] = ps.now
+        return True
 
     def _reservation_gpus(self, ps: GangPass, head: str) -> tuple[list[str], dict[str, float]]:
         """The reservation's GPUs and when each is expected free: held ones without a gang
