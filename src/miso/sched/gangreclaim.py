@@ -59,27 +59,38 @@ def owed(st: ClusterState, head: str, ents: dict[str, float]) -> bool:
     return have + spec.num_gpus <= max(ents.get(spec.owner, 0.0), spec.num_gpus) + 1e-6
 
 
+def _may_stop(st: ClusterState, j: str, head: str, started: Mapping[str, float],
+              now: float) -> bool:
+    """Run ``j`` is another owner's, running for ``min_run_s``, of no higher priority than
+    ``head``, able to checkpoint (unless ``preempt_uncheckpointable``), no plan in flight."""
+    ten = st.tenancy
+    assert ten is not None
+    cfg, book = ten.config, st.gangs
+    js, me = st.jobs[j], st.jobs[head].spec
+    since = started.get(j)
+    return not (js.spec.owner == me.owner or js.status.value != "running" or since is None
+                or now - since < cfg.min_run_s or js.spec.priority > me.priority
+                or not (js.spec.checkpointable or cfg.preempt_uncheckpointable)
+                or any(book.gpus[g].pending is not None for g in book.runs[j]
+                       if g in book.gpus))
+
+
+def _stays_entitled(held: Mapping[str, float], ents: Mapping[str, float], owner: str,
+                    n: int) -> bool:
+    """``owner`` still holds at least its entitlement after giving up ``n`` GPUs."""
+    return held.get(owner, 0.0) - n >= ents.get(owner, 0.0) - 1e-6
+
+
 def victims(st: ClusterState, head: str, ents: dict[str, float], skip: set[str],
             started: Mapping[str, float], now: float) -> list[str]:
     """Whole-GPU runs that may be stopped for ``head``, in the order to take them
     (``started``: when each run started; ``skip``: runs never taken)."""
     ten = st.tenancy
     assert ten is not None
-    cfg, book = ten.config, st.gangs
-    me = st.jobs[head].spec
-    out = []
-    for j, gpus in book.runs.items():
-        js = st.jobs[j]
-        o = js.spec.owner
-        since = started.get(j)
-        if (j in skip or o == me.owner or js.status.value != "running" or since is None
-                or now - since < cfg.min_run_s or js.spec.priority > me.priority
-                or not (js.spec.checkpointable or cfg.preempt_uncheckpointable)
-                or any(book.gpus[g].pending is not None for g in gpus if g in book.gpus)):
-            continue
-        if ten.held.get(o, 0.0) - len(gpus) < ents.get(o, 0.0) - 1e-6:
-            continue
-        out.append(j)
+    book = st.gangs
+    out = [j for j, gpus in book.runs.items()
+           if j not in skip and _may_stop(st, j, head, started, now)
+           and _stays_entitled(ten.held, ents, st.jobs[j].spec.owner, len(gpus))]
     over = {o: ten.held.get(o, 0.0) - ents.get(o, 0.0) for o in ten.held}
     return sorted(out, key=lambda j: (-over[st.jobs[j].spec.owner], len(book.runs[j]),
                                       st.jobs[j].submitted_at, j))
@@ -98,18 +109,8 @@ def reclaim_for(ps: GangPass, head: str, backfills: set[str], started: Mapping[s
         return False
     book, spec = st.gangs, st.jobs[head].spec
     pool = [g for g in book.gpus if g not in ps.used and book.idle(g)]
-    held = dict(ten.held)
-    taken: list[str] = []
-    for v in victims(st, head, ents, backfills, started, ps.now):
-        if len(pool) >= spec.num_gpus and pick(pool, spec.num_gpus, spec.nodes) is not None:
-            break
-        o = st.jobs[v].spec.owner
-        gpus = book.runs[v]
-        if held.get(o, 0.0) - len(gpus) < ents.get(o, 0.0) - 1e-6:
-            continue  # an earlier stop already brought its owner down to its entitlement
-        held[o] = held.get(o, 0.0) - len(gpus)
-        taken.append(v)
-        pool += [g for g in gpus if g not in ps.used]
+    taken = _take(ps, head, ents, victims(st, head, ents, backfills, started, ps.now), pool,
+                  pick)
     got = pick(pool, spec.num_gpus, spec.nodes)
     need = [v for v in taken if got is not None and set(book.runs[v]) & set(got)]
     if got is None or not need:
@@ -119,3 +120,25 @@ def reclaim_for(ps: GangPass, head: str, backfills: set[str], started: Mapping[s
                                   "below its entitlement"))
     ps.start(head, got, False)
     return True
+
+
+def _take(ps: GangPass, head: str, ents: Mapping[str, float], cands: list[str],
+          pool: list[str], pick: Picker) -> list[str]:
+    """The runs of ``cands`` (in order) to stop until ``pool`` (extended in place with their
+    GPUs) holds ``head``; each victim's owner keeps its entitlement after all the stops."""
+    st = ps.st
+    ten = st.tenancy
+    assert ten is not None
+    book, spec = st.gangs, st.jobs[head].spec
+    held = dict(ten.held)
+    taken: list[str] = []
+    for v in cands:
+        if len(pool) >= spec.num_gpus and pick(pool, spec.num_gpus, spec.nodes) is not None:
+            break
+        o, gpus = st.jobs[v].spec.owner, book.runs[v]
+        if not _stays_entitled(held, ents, o, len(gpus)):
+            continue  # an earlier stop already brought its owner down to its entitlement
+        held[o] = held.get(o, 0.0) - len(gpus)
+        taken.append(v)
+        pool += [g for g in gpus if g not in ps.used]
+    return taken
