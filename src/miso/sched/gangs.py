@@ -24,7 +24,10 @@ with a reservation and backfill (Slurm's backfill scheduler, one reservation):
 
 Gangs wait in FIFO order among themselves; with tenancy's fair share on, in its order
 (priority, then the owner's fair-share level, then FIFO: :func:`miso.sched.fairorder.ranked`),
-so the reservation is for the gang of the owner fair share ranks first, not the oldest gang.
+so the reservation is for the gang of the owner fair share ranks first, not the oldest gang;
+with fair share's reclaim too, that gang, when owed its room and its reservation would start
+only after ``min_run_s``, starts on over-entitled owners' stopped whole-GPU runs
+(:mod:`miso.sched.gangreclaim`).
 ``node_of`` maps a GPU id to its node: a gang takes GPUs from as few nodes as it can, or exactly
 ``spec.nodes`` nodes with equal counts when the job asks.
 
