@@ -12,7 +12,8 @@ simulator (miso+ unless --policy says otherwise).
    the trade-off of the fair slice's cap ``demand_per_job`` (1/3: 2g, 1/2: 3g, 1: up to a
    whole GPU).
 2. The Philly trace (first ``--philly-jobs`` jobs) with owners from its ``vc`` column on 40
-   GPUs: the same figures (each vc alone on its entitled 4 GPUs), fair share off, order only,
+   GPUs: the same figures (each vc alone on its entitled 4 GPUs, or on as many as its largest
+   gang asks for), fair share off, order only,
    on (and on with
    ``demand_per_job`` 1/3).
    Then the heavy owner capped by a static in-use quota (half, 5/8, 3/4 of the GPUs).

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
+from miso.sched.queueorder import replicas_first
 from miso.sched.tenancyconfig import queued_quota_reason
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -107,9 +108,7 @@ def ranked(ten: Tenancy, queue: list[str]) -> list[str]:
         out = sorted(queue, key=lambda x: -st.jobs[x].spec.priority)
     else:
         out = [j for k in keys for j in buckets[k]]
-    if any(st.jobs[j].spec.ahead for j in out):  # the head's replica jobs first
-        out = sorted(out, key=lambda x: not st.jobs[x].spec.ahead)
-    return out
+    return replicas_first(out, st.jobs)  # the head's replica jobs first (queueorder.py)
 
 
 def within_quota(ten: Tenancy, out: list[str], extra_in_use: Mapping[str, float] | None,

@@ -22,7 +22,12 @@ with a reservation and backfill (Slurm's backfill scheduler, one reservation):
    announced to the policy as a :class:`~miso.sched.events.GpuAdded`, through a ``gang:``
    timer, so a static-layout policy lays it out again).
 
-Gangs wait in FIFO order among themselves (tenancy's fair share does not reorder them).
+Gangs wait in FIFO order among themselves; with tenancy's fair share on, in its order
+(priority, then the owner's fair-share level, then FIFO: :func:`miso.sched.fairorder.ranked`),
+so the reservation is for the gang of the owner fair share ranks first, not the oldest gang;
+with fair share's reclaim too, that gang, when owed its room and its reservation would start
+only after ``min_run_s``, starts on over-entitled owners' stopped whole-GPU runs
+(:mod:`miso.sched.gangreclaim`).
 ``node_of`` maps a GPU id to its node: a gang takes GPUs from as few nodes as it can, or exactly
 ``spec.nodes`` nodes with equal counts when the job asks.
 
@@ -58,6 +63,8 @@ from miso.sched.events import (
     JobSubmitted,
     Tick,
 )
+from miso.sched.fairorder import ranked
+from miso.sched.gangreclaim import reclaim_for
 from miso.sched.policy import Policy
 from miso.sched.state import ClusterState, GpuState, JobStatus, Phase
 
@@ -122,6 +129,9 @@ class GangLayer:
         self.inner = inner
         self.node_of = node_of
         self.backfills: set[str] = set()   # whole-GPU runs started as backfill
+        #: whole-GPU run -> when this layer started it (fair share's gang reclaim spares
+        #: runs younger than ``min_run_s``)
+        self.started: dict[str, float] = {}
         self._rank: dict[str, int] = {}
         #: (the gang holding the reservation, its expected start) once it holds all its GPUs
         self.reservation: tuple[str, float] | None = None
@@ -153,6 +163,7 @@ class GangLayer:
         out = list(self.inner.decide(now, inner_ev, state)) if inner_ev is not None else []
         if isinstance(event, JobFinished | JobFailed):
             self.backfills.discard(event.job)
+            self.started.pop(event.job, None)
         if state.gangs.queue or state.gangs.gpus:
             out.extend(self.gang_pass(now, state, out))
         return out
@@ -188,7 +199,7 @@ class GangLayer:
         view_idle = [g for g, gs in sorted(st.gpus.items(), key=lambda x: self._order(x[0]))
                      if not gs.jobs and gs.pending is None and g not in ps.touched
                      and not st.services.by_gpu.get(g)]  # (replicas hold slices of it)
-        for j in list(book.queue):
+        for j in self.queue_order(st):
             spec = st.jobs[j].spec
             pool = [g for g in idle_held + view_idle if g not in ps.used]
             got = pick_gpus(pool, spec.num_gpus, spec.nodes, self.node_of)
@@ -197,8 +208,19 @@ class GangLayer:
             self._start(ps, j, got)
         return None
 
+    @staticmethod
+    def queue_order(st: ClusterState) -> list[str]:
+        """The queued gangs in the order they start and reserve: FIFO, or tenancy's order with
+        fair share on (a gang of an owner below its share is not kept behind the reservations
+        of owners above theirs)."""
+        ten = st.tenancy
+        if ten is None or not ten.config.fair_share:
+            return list(st.gangs.queue)
+        return ranked(ten, list(st.gangs.queue))
+
     def _start(self, ps: GangPass, j: str, gpus: list[str], backfill: bool = False) -> None:
         ps.start(j, gpus, backfill)
+        self.started[j] = ps.now
         if backfill:
             self.backfills.add(j)
 
@@ -210,11 +232,28 @@ class GangLayer:
         t_start = max((ends[g] for g in res), default=ps.now)
         full = len(res) >= spec.num_gpus
         self.reservation = (head, t_start) if full else None
+        if full and self._start_reserved(ps, head, res):
+            return
+        if self._reclaim(ps, head, t_start if full else math.inf):
+            self.reservation = None
+            return
         if not full:
             return  # the cluster cannot hold it now (GPUs busy with plans): next event
-        if self._start_reserved(ps, head, res):
-            return
         self._backfill(ps, head, res, t_start)
+
+    def _reclaim(self, ps: GangPass, head: str, t_start: float) -> bool:
+        """With fair share's reclaim, start ``head`` on other owners' stopped whole-GPU runs
+        when its reservation would start only after ``min_run_s``
+        (:func:`miso.sched.gangreclaim.reclaim_for`)."""
+        ten = ps.st.tenancy
+        if ten is None or not ten.config.entitled \
+                or t_start - ps.now <= ten.config.min_run_s:
+            return False
+        if not reclaim_for(ps, head, self.backfills, self.started,
+                           lambda pool, n, nodes: pick_gpus(pool, n, nodes, self.node_of)):
+            return False
+        self.started[head] = ps.now
+        return True
 
     def _reservation_gpus(self, ps: GangPass, head: str) -> tuple[list[str], dict[str, float]]:
         """The reservation's GPUs and when each is expected free: held ones without a gang

@@ -48,6 +48,7 @@ from miso.sched.events import (
     SpeedObserved,
 )
 from miso.sched.gangstate import GangBook
+from miso.sched.queueorder import fifo_key
 from miso.sched.services import SERVICE_EVENTS, DrainReplica, StartReplica
 from miso.sched.servicestate import ServiceBook
 from miso.sched.tenancy import Tenancy
@@ -91,8 +92,9 @@ class JobState:
 
     @property
     def queue_key(self) -> tuple[bool, float, str]:
-        """Its place in the queue: jobs ``ahead`` first, then submission order."""
-        return (not self.spec.ahead, self.submitted_at, self.spec.id)
+        """Its place in the queue: jobs ``ahead`` first, then submission order
+        (:func:`miso.sched.queueorder.fifo_key`)."""
+        return fifo_key(self)
 
     def remaining_work(self, now: float) -> float | None:
         """Work left at ``now`` in seconds alone on a full GPU, extrapolated from the last

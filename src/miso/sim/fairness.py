@@ -5,7 +5,10 @@ slow, however slow that is. The figures here compare each owner, and each job, w
 would have had **alone on its entitled share** of the cluster:
 
 * **sharing incentive** of an owner: its average JCT in the shared run / its average JCT when
-  its jobs run alone on its entitled share of the GPUs (weight-proportional). At most 1: the
+  its jobs run alone on its entitled share of the GPUs (weight-proportional, rounded to whole
+  GPUs, at least one; **rounded up to its largest gang** when a job asks for more GPUs than
+  that share, else the job could never run alone: on Philly by vc, 10 vcs on 40 GPUs, a vc
+  with 8-GPU gangs is judged alone on 8 GPUs, one with 16-GPU gangs on 16). At most 1: the
   owner lost nothing by sharing (DRF's sharing-incentive property, Ghodsi et al., NSDI'11).
 * **finish-time fairness** of a job (Themis, Mahajan et al., NSDI'20): rho = its JCT in the
   shared run / its JCT in its owner's alone run; reported as max, p95 and Jain's index over

@@ -1,0 +1,65 @@
+"""Gangs under fair share (issue 31): queued gangs in fair share's order, and the first of
+them, owed its room, reclaims it from an over-entitled owner's whole-GPU runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from miso.sched import make_policy
+from miso.sched.decisions import StopGang
+from miso.sched.tenancyconfig import TenancyConfig
+from miso.sim.engine import Simulator
+from miso.sim.traces import TraceJob
+from miso.sim.world import WorldConfig
+
+WL = "resnet_train64"
+
+
+def _run(jobs: list[TraceJob], gpus: int, ten: TenancyConfig | None):  # noqa: ANN202
+    cfg = WorldConfig(n_gpus=gpus, reconfig_s=0.0, restart_s=0.0)
+    r = Simulator(make_policy("nopart"), jobs, cfg, record=True, tenancy=ten).run()
+    start = dict(zip(r.job_ids, r.first_start, strict=True))
+    fin = dict(zip(r.job_ids, r.finish, strict=True))
+    return r, start, fin
+
+
+def _light_owner_behind_heavy() -> list[TraceJob]:
+    """Owner a fills 8 GPUs with two 4-GPU gangs and queues a third; b's gang comes later."""
+    return [TraceJob("a1", 0.0, 10_000.0, WL, owner="a", num_gpus=4),
+            TraceJob("a2", 0.0, 20_000.0, WL, owner="a", num_gpus=4),
+            TraceJob("a3", 1.0, 5_000.0, WL, owner="a", num_gpus=4),
+            TraceJob("b1", 1_000.0, 3_000.0, WL, owner="b", num_gpus=4)]
+
+
+def test_gang_queue__fifo_without_fair_share_fair_order_with_it():
+    jobs = _light_owner_behind_heavy()
+    _, start, _ = _run(jobs, 8, TenancyConfig(fair_share=False))
+    assert start["a3"] == pytest.approx(10_000.0)   # FIFO: a's older gang first
+    assert start["b1"] == pytest.approx(15_000.0)
+    _, start, fin = _run(jobs, 8, TenancyConfig(fair_share=True, reclaim=False))
+    assert start["b1"] == pytest.approx(10_000.0)   # b has used nothing: first in order
+    assert start["a3"] == pytest.approx(fin["b1"])
+
+
+def test_gang_reclaim__owed_gang_starts_on_an_over_entitled_owners_stopped_run():
+    # 8 GPUs, a and b with demand 12 and 4: each entitled to 4; a holds 8.
+    r, start, fin = _run(_light_owner_behind_heavy(), 8, TenancyConfig(fair_share=True))
+    assert start["b1"] == pytest.approx(1_000.0)
+    stops = [d for _, d in r.log if isinstance(d, StopGang)]
+    assert len(stops) == 1 and stops[0].job in {"a1", "a2"}
+    assert "reclaimed for b1" in stops[0].reason
+    restarts = dict(zip(r.job_ids, r.restarts, strict=True))
+    assert restarts[stops[0].job] == 1 and restarts["b1"] == 0
+    # a keeps its entitled half all along: the other gang runs on untouched
+    other = ({"a1", "a2"} - {stops[0].job}).pop()
+    assert restarts[other] == 0 and start[other] == pytest.approx(0.0)
+
+
+def test_gang_reclaim__never_takes_an_owner_below_its_entitlement():
+    # a holds only its entitled 4 of 8 GPUs (one gang): b's 8-GPU gang waits for it to end.
+    jobs = [TraceJob("a1", 0.0, 10_000.0, WL, owner="a", num_gpus=4),
+            TraceJob("c1", 0.0, 10_000.0, WL, owner="c", num_gpus=4),
+            TraceJob("b1", 1_000.0, 3_000.0, WL, owner="b", num_gpus=8)]
+    r, start, _ = _run(jobs, 8, TenancyConfig(fair_share=True))
+    assert not [d for _, d in r.log if isinstance(d, StopGang)]
+    assert start["b1"] == pytest.approx(10_000.0)
