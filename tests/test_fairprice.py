@@ -31,16 +31,16 @@ def test_fair_cap__whole_gpu_without_backlog_smaller_slices_as_the_backlog_grows
     # not backlogged (at most one active job per GPU): what the owner has alone, a whole GPU
     assert fair_cap(0.05, 0.9, A100).cap == 1.0 and not fair_cap(0.05, 0.9, A100).backlogged
     # 2.7 jobs per GPU (1.6x load): packed share 1.5 / 2.7 = 0.556; a 4g slice (4/7 = 0.571)
-    # costs 0.32 x 1 x 0.016 = 0.5 %, the whole GPU 0.32 x 0.444 = 14 %: 4g, and no part of
+    # costs 0.335 x 1 x 0.016 = 0.5 %, the whole GPU 0.335 x 0.444 = 15 %: 4g, and no part of
     # the jobs on the next size (the cap still follows the pressure here)
     b = fair_cap(0.05, 2.7, A100)
     assert b.backlogged and b.cap == pytest.approx(4 / 7) and b.share == 0.0
-    assert b.price_est == pytest.approx(0.32 * (4 / 7 - 1.5 / 2.7))
-    # 15 per GPU (saturated): packed share the 1g slice; 2g costs 0.32 x 1/7 = 4.6 %, 3g
-    # 9.1 %: 2g, and what is left of the price (0.4 %) buys 3g for 0.4 / 4.6 of the jobs
+    assert b.price_est == pytest.approx(0.335 * (4 / 7 - 1.5 / 2.7))
+    # 15 per GPU (saturated): packed share the 1g slice; 2g costs 0.335 x 1/7 = 4.8 %, 3g
+    # 9.6 %: 2g, and what is left of the price (0.2 %) buys 3g for 0.2 / 4.8 of the jobs
     b = fair_cap(0.05, 15.0, A100)
     assert b.cap == pytest.approx(2 / 7) and b.up == pytest.approx(3 / 7)
-    assert b.share == pytest.approx((0.05 - 0.32 / 7) / (0.32 / 7))
+    assert b.share == pytest.approx((0.05 - 0.335 / 7) / (0.335 / 7))
     assert b.price_est == pytest.approx(0.05)
     assert b.mean == pytest.approx(2 / 7 + b.share / 7)
     assert fair_cap(0.10, 15.0, A100).cap == pytest.approx(3 / 7)
@@ -49,7 +49,7 @@ def test_fair_cap__whole_gpu_without_backlog_smaller_slices_as_the_backlog_grows
     assert b.cap == pytest.approx(1 / 7) and b.share == 0.0 and b.mean == pytest.approx(1 / 7)
     # the estimate grows from nothing at 1 job per GPU to all of SLOPE at 2
     assert estimated_price(1.0, 1.0) == 0.0
-    assert estimated_price(1.0, 1.5) == pytest.approx(0.32 * 0.5 * (1 - 1.0))
+    assert estimated_price(1.0, 1.5) == pytest.approx(0.335 * 0.5 * (1 - 1.0))
     assert packed_share(3.0, 1 / 7) == pytest.approx(0.5)
     assert packed_share(30.0, 1 / 7) == pytest.approx(1 / 7)
 
@@ -242,7 +242,7 @@ def test_fair_slices__with_a_share_each_job_is_owed_its_own_cap():
     4 GPUs) owes each job its own cap."""
     from miso.sched.policies.base import Scratch
 
-    st = ClusterState(TenancyConfig(fairness_price=0.08))   # 3g for 3/4 of the jobs
+    st = ClusterState(TenancyConfig(fairness_price=0.08))   # 3g for 2/3 of the jobs
     for g in range(8):
         st.observe(0.0, GpuAdded(f"g{g}", "A100-40GB"))
     for i in range(200):          # 25 active jobs per GPU: saturated

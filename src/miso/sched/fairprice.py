@@ -33,8 +33,8 @@ an A100 (benchmarks/README.md, "Tenancy", measures what they cost).
 
 **The budget is spent, not rounded down** (issue 31). Profile sizes are coarse (an A100's
 2g and 3g are 1/7 of a GPU apart), so the largest size within the price leaves part of it
-unspent: at 3.25x the cluster, 2g is estimated at 4.6 % of the stated 5 % and measured at
-2.4-5.5 % (seeds 1-3), 3g at 9.1 % (measured 11.6 %). Once the packed share is the smallest
+unspent: at 3.25x the cluster, 2g is estimated at 4.8 % of the stated 5 % and measured at
+2.4-5.5 % (seeds 1-3), 3g at 9.6 % (measured 11.6 %). Once the packed share is the smallest
 slice (a queue: the cap no longer moves with the pressure) the rest of the price buys the
 next size up for a part of the jobs (:attr:`FairBudget.share`, each job picked by a stable
 hash of its name, so it keeps its cap from one decision to the next); an owner's demand per
@@ -69,9 +69,10 @@ TAU_S = 1800.0
 NO_BACKLOG = 1.0
 #: The total average JCT (as a share) one GPU of fair slice per job above its packed share
 #: costs in a backlogged cluster (measured: 5.5-8 % per compute slice of 7 at 1.6x and
-#: 3.25x the cluster; 0.32 leaves a margin, and leaves a saturated cluster's 5 % a share
-#: of about a tenth of the jobs on 3g beside 2g).
-SLOPE = 0.32
+#: 3.25x the cluster; 0.335 leaves a margin, and leaves a saturated cluster's 5 % a share
+#: of about 4.5 % of the jobs on 3g beside 2g: measured +2.9 / +6.0 / +4.0 %, seeds 1-3;
+#: 0.32 (9 % of the jobs) measured +5.2 / +7.4 / +6.4 %).
+SLOPE = 0.335
 #: A job's packed share is ``PACKED / n`` of a GPU at ``n`` active jobs per GPU.
 PACKED = 1.5
 
