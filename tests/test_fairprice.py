@@ -9,7 +9,14 @@ import numpy as np
 import pytest
 
 from miso.sched import GpuAdded, JobSpec, JobSubmitted
-from miso.sched.fairprice import Backlog, estimated_price, fair_cap, packed_share
+from miso.sched.fairprice import (
+    Backlog,
+    FairBudget,
+    estimated_price,
+    fair_cap,
+    fair_fraction,
+    packed_share,
+)
 from miso.sched.state import ClusterState
 from miso.sched.tenancy import two_level_fill
 from miso.sched.tenancyconfig import TenancyConfig
@@ -24,20 +31,50 @@ def test_fair_cap__whole_gpu_without_backlog_smaller_slices_as_the_backlog_grows
     # not backlogged (at most one active job per GPU): what the owner has alone, a whole GPU
     assert fair_cap(0.05, 0.9, A100).cap == 1.0 and not fair_cap(0.05, 0.9, A100).backlogged
     # 2.7 jobs per GPU (1.6x load): packed share 1.5 / 2.7 = 0.556; a 4g slice (4/7 = 0.571)
-    # costs 0.3 x 1 x 0.016 = 0.5 %, the whole GPU 0.3 x 0.444 = 13 %: 4g
+    # costs 0.335 x 1 x 0.016 = 0.5 %, the whole GPU 0.335 x 0.444 = 15 %: 4g, and no part of
+    # the jobs on the next size (the cap still follows the pressure here)
     b = fair_cap(0.05, 2.7, A100)
-    assert b.backlogged and b.cap == pytest.approx(4 / 7)
-    assert b.price_est == pytest.approx(0.3 * (4 / 7 - 1.5 / 2.7))
-    # 15 per GPU (saturated): packed share the 1g slice; 2g costs 0.3 x 1/7 = 4.3 %, 3g 8.6 %
-    assert fair_cap(0.05, 15.0, A100).cap == pytest.approx(2 / 7)
-    assert fair_cap(0.09, 15.0, A100).cap == pytest.approx(3 / 7)
+    assert b.backlogged and b.cap == pytest.approx(4 / 7) and b.share == 0.0
+    assert b.price_est == pytest.approx(0.335 * (4 / 7 - 1.5 / 2.7))
+    # 15 per GPU (saturated): packed share the 1g slice; 2g costs 0.335 x 1/7 = 4.8 %, 3g
+    # 9.6 %: 2g, and what is left of the price (0.2 %) buys 3g for 0.2 / 4.8 of the jobs
+    b = fair_cap(0.05, 15.0, A100)
+    assert b.cap == pytest.approx(2 / 7) and b.up == pytest.approx(3 / 7)
+    assert b.share == pytest.approx((0.05 - 0.335 / 7) / (0.335 / 7))
+    assert b.price_est == pytest.approx(0.05)
+    assert b.mean == pytest.approx(2 / 7 + b.share / 7)
+    assert fair_cap(0.10, 15.0, A100).cap == pytest.approx(3 / 7)
     # a price of 0 leaves the smallest slice (fair share orders the queue only)
-    assert fair_cap(0.0, 15.0, A100).cap == pytest.approx(1 / 7)
+    b = fair_cap(0.0, 15.0, A100)
+    assert b.cap == pytest.approx(1 / 7) and b.share == 0.0 and b.mean == pytest.approx(1 / 7)
     # the estimate grows from nothing at 1 job per GPU to all of SLOPE at 2
     assert estimated_price(1.0, 1.0) == 0.0
-    assert estimated_price(1.0, 1.5) == pytest.approx(0.3 * 0.5 * (1 - 1.0))
+    assert estimated_price(1.0, 1.5) == pytest.approx(0.335 * 0.5 * (1 - 1.0))
     assert packed_share(3.0, 1 / 7) == pytest.approx(0.5)
     assert packed_share(30.0, 1 / 7) == pytest.approx(1 / 7)
+
+
+def test_fair_budget__a_share_of_the_jobs_on_the_next_size_picked_stably_per_job():
+    b = FairBudget(15.0, True, 2 / 7, 0.05, 0.05, up=3 / 7, share=0.25)
+    names = [f"job-{i}" for i in range(4000)]
+    up = [n for n in names if b.cap_of(n) == pytest.approx(3 / 7)]
+    assert len(up) / len(names) == pytest.approx(0.25, abs=0.03)
+    assert {b.cap_of(n) for n in names} == {2 / 7, 3 / 7}
+    # a job keeps its cap from one decision to the next (a stable hash, not a draw)
+    assert [b.cap_of(n) for n in up] == [b.cap_of(n) for n in up]
+    assert FairBudget(15.0, True, 2 / 7, 0.04, 0.05).cap_of("job-1") == pytest.approx(2 / 7)
+
+
+def test_fair_fraction__each_job_its_own_cap_cut_by_the_entitlement_per_job():
+    # one cap for every job: the smaller of it and the entitlement per job
+    assert fair_fraction(4 / 7, 4 / 7, 0.5) == pytest.approx(0.5)
+    assert fair_fraction(4 / 7, 4 / 7, 0.9) == pytest.approx(4 / 7)
+    # caps 2/7 and 3/7, mean 0.3: an entitlement per job of 0.3 or more gives each its own
+    assert fair_fraction(3 / 7, 0.3, 0.3) == pytest.approx(3 / 7)
+    assert fair_fraction(2 / 7, 0.3, 0.5) == pytest.approx(2 / 7)
+    # short of it: the smaller of the cap and the entitlement per job (2g stays 2g)
+    assert fair_fraction(3 / 7, 0.3, 0.29) == pytest.approx(0.29)
+    assert fair_fraction(2 / 7, 0.3, 0.29) == pytest.approx(2 / 7)
 
 
 def test_backlog__exact_exponential_average_of_a_piecewise_constant_count():
@@ -174,3 +211,51 @@ def test_reclaim__only_when_the_fair_slice_beats_the_packed_share():
     small = run_policy("miso+", jobs, cfg, tenancy=TenancyConfig(min_run_s=600.0,
                                                                  demand_per_job=1 / 7))
     assert small.reclaims == 0 and small.reclaims_useless == 0
+
+
+
+def test_reclaim__the_job_keeps_the_fair_slice_its_room_was_returned_for_until_it_starts():
+    """A reclaim's promise (``FairSlices.promised``): a queued job owed 3g by a reclaim keeps
+    3g or larger however its owner's entitlement per job moves before it starts (here its owner
+    is above its entitlement: without the promise nothing would be owed); another job of the
+    same owner is owed nothing, and the promise goes when the job starts."""
+    from miso.sched.policies.base import Scratch
+
+    st = ClusterState(TenancyConfig(demand_per_job=0.5))
+    st.observe(0.0, GpuAdded("g0", "A100-40GB"))
+    for i in range(12):
+        st.observe(float(i), JobSubmitted(JobSpec(f"a{i}", "x", 5.0, owner="a")))
+    ten = st.tenancy
+    assert ten is not None
+    ten.held["a"] = 5.0             # far above its one GPU: not protected
+    geom = st.gpus["g0"].geom
+    assert Scratch(st).fair.fair_slices(geom, "a", "a0") is None
+    ten.slices.promised["a0"] = 3 / 7
+    sc = Scratch(st)
+    assert sc.fair.fair_slices(geom, "a", "a0") == {"3g.20gb", "4g.20gb", "7g.40gb"}
+    assert sc.fair.fair_slices(geom, "a", "a1") is None
+
+
+def test_fair_slices__with_a_share_each_job_is_owed_its_own_cap():
+    """A budget of 2g with a share of the jobs on 3g (saturated, ``fairness_price``): an owner
+    whose entitlement per job covers the mean cap (8 jobs of about 0.39 of a GPU, within its
+    4 GPUs) owes each job its own cap."""
+    from miso.sched.policies.base import Scratch
+
+    st = ClusterState(TenancyConfig(fairness_price=0.08))   # 3g for 2/3 of the jobs
+    for g in range(8):
+        st.observe(0.0, GpuAdded(f"g{g}", "A100-40GB"))
+    for i in range(200):          # 25 active jobs per GPU: saturated
+        st.observe(float(i), JobSubmitted(JobSpec(f"h{i}", "x", 5.0, owner="h")))
+    for i in range(8):
+        st.observe(300.0 + i, JobSubmitted(JobSpec(f"l{i}", "x", 5.0, owner="l")))
+    sc = Scratch(st)
+    sc.entitlements()
+    ten = st.tenancy
+    assert ten is not None and ten.budget is not None and ten.budget.share > 0
+    geom = st.gpus["g0"].geom
+    caps = {j: ten.budget.cap_of(j) for j in (f"l{i}" for i in range(8))}
+    assert {round(c * 7) for c in caps.values()} == {2, 3}
+    smallest = {j: min(geom.model.profile(p).compute_slices for p in
+                       sc.fair.fair_slices(geom, "l", j) or ()) for j in caps}
+    assert all(smallest[j] == round(c * 7) for j, c in caps.items())

@@ -43,8 +43,11 @@ def owners_table(st: dict[str, Any]) -> list[Table]:
     fair = st.get("fair_slices")
     if fair:
         t.caption = (f"fair slices: {fair.get('regime')} ({fair.get('pressure', 0):.1f} active "
-                     f"jobs per GPU), at most {fair.get('fair_slice_cap', 0):.2f} of a GPU, "
-                     f"estimated price {100 * fair.get('price_estimate', 0):.1f} % of "
+                     f"jobs per GPU), at most {fair.get('fair_slice_cap', 0):.2f} of a GPU"
+                     + (f" ({fair.get('fair_slice_up', 0):.2f} for "
+                        f"{100 * fair.get('share_up', 0):.0f} % of the jobs)"
+                        if fair.get("share_up") else "")
+                     + f", estimated price {100 * fair.get('price_estimate', 0):.1f} % of "
                      f"{100 * fair.get('price', 0):.1f} %")
     return [t]
 

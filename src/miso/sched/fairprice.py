@@ -31,6 +31,17 @@ stated one; at least the smallest slice (fair share then still orders the queue)
 stated price 0.05 that is a whole GPU at 0.9x, a 4g slice at 1.6x and a 2g slice at 3.25x of
 an A100 (benchmarks/README.md, "Tenancy", measures what they cost).
 
+**The budget is spent, not rounded down** (issue 31). Profile sizes are coarse (an A100's
+2g and 3g are 1/7 of a GPU apart), so the largest size within the price leaves part of it
+unspent: at 3.25x the cluster, 2g is estimated at 4.8 % of the stated 5 % and measured at
+2.4-5.5 % (seeds 1-3), 3g at 9.6 % (measured 11.6 %). Once the packed share is the smallest
+slice (a queue: the cap no longer moves with the pressure) the rest of the price buys the
+next size up for a part of the jobs (:attr:`FairBudget.share`, each job picked by a stable
+hash of its name, so it keeps its cap from one decision to the next); an owner's demand per
+job is then the caps' mean (:attr:`FairBudget.mean`). Below that the cap already follows the
+pressure size by size as the load moves (at 1.6x: 3g, 4g and 7g by turns), and a share of
+whole GPUs beside 4g slices would cost far more than the linear estimate says.
+
 :class:`FairSlices` keeps, for one cluster's tenancy, the backlog signal, the budget of the
 last decision (:meth:`FairSlices.plan`, once per decision; the status shows it) and when
 reclaim last returned room on each GPU (reclaim's rate limit,
@@ -40,6 +51,7 @@ reclaim last returned room on each GPU (reclaim's rate limit,
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -56,9 +68,11 @@ TAU_S = 1800.0
 #: Active jobs per GPU at or below which the cluster is not backlogged.
 NO_BACKLOG = 1.0
 #: The total average JCT (as a share) one GPU of fair slice per job above its packed share
-#: costs in a backlogged cluster (measured: 5.5-8 % per compute slice of 7; 0.3 leaves a
-#: margin).
-SLOPE = 0.3
+#: costs in a backlogged cluster (measured: 5.5-8 % per compute slice of 7 at 1.6x and
+#: 3.25x the cluster; 0.335 leaves a margin, and leaves a saturated cluster's 5 % a share
+#: of about 4.5 % of the jobs on 3g beside 2g: measured +2.9 / +6.0 / +4.0 %, seeds 1-3;
+#: 0.32 (9 % of the jobs) measured +5.2 / +7.4 / +6.4 %).
+SLOPE = 0.335
 #: A job's packed share is ``PACKED / n`` of a GPU at ``n`` active jobs per GPU.
 PACKED = 1.5
 
@@ -100,13 +114,28 @@ class FairBudget:
 
     pressure: float       # active jobs per GPU, averaged
     backlogged: bool
-    cap: float            # the most of a GPU a fair slice may be
-    price_est: float      # the estimated price of that cap
+    cap: float            # the fair slice cap every job of a protected owner has
+    price_est: float      # the estimated price of these caps (``share`` included)
     price: float          # the price the operator stated
+    up: float = 0.0       # the next profile size above ``cap`` (0: none)
+    share: float = 0.0    # the part of the jobs whose cap is ``up`` (what is left of the price)
+
+    @property
+    def mean(self) -> float:
+        """The fair slice cap averaged over jobs (an owner's demand per job)."""
+        return self.cap + self.share * (self.up - self.cap) if self.share > 0 else self.cap
+
+    def cap_of(self, job: str) -> float:
+        """``job``'s own cap: ``up`` for the part ``share`` of the jobs (picked by a stable
+        hash of the job's name, so a job keeps its cap as the decisions go), else ``cap``."""
+        if self.share <= 0:
+            return self.cap
+        return self.up if zlib.crc32(job.encode()) < self.share * 2.0 ** 32 else self.cap
 
     def to_json(self) -> dict[str, object]:
         return {"regime": "backlogged" if self.backlogged else "not backlogged",
                 "pressure": self.pressure, "fair_slice_cap": self.cap,
+                "fair_slice_up": self.up, "share_up": self.share,
                 "price_estimate": self.price_est, "price": self.price}
 
 
@@ -127,17 +156,37 @@ def estimated_price(cap: float, pressure: float, smallest: float = 0.0) -> float
 
 def fair_cap(price: float, pressure: float, sizes: Sequence[float]) -> FairBudget:
     """The largest of ``sizes`` (profile sizes as parts of a GPU, any order) whose
-    :func:`estimated_price` is within ``price``; the smallest when none is. Not backlogged:
-    the whole GPU."""
+    :func:`estimated_price` is within ``price`` (the smallest when none is), and what is left
+    of the price spent on the next size up for a part of the jobs (``share``: the price left
+    over the step's estimated price), so the budget is spent, not rounded down to a profile
+    size. Not backlogged: the whole GPU."""
     ordered = sorted(sizes)
     if pressure <= NO_BACKLOG:
         return FairBudget(pressure, False, 1.0, 0.0, price)
-    cap, est = ordered[0], 0.0
+    smallest = ordered[0]
+    cap, est, up, e_up = smallest, 0.0, 0.0, 0.0
     for c in ordered[1:]:
-        e = estimated_price(c, pressure, ordered[0])
+        e = estimated_price(c, pressure, smallest)
         if e <= price + 1e-12:
             cap, est = c, e
-    return FairBudget(pressure, True, cap, est, price)
+        elif not up:
+            up, e_up = c, e
+    share = 0.0
+    # only once the packed share is the smallest slice (a queue): below that the cap already
+    # follows the pressure, size by size, as the load moves; from there on it no longer moves
+    # and would spend only the price of a size rounded down
+    if up and e_up > est and packed_share(pressure) <= smallest + 1e-12:
+        share = min(1.0, max(0.0, (price - est) / (e_up - est)))
+        est += share * (e_up - est)
+    return FairBudget(pressure, True, cap, est, price, up, share)
+
+
+def fair_fraction(own: float, mean: float, per_job: float) -> float:
+    """The most of a GPU one job's fair slice may be: its own cap ``own`` when its owner's
+    entitlement per job ``per_job`` covers the caps' mean ``mean`` (what the entitlement was
+    filled with: the owner's demand is met), else the smaller of the two (a size scaled
+    down in proportion would round a 2g cap to 1g at the least shortfall)."""
+    return own if per_job >= mean - 1e-9 else min(own, per_job)
 
 
 class FairSlices:
@@ -152,13 +201,17 @@ class FairSlices:
         self.budget: FairBudget | None = None
         #: GPU -> when fair share last returned room on it (reclaim's rate limit)
         self.reclaimed_at: dict[str, float] = {}
+        #: job -> the fair slice (part of a GPU) a reclaim returned room for: owed to it until
+        #: it runs on a slice (reclaim keeps it; the policy's fair slices honour it)
+        self.promised: dict[str, float] = {}
 
-    def cap(self) -> float:
+    def cap(self, job: str | None = None) -> float:
         """The most of a GPU a fair slice may be now: ``demand_per_job`` without a stated
-        price, else the cap of the last :meth:`plan`."""
+        price, else the cap of the last :meth:`plan` for ``job`` (:meth:`FairBudget.cap_of`;
+        None: averaged over jobs, :attr:`FairBudget.mean`)."""
         if self.config.fairness_price is None or self.budget is None:
             return self.config.demand_per_job
-        return self.budget.cap
+        return self.budget.mean if job is None else self.budget.cap_of(job)
 
     def plan(self, sizes: Sequence[float]) -> None:
         """With a stated ``fairness_price``: choose the fair slice cap for this decision from

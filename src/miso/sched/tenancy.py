@@ -316,9 +316,10 @@ class Tenancy:
                 jobs[o] = jobs.get(o, 0) + n
         return jobs
 
-    def fair_cap(self) -> float:
-        """The most of a GPU a fair slice may be now (:meth:`FairSlices.cap`)."""
-        return self.slices.cap()
+    def fair_cap(self, job: str | None = None) -> float:
+        """The most of a GPU a fair slice of ``job`` may be now (None: averaged over jobs;
+        :meth:`FairSlices.cap`)."""
+        return self.slices.cap(job)
 
     def entitlements(self, queued: Mapping[str, int], demand_per_job: float | None = None,
                      ) -> dict[str, float]:

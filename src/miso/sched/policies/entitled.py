@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from miso.sched.fairprice import fair_fraction
+
 if TYPE_CHECKING:  # pragma: no cover
     from miso.mig import Geometry
     from miso.sched.policies.base import Scratch
@@ -30,7 +32,7 @@ class Entitled:
         self.fits = fits                  # profiles with enough memory for a job
         self._ents: dict[str, float] | None = None
         self._active: dict[str, int] = {}
-        self._floors: dict[tuple[Geometry, str], frozenset[str] | None] = {}
+        self._floors: dict[tuple[Geometry, str, float, float], frozenset[str] | None] = {}
 
     def entitlements(self) -> dict[str, float]:
         """GPUs each owner with active jobs is entitled to, as the call began."""
@@ -50,21 +52,30 @@ class Entitled:
             self._active = {o: queued.get(o, 0) + ten.resident.get(o, 0) for o in self._ents}
         return self._ents
 
-    def fair_slices(self, geom: Geometry, owner: str) -> frozenset[str] | None:
-        """The profiles of ``geom`` a job of ``owner`` is owed while the owner is protected:
-        its fair slice, the largest profile of at most ``min(cap, entitlement / active jobs)``
-        of a GPU (``cap``: :meth:`~miso.sched.tenancy.Tenancy.fair_cap`), or larger; None:
-        any profile (not protected, or the fair slice is the smallest profile)."""
-        key = (geom, owner)
-        if key in self._floors:
-            return self._floors[key]
+    def fair_slices(self, geom: Geometry, owner: str, job: str | None = None,
+                    ) -> frozenset[str] | None:
+        """The profiles of ``geom`` a job (``job``) of ``owner`` is owed while the owner is
+        protected: its fair slice, the largest profile of at most ``min(cap, entitlement /
+        active jobs)`` of a GPU (``cap``: :meth:`~miso.sched.tenancy.Tenancy.fair_cap`; when
+        the jobs' caps differ, a stated price's ``share``, each job's own cap scaled by the
+        entitlement per job over the mean cap), or larger; None: any profile (not protected,
+        or the fair slice is the smallest profile). A job a reclaim returned room for is owed
+        that room's fair slice at least until it runs on a slice (its ``promised`` slice: the
+        entitlement per job may shrink before the victims' slices free)."""
         ten = self.sc.state.tenancy
         assert ten is not None
-        ents = self.entitlements()
+        ents = self.entitlements()          # plans this call's budget first
+        own, mean = ten.fair_cap(job), ten.fair_cap()
+        promised = ten.slices.promised.get(job, 0.0) if job is not None else 0.0
+        key = (geom, owner, own, promised)
+        if key in self._floors:
+            return self._floors[key]
         got: frozenset[str] | None = None
+        frac = promised
         if owner in ents and ten.protected(owner, ents):
-            frac = min(ten.fair_cap(),
-                       ents[owner] / max(1, self._active.get(owner, 1)))
+            per_job = ents[owner] / max(1, self._active.get(owner, 1))
+            frac = max(frac, fair_fraction(own, mean, per_job))
+        if frac > 0:
             full = geom.model.full_profile().compute_slices
             sizes = sorted({p.compute_slices for p in geom.profiles})
             floor = max((c for c in sizes if c <= frac * full + ROUND), default=sizes[0])
@@ -76,7 +87,7 @@ class Entitled:
     def _sig(self, geom: Geometry, job: str) -> tuple[str, ...]:
         spec = self.sc.state.jobs[job].spec
         fits = self.fits(geom, spec.memory_gb)
-        owed = self.fair_slices(geom, spec.owner)
+        owed = self.fair_slices(geom, spec.owner, job)
         return fits if owed is None else tuple(p for p in fits if p in owed)
 
     def mix(self, gpu: str, jobs: list[str]) -> bool:
@@ -103,7 +114,7 @@ class Entitled:
         if j not in jobs or (not jobs[j].spec.checkpointable
                              and jobs[j].status.value == "running"):
             return None
-        owed = self.fair_slices(geom, jobs[j].spec.owner)
+        owed = self.fair_slices(geom, jobs[j].spec.owner, j)
         if owed is None:
             return None
         kept = {p: v for p, v in sp.items() if p in owed}
