@@ -104,7 +104,11 @@ def _hold_if_under(policy: BasePolicy, sc: Scratch, job: str, ents: dict[str, fl
 
 def _wake_at(policy: BasePolicy, sc: Scratch, now: float, wake: float) -> None:
     """A ``WakeUp`` at ``wake`` unless the one asked before (the policy's ``reclaim_timer``,
-    its own memory: the ledger is the driver's) is pending and not later."""
+    its own memory: the ledger is the driver's) is pending and not later. Never at or before
+    ``now``: that decision would come back at the same instant, find the same state and ask
+    again, forever (seen: a per-GPU gap whose end rounded to just before the timer)."""
+    if wake <= now + 1e-9:
+        return
     timer = policy.reclaim_timer
     if timer is None or timer <= now or wake < timer - 1e-9:
         policy.reclaim_timer = wake
