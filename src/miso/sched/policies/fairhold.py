@@ -46,7 +46,7 @@ def hold(policy: BasePolicy, sc: Scratch, job: str,
     owner = st.jobs[job].spec.owner
     best: tuple[int, int, str] | None = None
     for k, (g, gs) in enumerate(st.gpus.items()):
-        if gs.busy or g in sc.touched or g in taken or sc.reserved.get(g, owner) != owner:
+        if gs.busy or not _open(sc, g, owner, taken):
             continue
         rest = sorted(sc.jobs_on(g), key=lambda j: (-ten.charge_of(j), j))
         cap = None if best is None else best[0]
@@ -65,6 +65,12 @@ def hold(policy: BasePolicy, sc: Scratch, job: str,
         return None
     sc.reserved[best[2]] = owner
     return best[2]
+
+
+def _open(sc: Scratch, g: str, owner: str, taken: frozenset[str]) -> bool:
+    """Whether ``g`` may be held for ``owner``: not changed in this call, not held for its
+    jobs ahead, not reserved for another owner."""
+    return g not in sc.touched and g not in taken and sc.reserved.get(g, owner) == owner
 
 
 def hold_owed(policy: BasePolicy, sc: Scratch, job: str, owed: float) -> list[str]:
