@@ -14,9 +14,11 @@ no reclaim is made for it, the GPU on which it would fit after the fewest reside
 largest slices counted first; then GPU order) is reserved for its owner for the rest of the
 call (``Scratch.reserved``: other owners' jobs may not join it; its residents run on). Each
 call chooses again, so the hold follows the GPU nearest to having room. The owner's next
-queued jobs that have no room hold a GPU each too, while the room they ask for (each one's
-smallest slice) stays within what the owner is still owed (its entitlement less what it
-holds), at most :data:`MAX_HOLDS` GPUs per owner per call: one held GPU let the other
+queued jobs that have no room hold a GPU each too while the owner is still owed that whole
+GPU (its entitlement less what it holds and the first job's slice; each held GPU counted
+whole, by its model's weight: counted by the jobs' slices, the held GPUs filled with the
+owner's jobs overshot, two owners 2:1 on mixed models -8.4 % for the light one), at most
+:data:`MAX_HOLDS` GPUs per owner per call: one held GPU let the other
 owners' small jobs take every other slice that freed while a small account's large jobs
 waited (measured, accounts 2:1 at saturation: B held 3.4-3.6 of its 5.3 GPUs with 10-17
 large jobs queued for up to 17,000 s).
@@ -74,13 +76,15 @@ def _open(sc: Scratch, g: str, owner: str, taken: frozenset[str]) -> bool:
 
 
 def hold_owed(policy: BasePolicy, sc: Scratch, job: str, owed: float) -> list[str]:
-    """:func:`hold` for ``job`` and then for its owner's next queued jobs with no room, while
-    their smallest slices add up to no more than ``owed`` (GPUs the owner is still owed; the
-    first job holds whatever it asks), at most :data:`MAX_HOLDS`; the GPUs held."""
+    """:func:`hold` for ``job``; then for its owner's next queued jobs with no room, one GPU
+    each while the owner is still owed that whole GPU (``owed``, GPUs in tenancy's unit, less
+    ``job``'s smallest slice and the GPUs held before: a held GPU keeps all of it from the
+    others, so it counts its model's weight), at most :data:`MAX_HOLDS`; the GPUs held."""
     st = sc.state
     ten = st.tenancy
     assert ten is not None
     owner = st.jobs[job].spec.owner
+    had = {g for g, o in sc.reserved.items() if o == owner}
     taken: list[str] = []
     g = hold(policy, sc, job)
     if g is None:
@@ -89,13 +93,18 @@ def hold_owed(policy: BasePolicy, sc: Scratch, job: str, owed: float) -> list[st
     left = owed - ten.smallest_charge(job)
     nxt = [j for j in sc.queue() if j != job and st.jobs[j].spec.owner == owner][:MAX_LOOK]
     for j in nxt:
-        if len(taken) >= MAX_HOLDS:
+        if len(taken) >= MAX_HOLDS or left < 1.0 - 1e-9:
             break
-        need = ten.smallest_charge(j)
-        if need > left + 1e-9 or policy.has_room(sc, j):
+        if policy.has_room(sc, j):
             continue
         g = hold(policy, sc, j, frozenset(taken))
-        if g is not None:
-            taken.append(g)
-            left -= need
+        if g is None:
+            continue
+        w = ten.model_weight(st.gpus[g].model)
+        if w > left + 1e-9:     # not owed this whole GPU: not held
+            if g not in had:
+                del sc.reserved[g]
+            break
+        taken.append(g)
+        left -= w
     return taken
