@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 
 from miso.sched import GpuAdded, JobSpec, JobSubmitted
@@ -20,6 +19,7 @@ from miso.sched.fairprice import (
 from miso.sched.state import ClusterState
 from miso.sched.tenancy import two_level_fill
 from miso.sched.tenancyconfig import TenancyConfig
+from miso.sim.fairness import account_shares
 from miso.sim.run import run_policy
 from miso.sim.traces import TraceJob
 from miso.sim.world import WorldConfig
@@ -106,27 +106,6 @@ def test_accounts__two_level_entitlements_hand_computed():
     flat = TenancyConfig(weights={"a3": 2.0})
     assert two_level_fill(12.0, {"a1": 20.0, "a3": 20.0}, flat) == \
         pytest.approx({"a1": 4.0, "a3": 8.0})
-
-
-def account_shares(r, accounts: dict[str, str], queued: bool = False  # noqa: ANN001
-                   ) -> dict[str, float]:
-    """Each account's part of the GPU time its owners held while every account had jobs
-    (from the run's in-use samples, piecewise constant; until the first account's last job
-    ended), or with ``queued`` while every account had jobs waiting (until the first
-    account's last job first started: weights are owed while demand exceeds them; after that
-    an account's last few jobs use less than its share)."""
-    owners = np.array(r.owners)
-    ends = r.first_start if queued else r.finish
-    until = min(float(ends[np.isin(owners, [o for o, a in accounts.items() if a == acc])]
-                      .max()) for acc in set(accounts.values()))
-    got: dict[str, float] = dict.fromkeys(set(accounts.values()), 0.0)
-    samples = r.owner_usage
-    for (t0, use), (t1, _) in zip(samples, samples[1:], strict=False):
-        dt = max(0.0, min(t1, until) - t0)
-        for o, x in use.items():
-            got[accounts[o]] += x * dt
-    tot = sum(got.values())
-    return {a: v / tot for a, v in got.items()}
 
 
 ACCOUNTS = {"a1": "A", "a2": "A", "a3": "A", "b1": "B"}

@@ -41,6 +41,11 @@ least that large for those jobs (:meth:`~miso.sched.policies.base.Scratch.entitl
 :mod:`miso.sched.policies.reclaim` returns room lent to owners above their entitlement to a
 waiting protected owner by checkpointing and requeueing their jobs (Kueue's
 ``reclaimWithinCohort``). Off with ``reclaim=False`` (order only).
+On several GPU models entitlements, demands and holdings are in the usage's model-neutral unit
+(:meth:`Tenancy.capacity`: a GPU counts its model's weight, a demand of ``k`` GPUs is ``k``
+average GPUs); counted in GPUs, an owner at its entitlement could hold far fewer units than its
+weight (measured, 8 A100-40GB + 8 H100-80GB, owners 2:1, seed 1: -13.8 % / +27.5 % of their
+weights counted in GPUs, -0.6 % / +1.1 % in the unit).
 
 **A stated price** (``fairness_price``, issue 31): the fair slice's cap then follows the
 cluster's backlog instead of ``demand_per_job`` (:mod:`miso.sched.fairprice`,
@@ -139,9 +144,10 @@ class Tenancy:
         #: an in-use quota caps whole GPUs (set by the driver from the policy's
         #: ``whole_gpus_only``)
         self.whole_gpus = False
-        #: GPUs held per owner: each occupied GPU counts 1, split by its owners' charges
+        #: GPUs held per owner: each occupied GPU counts its model's weight (1 on one model),
+        #: split by its owners' charges
         self.held: dict[str, float] = {}
-        self._split: dict[str, dict[str, float]] = {}   # gpu -> owner -> part of the GPU held
+        self._split: dict[str, dict[str, float]] = {}   # gpu -> owner -> its part x weight
         #: resident jobs per owner (the demand of :meth:`entitlements`, with the queued ones)
         self.resident: dict[str, int] = {}
         #: gpu -> replica -> (owner, charge): service replicas' slices, charged to their owner
@@ -234,7 +240,8 @@ class Tenancy:
             split: dict[str, float] = {}
             tot = sum(c for _, c in held.values())
             for o, c in held.values():
-                split[o] = split.get(o, 0.0) + (c / tot if tot > 0 else 1.0 / len(held))
+                # the GPU counts its weight (the model-neutral unit)
+                split[o] = split.get(o, 0.0) + weight * (c / tot if tot > 0 else 1.0 / len(held))
             for o, part in split.items():
                 self.held[o] = self.held.get(o, 0.0) + part
             self._split[g] = split
@@ -301,7 +308,8 @@ class Tenancy:
         return self._held.get(g, {}).get(job, ("", 0.0))[1] if g is not None else 0.0
 
     def split_of(self, gpu: str) -> dict[str, float]:
-        """Owner -> the part of ``gpu`` it holds (empty when no job is resident)."""
+        """Owner -> the part of ``gpu`` it holds, times the GPU's model weight (empty when no
+        job is resident)."""
         return self._split.get(gpu, {})
 
     # -- entitlements -------------------------------------------------------------------------
@@ -323,15 +331,27 @@ class Tenancy:
 
     def entitlements(self, queued: Mapping[str, int], demand_per_job: float | None = None,
                      ) -> dict[str, float]:
-        """GPUs each owner with active jobs is entitled to: the cluster's GPUs shared max-min
-        fair by weight over demands (an owner's demand: its resident jobs plus ``queued``,
+        """GPUs each owner with active jobs is entitled to (in the model-neutral unit,
+        :meth:`capacity`): the cluster's GPUs shared max-min fair by weight over demands (an
+        owner's demand: its resident jobs plus ``queued``,
         ``demand_per_job`` GPU each (default :meth:`fair_cap`), one GPU at least).
         Water-filling: owners whose demand is under their weighted part get their demand;
         the rest is shared again among the others."""
         jobs = self.active(queued)
         d = self.fair_cap() if demand_per_job is None else demand_per_job
-        demand = {o: min(float(n), max(1.0, n * d)) for o, n in jobs.items()}
-        return two_level_fill(float(len(self.state.gpus)), demand, self.config)
+        cap = self.capacity()
+        per_gpu = cap / len(self.state.gpus) if self.state.gpus else 1.0
+        demand = {o: min(float(n), max(1.0, n * d)) * per_gpu for o, n in jobs.items()}
+        return two_level_fill(cap, demand, self.config)
+
+    def capacity(self) -> float:
+        """The policies' GPUs in the model-neutral unit (:meth:`model_weight`: their count on
+        a one-model cluster), what :meth:`entitlements` shares out and ``held`` counts in."""
+        for gs in self.state.gpus.values():
+            if gs.geom not in self._geoms:
+                self._geoms[gs.geom] = None
+                self._smallest = {}
+        return sum(self.model_weight(gs.model) for gs in self.state.gpus.values())
 
     def plan_budget(self, sizes: Iterable[float]) -> None:
         """With a stated ``fairness_price``: the fair slice cap for this decision

@@ -119,3 +119,24 @@ def fairness_of(policy: str, shared: SimResult, jobs: Sequence[TraceJob], cfg: A
                 run: Callable[..., SimResult]) -> dict[str, object]:
     """:func:`fairness_report` of ``shared`` against its :func:`reference_runs`."""
     return fairness_report(shared, *reference_runs(policy, jobs, cfg, seed, tenancy, run))
+
+
+def account_shares(r: SimResult, accounts: Mapping[str, str], queued: bool = False
+                   ) -> dict[str, float]:
+    """Each account's part of the GPU time its owners held while every account had jobs
+    (from the run's in-use samples, piecewise constant; until the first account's last job
+    ended), or with ``queued`` while every account had jobs waiting (until the first
+    account's last job first started: weights are owed while demand exceeds them). The
+    accounts' fair-share figure (issue 31: within 5 % of their weights)."""
+    owners = np.array(r.owners)
+    ends = r.first_start if queued else r.finish
+    until = min(float(ends[np.isin(owners, [o for o, a in accounts.items() if a == acc])]
+                      .max()) for acc in set(accounts.values()))
+    got: dict[str, float] = dict.fromkeys(set(accounts.values()), 0.0)
+    samples = r.owner_usage
+    for (t0, use), (t1, _) in zip(samples, samples[1:], strict=False):
+        dt = max(0.0, min(t1, until) - t0)
+        for o, x in use.items():
+            got[accounts[o]] += x * dt
+    tot = sum(got.values())
+    return {a: v / tot for a, v in got.items()}

@@ -39,7 +39,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from miso.sched.decisions import RequeueCause, WakeUp
-from miso.sched.policies.fairhold import hold
+from miso.sched.policies.fairhold import hold_owed
 from miso.sched.policies.preempt import victim_cost
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -114,16 +114,22 @@ def _promises(sc: Scratch) -> dict[str, float]:
 
 def _hold_if_under(policy: BasePolicy, sc: Scratch, job: str, ents: dict[str, float],
                    held: dict[str, float]) -> None:
-    """Hold a GPU for ``job`` (:func:`~miso.sched.policies.fairhold.hold`) when its owner
-    holds less than its entitlement (not merely within its margin)."""
+    """Hold a GPU for ``job``, and for its owner's next waiting jobs within what the owner is
+    still owed (:func:`~miso.sched.policies.fairhold.hold_owed`), when its owner holds less
+    than its entitlement (not merely within its margin)."""
     o = sc.state.jobs[job].spec.owner
-    if held.get(o, 0.0) < ents.get(o, 0.0) - 1e-6:
-        hold(policy, sc, job)
+    owed = ents.get(o, 0.0) - held.get(o, 0.0)
+    if owed > 1e-6:
+        hold_owed(policy, sc, job, owed)
 
 
 def _wake_at(policy: BasePolicy, sc: Scratch, now: float, wake: float) -> None:
     """A ``WakeUp`` at ``wake`` unless the one asked before (the policy's ``reclaim_timer``,
-    its own memory: the ledger is the driver's) is pending and not later."""
+    its own memory: the ledger is the driver's) is pending and not later. Never at or before
+    ``now``: that decision would come back at the same instant, find the same state and ask
+    again, forever (seen: a per-GPU gap whose end rounded to just before the timer)."""
+    if wake <= now + 1e-9:
+        return
     timer = policy.reclaim_timer
     if timer is None or timer <= now or wake < timer - 1e-9:
         policy.reclaim_timer = wake
