@@ -55,8 +55,10 @@ def test_gang_reclaim__owed_gang_starts_on_an_over_entitled_owners_stopped_run()
     assert restarts[other] == 0 and start[other] == pytest.approx(0.0)
 
 
-def test_gang_reclaim__never_takes_an_owner_below_its_entitlement():
-    # a holds only its entitled 4 of 8 GPUs (one gang): b's 8-GPU gang waits for it to end.
+def test_gang_reclaim__never_stops_a_run_its_owner_would_be_owed_back():
+    # a, c and b each entitled to 8/3 GPUs; a and c hold one 4-GPU gang each, no more than
+    # their entitlement rounded up to that gang: stopped, it would be owed its room back.
+    # b's 8-GPU gang waits for them to end.
     jobs = [TraceJob("a1", 0.0, 10_000.0, WL, owner="a", num_gpus=4),
             TraceJob("c1", 0.0, 10_000.0, WL, owner="c", num_gpus=4),
             TraceJob("b1", 1_000.0, 3_000.0, WL, owner="b", num_gpus=8)]

@@ -95,7 +95,26 @@ def price_part(a: argparse.Namespace, pol: str) -> dict[str, object]:
           f"{f['reclaims_useless']}", flush=True)
     got["philly"] = {**f, "largest_vc": big, "largest_vc_short_slowdown": slow,
                      "largest_vc_short_slowdown_off": slow_off}
+    philly_by_vc(jobs, r, ref_off, f)
     return got
+
+
+def philly_by_vc(jobs, r, off, f) -> None:  # noqa: ANN001
+    """Per vc: its jobs and gangs, the GPUs of its alone run (its entitled share, rounded up
+    to its largest gang), average JCTs shared / off / alone, sharing incentive on and off."""
+    asks: dict[str, list[int]] = {}
+    for j in jobs:
+        asks.setdefault(j.owner, []).append(j.num_gpus)
+    offo = np.array(off.owners)
+    print("| vc | jobs | gangs | alone on GPUs | avg JCT s shared | off | alone | "
+          "sharing incentive | off |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for o in sorted(asks, key=lambda o: -len(asks[o])):
+        al = f["owners_alone_avg_jct_s"][o]
+        off_o = float(off.jct[offo == o].mean())
+        print(f"| {o} | {len(asks[o])} | {sum(n > 1 for n in asks[o])} | "
+              f"{f['entitled_gpus'][o]} | {f['owners_avg_jct_s'][o]:,.0f} | {off_o:,.0f} | "
+              f"{al:,.0f} | {f['sharing_incentive'][o]:.2f} | {off_o / al:.2f} |", flush=True)
 
 
 def main() -> None:

@@ -11,9 +11,10 @@ runs of owners above their entitlement are checkpointed and requeued
 (:class:`~miso.sched.decisions.StopGang`) until the gang starts on their GPUs and the idle held
 ones. Victims: other owners' gangs (not backfills, which the reservation stops anyway),
 running at least ``min_run_s``, able to checkpoint unless ``preempt_uncheckpointable``, of no
-higher priority, their owners staying at or above their entitlement after the stop (so the
-room never swings back: the victim's owner is then owed nothing); the most over-entitled
-owner's first, then the smallest runs.
+higher priority, whose owner holds more than its entitlement rounded up to the run's size
+(the rule that says who is owed, seen from the other side: the stopped run, requeued, is not
+owed its room back, so the room never swings back); the most over-entitled owner's first,
+then the smallest runs.
 
 Entitlements here are in whole GPUs: every GPU (the policies' view and the held ones) water-
 filled by weight (:func:`~miso.sched.fairfill.two_level_fill`) over owners' demands, each the
@@ -75,10 +76,11 @@ def _may_stop(st: ClusterState, j: str, head: str, started: Mapping[str, float],
                        if g in book.gpus))
 
 
-def _stays_entitled(held: Mapping[str, float], ents: Mapping[str, float], owner: str,
+def _over_by_a_run(held: Mapping[str, float], ents: Mapping[str, float], owner: str,
                     n: int) -> bool:
-    """``owner`` still holds at least its entitlement after giving up ``n`` GPUs."""
-    return held.get(owner, 0.0) - n >= ents.get(owner, 0.0) - 1e-6
+    """``owner`` holds more than its entitlement rounded up to a run of ``n`` GPUs, so that
+    run, stopped and requeued, is not owed its room back (:func:`owed`'s rule)."""
+    return held.get(owner, 0.0) > max(ents.get(owner, 0.0), float(n)) + 1e-6
 
 
 def victims(st: ClusterState, head: str, ents: dict[str, float], skip: set[str],
@@ -90,7 +92,7 @@ def victims(st: ClusterState, head: str, ents: dict[str, float], skip: set[str],
     book = st.gangs
     out = [j for j, gpus in book.runs.items()
            if j not in skip and _may_stop(st, j, head, started, now)
-           and _stays_entitled(ten.held, ents, st.jobs[j].spec.owner, len(gpus))]
+           and _over_by_a_run(ten.held, ents, st.jobs[j].spec.owner, len(gpus))]
     over = {o: ten.held.get(o, 0.0) - ents.get(o, 0.0) for o in ten.held}
     return sorted(out, key=lambda j: (-over[st.jobs[j].spec.owner], len(book.runs[j]),
                                       st.jobs[j].submitted_at, j))
@@ -125,7 +127,7 @@ def reclaim_for(ps: GangPass, head: str, backfills: set[str], started: Mapping[s
 def _take(ps: GangPass, head: str, ents: Mapping[str, float], cands: list[str],
           pool: list[str], pick: Picker) -> list[str]:
     """The runs of ``cands`` (in order) to stop until ``pool`` (extended in place with their
-    GPUs) holds ``head``; each victim's owner keeps its entitlement after all the stops."""
+    GPUs) holds ``head``; each victim's owner, after the stops before it, still over by a run."""
     st = ps.st
     ten = st.tenancy
     assert ten is not None
@@ -136,7 +138,7 @@ def _take(ps: GangPass, head: str, ents: Mapping[str, float], cands: list[str],
         if len(pool) >= spec.num_gpus and pick(pool, spec.num_gpus, spec.nodes) is not None:
             break
         o, gpus = st.jobs[v].spec.owner, book.runs[v]
-        if not _stays_entitled(held, ents, o, len(gpus)):
+        if not _over_by_a_run(held, ents, o, len(gpus)):
             continue  # an earlier stop already brought its owner down to its entitlement
         held[o] = held.get(o, 0.0) - len(gpus)
         taken.append(v)
