@@ -214,8 +214,9 @@ class RefMisoPlus(MisoPlus):
                     continue
                 s = self.speeds(gs.geom, sc, [j])[j].get(pl.profile, 1.0)
                 w = self.work.remaining(st, j)
-                saved = w / max(s, 0.05) - (w + self.restarts.prior_s)
-                if saved > self.restarts.prior_s:
+                c = self.restarts.cost(j)  # the one restart price, learned per job
+                saved = w / max(s, 0.05) - w - c
+                if saved > c:
                     donors.append((-saved, j, g))
         donors.sort()
         used: set[str] = set()
@@ -513,7 +514,9 @@ def test_rebalance_index__sees_changes_from_state_events_and_owner():
         st.observe(0.0, JobSubmitted(JobSpec(str(i), "x", 1.0)))
         st.apply(0.0, PlaceJob(str(i), g))
     value = {"a": -10.0, "b": -5.0, "c": None}
-    idx = RebalanceIndex(lambda sc, g: None if value[g] is None else (value[g], "j" + g))
+    idx = RebalanceIndex(
+        lambda sc, g, measured: None if value[g] is None or not measured else (value[g], "j" + g),
+        lambda: 0.0)
 
     def pop(ev: object) -> list[str]:
         st.observe(0.0, ev)  # type: ignore[arg-type]
@@ -540,6 +543,38 @@ def test_rebalance_index__sees_changes_from_state_events_and_owner():
     assert list(idx.idle(sc)) == []
     st.observe(1.0, JobFinished("2"))
     assert list(idx.idle(Scratch(st))) == ["b"]
+
+
+def test_rebalance_index__prices_unmeasured_donors_at_the_shared_price_of_now():
+    """Donors whose restart cost was not measured save their gain less the shared price, which
+    moves with every measurement: when it falls, they rank by it without any GPU changing."""
+    from miso.sched.policies.rebalance import RebalanceIndex
+
+    st = ClusterState()
+    for g in ("a", "b", "c"):
+        st.observe(0.0, GpuAdded(g, "A100-40GB"))
+    gain = {"a": 100.0, "b": 50.0}   # unmeasured donors: gain before the restart
+    measured = {"c": -70.0}          # a measured donor: -saving, its own cost counted
+    price = [60.0]
+    idx = RebalanceIndex(
+        lambda sc, g, m: ((measured[g], "m" + g) if g in measured else None) if m
+        else ((-gain[g], "u" + g) if g in gain else None),
+        lambda: price[0])
+
+    def pop(name: str) -> list[tuple[float, str]]:
+        ev = JobSubmitted(JobSpec(name, "x", 1.0))
+        st.observe(0.0, ev)
+        idx.note(ev, st)
+        sc = Scratch(st)
+        out = []
+        while (got := idx.pop(sc)) is not None:
+            out.append((got[0], got[2]))
+        return out
+
+    # At 60 s neither unmeasured donor saves more than a restart (40 s, -10 s).
+    assert pop("y1") == [(-70.0, "c")]
+    price[0] = 20.0  # measurements elsewhere lowered the shared price: both pay now
+    assert pop("y2") == [(-80.0, "a"), (-30.0, "b")]
 
 
 class SpeedObservedLike:

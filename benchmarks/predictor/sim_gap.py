@@ -142,7 +142,7 @@ class ScaledPrior(SpeedPlugin):
 
 def pessimistic_donor(k: float):  # noqa: ANN201
     """``Rebalancing.best_donor`` with an unmeasured job's slice speed times ``k``."""
-    def best_donor(self, sc, g):  # noqa: ANN001, ANN202
+    def best_donor(self, sc, g, measured):  # noqa: ANN001, ANN202
         pol = self.pol
         gs = sc.state.gpus[g]
         jobs = sc.jobs_on(g)
@@ -150,18 +150,20 @@ def pessimistic_donor(k: float):  # noqa: ANN201
             return None
         pinned = pol.pinned(sc, jobs)
         full = gs.geom.model.full_profile().name
+        costs = pol.restarts.seen if pol.restarts.learn_costs else {}
         best = None
         for j in jobs:
             pl = gs.assignment.get(j)
-            if pl is None or j in pinned:
+            c = costs.get(j)
+            if pl is None or j in pinned or (c is None) == measured:
                 continue
             s = pol.speeds(gs.geom, sc, [j])[j].get(pl.profile, 1.0)
             if j not in pol.est and pl.profile != full and \
                     pl.profile not in pol.learned.get(j, {}):
                 s *= k
             w = pol.work.remaining(sc.state, j)
-            saved = w / max(s, 0.05) - (w + pol.restarts.prior_s)
-            if saved > pol.restarts.prior_s and (best is None or (-saved, j) < best):
+            saved = w / max(s, 0.05) - w - (c or 0.0)
+            if (c is None or saved > c) and (best is None or (-saved, j) < best):
                 best = (-saved, j)
         return best
     return best_donor

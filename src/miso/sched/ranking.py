@@ -55,17 +55,28 @@ class LazyRanking(Generic[T]):
             self._heap = [e for e in self._heap if e[3] == self._version[e[2]]]
             heapq.heapify(self._heap)
 
-    def pop(self, stamp: int) -> tuple[Any, T] | None:
-        """Remove and return (key, item) of the best item at ``stamp`` (the stamp of the last
-        :meth:`refresh`); None when nothing is ranked. A popped item leaves the ranking until
-        :meth:`changed` and :meth:`refresh` bring it back."""
+    def peek(self, stamp: int) -> tuple[Any, T] | None:
+        """(key, item) of the best item at ``stamp`` (the stamp of the last :meth:`refresh`),
+        left in the ranking; None when nothing is ranked."""
         heap = self._heap
         while heap:
-            key, _, item, ver, at = heapq.heappop(heap)
-            if ver != self._version[item]:
-                continue                      # superseded by a newer entry
-            if at == stamp:
-                self._version[item] += 1      # out of the ranking
+            key, _, item, ver, at = heap[0]
+            if ver == self._version[item] and at == stamp:
                 return key, item
-            self._push(item, stamp)           # a lower bound: evaluate it now
+            heapq.heappop(heap)
+            if ver == self._version[item]:
+                self._push(item, stamp)       # a lower bound: evaluate it now
         return None
+
+    def take(self, item: T) -> None:
+        """Take ``item`` out of the ranking until :meth:`changed` and :meth:`refresh` bring it
+        back."""
+        if item in self._version:
+            self._version[item] += 1
+
+    def pop(self, stamp: int) -> tuple[Any, T] | None:
+        """Remove and return :meth:`peek`'s (key, item)."""
+        got = self.peek(stamp)
+        if got is not None:
+            self.take(got[1])
+        return got

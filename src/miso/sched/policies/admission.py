@@ -245,11 +245,16 @@ class Admission:
         gpus = sc.state.gpus
         if "lazy" not in memo or k >= len(gpus):
             return None
-        typical = memo["lazy"]
         some = [gpus[g] for g in self.soonest if g in gpus][:k + _BOUND_GPUS]
         if len(some) <= k:
             return None
-        return sorted(self.gpu_end_times(sc.state, some, lambda: typical))[k]
+        # Their end times, computed once per decision (extended as deeper asks need more):
+        # the GPUs and the typical work do not change during it, so each is the same float.
+        ends = memo.setdefault("soon_ends", [])
+        if len(ends) < len(some):
+            typical = memo["lazy"]
+            ends += self.gpu_end_times(sc.state, some[len(ends):], lambda: typical)
+        return sorted(ends[:len(some)])[k]
 
     def gpu_end_times(self, st: Any, gpus: Any, typical: Callable[[], float]) -> list[float]:
         """Per GPU of ``gpus`` (GpuStates, in order), :func:`_ends_in`, the full profile's

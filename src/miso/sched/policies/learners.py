@@ -165,13 +165,15 @@ class RestartCosts:
             if js is not None and js.gpu == gpu and js.finished_at is None:
                 self.relaunching.add(j, (t0, now))
 
-    def learn(self, st: ClusterState) -> None:
+    def learn(self, st: ClusterState) -> list[str]:
         """Read each relaunched job's first progress report after the plan's
         acknowledgement (folded into its state by the driver, live or simulated; not a last
         report of the old run) as its restart cost: from the plan to that report. Only the
-        relaunches that can have changed are looked at (:meth:`Relaunches.changed`)."""
+        relaunches that can have changed are looked at (:meth:`Relaunches.changed`). Returns
+        the jobs whose cost was measured now (their price changed)."""
+        measured: list[str] = []
         if not self.relaunching.entries:
-            return
+            return measured
         limit = STALE * max(self.prior_s, 60.0)
         for j, (t0, acked) in self.relaunching.changed(st, limit):
             js = st.jobs.get(j)
@@ -183,6 +185,8 @@ class RestartCosts:
                 self.stats[0] += p[0] - t0
                 self.stats[1] += 1
                 self.relaunching.drop(j)
+                measured.append(j)
+        return measured
 
     def forget(self, job: str) -> None:
         self.seen.pop(job, None)

@@ -149,7 +149,7 @@ class MisoPlus(Miso):
         self.admission = Admission(self, AdmissionOptions(  # permit: profile, share or wait
             profile_when, share_margin, load_samples, wait_bias))
         self.rebalancer = Rebalancing(self)  # post-bind: moves onto idle GPUs (rebalance.py)
-        self.donors = RebalanceIndex(self.rebalancer.best_donor)
+        self.donors = RebalanceIndex(self.rebalancer.best_donor, partial(self.restarts.cost, ""))
         self.declines = Declines()          # declined repartitions recorded (declined.py)
 
     def restart_price(self, job: str) -> float:
@@ -163,7 +163,8 @@ class MisoPlus(Miso):
         self.donors.note(event, state)
         if isinstance(event, JobSubmitted):
             self.clock.note(now, event.job.memory_gb, event.job.duration_hint_s)
-        self.restarts.learn(state)
+        for j in self.restarts.learn(state):  # their price changed: re-rank their GPUs
+            self.donors.changed(state.jobs[j].gpu)
         out = super().decide(now, event, state)
         self.restarts.note_plans(state, self.ran, now, out)
         at = self.clock.quiet_from()

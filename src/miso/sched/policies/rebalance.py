@@ -6,12 +6,21 @@ shrinks while its GPU is unchanged (its remaining work shrinks as it runs), so t
 in a :class:`~miso.sched.ranking.LazyRanking` and re-evaluated only when they change or reach
 the top. A GPU counts as changed when the cluster state changes it (:meth:`ClusterState.watch`),
 when an event names it or one of its jobs (new speeds, progress, profiles), and when its owner
-says so (:meth:`RebalanceIndex.changed`, e.g. after re-planning it).
+says so (:meth:`RebalanceIndex.changed`, e.g. after re-planning it, or when a job's restart cost
+is measured).
+
+A restart is priced as everywhere else (:meth:`RestartCosts.cost`): a measured job at its own
+cost, fixed while its GPU is unchanged; every other job at one shared price (the mean measured
+so far) that moves with every measurement and may fall. So each GPU is ranked twice: by its best
+measured donor's key (-saving), and by its best unmeasured donor's gain before the restart (the
+shared price is subtracted when popping): neither key can improve while the GPU is unchanged,
+whatever the shared price does.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import TYPE_CHECKING
 
 from miso.sched.events import Event
@@ -24,45 +33,55 @@ from miso.sched.state import ClusterState
 if TYPE_CHECKING:  # pragma: no cover
     from miso.sched.policies.misoplus import MisoPlus
 
-#: (-saving, job) of a GPU's best donor, or None: the key of :class:`RebalanceIndex`.
+#: (key, job) of a GPU's best donor, or None: (-saving, job) among the jobs whose restart cost
+#: was measured, (-gain before the restart, job) among the others (:meth:`Rebalancing.best_donor`).
 Donor = tuple[float, str]
 
 
 class RebalanceIndex:
-    """``best(sc, gpu)`` gives a GPU's best donor (smaller is better) or None; it must never
-    get better while the GPU is unchanged."""
+    """``best(sc, gpu, measured)`` gives a GPU's best donor (smaller is better) among the jobs
+    whose restart cost was measured (``measured``) or among the others, or None; neither may
+    get better while the GPU is unchanged. ``price()``: the shared restart price of the jobs
+    not measured."""
 
-    def __init__(self, best: Callable[[Scratch, str], Donor | None]) -> None:
+    def __init__(self, best: Callable[[Scratch, str, bool], Donor | None],
+                 price: Callable[[], float]) -> None:
         self.best = best
+        self.price = price
         self._sc: Scratch | None = None
         self._round = 0
         self._state: ClusterState | None = None
-        self._ranking: LazyRanking[str] = LazyRanking(self._key)
+        self._rankings = self._new()
         self._idle: Occupancy[Scratch] = Occupancy(
             lambda sc, g: None if sc.state.gpus[g].busy or sc.jobs_on(g) else "idle",
             lambda cls: (cls,))
 
-    def _key(self, g: str) -> tuple[float, str, str] | None:
+    def _new(self) -> tuple[LazyRanking[str], LazyRanking[str]]:
+        """(measured donors, the others)."""
+        return LazyRanking(partial(self._key, True)), LazyRanking(partial(self._key, False))
+
+    def _key(self, measured: bool, g: str) -> tuple[float, str, str] | None:
         sc = self._sc
         assert sc is not None
         if g not in sc.state.gpus:
             return None
-        got = self.best(sc, g)
+        got = self.best(sc, g, measured)
         return None if got is None else (got[0], got[1], g)
 
     def changed(self, gpu: str | None) -> None:
         if gpu is not None:
-            self._ranking.changed(gpu)
+            for r in self._rankings:
+                r.changed(gpu)
 
     def note(self, event: Event, state: ClusterState) -> None:
         """Call with every event (before deciding on it)."""
         self._round += 1
         if state is not self._state:
             self._state = state
-            self._ranking = LazyRanking(self._key)
-            state.watch(self._ranking.changed)
+            self._rankings = self._new()
+            state.watch(self.changed)
             for g in state.gpus:
-                self._ranking.changed(g)
+                self.changed(g)
         self.changed(getattr(event, "gpu", None))
         job = getattr(event, "job", None)
         if isinstance(job, str) and job in state.jobs:
@@ -75,15 +94,26 @@ class RebalanceIndex:
 
     def pop(self, sc: Scratch) -> tuple[float, str, str] | None:
         """(-saving, job, gpu) of the best donor on any GPU now, taking that GPU out of the
-        ranking until it changes; None when no GPU has a donor."""
+        ranking until it changes; None when no GPU has a donor. A donor not measured saves
+        its gain less the shared price, and is one when that beats the price."""
         if self._sc is not sc:  # first pop of this call
             self._sc = sc
             for g in sc.touched:  # this call's placements: evaluate them as the scratch sees
-                self._ranking.changed(g)
+                self.changed(g)
             # Changes noted from here on (the moves of this call) wait for the next call.
-            self._ranking.refresh(self._round)
-        got = self._ranking.pop(self._round)
-        return None if got is None else got[0]
+            for r in self._rankings:
+                r.refresh(self._round)
+        measured, other = (r.peek(self._round) for r in self._rankings)
+        got = None if measured is None else measured[0]
+        if other is not None:
+            c = self.price()
+            saved = -other[0][0] - c
+            if saved > c and (got is None or (-saved, *other[0][1:]) < got):
+                got = (-saved, *other[0][1:])
+        if got is not None:
+            for r in self._rankings:
+                r.take(got[2])
+        return got
 
 
 class Rebalancing:
@@ -95,25 +125,28 @@ class Rebalancing:
     def __init__(self, pol: MisoPlus) -> None:
         self.pol = pol
 
-    def best_donor(self, sc: Scratch, g: str) -> Donor | None:
-        """(-saving, job) of the job of ``g`` that gains most from a whole GPU, when the time
-        it saves (remaining work at its slice's speed vs on the whole GPU) beats a restart."""
+    def best_donor(self, sc: Scratch, g: str, measured: bool) -> Donor | None:
+        """(-saving, job) of the job of ``g`` whose restart cost was measured that gains most
+        from a whole GPU, when the time it saves (remaining work at its slice's speed vs on
+        the whole GPU, less its restart) beats its restart; with ``measured`` false, (-gain,
+        job) of the others' best, before the shared price (:meth:`RebalanceIndex.pop`)."""
         gs = sc.state.gpus[g]
         jobs = sc.jobs_on(g)
         if len(jobs) < 2 or gs.busy:
             return None
         pol = self.pol
         pinned = pol.pinned(sc, jobs)
-        restart_s = pol.restarts.prior_s
+        costs = pol.restarts.seen if pol.restarts.learn_costs else {}
         best: Donor | None = None
         for j in jobs:
             pl = gs.assignment.get(j)
-            if pl is None or j in pinned:
+            c = costs.get(j)
+            if pl is None or j in pinned or (c is None) == measured:
                 continue
             s = pol.speeds(gs.geom, sc, [j])[j].get(pl.profile, 1.0)
             w = pol.work.remaining(sc.state, j)
-            saved = w / max(s, 0.05) - (w + restart_s)
-            if saved > restart_s and (best is None or (-saved, j) < best):
+            saved = w / max(s, 0.05) - w - (c or 0.0)
+            if (c is None or saved > c) and (best is None or (-saved, j) < best):
                 best = (-saved, j)
         return best
 
