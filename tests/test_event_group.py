@@ -159,3 +159,15 @@ def test_group__decision_records_of_a_batch_are_written_when_it_ends(tmp_path: A
     log.append({"time": 4.0, "kind": "x"})  # outside a batch: at once, as before
     assert len((tmp_path / "d.jsonl").read_text().splitlines()) == 5
     log.close()
+
+
+def test_group__headed_by_a_progress_report_still_refreshes_the_status_view() -> None:
+    """[a progress report, a completion]: the snapshot the status reads drops the job
+    from its GPU after the turn (a group of progress alone changes no view)."""
+    con, _rec, (a, _b), _counter = _live_until_two_finish()
+    gpu = con.loop.state.jobs[a].gpu
+    assert a in json.dumps(con.loop.snapshot()["gpus"])
+    con.rt.queue.put(("progress", "nobody", gpu, None, None, 1.0, 1.0))
+    con.rt.queue.put(("event", JobFinished(a), time.monotonic()))
+    assert con.loop.run_once() and con.rt.queue.empty()
+    assert a not in json.dumps(con.loop.snapshot()["gpus"])

@@ -292,6 +292,8 @@ class EventLoop:
         rt = self.rt
         t0 = time.monotonic()
         self.step.observer = rt.observer
+        if any(it[0] != "progress" for it in items):  # else only jobs' progress: no view
+            self.view.stale = True
         try:
             with self.step.group(rt.now):
                 for it in items:
