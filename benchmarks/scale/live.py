@@ -288,7 +288,10 @@ def serve_main(state: Path, cfg: dict[str, Any], gpus: int) -> int:
 
 def replan(lc: Any, ctl: Any, gpus: int, per: int) -> dict[str, Any]:
     """Take ``gpus`` GPUs' nodes away (their jobs die), wait for the controller to requeue
-    their jobs, bring the nodes back, and time until every returned GPU runs a job."""
+    their jobs, bring the nodes back, and time until every returned GPU runs a job, or,
+    when no job is left to place (the controller's queue empty: a short run's jobs ended),
+    until they all joined (``ended_by`` says which: a GPU cannot run a job nobody waits
+    for, and miso+ moves no running job to an idle GPU)."""
     nodes = sorted(lc.transport.agents())[: max(1, gpus // per)]
     for n in nodes:
         lc.transport.remove(n)
@@ -305,6 +308,7 @@ def replan(lc: Any, ctl: Any, gpus: int, per: int) -> dict[str, Any]:
     t1 = time.monotonic()
     want = {f"{n}/{i}" for n in nodes for i in range(per)}
     seen_at: float | None = None
+    ended_by = None
     while time.monotonic() - t1 < 60:
         snap = ctl.cluster()
         placed = {g["id"] for g in snap["gpus"] if g["id"] in want and g["jobs"]}
@@ -314,12 +318,17 @@ def replan(lc: Any, ctl: Any, gpus: int, per: int) -> dict[str, Any]:
         if placed == want:
             running = {r.gpu for r in list(ctl.rt.runs.values())}
             if want <= running:
+                ended_by = "all_run"
                 break
+        elif joined == want and not snap["queue"]:
+            ended_by = "queue_empty"
+            break
         time.sleep(0.05)
     return {"gpus": len(want), "lost_after_s": round(lost_s, 2),
             "joined_s": None if seen_at is None else round(seen_at, 2),
             "replan_s": round(time.monotonic() - t1, 2),
-            "complete": time.monotonic() - t1 < 60}
+            "complete": ended_by is not None, "ended_by": ended_by,
+            "returned_running": len(placed & {r.gpu for r in list(ctl.rt.runs.values())})}
 
 
 def finish(lc: Any, ctl: Any, rec: Recorder, state: Path) -> dict[str, Any]:

@@ -73,6 +73,12 @@ LOG_BATCH = 500
 #: pass: :meth:`EventLoop._arrivals`).
 ARRIVAL_BATCH = 128
 
+#: Queue items taken together with the others of their kinds waiting behind them (at most
+#: :data:`GROUP_MAX`), as one group of driver steps whose placement pass runs once at the end
+#: (:meth:`EventLoop._group`).
+GROUPED = ("event", "progress")
+GROUP_MAX = 1024
+
 #: A loop that has not come round for this long (s, real time) is reported stuck.
 STUCK_AFTER_S = 60.0
 
@@ -175,7 +181,8 @@ class EventLoop:
 
     def run_once(self, timeout: float = 0.0) -> bool:
         """Handle the clock's due items, then one queued item (waiting up to ``timeout``
-        seconds of real time, cut short by the next timer); False when there was nothing."""
+        seconds of real time, cut short by the next timer); False when there was nothing.
+        The decision records of the turn are written out at its end (``observer.batch``)."""
         rt = self.rt
         clock = rt.clock
         nxt = clock.next_at()
@@ -185,6 +192,14 @@ class EventLoop:
             item = rt.queue.get(timeout=timeout) if timeout > 0 else rt.queue.get_nowait()
         except queue.Empty:
             item = None
+        batch = getattr(rt.observer, "batch", None)
+        with batch() if batch is not None else contextlib.nullcontext():
+            return self._turn(item)
+
+    def _turn(self, item: tuple[Any, ...] | None) -> bool:
+        """:meth:`run_once` after its wait: the due items, then ``item`` (None: none)."""
+        rt = self.rt
+        clock = rt.clock
         did = self.run_due()
         if self.time_limits is not None and time.monotonic() - self._limits_at >= \
                 TIME_LIMIT_EVERY_S:
@@ -202,6 +217,8 @@ class EventLoop:
             return did
         if item[0] == "event" and batchable(item[1]):
             self._arrivals([item, *self._waiting_arrivals()])
+        elif item[0] in GROUPED:
+            self._group([item, *self._waiting_group()])
         else:
             self._dispatch(item)
         # fresh as soon as the queue is empty; while items wait, at most every 0.5 s
@@ -236,6 +253,60 @@ class EventLoop:
             q.queue.extend(rest)
             q.not_full.notify_all()
         return out
+
+    def _waiting_group(self) -> list[tuple[Any, ...]]:
+        """The events and progress reports waiting in the queue behind the one just taken,
+        in their order, up to the first item of another kind (a cancel, a lost node, a
+        timer's stop: they keep their place after the events before them), passing over
+        the submissions :meth:`_waiting_arrivals` takes (a submission is its job's first
+        event, so no event taken here belongs to a job submitted after it)."""
+        q = self.rt.queue
+        with q.mutex:  # this thread is the queue's only consumer
+            out: list[tuple[Any, ...]] = []
+            rest: list[tuple[Any, ...]] = []
+            items = list(q.queue)
+            for k, it in enumerate(items):
+                if it[0] not in GROUPED or len(out) >= GROUP_MAX - 1:
+                    rest.extend(items[k:])
+                    break
+                if it[0] == "event" and batchable(it[1]):
+                    rest.append(it)
+                else:
+                    out.append(it)
+            if out:
+                q.queue.clear()
+                q.queue.extend(rest)
+                q.not_full.notify_all()
+        return out
+
+    def _group(self, items: list[tuple[Any, ...]]) -> None:
+        """Events and progress reports that waited together, each handled in order as
+        alone, except that the policy's placement pass runs once, after the last
+        (:meth:`DriverStep.group`): at a thousand GPUs and a deep queue a pass costs tens
+        of milliseconds, and the loop that falls behind takes bigger groups, so its work
+        per event shrinks as its queue grows instead of the queue growing without bound.
+        Each event's wait is reported up to the group's end, when its decision is made."""
+        if len(items) == 1:
+            self._dispatch(items[0])
+            return
+        rt = self.rt
+        t0 = time.monotonic()
+        self.step.observer = rt.observer
+        if any(it[0] != "progress" for it in items):  # else only jobs' progress: no view
+            self.view.stale = True
+        try:
+            with self.step.group(rt.now):
+                for it in items:
+                    self._dispatch(it, timed=False)
+        except Exception as e:  # noqa: BLE001 - the pass at the end failed: reported
+            log.exception("controller: the placement pass after %d events failed", len(items))
+            rt.error(f"{type(e).__name__}: {e}")
+        if rt.observer is not None:
+            took = time.monotonic() - t0
+            for it in items:
+                if it[0] == "event" and len(it) > 2:
+                    rt.observer.on_timing("loop_lag", t0 - it[2])
+                    rt.observer.on_timing("event_handling", took)
 
     def _arrivals(self, items: list[tuple[Any, ...]]) -> None:
         """Submissions taken together: one driver batch (:meth:`DriverStep.arrivals`: the
@@ -296,13 +367,13 @@ class EventLoop:
             return
         self._rates = dict(ten.in_use)
 
-    def _dispatch(self, item: tuple[Any, ...]) -> None:
+    def _dispatch(self, item: tuple[Any, ...], timed: bool = True) -> None:
         rt = self.rt
         kind = item[0]
         if kind == "event":
             t0 = time.monotonic()
             self._safe(self._handle, item[1])
-            if rt.observer is not None and len(item) > 2:
+            if timed and rt.observer is not None and len(item) > 2:
                 rt.observer.on_timing("loop_lag", t0 - item[2])
                 rt.observer.on_timing("event_handling", time.monotonic() - t0)
         elif kind == "tick":

@@ -16,6 +16,7 @@ import os
 import threading
 from collections import deque
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -44,6 +45,7 @@ class DecisionLog:
         self._recent: deque[dict[str, Any]] = deque(maxlen=keep)
         self._lock = threading.Lock()
         self._seq = 0
+        self._held = 0  # open :meth:`batch` blocks: records are flushed when the last ends
         self._fh: IO[str] | None = None
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -83,9 +85,24 @@ class DecisionLog:
                     self._rotate()
                 self._fh.write(line)
                 self._size += len(line)
-                if self.flush:
+                if self.flush and not self._held:
                     self._fh.flush()
         return out
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Records appended inside are flushed once, at the end, not one by one: a flush is
+        a system call, and one turn of a thousand-GPU controller's loop (a re-plan of every
+        GPU) appends a thousand records."""
+        with self._lock:
+            self._held += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._held -= 1
+                if not self._held and self.flush and self._fh is not None:
+                    self._fh.flush()
 
     def recent(self, n: int | None = None, *, job: str | None = None, gpu: str | None = None,
                since: float | None = None) -> list[dict[str, Any]]:

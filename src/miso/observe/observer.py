@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +84,11 @@ class Observer:
         self._removed: set[str] = set()              # GPUs that left (a GpuAdded: back)
         #: Why a GPU's node was lost (the controller's words), for the decision log.
         self.lost_why: Callable[[str], str | None] = lambda _gpu: None
+
+    def batch(self) -> AbstractContextManager[None]:
+        """Decision records of a driver's turn written out once, at its end
+        (:meth:`DecisionLog.batch`)."""
+        return self.log.batch() if self.log is not None else nullcontext()
 
     # ---- hooks ----------------------------------------------------------------------------
 

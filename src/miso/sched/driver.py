@@ -21,7 +21,8 @@ run through the step when its last dependency ends (:mod:`miso.sched.dependencie
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from miso.jobstatus import CORE_ENDED
@@ -156,6 +157,27 @@ class DriverStep:
                 self.deliver(now, ev)
         finally:
             st.more_arrivals, st.batch_arrivals = 0, 1
+
+    @contextmanager
+    def group(self, now: Callable[[], float]) -> Iterator[None]:
+        """Steps run inside are one group (the live loop's events that waited in its queue
+        together): each event is filtered, observed and decided in order, but a policy that
+        knows ``state.defer_capacity`` leaves its placement pass (and post-filters) to the
+        group's end, where it runs once (``policy.owed_pass``) at ``now()``. The simulator
+        never groups, so its decisions are those of one event at a time."""
+        st = self.state
+        st.defer_capacity = True
+        try:
+            yield
+        finally:
+            st.defer_capacity = False
+            owed = getattr(self.policy, "owed_pass", None)
+            try:
+                if st.capacity_owed is not None and owed is not None:
+                    t = now()
+                    self.carry_out(t, owed(t, st))
+            finally:
+                st.capacity_owed = None
 
     def deliver(self, now: float, ev: Event) -> None:
         """Steps 2-5 for an event that is neither stale nor held."""

@@ -176,6 +176,12 @@ class ClusterState:
         #: for an event delivered alone.
         self.more_arrivals = 0
         self.batch_arrivals = 1
+        #: The live driver's hint while it delivers the events waiting in its queue as one
+        #: group (:meth:`miso.sched.driver.DriverStep.group`): a policy leaves its placement
+        #: pass to the group's end and notes here the event it owes the pass for
+        #: (``BasePolicy.capacity``). The simulator never sets it.
+        self.defer_capacity = False
+        self.capacity_owed: object | None = None
 
     def watch(self, fn: Callable[[str], None]) -> None:
         """Call ``fn(gpu)`` after every change to a GPU's resident jobs, plans, layout or

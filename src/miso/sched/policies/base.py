@@ -248,10 +248,45 @@ class BasePolicy:
     def decide(self, now: float, event: Event, state: ClusterState) -> list[Decision]:
         sc = Scratch(state)
         cy = sc.cycle = Cycle(now, event, state, sc, self.filters)
+        if state.defer_capacity:  # a live group: post-filters run with the pass at its end
+            if any(pf.active(self, cy) for pf in self.post_filters):
+                state.capacity_owed = event
+            self.dispatch(now, event, sc)
+            return sc.out
         for pf in self.post_filters:
             if pf.when == "before" and pf.active(self, cy) and pf.run(self, cy):
                 self.on_capacity(now, sc)
         self.dispatch(now, event, sc)
+        for pf in self.post_filters:
+            if pf.when == "after" and pf.active(self, cy):
+                pf.run(self, cy)
+        return sc.out
+
+    def capacity(self, now: float, sc: Scratch) -> None:
+        """The event hooks' placement pass (:meth:`on_capacity`), or, while the live driver
+        delivers a group of waiting events (``state.defer_capacity``), one pass owed to the
+        group's end (:meth:`owed_pass`): a completion in a deep queue costs a pass over the
+        queue's window, and twenty completions waiting together need one, not twenty."""
+        st = sc.state
+        if st.defer_capacity:
+            st.capacity_owed = sc.cycle.event
+            return
+        self.on_capacity(now, sc)
+
+    def owed_pass(self, now: float, state: ClusterState) -> list[Decision]:
+        """The placement pass (with the post-filters) a group of events left to its end
+        (:meth:`capacity`), in a cycle of the last event that owed it; nothing when none
+        did."""
+        ev = state.capacity_owed
+        state.capacity_owed = None
+        if ev is None:
+            return []
+        sc = Scratch(state)
+        cy = sc.cycle = Cycle(now, ev, state, sc, self.filters)  # type: ignore[arg-type]
+        for pf in self.post_filters:
+            if pf.when == "before" and pf.active(self, cy):
+                pf.run(self, cy)
+        self.on_capacity(now, sc)
         for pf in self.post_filters:
             if pf.when == "after" and pf.active(self, cy):
                 pf.run(self, cy)
@@ -290,10 +325,10 @@ class BasePolicy:
     # hooks --------------------------------------------------------------------------------
     def on_submit(self, now: float, ev: JobSubmitted, sc: Scratch) -> None:
         if not sc.state.more_arrivals:  # else the batch's last submission places them all
-            self.on_capacity(now, sc)
+            self.capacity(now, sc)
 
     def on_finish(self, now: float, job: str, gpu: str | None, sc: Scratch) -> None:
-        self.on_capacity(now, sc)
+        self.capacity(now, sc)
 
     def on_profiled(self, now: float, ev: ProfilingFinished, sc: Scratch) -> None:
         pass
@@ -302,14 +337,14 @@ class BasePolicy:
         pass
 
     def on_gpu_added(self, now: float, gpu: str, sc: Scratch) -> None:
-        self.on_capacity(now, sc)
+        self.capacity(now, sc)
 
     def on_capacity(self, now: float, sc: Scratch) -> None:
         pass
 
     def on_slices_changed(self, now: float, gpu: str, sc: Scratch) -> None:
         """Service replicas took or gave back slices of ``gpu`` (:mod:`miso.sched.servicestate`)."""
-        self.on_capacity(now, sc)
+        self.capacity(now, sc)
 
     def on_speed_changed(self, now: float, ev: JobSpeedChanged, sc: Scratch) -> None:
         pass
@@ -343,7 +378,7 @@ def _failed(p: BasePolicy, now: float, ev: LayoutFailed, sc: Scratch) -> None:
     if gs is not None and gs.pending is None:
         for j in list(gs.jobs):
             sc.requeue(j, f"layout failed: {ev.reason}", cause=RequeueCause.LAYOUT_FAILED)
-        p.on_capacity(now, sc)
+        p.capacity(now, sc)
 
 
 #: Each event type's hook: a plan acknowledgement only when it is the GPU's current plan.
@@ -356,7 +391,7 @@ _HOOKS: dict[type, Any] = {
     LayoutApplied: _applied,
     LayoutFailed: _failed,
     GpuAdded: lambda p, now, ev, sc: p.on_gpu_added(now, ev.gpu, sc),
-    GpuRemoved: lambda p, now, ev, sc: p.on_capacity(now, sc),
+    GpuRemoved: lambda p, now, ev, sc: p.capacity(now, sc),
     JobSpeedChanged: lambda p, now, ev, sc: p.on_speed_changed(now, ev, sc),
     SpeedObserved: lambda p, now, ev, sc: p.on_speed_observed(now, ev, sc),
     Tick: lambda p, now, ev, sc: p.on_tick(now, ev, sc),

@@ -177,12 +177,12 @@ class Miso(BasePolicy):
 
     def on_gpu_added(self, now: float, gpu: str, sc: Scratch) -> None:
         self.gpu_index[gpu] = len(self.gpu_index)
-        self.on_capacity(now, sc)
+        self.capacity(now, sc)
 
     def on_slices_changed(self, now: float, gpu: str, sc: Scratch) -> None:
         """Service replicas took or gave back slices of ``gpu``: re-plan it, place the queue."""
         self.dirty.add(gpu)
-        self.on_capacity(now, sc)
+        self.capacity(now, sc)
 
     # -- planning -------------------------------------------------------------------------
     def plannable(self, g: str, sc: Scratch) -> bool:
@@ -277,7 +277,7 @@ class Miso(BasePolicy):
         getattr(self.estimator, "interval", {}).pop(job, None)
         if gpu is not None and gpu in sc.state.gpus:
             self.dirty.add(gpu)
-        self.on_capacity(now, sc)
+        self.capacity(now, sc)
 
     def on_speed_changed(self, now: float, ev: JobSpeedChanged, sc: Scratch) -> None:
         if ev.baseline <= 0 or abs(ev.observed / ev.baseline - 1.0) <= self.threshold:
