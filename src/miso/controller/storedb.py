@@ -132,3 +132,32 @@ class StoreDb:
     @property
     def schema_version(self) -> int:
         return int(self.meta("schema_version") or 0)
+
+
+class ReadDb:
+    """A second, read-only connection to a store file, with its own lock: readers that must
+    not wait behind the writers (the API's status and job lists, while the poller, the GPU
+    workers and the loop write). In WAL mode it reads the last committed state without
+    blocking or being blocked by a writer. Has what a part's reads use of
+    :class:`StoreDb`: ``path``, ``conn``, ``lock``, ``epoch``."""
+
+    def __init__(self, db: StoreDb) -> None:
+        self.db = db
+        self.path = db.path
+        self.conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self.conn.row_factory = sqlite3.Row
+        self.conn.execute("PRAGMA query_only=1")
+        self.lock = threading.RLock()
+
+    @property
+    def epoch(self) -> float:
+        return self.db.epoch
+
+    def meta(self, key: str) -> str | None:
+        row = self.conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def close(self) -> None:
+        with self.lock:
+            self.conn.close()
+
