@@ -36,6 +36,7 @@ class StoreDb:
             Path(self.path).touch(mode=0o600, exist_ok=True)
             os.chmod(self.path, 0o600)
         self._epoch: float | None = None
+        self._backup_lock = threading.Lock()
         try:
             self.conn = sqlite3.connect(self.path, check_same_thread=False,
                                         isolation_level=None)
@@ -87,9 +88,20 @@ class StoreDb:
         self.set_meta("schema_version", str(SCHEMA_VERSION))
 
     def backup(self, dest: str | Path) -> None:
-        """Copy the whole store to ``dest`` (consistent while in use; mode 0600)."""
-        with self.lock:  # one copy at a time (they share the temp file)
-            backup_private(self.conn, dest)
+        """Copy the whole store to ``dest`` (consistent while in use; mode 0600): the last
+        committed state, read on a connection of its own (one read transaction: in WAL mode
+        the writers go on meanwhile; copying a big store under :attr:`lock` stopped every
+        submission and every update of the controller for as long as it took)."""
+        with self._backup_lock:  # one copy at a time (they share the temp file)
+            if self.path == ":memory:":
+                with self.lock:
+                    backup_private(self.conn, dest)
+                return
+            src = sqlite3.connect(self.path)
+            try:
+                backup_private(src, dest)
+            finally:
+                src.close()
 
     def close(self) -> None:
         with self.lock:
