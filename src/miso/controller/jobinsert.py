@@ -53,6 +53,11 @@ class GroupWriter:
         self._mutex = threading.Lock()
         self._waiting: list[Pending] = []
 
+    def waiting(self) -> int:
+        """How many submissions wait for the next group."""
+        with self._mutex:
+            return len(self._waiting)
+
     def write(self, p: Pending) -> JobRecord:
         """Queue ``p``, write it (with whatever else waits) once the store's lock is free,
         and return its record; raises its error."""
