@@ -43,8 +43,12 @@ With tenancy on, ``status`` has ``owners``: usage against entitlement per owner
 (:mod:`miso.controller.owners`; a user who is not an admin sees its own row and the others
 as one row of counts).
 
-Endpoints that only touch the store (fast, local SQLite) run on the event loop; ``logs`` and
-``cancel``, which wait on agents and the controller loop, run in the thread pool.
+Endpoints that only read (fast, local SQLite, on the store's read connection
+``controller.store.reads`` where it has one: a read never waits behind the controller's
+writers) run on the event loop; ``submit`` (it waits for the store's writer lock, and
+submissions arriving together are written in one transaction), ``logs`` and ``cancel``
+(they wait on agents and the controller loop) and the status page (a page of records and the
+cluster's GPUs) run in the thread pool, so that none of them holds up the others.
 
 More routes (metrics, web page, events) are mounted with ``create_app(...,
 extra_routers=[router])`` or ``app.include_router(router)``; such routes can require a user
@@ -65,6 +69,7 @@ from typing import Annotated, Any, Protocol
 from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from miso.api.accounts import Quotas, accounts_router
@@ -133,6 +138,7 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
     app.state.api_url = api_url
     app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes)
     store = controller.store
+    reads = getattr(store, "reads", store)  # the read connection (never waits for writers)
     snapshot = ClusterSnapshot(controller, snapshot_ttl)
 
     @app.exception_handler(HTTPException)
@@ -151,7 +157,7 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
 
     def find_job(job: str, user: User) -> Any:
         try:
-            rec = store.get(job, owner=None if user.admin else user.id)
+            rec = reads.get(job, owner=None if user.admin else user.id)
         except StoreError:
             raise ApiError(404, f"no job {job!r}") from None
         if not user.admin and rec.owner != user.id:
@@ -163,7 +169,7 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
     r = APIRouter(prefix=API)
 
     @r.post("/jobs", status_code=201)
-    async def submit(body: SubmitRequest, user: UserDep) -> Json:
+    def submit(body: SubmitRequest, user: UserDep) -> Json:
         from miso.controller import QuotaExceeded, SubmitConflict, SubmitError  # noqa: PLC0415
 
         # a retry (same client-chosen request id) gets the job of the first call
@@ -200,7 +206,7 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
         if all_users and not user.admin:
             raise ApiError(403, "only admins list every user's jobs")
         owner = None if all_users else user.id
-        recs = store.jobs(active_only=active, owner=owner, limit=limit)
+        recs = reads.jobs(active_only=active, owner=owner, limit=limit)
         return Json({"jobs": [x.to_json() for x in recs]})
 
     @r.get("/jobs/{job}")
@@ -230,12 +236,13 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
                      offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
                      state: str | None = None, owner: str | None = None,
                      summary: bool = False) -> Json:
-        snap = snapshot.get()
         if summary:
-            return Json(status_summary(snap, user, store.counts(owner=user.id),
+            return Json(status_summary(snapshot.get(), user, reads.counts(owner=user.id),
                                        app.state.api_url))
-        return Json(status_page(snap, user, store, controller, users, app.state.api_url,
-                                limit=limit, offset=offset, state=state, owner=owner))
+        return Json(await run_in_threadpool(
+            lambda: status_page(snapshot.get(), user, reads, controller, users,
+                                app.state.api_url, limit=limit, offset=offset, state=state,
+                                owner=owner)))
 
     @app.get("/healthz")
     def healthz() -> JSONResponse:

@@ -13,8 +13,9 @@ if TYPE_CHECKING:
 
 
 class ClusterSnapshot:
-    """The controller's cluster snapshot and the job counts of everyone, re-read at most
-    every ``ttl`` seconds (a cluster view; each user's own jobs are always read fresh)."""
+    """The controller's cluster snapshot and the job counts of everyone (counted in SQL on
+    the store's read connection), re-read at most every ``ttl`` seconds (a cluster view;
+    each user's own jobs are always read fresh)."""
 
     def __init__(self, ctl: ControllerLike, ttl: float) -> None:
         self.ctl, self.ttl = ctl, ttl
@@ -26,7 +27,8 @@ class ClusterSnapshot:
         with self._lock:
             if time.monotonic() - self._at > self.ttl:
                 snap = self.ctl.cluster()
-                snap["counts"] = self.ctl.store.counts()
+                store = self.ctl.store
+                snap["counts"] = getattr(store, "reads", store).counts()
                 self._snap, self._at = snap, time.monotonic()
             return self._snap
 

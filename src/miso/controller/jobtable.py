@@ -13,20 +13,17 @@ import json
 import logging
 import math
 import sqlite3
-import time
 from typing import Any
 
+from miso.controller.jobinsert import GroupWriter, Pending, conflict_check
 from miso.controller.schema import (
     GIB_PER_GB,
-    NAME_FREED,
     STATES,
     TERMINAL,
     JobRecord,
-    StoreConflict,
     StoreError,
 )
 from miso.controller.storedb import StoreDb
-from miso.jobstatus import JobStatus
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +50,8 @@ class JobTable:
         self.s = s
         #: Job ids whose rows could not be read (skipped by :meth:`jobs`).
         self.bad_rows: list[str] = []
+        #: submissions written in groups (:mod:`miso.controller.jobinsert`)
+        self.writer = GroupWriter(s, self.by_ids)
 
     def submit(self, *, command: list[str], name: str | None, memory_gb: float,
                memory_gib: float | None = None, workload: str | None = None,
@@ -76,59 +75,31 @@ class JobTable:
                 and memory_gb > 0):
             raise StoreError(f"memory must be a positive number of GB, got {memory_gb}")
         gib = float(memory_gb) * GIB_PER_GB if memory_gib is None else float(memory_gib)
-        try:
-            with self.s.lock:
-                if request_id is not None:
-                    old = self.s.conn.execute("SELECT id FROM jobs WHERE request_id=?",
-                                           (request_id,)).fetchone()
-                    if old is not None:
-                        rec = self.get(str(old[0]))
-                        differs = _differs(rec, command=[str(c) for c in command], name=name,
-                                           memory_gb=float(memory_gb), workload=workload,
-                                           env=env or {}, cwd=cwd, owner=owner)
-                        if differs:
-                            raise StoreConflict(
-                                f"request_id {request_id.split(':', 1)[-1]!r} was used for job "
-                                f"{rec.id} with another {', '.join(differs)}: a retry must "
-                                f"repeat the request; use a new request_id for a new job")
-                        return rec
-                self.s.conn.execute("BEGIN IMMEDIATE")
-                try:
-                    n = int(self.s.meta("next_job") or 1)
-                    jid = f"j{n:04d}"
-                    name = name or jid
-                    dup = self.s.conn.execute(
-                        "SELECT id, state FROM jobs WHERE (name=? AND owner IS ?) OR id=? "
-                        "ORDER BY seq DESC", (name, owner, name)).fetchone()
-                    if dup is not None and (dup[0] == name or dup[1] not in NAME_FREED):
-                        what = f"is already active ({dup[0]})" if dup[1] not in TERMINAL \
-                            else f"already exists ({dup[0]}, {dup[1]})"
-                        raise StoreError(f"a job named {name!r} {what}; names are unique "
-                                         "among active and finished jobs: choose another")
-                    self.s.conn.execute(
-                        "INSERT INTO jobs(id, name, command, memory_gb, memory_gib, workload, "
-                        "env, cwd, state, submitted_at, owner, unix_user, request_id, "
-                        "owner_name, host_memory_gb) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                        (jid, name, json.dumps(list(command)), float(memory_gb), gib,
-                         workload, json.dumps(env or {}), cwd, JobStatus.QUEUED.value,
-                         time.time() - self.s.epoch if at is None else at, owner, unix_user,
-                         request_id, owner_name, host_memory_gb))
-                    if num_gpus != 1 or nodes is not None:  # a gang (GANG_COLUMNS)
-                        self.s.conn.execute("UPDATE jobs SET num_gpus=?, nodes=? WHERE id=?",
-                                            (int(num_gpus), nodes, jid))
-                    if profile is not None or after:  # REQUEST_COLUMNS
-                        self.s.conn.execute(
-                            "UPDATE jobs SET mig_profile=?, after_jobs=? WHERE id=?",
-                            (profile, json.dumps(list(after)) if after else None, jid))
-                    self.s.set_meta("next_job", str(n + 1))
-                    self.s.conn.execute("COMMIT")
-                except BaseException:
-                    with contextlib.suppress(sqlite3.Error):
-                        self.s.conn.execute("ROLLBACK")
-                    raise
-        except sqlite3.OperationalError as e:
-            raise StoreError(f"cannot record the job in {self.s.path}: {e}") from None
-        return self.get(jid)
+        gang = num_gpus != 1 or nodes is not None  # GANG_COLUMNS: NULL for one GPU
+        row = {"command": list(command), "name": name, "memory_gb": float(memory_gb),
+               "memory_gib": gib, "workload": workload, "env": env or {}, "cwd": cwd,
+               "at": at, "owner": owner, "unix_user": unix_user, "request_id": request_id,
+               "owner_name": owner_name, "host_memory_gb": host_memory_gb,
+               "num_gpus": int(num_gpus) if gang else None, "nodes": nodes if gang else None,
+               "profile": profile, "after": list(after) if after else None}
+
+        def differs(rec: JobRecord) -> list[str]:
+            return _differs(rec, command=[str(c) for c in command], name=name,
+                            memory_gb=float(memory_gb), workload=workload, env=env or {},
+                            cwd=cwd, owner=owner)
+        check = conflict_check(request_id or "", differs)
+        return self.writer.write(Pending(row, check))
+
+    def by_ids(self, ids: list[str]) -> dict[str, JobRecord]:
+        """The records of ``ids`` (unknown or malformed ones left out), in reads of 500."""
+        out: dict[str, JobRecord] = {}
+        with self.s.lock:
+            for i in range(0, len(ids), 500):
+                part = ids[i:i + 500]
+                rows = list(self.s.conn.execute(
+                    f"SELECT * FROM jobs WHERE id IN ({','.join('?' * len(part))})", part))
+                out.update((r.id, r) for r in self._rows(rows))
+        return out
 
     def _row(self, r: sqlite3.Row) -> JobRecord:
         d = dict(r)

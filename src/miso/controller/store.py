@@ -36,7 +36,7 @@ from miso.controller.attemptlog import AttemptLog
 from miso.controller.eventlog import EventLog
 from miso.controller.jobtable import JobTable
 from miso.controller.schema import GIB_PER_GB, JobRecord, StoreConflict, StoreError
-from miso.controller.storedb import StoreDb
+from miso.controller.storedb import ReadDb, StoreDb
 
 __all__ = ["GIB_PER_GB", "JobRecord", "JobStore", "StoreConflict", "StoreError"]
 
@@ -61,11 +61,22 @@ class JobStore:
         self.table = JobTable(self.db)
         self.attempt_log = AttemptLog(self.db)
         self.event_log = EventLog(self.db)
+        #: the jobs' reads on a second connection (:class:`~miso.controller.storedb.ReadDb`)
+        #: that never waits for a writer: for readers that only show (the API's status and
+        #: lists); the store itself for a throw-away store
+        self.reads: JobTable | JobStore = self
+        if self.path != ":memory:":
+            self._read_db = ReadDb(self.db)
+            self.reads = JobTable(self._read_db)  # type: ignore[arg-type]
 
     # ---- the store itself ---------------------------------------------------------------
 
     backup = _part("db", StoreDb.backup)
-    close = _part("db", StoreDb.close)
+
+    def close(self) -> None:
+        if self.reads is not self:
+            self._read_db.close()
+        self.db.close()
 
     @property
     def epoch(self) -> float:

@@ -36,6 +36,7 @@ class StoreDb:
             Path(self.path).touch(mode=0o600, exist_ok=True)
             os.chmod(self.path, 0o600)
         self._epoch: float | None = None
+        self._backup_lock = threading.Lock()
         try:
             self.conn = sqlite3.connect(self.path, check_same_thread=False,
                                         isolation_level=None)
@@ -87,9 +88,20 @@ class StoreDb:
         self.set_meta("schema_version", str(SCHEMA_VERSION))
 
     def backup(self, dest: str | Path) -> None:
-        """Copy the whole store to ``dest`` (consistent while in use; mode 0600)."""
-        with self.lock:  # one copy at a time (they share the temp file)
-            backup_private(self.conn, dest)
+        """Copy the whole store to ``dest`` (consistent while in use; mode 0600): the last
+        committed state, read on a connection of its own (one read transaction: in WAL mode
+        the writers go on meanwhile; copying a big store under :attr:`lock` stopped every
+        submission and every update of the controller for as long as it took)."""
+        with self._backup_lock:  # one copy at a time (they share the temp file)
+            if self.path == ":memory:":
+                with self.lock:
+                    backup_private(self.conn, dest)
+                return
+            src = sqlite3.connect(self.path)
+            try:
+                backup_private(src, dest)
+            finally:
+                src.close()
 
     def close(self) -> None:
         with self.lock:
@@ -132,3 +144,32 @@ class StoreDb:
     @property
     def schema_version(self) -> int:
         return int(self.meta("schema_version") or 0)
+
+
+class ReadDb:
+    """A second, read-only connection to a store file, with its own lock: readers that must
+    not wait behind the writers (the API's status and job lists, while the poller, the GPU
+    workers and the loop write). In WAL mode it reads the last committed state without
+    blocking or being blocked by a writer. Has what a part's reads use of
+    :class:`StoreDb`: ``path``, ``conn``, ``lock``, ``epoch``."""
+
+    def __init__(self, db: StoreDb) -> None:
+        self.db = db
+        self.path = db.path
+        self.conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self.conn.row_factory = sqlite3.Row
+        self.conn.execute("PRAGMA query_only=1")
+        self.lock = threading.RLock()
+
+    @property
+    def epoch(self) -> float:
+        return self.db.epoch
+
+    def meta(self, key: str) -> str | None:
+        row = self.conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def close(self) -> None:
+        with self.lock:
+            self.conn.close()
+

@@ -19,13 +19,13 @@ the API's bearer-token check); None leaves them open (loopback tests, a read-onl
 # ``Depends(...)`` annotations where they are defined (they name the factory's local ``who``).
 
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Protocol
 
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Response
 
 from miso.controller.owners import owner_view
 from miso.observe.decisions import describe
@@ -174,24 +174,39 @@ def observe_router(source: StatusSource, observer: Observer, *,
 
 def instrument(app: FastAPI, observer: Observer) -> None:
     """Record every request's latency in ``miso_api_request_duration_seconds`` (labelled by
-    method, route template and status)."""
+    method, route template and status). A plain ASGI middleware: Starlette's
+    ``BaseHTTPMiddleware`` runs each request in a task of its own with streams between, a
+    cost every submission paid on the event loop."""
     if observer.metrics is None:
         return
-    m = observer.metrics
+    app.add_middleware(_Timed, metrics=observer.metrics)
 
-    @app.middleware("http")
-    async def _timed(request: Request,
-                     call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+
+class _Timed:
+    """The ASGI middleware of :func:`instrument`."""
+
+    def __init__(self, app: Any, metrics: Any) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
         t0 = time.perf_counter()
         status = 500
+
+        async def sent(msg: Any) -> None:
+            nonlocal status
+            if msg["type"] == "http.response.start":
+                status = int(msg["status"])
+            await send(msg)
         try:
-            resp = await call_next(request)
-            status = resp.status_code
-            return resp
+            await self.app(scope, receive, sent)
         finally:
-            route = request.scope.get("route")
-            m.request(request.method, getattr(route, "path", "unmatched"), status,
-                      time.perf_counter() - t0)
+            route = scope.get("route")
+            self.metrics.request(scope["method"], getattr(route, "path", "unmatched"), status,
+                                 time.perf_counter() - t0)
 
 
 def api_routers(controller: Any, observer: Observer, listen_host: str = "127.0.0.1", *,

@@ -1,0 +1,110 @@
+"""The store's submit and read paths under concurrency: submissions written in groups (one
+transaction for those waiting on the store's lock), reads on a second connection that never
+waits for a writer, and backups that do not stop the writers."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+from miso.controller.store import JobStore, StoreConflict, StoreError
+
+
+def _submit(s: JobStore, i: int, **kw: object) -> str:
+    args: dict[str, object] = {"command": ["true", str(i)], "name": f"n{i}", "memory_gb": 1.0,
+                               "owner": "u1", "request_id": f"u1:r{i}"}
+    args.update(kw)
+    return s.submit(**args).id  # type: ignore[arg-type]
+
+
+def test_concurrent_submissions_are_grouped_and_each_gets_its_own_job(tmp_path: Path) -> None:
+    s = JobStore(tmp_path / "m.db")
+    ids: dict[int, str] = {}
+    go = threading.Barrier(8)
+
+    def run(k: int) -> None:
+        go.wait()
+        for i in range(k * 50, k * 50 + 50):
+            ids[i] = _submit(s, i)
+
+    with s.db.lock:  # the writers queue up behind the lock: the next holder writes a group
+        ts = [threading.Thread(target=run, args=(k,)) for k in range(8)]
+        for t in ts:
+            t.start()
+        while s.table.writer.waiting() < 8:  # the queue formed
+            threading.Event().wait(0.005)
+    for t in ts:
+        t.join()
+    assert sorted(ids.values()) == [f"j{n:04d}" for n in range(1, 401)]
+    for i, jid in ids.items():
+        rec = s.get(jid)
+        assert (rec.name, rec.command, rec.request_id) == (f"n{i}", ["true", str(i)],
+                                                           f"u1:r{i}")
+        assert rec.num_gpus is None and rec.after is None  # a one-GPU job's row as before
+    assert s.db.meta("next_job") == "401"
+
+
+def test_a_group_refuses_a_duplicate_name_and_returns_a_retry_without_failing_others(
+        tmp_path: Path) -> None:
+    s = JobStore(tmp_path / "m.db")
+    first = _submit(s, 1)
+    out: dict[str, object] = {}
+
+    def run(tag: str, i: int, **kw: object) -> None:
+        try:
+            out[tag] = _submit(s, i, **kw)
+        except StoreError as e:
+            out[tag] = e
+
+    ts = [threading.Thread(target=run, args=a, kwargs=k) for a, k in (
+        (("retry", 1), {}),                                   # same request again: same job
+        (("conflict", 1), {"memory_gb": 2.0}),                # same id, other request
+        (("dup", 9), {"name": "n1", "request_id": "u1:r9"}),  # a name in use
+        (("ok", 2), {}))]
+    with s.db.lock:
+        for t in ts:
+            t.start()
+        while s.table.writer.waiting() < 4:  # one group of four
+            threading.Event().wait(0.005)
+    for t in ts:
+        t.join()
+    assert out["retry"] == first
+    assert isinstance(out["conflict"], StoreConflict)
+    assert isinstance(out["dup"], StoreError) and "already active" in str(out["dup"])
+    assert out["ok"] == "j0002" and s.get("n2").id == "j0002"
+    assert s.counts() == {"queued": 2}
+
+
+def test_reads_see_committed_jobs_and_do_not_wait_for_the_writers_lock(tmp_path: Path) -> None:
+    s = JobStore(tmp_path / "m.db")
+    jid = _submit(s, 1)
+    got: dict[str, object] = {}
+
+    def read() -> None:
+        got["counts"] = s.reads.counts()
+        got["job"] = s.reads.get(jid).name
+        got["page"] = [r.id for r in s.reads.jobs(limit=5)]
+
+    with s.db.lock:  # a writer holds the store: the read connection answers anyway
+        t = threading.Thread(target=read)
+        t.start()
+        t.join(timeout=10)
+        assert not t.is_alive()
+    assert got == {"counts": {"queued": 1}, "job": "n1", "page": [jid]}
+    with pytest.raises(sqlite3.OperationalError):  # it is read-only
+        s.reads.s.conn.execute("DELETE FROM jobs")  # type: ignore[union-attr]
+    assert JobStore(":memory:").reads is not None
+
+
+def test_a_backup_does_not_need_the_writers_lock(tmp_path: Path) -> None:
+    s = JobStore(tmp_path / "m.db")
+    jid = _submit(s, 1)
+    with s.db.lock:
+        t = threading.Thread(target=s.backup, args=(tmp_path / "copy.db",))
+        t.start()
+        t.join(timeout=10)
+        assert not t.is_alive()
+    assert JobStore(tmp_path / "copy.db").get(jid).name == "n1"
