@@ -266,3 +266,20 @@ def test_optsta__a_best_static_layout_per_gpu_model():
     model = {f"gpu{i}": m for i, m in enumerate(["A100-40GB"] * 2 + ["H100-80GB"] * 2)}
     assert set(applied) == set(model)
     assert all(lay == lays[model[g]] for g, lay in applied.items())
+
+
+def test_reservation__counts_a_gang_run_ending_soon_and_drains_nothing():
+    """Slurm counts every running job's end: a 2-GPU gang waiting behind a 2-GPU run that ends
+    at 500 s takes that run's GPUs then; the GPUs of one-GPU jobs ending at 3,000 s are never
+    held for it (before, both were held at 10 s and drained until the run ended)."""
+    wl = "resnet_train64"
+    jobs = [TraceJob("a", 0.0, 3000.0, wl), TraceJob("b", 0.0, 3000.0, wl),
+            TraceJob("run", 0.0, 500.0, wl, num_gpus=2),
+            TraceJob("gang", 10.0, 500.0, wl, num_gpus=2),
+            TraceJob("c", 20.0, 400.0, wl), TraceJob("d", 20.0, 400.0, wl)]
+    cfg = WorldConfig(n_gpus=4, reconfig_s=0.0, restart_s=0.0)
+    r = Simulator(make_policy("nopart"), jobs, cfg, record=True).run()
+    start = dict(zip(r.job_ids, r.first_start, strict=True))
+    assert start["gang"] == pytest.approx(500.0)        # on "run"'s GPUs as it ends
+    held_for_gang = {d.gpu for _, d in r.log if isinstance(d, HoldGpu) and d.job == "gang"}
+    assert not held_for_gang                            # no GPU of "a" or "b" drained

@@ -9,10 +9,13 @@ with a reservation and backfill (Slurm's backfill scheduler, one reservation):
    (held ones first, then idle GPUs of the policy's view, which it holds,
    :class:`~miso.sched.decisions.HoldGpu`); a gang starts only on whole GPUs
    (:class:`~miso.sched.decisions.StartGang`; a MIG-enabled GPU gives one full-size instance).
-2. **Reservation**: when it cannot start, the layer holds the ``num_gpus`` GPUs expected free
-   soonest (the latest end of their resident jobs, from each job's remaining work and rate):
-   no policy places a new job on them, their jobs run to their end (draining). The gang's
-   expected start ``T`` is the latest of those ends.
+2. **Reservation**: when it cannot start, the layer takes the ``num_gpus`` GPUs expected free
+   soonest (the latest end of their resident jobs, from each job's remaining work and rate),
+   counting the GPUs of the whole-GPU runs under way at their run's end as Slurm counts every
+   running job: of the policy's GPUs among them, it holds them (no policy places a new job on
+   them, their jobs run to their end: draining); a run's GPUs stay its run's until it ends;
+   held GPUs no longer among them go back. The gang's expected start ``T`` is the latest of
+   those ends.
 3. **Backfill**: an idle reserved GPU runs a later job whole (a later gang, or a one-GPU job
    of the policy's queue) when it is expected to finish before ``T``, or when its work is
    unknown (live, a newcomer declares none) and it can checkpoint. A backfilled run never
@@ -256,25 +259,27 @@ class GangLayer:
         return True
 
     def _reservation_gpus(self, ps: GangPass, head: str) -> tuple[list[str], dict[str, float]]:
-        """The reservation's GPUs and when each is expected free: held ones without a gang
-        of their own (idle, draining or running a backfill), then the policy's GPUs expected
-        free soonest; beyond ``num_gpus``, those expected free latest are given back."""
-        st, book, n = ps.st, ps.st.gangs, ps.st.jobs[head].spec.num_gpus
-        res = [g for g in book.gpus if g not in ps.used
-               and (book.run_on(g) is None or book.run_on(g) in self.backfills)]
-        ends = {g: ps.now if book.run_on(g) is not None else free_at(st, book.gpus[g], ps.now)
-                for g in res}
-        if len(res) < n:
-            for t, _, g in self._soonest_free(ps)[: n - len(res)]:
+        """The reservation's GPUs and when each is expected free: the ``num_gpus`` expected
+        free soonest of the held ones without a gang of their own (idle, draining or running
+        a backfill), the policy's GPUs and the GPUs of the whole-GPU runs under way (as Slurm
+        counts every running job's end: a run ending soon frees GPUs without draining any).
+        The policy's GPUs chosen are held (they drain); held ones not chosen go back."""
+        book, n = ps.st.gangs, ps.st.jobs[head].spec.num_gpus
+        ends = self._held_free(ps)
+        held = list(ends)
+        # ties: held GPUs first (no churn between GPUs equally far from free)
+        cands = sorted([(ends[g], 0, self._order(g), g) for g in held]
+                       + [(t, 1, o, g) for t, o, g in self._soonest_free(ps)
+                          + self._runs_ending(ps)])[:n]
+        res = [g for *_, g in cands]
+        ends |= {g: t for t, *_, g in cands}
+        keep = set(res)
+        for g in sorted(held, key=self._order):
+            if g not in keep and book.run_on(g) is None:
+                ps.release(g)
+        for g in res:
+            if g not in book.gpus:
                 ps.hold(g, head)
-                res.append(g)
-                ends[g] = t
-        elif len(res) > n:
-            res.sort(key=lambda g: (ends[g], self._order(g)))
-            for g in res[n:]:
-                if book.run_on(g) is None:
-                    ps.release(g)
-            res = res[:n]
         return res, ends
 
     def _soonest_free(self, ps: GangPass) -> list[tuple[float, int, str]]:
@@ -285,6 +290,22 @@ class GangLayer:
                  and gs.phase in (Phase.IDLE, Phase.RUNNING)
                  and not ps.st.services.by_gpu.get(g)]  # service replicas: never whole
         return sorted(cands)
+
+    def _held_free(self, ps: GangPass) -> dict[str, float]:
+        """Held GPUs without a run of their own (idle, draining, or running a backfill: free
+        now, as a backfill is stopped when the reservation starts), by when each is free."""
+        book = ps.st.gangs
+        return {g: ps.now if book.run_on(g) is not None else free_at(ps.st, book.gpus[g], ps.now)
+                for g in book.gpus if g not in ps.used
+                and (book.run_on(g) is None or book.run_on(g) in self.backfills)}
+
+    def _runs_ending(self, ps: GangPass) -> list[tuple[float, int, str]]:
+        """The GPUs of the whole-GPU runs under way (not backfills, not started in this
+        call), by when their run is expected to end."""
+        book = ps.st.gangs
+        return [(free_at(ps.st, book.gpus[g], ps.now), self._order(g), g)
+                for j, gpus in book.runs.items() if j not in self.backfills
+                for g in gpus if g not in ps.used and g in book.gpus]
 
     def _start_reserved(self, ps: GangPass, head: str, res: list[str]) -> bool:
         """Start ``head`` on its reserved GPUs when nothing but backfilled runs stands in its
