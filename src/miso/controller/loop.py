@@ -301,12 +301,7 @@ class EventLoop:
         except Exception as e:  # noqa: BLE001 - the pass at the end failed: reported
             log.exception("controller: the placement pass after %d events failed", len(items))
             rt.error(f"{type(e).__name__}: {e}")
-        if rt.observer is not None:
-            took = time.monotonic() - t0
-            for it in items:
-                if it[0] == "event" and len(it) > 2:
-                    rt.observer.on_timing("loop_lag", t0 - it[2])
-                    rt.observer.on_timing("event_handling", took)
+        self._report_waits(items, t0)
 
     def _arrivals(self, items: list[tuple[Any, ...]]) -> None:
         """Submissions taken together: one driver batch (:meth:`DriverStep.arrivals`: the
@@ -328,11 +323,19 @@ class EventLoop:
             for ev in evs:  # the batch's submissions not reached yet: each alone
                 if ev.job.id not in self.state.jobs:
                     self._safe(self._handle, ev)
-        if rt.observer is not None:
-            took = time.monotonic() - t0
-            for it in items:
-                rt.observer.on_timing("loop_lag", t0 - it[2])
-                rt.observer.on_timing("event_handling", took)
+        self._report_waits(items, t0)
+
+    def _report_waits(self, items: list[tuple[Any, ...]], t0: float) -> None:
+        """Each timed event's wait before ``t0`` and the handling of the items taken with it
+        (a group's or a batch's), as :meth:`_dispatch` reports them for one event."""
+        obs = self.rt.observer
+        if obs is None:
+            return
+        took = time.monotonic() - t0
+        for it in items:
+            if it[0] == "event" and len(it) > 2:
+                obs.on_timing("loop_lag", t0 - it[2])
+                obs.on_timing("event_handling", took)
 
     def handle(self, item: tuple[Any, ...]) -> None:
         """Handle one queue item (``("event", ev, t)``, ``("progress", ...)``, ``("cancel",
