@@ -10,25 +10,11 @@ change a policy makes itself is drawing plan ids with :meth:`ClusterState.new_pl
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from enum import StrEnum
+from dataclasses import replace
 
 from miso.jobstatus import JobStatus
-from miso.mig import Geometry, Placement, geometry, violations
-from miso.sched.decisions import (
-    ApplyLayout,
-    Decision,
-    HoldGpu,
-    PlaceJob,
-    ReleaseGpu,
-    RepartitionDeclined,
-    RequeueJob,
-    RunMps,
-    StartGang,
-    StartProfiling,
-    StopGang,
-    WakeUp,
-)
+from miso.mig import Placement, geometry
+from miso.sched.decisions import ApplyLayout, RunMps
 from miso.sched.events import (
     Event,
     GangFailed,
@@ -48,110 +34,21 @@ from miso.sched.events import (
     SpeedObserved,
 )
 from miso.sched.gangstate import GangBook
-from miso.sched.queueorder import fifo_key
-from miso.sched.services import SERVICE_EVENTS, DrainReplica, StartReplica
+from miso.sched.jobgpu import GpuState, JobState, Phase
+from miso.sched.services import SERVICE_EVENTS
 from miso.sched.servicestate import ServiceBook
+from miso.sched.stateapply import ContractError, DecisionApplier
 from miso.sched.tenancy import Tenancy
 from miso.sched.tenancyconfig import TenancyConfig
 
-
-class ContractError(RuntimeError):
-    """A decision that breaks the scheduling contract (a policy bug)."""
-
-
-class Phase(StrEnum):
-    """What a GPU is doing."""
-
-    IDLE = "idle"                    # no pending plan and nothing running
-    PROFILING = "profiling"          # MPS profiling of its mix (or waiting for a layout after it)
-    RECONFIGURING = "reconfiguring"  # a layout / MPS plan is being applied
-    RUNNING = "running"              # the last plan is applied, jobs run
+#: Names other modules import from here (their homes: :mod:`miso.sched.jobgpu`,
+#: :mod:`miso.sched.stateapply`, :mod:`miso.jobstatus`).
+__all__ = ["ClusterState", "ContractError", "GpuState", "JobState", "JobStatus", "Phase"]
 
 
-@dataclass
-class JobState:
-    """One job as the scheduler knows it."""
-
-    spec: JobSpec
-    submitted_at: float
-    status: JobStatus = JobStatus.QUEUED
-    gpu: str | None = None
-    placement: Placement | None = None        # current MIG instance (None under MPS / not running)
-    restarts: int = 0                         # checkpoint-restarts caused by decisions
-    mps_profile: tuple[float, ...] | None = None   # raw rates of the last profiling run
-    profiled_with: tuple[str, ...] = ()       # the mix of that run (column order)
-    observed: dict[str, float] = field(default_factory=dict)  # profile -> first raw rate seen
-    finished_at: float | None = None
-    #: last progress report folded in (:class:`~miso.sched.events.JobProgress`):
-    #: (time, work left in full-GPU seconds, full-GPU seconds done per second)
-    progress: tuple[float, float, float] | None = None
-
-    @property
-    def id(self) -> str:
-        return self.spec.id
-
-    @property
-    def queue_key(self) -> tuple[bool, float, str]:
-        """Its place in the queue: jobs ``ahead`` first, then submission order
-        (:func:`miso.sched.queueorder.fifo_key`)."""
-        return fifo_key(self)
-
-    def remaining_work(self, now: float) -> float | None:
-        """Work left at ``now`` in seconds alone on a full GPU, extrapolated from the last
-        progress report; None when the job never reported progress or has ended."""
-        p = self.progress
-        if p is None or self.status is JobStatus.FINISHED or self.status is JobStatus.FAILED:
-            return None
-        t, work, rate = p
-        left = work - (rate * (now - t) if rate > 0 else 0.0)
-        return max(0.0, left)
-
-
-@dataclass
-class GpuState:
-    """One GPU: geometry, resident jobs, applied and pending plans."""
-
-    id: str
-    geom: Geometry
-    jobs: list[str] = field(default_factory=list)            # resident jobs, placement order
-    phase: Phase = Phase.IDLE
-    layout: tuple[Placement, ...] = ()                       # applied MIG layout
-    assignment: dict[str, Placement] = field(default_factory=dict)   # applied, running jobs
-    mps_shares: dict[str, int] = field(default_factory=dict)  # applied MPS shares (MPS mode)
-    pending: Decision | None = None                          # plan issued, not acknowledged
-    applied_plan_id: int = 0
-    #: the whole GPU's geometry while service replicas hold some of its slices (``geom`` is
-    #: then what they leave free: :mod:`miso.sched.servicestate`); None: no replica
-    base: Geometry | None = None
-
-    @property
-    def model(self) -> str:
-        return self.geom.model.name
-
-    @property
-    def pending_plan_id(self) -> int | None:
-        return getattr(self.pending, "plan_id", None)
-
-    @property
-    def busy(self) -> bool:
-        """A plan is in flight (profiling or reconfiguring)."""
-        return self.pending is not None
-
-    def target_assignment(self) -> dict[str, Placement]:
-        """The assignment being applied (pending ``ApplyLayout``) or else the applied one,
-        restricted to resident jobs."""
-        src = self.pending.assignment if isinstance(self.pending, ApplyLayout) \
-            else self.assignment
-        return {j: pl for j, pl in src.items() if j in self.jobs}
-
-    def free_instances(self) -> list[Placement]:
-        """Instances of the applied layout that hold no job."""
-        used = set(self.assignment.values())
-        return [pl for pl in self.layout if pl not in used]
-
-
-class ClusterState:
-    """GPUs, jobs and the queue; updated by drivers from events and decisions."""
+class ClusterState(DecisionApplier):
+    """GPUs, jobs and the queue; updated by drivers from events (here) and decisions
+    (:meth:`apply`, :class:`~miso.sched.stateapply.DecisionApplier`)."""
 
     def __init__(self, tenancy: TenancyConfig | None = None) -> None:
         self.gpus: dict[str, GpuState] = {}
@@ -397,148 +294,3 @@ class ClusterState:
         # Keep the queue in submission order (jobs ahead first).
         self.queue.append(j)
         self.queue.sort(key=lambda x: self.jobs[x].queue_key)
-
-    # -- decisions -------------------------------------------------------------------------
-    def _check_layout(self, g: str, gs: GpuState, pid: int, lay: tuple[Placement, ...],
-                      asg: dict[str, Placement]) -> None:
-        """An ApplyLayout's layout valid on ``g`` and its assignment one instance per resident
-        job, each within its instance's memory."""
-        probs = violations(gs.geom, lay)
-        if probs:
-            raise ContractError(f"ApplyLayout plan {pid} on {g}: invalid layout: "
-                                + "; ".join(probs))
-        if set(asg) != set(gs.jobs):
-            raise ContractError(f"ApplyLayout plan {pid} on {g}: assignment covers "
-                                f"{sorted(asg)}, resident jobs are {sorted(gs.jobs)}")
-        if len(set(asg.values())) != len(asg):
-            raise ContractError(f"ApplyLayout plan {pid} on {g}: two jobs share an "
-                                f"instance")
-        lay_set = set(lay)
-        for j, pl in asg.items():
-            if pl not in lay_set:
-                raise ContractError(f"ApplyLayout plan {pid} on {g}: {j} on {pl}, not "
-                                    f"in the layout")
-            mem = gs.geom.model.profile(pl.profile).memory_gib
-            if self.jobs[j].spec.memory_gb > mem + 1e-9:
-                raise ContractError(f"ApplyLayout plan {pid} on {g}: {j} needs "
-                                    f"{self.jobs[j].spec.memory_gb:.1f} GB, {pl} has "
-                                    f"{mem} GiB")
-
-    def apply(self, now: float, d: Decision) -> None:
-        """Validate and record a decision (driver calls this before executing it)."""
-        self.now = now
-        match d:
-            case PlaceJob(job=j, gpu=g):
-                self._place(j, g)
-            case StartProfiling(gpu=g, plan_id=pid, jobs=jobs):
-                gs = self._gpu(g)
-                self._check_plan(gs, pid)
-                if sorted(jobs) != sorted(gs.jobs):
-                    raise ContractError(f"StartProfiling on {g}: jobs {sorted(jobs)} are not the "
-                                        f"resident jobs {sorted(gs.jobs)}")
-                self._stop_running(gs)
-                # beside service replicas the jobs are profiled in the free slices
-                gs.layout = () if gs.base is not None else (
-                    Placement(0, gs.geom.model.full_profile().name),)
-                gs.pending = d
-                gs.phase = Phase.PROFILING
-                self._changed(g)
-            case ApplyLayout():
-                self._apply_layout(d)
-            case RunMps():
-                self._run_mps(d)
-            case RequeueJob(job=j):
-                self._requeue(j)
-            case WakeUp() | RepartitionDeclined():
-                pass
-            case HoldGpu(gpu=g) if self.services.by_gpu.get(g):
-                raise ContractError(f"HoldGpu {g}: service replicas hold slices of it")
-            case HoldGpu() | ReleaseGpu() | StartGang() | StopGang():
-                self.gangs.apply(d)
-            case StartReplica() | DrainReplica():
-                self.services.apply(now, d)
-            case _:
-                raise ContractError(f"unknown decision {d!r}")
-
-    def _place(self, j: str, g: str) -> None:
-        """A checked PlaceJob: queued ``j`` onto ``g`` within its instance count and memory."""
-        js = self._job(j)
-        gs = self._gpu(g)
-        if js.status is not JobStatus.QUEUED:
-            raise ContractError(f"PlaceJob {j}: job is {js.status}, not queued")
-        cap = gs.geom.model.max_instances
-        if len(gs.jobs) >= cap:
-            raise ContractError(f"PlaceJob {j} on {g}: GPU already holds {cap} jobs")
-        mem = gs.geom.model.full_profile().memory_gib
-        if self.memory_used(g) + js.spec.memory_gb > mem + 1e-9:
-            raise ContractError(f"PlaceJob {j} on {g}: memory {js.spec.memory_gb:.1f} GB "
-                                f"over the GPU's {mem} GiB with resident jobs")
-        self.queue.remove(j)
-        gs.jobs.append(j)
-        js.gpu = g
-        js.status = JobStatus.PLACED
-        self._changed(g)
-
-    def _apply_layout(self, d: ApplyLayout) -> None:
-        """A checked ApplyLayout: jobs whose instance changes stop (a running one restarts)."""
-        g, pid, lay, asg = d.gpu, d.plan_id, d.layout, d.assignment
-        gs = self._gpu(g)
-        self._check_plan(gs, pid)
-        self._check_layout(g, gs, pid, lay, asg)
-        for j, pl in asg.items():
-            js = self.jobs[j]
-            if js.placement != pl or js.status is not JobStatus.RUNNING:
-                if js.status is JobStatus.RUNNING:
-                    js.restarts += 1
-                js.status = JobStatus.PLACED
-                js.placement = None
-        gs.pending = d
-        gs.phase = Phase.RECONFIGURING
-        self._changed(g)
-
-    def _run_mps(self, d: RunMps) -> None:
-        """A checked RunMps: jobs whose share changes stop (a running one restarts)."""
-        g, pid, shares = d.gpu, d.plan_id, d.shares
-        gs = self._gpu(g)
-        self._check_plan(gs, pid)
-        if set(shares) != set(gs.jobs):
-            raise ContractError(f"RunMps plan {pid} on {g}: shares cover {sorted(shares)}"
-                                f", resident jobs are {sorted(gs.jobs)}")
-        for j in shares:
-            js = self.jobs[j]
-            if js.status is not JobStatus.RUNNING or gs.mps_shares.get(j) != shares[j]:
-                if js.status is JobStatus.RUNNING:
-                    js.restarts += 1
-                js.status = JobStatus.PLACED
-        gs.pending = d
-        gs.phase = Phase.RECONFIGURING
-        self._changed(g)
-
-    def _stop_running(self, gs: GpuState) -> None:
-        for j in gs.jobs:
-            js = self.jobs[j]
-            if js.status is JobStatus.RUNNING:
-                js.restarts += 1
-            js.status = JobStatus.PLACED
-            js.placement = None
-        gs.assignment = {}
-        gs.mps_shares = {}
-
-    def _check_plan(self, gs: GpuState, pid: int) -> None:
-        if pid <= gs.applied_plan_id or (gs.pending_plan_id is not None
-                                         and pid <= gs.pending_plan_id):
-            raise ContractError(f"plan id {pid} on {gs.id} does not increase")
-        if pid > self._plan:
-            raise ContractError(f"plan id {pid} was not drawn with new_plan_id()")
-
-    def _job(self, j: str) -> JobState:
-        try:
-            return self.jobs[j]
-        except KeyError:
-            raise ContractError(f"unknown job {j}") from None
-
-    def _gpu(self, g: str) -> GpuState:
-        try:
-            return self.gpus[g]
-        except KeyError:
-            raise ContractError(f"unknown GPU {g}") from None
