@@ -21,6 +21,8 @@ LAYERS: dict[str, int] = {
     "workloads": 2,                # the workload speed table
     "mps_speed": 2,                # the one MPS speed model (reads the workload table)
     "optimize": 3,                 # the layout optimizer
+    "optimtables": 3,              # its per-geometry tables
+    "bruteforce": 3,               # its naive reference solver
     "predict": 4,                  # the MPS -> MIG predictor
     "serving": 4,                  # inference: catalogue, replica queue, traces, the router
     "sched": 5,                    # the scheduling core (no I/O)

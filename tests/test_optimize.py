@@ -9,12 +9,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from miso.bruteforce import brute_force
 from miso.mig import Placement, enumerate_layouts, geometry, is_valid
 from miso.optimize import (
     Objective,
     OptimizerError,
     PartitionOptimizer,
-    brute_force,
     optimizer_for,
     remembering_optimizer,
 )

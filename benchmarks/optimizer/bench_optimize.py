@@ -12,8 +12,9 @@ import random
 import statistics
 import time
 
+from miso.bruteforce import brute_force
 from miso.mig import geometry
-from miso.optimize import brute_force, optimizer_for
+from miso.optimize import optimizer_for
 
 
 def cases(geom, n: int, count: int, rng: random.Random):

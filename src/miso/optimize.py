@@ -17,7 +17,6 @@ job that must move), ``fairness`` (sum of log speeds, proportional fairness).
 from __future__ import annotations
 
 import copy
-import itertools
 import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,7 +25,8 @@ from functools import cache, partial
 
 import numpy as np
 
-from miso.mig.layouts import Geometry, Layout, Placement, enumerate_layouts, multiset
+from miso.mig.layouts import Geometry, Layout, Placement, enumerate_layouts
+from miso.optimtables import Tables, addable, build_tables, place
 
 MAX_SPEED = 1.5
 _NEG = -1e9
@@ -78,22 +78,6 @@ class Solution:
         }
 
 
-@dataclass(frozen=True)
-class _Tables:
-    """Per (geometry, job count) precomputation."""
-
-    arrangements: np.ndarray  # (K, n) profile indices
-    arr_multiset: np.ndarray  # (K,) multiset id
-    multiset_layouts: tuple[tuple[Layout, ...], ...]  # per multiset id
-    default_assign: tuple[tuple[Placement, ...], ...]  # per arrangement, on its first layout
-    flat: np.ndarray  # (K, n) indexes into a flattened (n, profiles) speed matrix
-    # Every (arrangement, layout of its multiset) pair, by arrangement then layout order:
-    pair_arr: np.ndarray  # (P,) arrangement index
-    pair_layout: tuple[Layout, ...]  # (P,)
-    pair_has: np.ndarray  # (P, U) bool: the pair's layout holds placement u
-    pair_keeps: np.ndarray  # (P, n, U + 1) bool: job i keeps instance u (U: a foreign one)
-    unit: dict[Placement, int]  # placement -> u
-
 
 #: Solutions a remembering optimizer keeps before it starts afresh (about 1 KB each).
 MEMO_SIZE = 4096
@@ -115,7 +99,7 @@ class PartitionOptimizer:
         self.profile_names = tuple(p.name for p in geom.profiles)
         self.profile_index = {n: i for i, n in enumerate(self.profile_names)}
         self.max_jobs = max((len(lay) for lay in enumerate_layouts(geom)), default=0)
-        self._tables = {n: _build_tables(geom, n) for n in range(1, self.max_jobs + 1)}
+        self._tables = {n: build_tables(geom, n) for n in range(1, self.max_jobs + 1)}
 
     # -- core ---------------------------------------------------------------------------
     def speed_matrix(self, jobs: Sequence[str], speeds: Mapping[str, Mapping[str, float]],
@@ -267,8 +251,8 @@ class PartitionOptimizer:
                         best_val = float(vals[a])
                         break
             score, a, lay = self._best_pair(t, jobs, vals, best_val - margin, cur, pen, pin)
-            placed = _place(self.profile_names, t.arrangements[a], lay,
-                            [cur.get(j) for j in jobs])
+            placed = place(self.profile_names, t.arrangements[a], lay,
+                           [cur.get(j) for j in jobs])
             assignment = dict(zip(jobs, placed, strict=True))
         same = [(j, assignment[j] == cur[j]) for j in cur]  # one Placement comparison each
         restarted = tuple(j for j, eq in same if not eq)
@@ -286,11 +270,11 @@ class PartitionOptimizer:
         keep = sum(speeds[j].get(cur[j].profile, MAX_SPEED) for j in cur)
         if len(others) != 1:
             return keep + sum(max(speeds[j].values()) for j in others)
-        room = _addable(self.geom, tuple(sorted(cur.values())))
+        room = addable(self.geom, tuple(sorted(cur.values())))
         fits = [s for p, s in speeds[others[0]].items() if p in room]
         return keep + max(fits) if fits else -math.inf
 
-    def _best_pair(self, t: _Tables, jobs: Sequence[str], vals: np.ndarray, floor: float,
+    def _best_pair(self, t: Tables, jobs: Sequence[str], vals: np.ndarray, floor: float,
                    cur: Mapping[str, Placement], pen: Mapping[str, float],
                    pin: Mapping[str, Placement]) -> tuple[float, int, Layout]:
         """The best (arrangement, layout) pair with a value of at least ``floor``: value minus
@@ -368,65 +352,6 @@ def _best_of_few(vals: list[float], kept: list[list[bool]], penv: list[float] | 
     return best, scores[best]
 
 
-def _place(names: Sequence[str], arr: Sequence[int], lay: Layout,
-           current: Sequence[Placement | None]) -> tuple[Placement, ...]:
-    """Instances of ``lay`` for jobs whose profiles are ``arr`` (indexes into ``names``), in job
-    order: a job whose current instance is in the layout with its profile keeps it; the others
-    take the free instances of their profile in canonical order."""
-    free = list(lay)
-    out: list[Placement | None] = [None] * len(arr)
-    for i, c in enumerate(current):
-        if c is not None and c in free and c.profile == names[arr[i]]:
-            out[i] = c
-            free.remove(c)
-    for i, pi in enumerate(arr):
-        if out[i] is None:
-            pl = next(p for p in free if p.profile == names[pi])
-            out[i] = pl
-            free.remove(pl)
-    return tuple(pl for pl in out if pl is not None)
-
-
-@cache
-def _addable(geom: Geometry, placed: tuple[Placement, ...]) -> frozenset[str]:
-    """Profiles of the instances a valid layout can add to the instances ``placed``."""
-    have = set(placed)
-    return frozenset(pl.profile for lay in enumerate_layouts(geom) if len(lay) == len(have) + 1
-                     and have <= set(lay) for pl in lay if pl not in have)
-
-
-def _build_tables(geom: Geometry, n: int) -> _Tables:
-    names = tuple(p.name for p in geom.profiles)
-    idx = {nm: i for i, nm in enumerate(names)}
-    by_ms: dict[tuple[str, ...], list[Layout]] = {}
-    for lay in enumerate_layouts(geom):
-        if len(lay) == n:
-            by_ms.setdefault(multiset(geom, lay), []).append(lay)
-    rows: list[tuple[int, ...]] = []
-    ms_ids: list[int] = []
-    layouts: list[tuple[Layout, ...]] = []
-    for mi, (ms, lays) in enumerate(sorted(by_ms.items())):
-        layouts.append(tuple(lays))
-        for perm in sorted(set(itertools.permutations([idx[p] for p in ms]))):
-            rows.append(perm)
-            ms_ids.append(mi)
-    arr = np.array(rows, dtype=np.intp).reshape(len(rows), n)
-    no_current = [None] * n
-    default_assign = tuple(_place(names, row, layouts[mi][0], no_current)
-                           for row, mi in zip(rows, ms_ids, strict=True))
-    unit = {pl: u for u, (pl, _) in enumerate(geom.candidates())}
-    pair_arr = [a for a, mi in enumerate(ms_ids) for _ in layouts[mi]]
-    pair_layout = tuple(lay for mi in ms_ids for lay in layouts[mi])
-    has = np.zeros((len(pair_layout), len(unit)), dtype=bool)
-    for p, lay in enumerate(pair_layout):
-        has[p, [unit[pl] for pl in lay]] = True
-    pa = np.array(pair_arr, dtype=np.intp)
-    unit_prof = np.array([idx[pl.profile] for pl in unit], dtype=np.intp)
-    keeps = np.zeros((len(pair_layout), n, len(unit) + 1), dtype=bool)
-    keeps[:, :, :-1] = has[:, None, :] & (arr[pa][:, :, None] == unit_prof[None, None, :])
-    flat = arr + np.arange(n)[None, :] * len(names)
-    return _Tables(arr, np.array(ms_ids, dtype=np.intp), tuple(layouts), default_assign,
-                   flat, pa, pair_layout, has, keeps, unit)
 
 
 @cache
@@ -444,47 +369,6 @@ def remembering_optimizer(geom: Geometry) -> PartitionOptimizer:
     return opt
 
 
-def brute_force(
-    geom: Geometry,
-    speeds: Mapping[str, Mapping[str, float]],
-    *,
-    current: Mapping[str, Placement] | None = None,
-    objective: Objective | str = Objective.THROUGHPUT,
-    restart_penalty: float | Mapping[str, float] = 0.1,
-    pinned: Collection[str] = (),
-) -> float:
-    """Reference solver: the best objective value over all layouts and all permutations.
-
-    Deliberately naive (tests and benchmarks compare the fast solver with it). Returns -inf when
-    no layout holds the jobs.
-    """
-    objective = Objective(objective)
-    jobs = list(speeds)
-    n = len(jobs)
-    cur = dict(current or {})
-    best = -math.inf
-    for lay in enumerate_layouts(geom):
-        if len(lay) != n:
-            continue
-        for perm in itertools.permutations(lay):
-            total = 0.0
-            ok = True
-            for j, pl in zip(jobs, perm, strict=True):
-                s = speeds[j].get(pl.profile)
-                if s is None:
-                    ok = False
-                    break
-                total += math.log(s) if objective is Objective.FAIRNESS else s
-            if not ok or any(j in cur and cur[j] != pl
-                             for j, pl in zip(jobs, perm, strict=True) if j in pinned):
-                continue
-            if objective is Objective.RESTART_AWARE:
-                for j, pl in zip(jobs, perm, strict=True):
-                    if j in cur and cur[j] != pl:
-                        total -= (restart_penalty.get(j, 0.0)
-                                  if isinstance(restart_penalty, Mapping) else restart_penalty)
-            best = max(best, total)
-    return best
 
 
 #: The speed a service replica counts for inside :func:`solve_beside_replicas`: positive (the
