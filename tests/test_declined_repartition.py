@@ -12,7 +12,7 @@ from miso.controller.loopview import declined_json
 from miso.controller.statustext import why
 from miso.mig import Placement
 from miso.observe import DecisionLog, Observer, policy_estimates
-from miso.observe.decisions import describe
+from miso.observe.decisionwords import describe
 from miso.sched import (
     ApplyLayout,
     ClusterState,

@@ -284,7 +284,7 @@ def test_cli_train_perjob_then_eval(tmp_path):
 # ------------------------------------------------------------------ intervals in explanations
 def test_estimator_exposes_intervals_and_events_show_them(pred):
     from miso.mig import geometry
-    from miso.observe.decisions import describe
+    from miso.observe.decisionwords import describe
     from miso.sched import JobSpec, JobState, PredictorEstimator
 
     est = PredictorEstimator(pred)

@@ -15,7 +15,7 @@ from miso.api.services import services_router
 from miso.api.users import UserStore
 from miso.controller import JobStore
 from miso.controller.services import ServiceManager
-from miso.observe.decisions import describe
+from miso.observe.decisionwords import describe
 from miso.observe.eventlog import DecisionLog
 from miso.serving.router import RouterServer
 

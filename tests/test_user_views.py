@@ -51,7 +51,8 @@ def test_attach_gives_the_observer_the_controllers_owner_names() -> None:
 
 
 def test_after_profiling_the_text_names_the_measured_speed_not_a_prior() -> None:
-    from miso.observe.decisions import describe, trigger_of
+    from miso.observe.decisions import trigger_of
+    from miso.observe.decisionwords import describe
     from miso.sched import ProfilingFinished
 
     trig, cause = trigger_of(ProfilingFinished(gpu="n/0", plan_id=7, levels=(50, 100),
@@ -115,7 +116,7 @@ def test_a_job_blocked_by_a_job_that_cannot_checkpoint_names_it() -> None:
 
 def test_no_internal_words_in_user_text() -> None:
     from miso.controller.statustext import why
-    from miso.observe.decisions import describe
+    from miso.observe.decisionwords import describe
 
     for tag in ("quiet", "reclaim", "reprofile:n/0"):
         text = describe({"time": 1.0, "kind": "WakeUp", "tag": tag, "trigger": "timer",
@@ -128,7 +129,8 @@ def test_no_internal_words_in_user_text() -> None:
 
 def test_a_lost_gpu_and_its_return_are_in_the_decision_log() -> None:
     from miso.observe import DecisionLog
-    from miso.observe.decisions import describe, mentions
+    from miso.observe.decisions import mentions
+    from miso.observe.decisionwords import describe
     from miso.sched import ClusterState, GpuAdded, GpuRemoved, JobSpec, JobSubmitted, PlaceJob
 
     st = ClusterState()

@@ -121,7 +121,7 @@ def _from_api(state_dir: str | None, job: str | None, gpu: str | None,
 
 
 def _print(recs: list[dict], policy: str | None, limit: int | None, json_out: bool) -> None:
-    from miso.observe.decisions import describe
+    from miso.observe.decisionwords import describe
 
     if policy is not None:
         recs = [r for r in recs if r.get("policy") == policy]

@@ -28,7 +28,7 @@ from typing import Annotated, Any, Protocol
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Response
 
 from miso.controller.owners import owner_view
-from miso.observe.decisions import describe
+from miso.observe.decisionwords import describe
 from miso.observe.eventlog import read_records
 from miso.observe.metrics import CONTENT_TYPE, mask_owners
 from miso.observe.observer import Observer

@@ -17,7 +17,7 @@ from typing import Any
 
 from miso.jobstatus import JobStatus
 from miso.mig import gpu_model
-from miso.observe.decisions import describe
+from miso.observe.decisionwords import describe
 
 #: What another user's job id reads as in a masked view.
 OTHER = "other"
