@@ -253,10 +253,22 @@ class BasePolicy:
                 state.capacity_owed = event
             self.dispatch(now, event, sc)
             return sc.out
+        return self.post_filtered(now, cy, owed=False)
+
+    def post_filtered(self, now: float, cy: Cycle, *, owed: bool) -> list[Decision]:
+        """One cycle's pass with the post-filters around it: the ``before`` ones, the pass,
+        the ``after`` ones; the cycle's decisions. The pass is the event's hook
+        (:meth:`decide`; a ``before`` post-filter that freed room is followed by a placement
+        pass at once) or, for the pass a group of events owed (:meth:`owed_pass`), the
+        placement pass alone (it follows the ``before`` post-filters anyway)."""
+        sc = cy.sc
         for pf in self.post_filters:
-            if pf.when == "before" and pf.active(self, cy) and pf.run(self, cy):
+            if pf.when == "before" and pf.active(self, cy) and pf.run(self, cy) and not owed:
                 self.on_capacity(now, sc)
-        self.dispatch(now, event, sc)
+        if owed:
+            self.on_capacity(now, sc)
+        else:
+            self.dispatch(now, cy.event, sc)
         for pf in self.post_filters:
             if pf.when == "after" and pf.active(self, cy):
                 pf.run(self, cy)
@@ -283,14 +295,7 @@ class BasePolicy:
             return []
         sc = Scratch(state)
         cy = sc.cycle = Cycle(now, ev, state, sc, self.filters)  # type: ignore[arg-type]
-        for pf in self.post_filters:
-            if pf.when == "before" and pf.active(self, cy):
-                pf.run(self, cy)
-        self.on_capacity(now, sc)
-        for pf in self.post_filters:
-            if pf.when == "after" and pf.active(self, cy):
-                pf.run(self, cy)
-        return sc.out
+        return self.post_filtered(now, cy, owed=True)
 
     def dispatch(self, now: float, event: Event, sc: Scratch) -> None:
         """The event to its ``on_*`` hook (:data:`_HOOKS`; an event with none: nothing)."""
