@@ -173,3 +173,41 @@ def test_a_program_another_account_cannot_reach_is_refused_at_submit(tmp_path: P
                          clock=VirtualClock(), policy=make_policy("nopart"))
         with pytest.raises(SubmitError, match="not reachable by nobody"):
             con.submit([str(venv / "python"), "train.py"], unix_user="nobody")
+
+
+NESTED = r'''
+import os, signal, sys
+from miso import job
+ctx = job.context()
+def handler_depth(frame):
+    n = 0
+    while frame is not None:
+        n += frame.f_code.co_name == "_on_request"
+        frame = frame.f_back
+    return n
+def line(frame, event, arg):
+    # a second SIGTERM at every line the first request's handler runs below it: Python runs
+    # its handler there, inside the first one (as when the node and the guard both send it)
+    if event == "line" and handler_depth(frame) == 1 and frame.f_code.co_name != "_on_request":
+        os.kill(os.getpid(), signal.SIGTERM)
+    return line
+sys.settrace(lambda frame, event, arg: line)
+os.kill(os.getpid(), signal.SIGTERM)
+sys.settrace(None)
+print("requested" if ctx.checkpoint_requested() else "missed", flush=True)
+'''
+
+
+def test_a_second_sigterm_while_the_first_is_recorded_is_recorded_too(tmp_path: Path) -> None:
+    """Python runs a signal handler inside another when a second signal comes meanwhile (the
+    node's SIGTERM to every process and the guard's forwarded one, at once). Recording the
+    request must not wait on itself: the job once hung there until its lease ran out."""
+    env = {**os.environ, "MISO_PROGRESS_FILE": str(tmp_path / "progress.json"),
+           "MISO_CHECKPOINT_DIR": str(tmp_path)}
+    try:
+        p = subprocess.run([sys.executable, "-c", NESTED], env=env, capture_output=True,
+                           text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the job hung recording a checkpoint request")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "requested"

@@ -125,8 +125,28 @@ def read_json(path: str | Path, limit: int | None = None) -> Any | None:
         return None
 
 
+class _RequestFlag:
+    """Whether a checkpoint request came: set from a signal handler, so it takes no lock.
+
+    ``threading.Event.set`` takes one, and Python runs a signal's handler inside another's
+    when a second signal comes meanwhile: a job sent SIGTERM twice at once (the node's
+    ``kill`` of every process and the guard's forwarding) waited on its own lock forever,
+    and the guard fenced it when the lease ran out. One attribute store is atomic."""
+
+    __slots__ = ("_set",)
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
+
 #: Set by a checkpoint request (SIGUSR1, or SIGTERM under miso) since this module was imported.
-_REQUESTED = threading.Event()
+_REQUESTED = _RequestFlag()
 
 
 def _on_request(_sig: int, _frame: object) -> None:
@@ -175,7 +195,7 @@ class JobContext:
         self.rank = _int_env(e, "RANK", 0)
         self.local_rank = _int_env(e, "LOCAL_RANK", 0)
         self.world_size = max(1, _int_env(e, "WORLD_SIZE", 1))
-        self._requested = _REQUESTED if install_signal else threading.Event()
+        self._requested = _REQUESTED if install_signal else _RequestFlag()
         self._last_write = 0.0
         self._state: dict[str, Any] = {
             "job": self.job_id, "attempt": self.attempt, "pid": os.getpid(),
