@@ -29,7 +29,7 @@ class Counted(MisoPlus):
 
         class Clock(ArrivalClock):
             def offered_load(self, default_work_s: float, min_samples: int = 16):  # noqa: ANN201
-                if min_samples == pol.bursts.opts.samples:
+                if min_samples == pol.bursts.opts.burst_samples:
                     pol.reads.append((pol.decisions, pol.work.stats[1]))
                 return load(self, default_work_s, min_samples)
 

@@ -3,7 +3,9 @@ The paper's policy, which it extends, is :mod:`miso.sched.policies.miso`."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from functools import partial
+from inspect import Parameter, Signature
 from typing import Any
 
 from miso.mig import Geometry
@@ -35,6 +37,39 @@ from miso.sched.policies.priors import prior_speeds
 from miso.sched.policies.rebalance import RebalanceIndex, Rebalancing
 from miso.sched.reservecost import headroom_pays
 from miso.sched.state import ClusterState
+
+
+@dataclass(frozen=True)
+class PlusOptions:
+    """The plan stage's and the learners' options (see :class:`MisoPlus`): the configured
+    restart price ``restart_s`` (:class:`RestartCosts`) and ``learn_restart_cost``; the work
+    of a job that reports none, ``default_remaining_s`` (:class:`WorkLearner`); arrivals stop
+    after ``quiet_gaps`` mean gaps (:class:`ArrivalClock`); a lone newcomer's
+    ``profile_levels``; the switches ``profile_newcomers_only``, ``pin_uncheckpointable``,
+    ``rebalance``, ``backfill``, ``batch_arrivals``, ``batch_prior``; ``starve_after``
+    typical works; the ``estimates`` plugins."""
+
+    restart_s: float = 60.0
+    profile_newcomers_only: bool = True
+    profile_levels: tuple[int, ...] = (14, 100)
+    pin_uncheckpointable: bool = True
+    rebalance: bool = True
+    default_remaining_s: float = 3000.0
+    quiet_gaps: float = 8.0
+    backfill: bool = True
+    batch_arrivals: bool = True
+    batch_prior: bool = True
+    starve_after: float = 8.0
+    learn_restart_cost: bool = True
+    estimates: tuple[SpeedPlugin, ...] = ()
+
+
+#: miso+'s option records, one per stage: the policy's options are their fields, each given to
+#: every record that names it (``batch_restart_frac``: the burst regime's and the GPU choice's).
+RECORDS = (PlusOptions, EconomyOptions, BurstOptions, ChoiceOptions, AdmissionOptions)
+_SIGNATURE = Signature([Parameter("self", Parameter.POSITIONAL_OR_KEYWORD), *{
+    f.name: Parameter(f.name, Parameter.KEYWORD_ONLY, default=f.default)
+    for r in RECORDS for f in fields(r)}.values(), Parameter("miso", Parameter.VAR_KEYWORD)])
 
 
 class MisoPlus(Miso):
@@ -101,53 +136,31 @@ class MisoPlus(Miso):
 
     name = "miso+"
 
-    def __init__(self, restart_s: float = 60.0, profile_newcomers_only: bool = True,
-                 profile_levels: tuple[int, ...] = (14, 100), economy: bool = True,
-                 pin_uncheckpointable: bool = True, rebalance: bool = True,
-                 default_remaining_s: float = 3000.0,
-                 horizon_quantile: float = 0.5, replans: float = 25.0,
-                 quiet_gaps: float = 8.0, reserve: bool = True, backfill: bool = True,
-                 profile_when: str = "auto",
-                 share_margin: float = 0.0, wait_for_gpu: bool = True,
-                 batch_arrivals: bool = True, load_samples: int = 16, batch_jobs: int = 4,
-                 batch_restart_frac: float = 0.1, batch_prior: bool = True,
-                 batch_horizon_quantile: float = 0.75, starve_after: float = 8.0,
-                 wait_bias: float = 1.2, burst_jobs: int = 3, burst_samples: int = 3,
-                 burst_load: float = 1.5,
-                 learn_restart_cost: bool = True, estimates: tuple[SpeedPlugin, ...] = (),
-                 **miso_options: Any) -> None:
-        super().__init__(**miso_options)
-        self.batch_arrivals = batch_arrivals
-        self.batch_prior = batch_prior
-        self.starve_after = starve_after
-        self.estimates = tuple(p.build() for p in estimates)  # estimates.py
-        self.work = WorkLearner(default_remaining_s)  # learners.py
-        self.restarts = RestartCosts(restart_s, learn_restart_cost)
-        self.profile_newcomers_only = profile_newcomers_only
-        self.profiling = Profiling(tuple(profile_levels), self.profile_s)
-        self.pin_uncheckpointable = pin_uncheckpointable
-        self.rebalance = rebalance
-        self.clock = ArrivalClock(quiet_gaps)
-        self.economy = RestartEconomy(  # the permit and reserve stages
-            self.work, self.restarts, self.clock,
-            EconomyOptions(economy, reserve, replans, horizon_quantile, batch_horizon_quantile),
-            self.max_jobs)
-        self.backfill = backfill
-        self.quiet_timer = False
-        self.batch_timer = False
+    def __init__(self, **options: Any) -> None:
+        """``options``: the fields of :data:`RECORDS` (each stage gets its own record), the
+        rest MISO's."""
+        mine = {k: options.pop(k) for k in list(options) if k in _SIGNATURE.parameters}
+        super().__init__(**options)
+        rec = {r: r(**{f.name: mine[f.name] for f in fields(r) if f.name in mine})
+               for r in RECORDS}
+        o = self.opts = rec[PlusOptions]
+        self.estimates = tuple(p.build() for p in o.estimates)  # estimates.py
+        self.work = WorkLearner(o.default_remaining_s)  # learners.py
+        self.restarts = RestartCosts(o.restart_s, o.learn_restart_cost)
+        self.profiling = Profiling(tuple(o.profile_levels), self.profile_s)
+        self.clock = ArrivalClock(o.quiet_gaps)
+        self.quiet_timer = self.batch_timer = False
         self.ref_rate: dict[str, float] = {}
         self.base_est: dict[str, dict[str, float]] = {}   # estimates before a rescale
         self.ran: set[str] = set()          # jobs that have made progress
         self.prior: set[str] = set()        # jobs planned with the prior (not profiled)
         self.learned: dict[str, dict[str, float]] = {}  # prior jobs: observed speeds
         # the stages (plugins with their own options, reading this policy's learners)
-        self.bursts = Burst(self, BurstOptions(  # the burst regime (burst.py)
-            burst_jobs, burst_samples, burst_load, batch_restart_frac))
+        self.economy = RestartEconomy(self, rec[EconomyOptions])  # permit, reserve (economy.py)
+        self.bursts = Burst(self, rec[BurstOptions])  # the burst regime (burst.py)
         self.observing = ObservedSpeeds(self)  # learner: speed events (observed.py)
-        self.choice = GpuChoice(self, ChoiceOptions(  # filter/score/permit (placing.py)
-            wait_for_gpu, batch_jobs, batch_restart_frac))
-        self.admission = Admission(self, AdmissionOptions(  # permit: profile, share or wait
-            profile_when, share_margin, load_samples, wait_bias))
+        self.choice = GpuChoice(self, rec[ChoiceOptions])  # filter/score/permit (placing.py)
+        self.admission = Admission(self, rec[AdmissionOptions])  # permit: profile, share, wait
         self.rebalancer = Rebalancing(self)  # post-bind: moves onto idle GPUs (rebalance.py)
         self.donors = RebalanceIndex(self.rebalancer.best_donor, partial(self.restarts.cost, ""))
         self.declines = Declines()          # declined repartitions recorded (declined.py)
@@ -215,14 +228,14 @@ class MisoPlus(Miso):
                 self.replan(now, g, sc)
 
     def pinned(self, sc: Scratch, jobs: list[str]) -> set[str]:
-        if not self.pin_uncheckpointable:
+        if not self.opts.pin_uncheckpointable:
             return set()
         st = sc.state
         return {j for j in jobs if j in self.ran and not st.jobs[j].spec.checkpointable}
 
     def in_batch(self, sc: Scratch) -> bool:
         """A fixed mix: several jobs came, all at one instant (no arrival rate known)."""
-        return self.batch_arrivals and len(self.clock.times) >= 2 and \
+        return self.opts.batch_arrivals and len(self.clock.times) >= 2 and \
             self.clock.mean_gap() is None or self.bursts.burst(sc)
 
     def arrival_within(self, sc: Scratch, seconds: float) -> bool:
@@ -256,7 +269,7 @@ class MisoPlus(Miso):
                     out[j] = p.known(self, sc, j, self.est[j], out[j])
             else:
                 if batch is None:
-                    batch = bool(self.batch_prior and self.in_batch(sc))
+                    batch = bool(self.opts.batch_prior and self.in_batch(sc))
                 out[j] = prior_speeds(geom, sc.state.jobs[j].spec.memory_gb, harmonic=batch)
                 for p in self.estimates:
                     out[j] = p.prior(self, sc, geom, j, out[j], batch)
@@ -274,10 +287,10 @@ class MisoPlus(Miso):
         jobs = sc.jobs_on(g)
         if not jobs:
             return
-        if not self.profile_newcomers_only:
+        if not self.opts.profile_newcomers_only:
             super().replan(now, g, sc, force_solve)
             return
-        if self.batch_arrivals and sc.cycle.trigger == "arrival" and \
+        if self.opts.batch_arrivals and sc.cycle.trigger == "arrival" and \
                 self.clock.mean_gap() is None and not any(j in self.ran for j in jobs):
             # No arrival rate yet (the first jobs, or a batch submitted at once): plan at the
             # end of this instant, when every job submitted with it is placed, so no job
@@ -316,8 +329,7 @@ class MisoPlus(Miso):
         current = {j: pl for j, pl in gs.assignment.items() if j in speeds}
         pinned = self.pinned(sc, jobs) & set(current)
         pinned |= self.bursts.landed(sc, g) & set(current)  # a burst's keep their slices
-        horizon, penalty = self.economy.prices(sc, jobs, speeds, current,
-                                               partial(self.in_batch, sc))
+        horizon, penalty = self.economy.prices(sc, jobs, speeds, current)
         objective = self.objective if horizon is None else "restart-aware"
         solve = partial(optimizer_for(gs.geom).solve, current=current, objective=objective,
                         restart_penalty=penalty, pinned=pinned)
@@ -346,8 +358,7 @@ class MisoPlus(Miso):
         where it restarts nobody more (never restart a job for an arrival that may not
         come)."""
         ghosts = self.bursts.landing_slots(sc, g, jobs)  # a burst: slots that stay for the next
-        ghost = None if self.bursts.burst(sc) else self.economy.headroom(
-            sc, g, jobs, lambda: self.admission.heavy_load(sc), self.first_candidate)
+        ghost = None if self.bursts.burst(sc) else self.economy.headroom(sc, g, jobs)
         plain = sol, dict(sol.assignment), None
         if ghost is None and not ghosts:
             return plain
@@ -406,7 +417,7 @@ class MisoPlus(Miso):
         """Place queued jobs; with ``backfill`` a job that fits nowhere does not hold up the
         ones behind it (the first ``BACKFILL_WINDOW`` of the queue are tried, in order, as the
         baselines do)."""
-        if not self.backfill:
+        if not self.opts.backfill:
             super().on_capacity(now, sc)
             return
         self.place_queued(now, sc)
@@ -421,8 +432,8 @@ class MisoPlus(Miso):
         no_room: dict[str, float] = {}
         bound = sc.owner_bound()
         qp = QueuePass()
-        starve = self.starve_after * self.work.typical() \
-            if self.starve_after > 0 and not self.in_batch(sc) else None
+        starve = self.opts.starve_after * self.work.typical() \
+            if self.opts.starve_after > 0 and not self.in_batch(sc) else None
         for j in sc.queue(backfill_window(sc)):
             mem = jobs[j].spec.memory_gb
             key = jobs[j].spec.owner if bound else ""
@@ -462,7 +473,8 @@ class MisoPlus(Miso):
         self.restarts.forget(job)
         self.work.forget(job)
         super().on_finish(now, job, gpu, sc)
-        if self.rebalance:
+        if self.opts.rebalance:
             self.rebalancer.fill_idle_gpus(now, sc)
 
+MisoPlus.__init__.__signature__ = _SIGNATURE  # type: ignore[attr-defined]  # policy_options
 _NEXT = "\x00next-arrival"   # the phantom newcomer of :meth:`MisoPlus.headroom`
