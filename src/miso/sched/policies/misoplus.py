@@ -26,7 +26,7 @@ from miso.sched.policies.base import Scratch
 from miso.sched.policies.baselines import backfill_window
 from miso.sched.policies.burst import Burst, BurstOptions
 from miso.sched.policies.declined import Declines, declined_plan
-from miso.sched.policies.economy import EconomyOptions, RestartEconomy
+from miso.sched.policies.economy import EconomyOptions, RestartEconomy, Speeds
 from miso.sched.policies.estimates import SpeedPlugin
 from miso.sched.policies.explain import explain_plan
 from miso.sched.policies.learners import RestartCosts, WorkLearner
@@ -180,11 +180,17 @@ class MisoPlus(Miso):
             self.donors.changed(state.jobs[j].gpu)
         out = super().decide(now, event, state)
         self.restarts.note_plans(state, self.ran, now, out)
+        if isinstance(event, JobSubmitted):
+            self.quiet_wakeup(out)
+        return out
+
+    def quiet_wakeup(self, out: list[Decision]) -> None:
+        """A timer for when arrivals count as stopped (:meth:`ArrivalClock.quiet_from`), one
+        at a time."""
         at = self.clock.quiet_from()
-        if isinstance(event, JobSubmitted) and at is not None and not self.quiet_timer:
+        if at is not None and not self.quiet_timer:
             self.quiet_timer = True
             out.append(WakeUp(at, "quiet"))
-        return out
 
     def choose_gpu(self, now: float, job: str, sc: Scratch) -> str | None:
         return self.choice.choose_gpu(now, job, sc, QueuePass())
@@ -213,10 +219,8 @@ class MisoPlus(Miso):
             super().on_tick(now, ev, sc)
             return
         self.quiet_timer = False
-        at = self.clock.quiet_from()
-        if not self.clock.quiet(now) and at is not None:
-            self.quiet_timer = True
-            sc.out.append(WakeUp(at, "quiet"))
+        if not self.clock.quiet(now):  # (so a mean gap is known: the timer is set)
+            self.quiet_wakeup(sc.out)
             return
         # Arrivals stopped: re-plan GPUs that hold jobs and idle slices, with the long horizon.
         for g, gs in sc.state.gpus.items():
@@ -247,8 +251,7 @@ class MisoPlus(Miso):
         return (gap is not None and not self.clock.quiet(sc.cycle.now)
                 and gap * len(self.gpu_index) < seconds)
 
-    def speeds(self, geom: Geometry, sc: Scratch, jobs: list[str]
-               ) -> dict[str, dict[str, float]]:
+    def speeds(self, geom: Geometry, sc: Scratch, jobs: list[str]) -> Speeds:
         """Per job, its speed on every profile of ``geom``, for the optimizer: its estimate
         where it has one (a profile's prediction, observed rates, or an estimator that needs
         no profile, such as true speeds or a profile taken at submission), else a prior (the
@@ -320,15 +323,14 @@ class MisoPlus(Miso):
         self.last_profile[g] = now
         return True
 
-    def solve_and_apply(self, now: float, g: str, jobs: list[str],
-                        speeds: dict[str, dict[str, float]], sc: Scratch) -> None:
+    def solve_and_apply(self, now: float, g: str, jobs: list[str], speeds: Speeds,
+                        sc: Scratch) -> None:
         """Plan ``g`` for ``jobs``: the optimizer's layout with restarts priced (economy),
         room kept for expected arrivals where free (:meth:`keep_room`), explained."""
         gs = sc.state.gpus[g]
         speeds = sc.entitled_speeds(g, speeds)
         current = {j: pl for j, pl in gs.assignment.items() if j in speeds}
-        pinned = self.pinned(sc, jobs) & set(current)
-        pinned |= self.bursts.landed(sc, g) & set(current)  # a burst's keep their slices
+        pinned = (self.pinned(sc, jobs) | self.bursts.landed(sc, g)) & set(current)  # (burst)
         horizon, penalty = self.economy.prices(sc, jobs, speeds, current)
         objective = self.objective if horizon is None else "restart-aware"
         solve = partial(optimizer_for(gs.geom).solve, current=current, objective=objective,
@@ -336,9 +338,8 @@ class MisoPlus(Miso):
         try:
             sol = solve(speeds)
         except OptimizerError:
-            movable = [j for j in jobs if j not in pinned and j not in current]
-            victim = (movable or [j for j in jobs if j not in pinned])[-1:]
-            for j in victim:
+            free = [j for j in jobs if j not in pinned]  # a newcomer first
+            for j in ([j for j in free if j not in current] or free)[-1:]:
                 sc.requeue(j, "no layout holds the mix", cause=RequeueCause.NO_LAYOUT)
             return
         sol, assignment, reserved = self.keep_room(sc, g, jobs, speeds, sol, solve)
@@ -350,9 +351,8 @@ class MisoPlus(Miso):
                             horizon, reserved, sc.cycle.trigger)
         sc.out.append(ApplyLayout(g, sc.state.new_plan_id(), lay, assignment, why=why))
 
-    def keep_room(self, sc: Scratch, g: str, jobs: list[str],
-                  speeds: dict[str, dict[str, float]], sol: Any, solve: Any
-                  ) -> tuple[Any, dict[str, Any], str | None]:
+    def keep_room(self, sc: Scratch, g: str, jobs: list[str], speeds: Speeds, sol: Any,
+                  solve: Any) -> tuple[Any, dict[str, Any], str | None]:
         """(solution, assignment of the real jobs, the instances kept free or None): in a
         burst the landing slots stay free; else the headroom for the next arrival, only
         where it restarts nobody more (never restart a job for an arrival that may not
@@ -374,8 +374,7 @@ class MisoPlus(Miso):
         reserved = ", ".join(str(alt.assignment[x]) for x in ghosts)
         return alt, {j: pl for j, pl in alt.assignment.items() if j not in ghosts}, reserved
 
-    def estimates_why(self, jobs: list[str], speeds: dict[str, dict[str, float]]
-                      ) -> dict[str, Any]:
+    def estimates_why(self, jobs: list[str], speeds: Speeds) -> dict[str, Any]:
         """What a plan's explanation says of its jobs' speeds: the speeds planned with, their
         std and interval where the estimator knows them, the jobs planned with the prior."""
         unc = self.estimator.uncertainty
@@ -387,10 +386,9 @@ class MisoPlus(Miso):
             "prior": sorted(j for j in jobs if j in self.prior and j not in self.est),
         }
 
-    def plan_why(self, g: str, jobs: list[str], speeds: dict[str, dict[str, float]],
-                 current: dict[str, Any], assignment: dict[str, Any], objective: float,
-                 pinned: set[str], horizon: float | None, reserved: str | None,
-                 trigger: str) -> dict[str, Any]:
+    def plan_why(self, g: str, jobs: list[str], speeds: Speeds, current: dict[str, Any],
+                 assignment: dict[str, Any], objective: float, pinned: set[str],
+                 horizon: float | None, reserved: str | None, trigger: str) -> dict[str, Any]:
         """A plan's explanation: speeds and their uncertainty, throughput before and after,
         the restarts with the price each was charged (the one the plan was chosen with)."""
         thr = sum(speeds[j][pl.profile] for j, pl in assignment.items())
