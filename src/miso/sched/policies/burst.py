@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from miso.sched.decisions import ApplyLayout
 from miso.sched.policies.base import Scratch, fitting_profiles
-from miso.sched.policies.priors import prior_speeds
+from miso.sched.speeds import prior_speeds
 
 if TYPE_CHECKING:  # pragma: no cover
     from miso.sched.policies.misoplus import MisoPlus

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from miso.mig import Placement
 from miso.sched.policies.base import Scratch
-from miso.sched.policies.priors import prior_speeds
+from miso.sched.speeds import prior_speeds
 
 if TYPE_CHECKING:  # pragma: no cover
     from miso.sched.policies.misoplus import MisoPlus

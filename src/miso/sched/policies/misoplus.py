@@ -10,6 +10,7 @@ from typing import Any
 
 from miso.mig import Geometry
 from miso.optimize import OptimizerError, optimizer_for
+from miso.sched.arrivals import ArrivalClock
 from miso.sched.decisions import ApplyLayout, Decision, RequeueCause, StartProfiling, WakeUp
 from miso.sched.events import (
     Event,
@@ -21,7 +22,6 @@ from miso.sched.events import (
 )
 from miso.sched.modelplace import for_geometry
 from miso.sched.policies.admission import Admission, AdmissionOptions, Profiling
-from miso.sched.policies.arrivals import ArrivalClock
 from miso.sched.policies.base import Scratch
 from miso.sched.policies.baselines import backfill_window
 from miso.sched.policies.burst import Burst, BurstOptions
@@ -33,9 +33,9 @@ from miso.sched.policies.learners import RestartCosts, WorkLearner
 from miso.sched.policies.miso import Miso
 from miso.sched.policies.observed import ObservedSpeeds
 from miso.sched.policies.placing import ChoiceOptions, GpuChoice, QueuePass
-from miso.sched.policies.priors import prior_speeds
 from miso.sched.policies.rebalance import RebalanceIndex, Rebalancing
 from miso.sched.reservecost import headroom_pays
+from miso.sched.speeds import prior_speeds
 from miso.sched.state import ClusterState
 
 
@@ -81,7 +81,7 @@ class MisoPlus(Miso):
       real job padded by the dummy: inside the predictor's training distribution), at
       ``profile_levels`` (100 % last, so it keeps running at 100 % afterwards: one level switch
       for two levels); a newcomer that joins occupied GPUs is placed with the catalogue-average
-      prior (:mod:`~miso.sched.policies.priors`) instead of stopping the residents to profile.
+      prior (:func:`~miso.sched.speeds.prior_speeds`) instead of stopping the residents to profile.
     * ``economy``: a re-plan maximises throughput minus, per running job that would move, the
       work its restart throws away over the plan's horizon (``restart_s x speed / horizon``, the
       horizon being the median remaining time of the GPU's jobs, from their progress reports
