@@ -223,12 +223,10 @@ class MisoPlus(Miso):
             self.quiet_wakeup(sc.out)
             return
         # Arrivals stopped: re-plan GPUs that hold jobs and idle slices, with the long horizon.
-        for g, gs in sc.state.gpus.items():
+        for g, gs in sc.state.gpus.items():  # (an idle slice, or a lone job on a slice)
             full = gs.geom.model.full_profile().name
-            idle_slice = len(gs.layout) > len(gs.jobs)
-            lone_on_part = len(gs.jobs) == 1 and any(pl.profile != full
-                                                     for pl in gs.assignment.values())
-            if gs.jobs and (idle_slice or lone_on_part):
+            if gs.jobs and (len(gs.layout) > len(gs.jobs) or len(gs.jobs) == 1 and any(
+                    pl.profile != full for pl in gs.assignment.values())):
                 self.replan(now, g, sc)
 
     def pinned(self, sc: Scratch, jobs: list[str]) -> set[str]:
@@ -435,9 +433,6 @@ class MisoPlus(Miso):
         for j in sc.queue(backfill_window(sc)):
             mem = jobs[j].spec.memory_gb
             key = jobs[j].spec.owner if bound else ""
-            # It starves: hold a GPU for the first such job that finds no room (below).
-            hold = qp.held is None and starve is not None and \
-                now - jobs[j].submitted_at > starve
             fits_nowhere = mem >= no_room.get(key, float("inf"))
             if not fits_nowhere:
                 qp.waited = False
@@ -450,7 +445,9 @@ class MisoPlus(Miso):
                 if fits_nowhere:
                     no_room[key] = mem
             qp.ahead += 1
-            if hold and fits_nowhere:
+            # It starves: hold a GPU for the first such job that finds no room.
+            if fits_nowhere and qp.held is None and starve is not None and \
+                    now - jobs[j].submitted_at > starve:
                 qp.held = self.choice.gpu_to_hold(sc, j)
 
     # -- events -----------------------------------------------------------------------------
@@ -461,15 +458,12 @@ class MisoPlus(Miso):
         super().on_applied(now, gpu, sc)
 
     def on_finish(self, now: float, job: str, gpu: str | None, sc: Scratch) -> None:
-        self.ref_rate.pop(job, None)
-        self.base_est.pop(job, None)
-        for p in self.estimates:
-            p.forget(job)
+        for d in (self.ref_rate, self.base_est, self.learned):  # (independent records)
+            d.pop(job, None)
         self.ran.discard(job)
         self.prior.discard(job)
-        self.learned.pop(job, None)
-        self.restarts.forget(job)
-        self.work.forget(job)
+        for x in (*self.estimates, self.restarts, self.work):
+            x.forget(job)
         super().on_finish(now, job, gpu, sc)
         if self.opts.rebalance:
             self.rebalancer.fill_idle_gpus(now, sc)
