@@ -100,25 +100,22 @@ class Burst:
         return self.bursting
 
     def burst_work(self, st: ClusterState) -> float | None:
-        """A typical job's work as the burst test sees it: the mean work measured so far,
-        else the mean declared at submission, else :meth:`reported_work`."""
+        """A typical job's work as the burst test sees it: the mean work measured so far, else
+        the mean declared at submission, else the mean work left that the jobs have reported
+        so far (full-GPU seconds), before the policy has priced any of them
+        (:meth:`WorkLearner.typical` learns a job's work only when it plans its GPU, and a job
+        alone on a whole GPU is not re-planned): live, the first jobs of a burst report within
+        a second, so the burst is seen by the third arrival rather than when the fifth finds
+        every GPU taken and the first four must be restarted to land the rest. None when
+        nobody reported yet. Reads, never records; only the GPUs' residents (not every job
+        the cluster has seen)."""
         if self.pol.work.stats[1]:
             return self.pol.work.typical()
         known = [w for w in self.pol.clock.work if w is not None]  # declared at submission
-        return sum(known) / len(known) if known else self.reported_work(st)
-
-    @staticmethod
-    def reported_work(st: ClusterState) -> float | None:
-        """Mean work left that the jobs have reported so far (full-GPU seconds), before the
-        policy has priced any of them (:meth:`WorkLearner.typical` learns a job's work only when it
-        plans its GPU, and a job alone on a whole GPU is not re-planned): live, the first
-        jobs of a burst report within a second, so the burst is seen by the third arrival
-        rather than when the fifth finds every GPU taken and the first four must be
-        restarted to land the rest. None when nobody reported yet. Reads, never records;
-        only the GPUs' residents (not every job the cluster has seen)."""
-        seen = [p[1] for gs in st.gpus.values() for j in gs.jobs
-                if (p := st.jobs[j].progress) is not None and st.jobs[j].finished_at is None]
-        return sum(seen) / len(seen) if seen else None
+        if not known:  # reported
+            known = [p[1] for gs in st.gpus.values() for j in gs.jobs
+                     if (p := st.jobs[j].progress) is not None and st.jobs[j].finished_at is None]
+        return sum(known) / len(known) if known else None
 
     def landed(self, sc: Scratch, g: str) -> set[str]:
         """In a burst, the residents of ``g`` on a slice (not the whole GPU): they keep it,
