@@ -45,18 +45,28 @@ class RestartEconomy:
     def __init__(self, pol: MisoPlus, opts: EconomyOptions) -> None:
         self.pol, self.opts = pol, opts
 
-    def horizon(self, sc: Scratch, jobs: list[str], speeds: Speeds,
-                current: dict[str, Placement]) -> float:
-        """How long a plan is expected to stand (s): the ``horizon_quantile`` of its jobs'
-        remaining times at current speeds, divided by the re-plans expected meanwhile, at
-        least the configured restart price. While jobs keep arriving the GPU is re-planned
-        ``replans`` times meanwhile (every arrival and completion re-plans a GPU), so only
-        large gains pay for a restart and free slices are kept for the next arrival; once
-        arrivals stop (:meth:`ArrivalClock.quiet`) a plan stands until the GPU's own jobs
-        end (one re-plan per job), so jobs grow into idle slices. In a fixed mix (no arrival
-        at all after the batch) the ``batch_horizon_quantile`` (0.75) is used: the layout
-        stands longer, so a restart must buy more (measured best, "No regret")."""
+    def prices(self, sc: Scratch, jobs: list[str], speeds: Speeds,
+               current: dict[str, Placement]) -> tuple[float | None, dict[str, float]]:
+        """(horizon, price per running job of ``current``); ``(None, {})`` without
+        ``economy`` or when nothing runs.
+
+        The horizon is how long a plan is expected to stand (s): the ``horizon_quantile`` of
+        its jobs' remaining times at current speeds, divided by the re-plans expected
+        meanwhile, at least the configured restart price. While jobs keep arriving the GPU is
+        re-planned ``replans`` times meanwhile (every arrival and completion re-plans a GPU),
+        so only large gains pay for a restart and free slices are kept for the next arrival;
+        once arrivals stop (:meth:`ArrivalClock.quiet`) a plan stands until the GPU's own
+        jobs end (one re-plan per job), so jobs grow into idle slices. In a fixed mix (no
+        arrival at all after the batch) the ``batch_horizon_quantile`` (0.75) is used: the
+        layout stands longer, so a restart must buy more (measured best, "No regret").
+
+        A job's price is the throughput its restart costs over the horizon: the work it does
+        not do while it restarts (:meth:`RestartCosts.cost` x its speed now) spread over the
+        horizon; a plan that moves jobs pays off when its throughput gain beats the sum of
+        their prices. (A running job is one of ``jobs``: the horizon has times to rank.)"""
         pol, opts = self.pol, self.opts
+        if not (opts.economy and current):
+            return None, {}
         ts = []
         for j in jobs:
             pl = current.get(j)
@@ -65,20 +75,8 @@ class RestartEconomy:
         q = opts.batch_horizon_quantile if pol.in_batch(sc) else opts.horizon_quantile
         k = float(len(ts)) if pol.clock.quiet(sc.cycle.now) else opts.replans
         ts.sort()
-        return max(pol.restarts.prior_s, ts[min(len(ts) - 1, int(q * len(ts)))] / max(1.0, k))
-
-    def prices(self, sc: Scratch, jobs: list[str], speeds: Speeds,
-               current: dict[str, Placement]) -> tuple[float | None, dict[str, float]]:
-        """(horizon, price per running job of ``current``): the throughput its restart costs
-        over the plan's horizon, the work it does not do while it restarts
-        (:meth:`RestartCosts.cost` x its speed now) spread over the horizon; a plan that
-        moves jobs pays off when its throughput gain beats the sum of their prices.
-        ``(None, {})`` without ``economy`` or when nothing runs (then ``jobs`` holds a
-        running job: the horizon has times to rank)."""
-        if not (self.opts.economy and current):
-            return None, {}
-        horizon = self.horizon(sc, jobs, speeds, current)
-        cost = self.pol.restarts.cost
+        horizon = max(pol.restarts.prior_s, ts[min(len(ts) - 1, int(q * len(ts)))] / max(1.0, k))
+        cost = pol.restarts.cost
         return horizon, {j: cost(j) * speeds[j].get(pl.profile, 0.5) / horizon
                          for j, pl in current.items()}
 

@@ -86,8 +86,8 @@ class MisoPlus(Miso):
       work its restart throws away over the plan's horizon (``restart_s x speed / horizon``, the
       horizon being the median remaining time of the GPU's jobs, from their progress reports
       (:class:`~miso.sched.events.JobProgress` folded into their state), divided by the
-      re-plans expected meanwhile, see
-      :meth:`horizon`); so a GPU is repartitioned only when the gain beats the restarts.
+      re-plans expected meanwhile, see :meth:`RestartEconomy.prices`); so a GPU is
+      repartitioned only when the gain beats the restarts.
     * ``pin_uncheckpointable``: a job that cannot checkpoint is never restarted once it has run
       (the optimizer takes it as a hard constraint; it is never profiled or rebalanced).
     * ``rebalance``: when nothing queues, a job of a crowded GPU moves onto an idle GPU if the
