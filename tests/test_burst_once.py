@@ -4,8 +4,8 @@ times per decision; it is computed once per decision and answers as before."""
 from __future__ import annotations
 
 from miso.cli.demo_cluster import demo_jobs, demo_trace
+from miso.sched.arrivals import ArrivalClock
 from miso.sched.policies import MisoPlus
-from miso.sched.policies.arrivals import ArrivalClock
 from miso.sched.policies.burst import Burst
 from miso.sim.engine import Simulator
 from miso.sim.run import build_policy
@@ -29,7 +29,7 @@ class Counted(MisoPlus):
 
         class Clock(ArrivalClock):
             def offered_load(self, default_work_s: float, min_samples: int = 16):  # noqa: ANN201
-                if min_samples == pol.bursts.opts.samples:
+                if min_samples == pol.bursts.opts.burst_samples:
                     pol.reads.append((pol.decisions, pol.work.stats[1]))
                 return load(self, default_work_s, min_samples)
 

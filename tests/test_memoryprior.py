@@ -11,8 +11,7 @@ from miso.sched.estimators import NoisyOracle
 from miso.sched.experiments import MemoryPrior
 from miso.sched.memoryprior import memory_prior
 from miso.sched.policies.base import Scratch
-from miso.sched.policies.priors import prior_speeds
-from miso.sched.speeds import workload_speeds
+from miso.sched.speeds import prior_speeds, workload_speeds
 from miso.sched.state import ClusterState
 from miso.workloads import catalogue, family_of
 

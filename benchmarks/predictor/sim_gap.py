@@ -53,8 +53,8 @@ from sim_heldout import avg_jct, family_trace  # noqa: E402
 from miso.sched.decisions import ApplyLayout  # noqa: E402
 from miso.sched.experiments import LearnEarlierSlices, MemoryPrior  # noqa: E402
 from miso.sched.policies.estimates import SpeedPlugin  # noqa: E402
-from miso.sched.policies.priors import prior_speeds  # noqa: E402
 from miso.sched.policies.rebalance import Rebalancing  # noqa: E402
+from miso.sched.speeds import prior_speeds  # noqa: E402
 from miso.sim.engine import Simulator  # noqa: E402
 from miso.sim.heldout import families  # noqa: E402
 from miso.sim.metrics import summarize  # noqa: E402

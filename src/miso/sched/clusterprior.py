@@ -2,7 +2,7 @@
 (issue 19, item 5; miso+'s ``cluster_prior`` switch, off by default).
 
 miso+ plans a newcomer it did not profile with the catalogue's average speed per slice
-(:func:`miso.sched.policies.priors.prior_speeds`). On a cluster whose jobs are not the
+(:func:`miso.sched.speeds.prior_speeds`). On a cluster whose jobs are not the
 catalogue's (every family new), the speeds of the jobs it did profile or measure describe the
 population better. The harmonic mean is kept (a completion time is work / speed:
 1 / E[s] < E[1 / s]). Measured in the simulator (benchmarks/README.md, "Predictor, third

@@ -2,7 +2,7 @@
 item 5; miso+'s ``memory_prior`` switch).
 
 miso+ plans a newcomer it did not profile with the catalogue's average speed per slice
-(:mod:`miso.sched.policies.priors`). The one thing known of every job at submission that
+(:func:`miso.sched.speeds.prior_speeds`). The one thing known of every job at submission that
 tells its slice curve apart is its memory: in the catalogue every workload above ~5.5 GB keeps
 losing speed on small slices (3g 0.49-0.63 of the full GPU: bert, cyclegan, large transformer
 batches), while the small ones range from 0.56 to 1.0. So the prior here is each slice's mean

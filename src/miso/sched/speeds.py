@@ -68,3 +68,35 @@ def workload_memory_gb(name: str) -> float:
 def fits(geom: Geometry, memory_gb: float) -> list[str]:
     """Profiles of ``geom`` whose memory holds ``memory_gb``."""
     return [p.name for p in geom.profiles if p.memory_gib + 1e-9 >= memory_gb]
+
+
+def prior_speeds(geom: Geometry, memory_gb: float, harmonic: bool = False
+                 ) -> dict[str, float]:
+    """A prior for a job nobody has profiled yet: the catalogue-average speed (arithmetic, or
+    ``harmonic``) on each profile of ``geom`` that holds ``memory_gb`` (1.0 on the whole GPU).
+    The arithmetic mean is the expected throughput; the harmonic mean is the speed whose time
+    (work / speed) is the expected time, what a plan judged by completion times needs (a fixed
+    mix: 1 / E[s] < E[1 / s], so the arithmetic mean makes small slices look too good).
+    miso+ plans a newcomer it does not stop anyone to profile with it."""
+    return dict(_prior(geom, round(memory_gb, 3), harmonic))
+
+
+@cache
+def _average(geom: Geometry, harmonic: bool) -> tuple[tuple[str, float], ...]:
+    acc: dict[str, list[float]] = {}
+    for w in catalogue().values():
+        for p, s in workload_speeds(geom, w).items():
+            acc.setdefault(p, []).append(s)
+    if harmonic:
+        return tuple((p, len(v) / sum(1.0 / x for x in v)) for p, v in acc.items())
+    return tuple((p, sum(v) / len(v)) for p, v in acc.items())
+
+
+@cache
+def _prior(geom: Geometry, memory_gb: float, harmonic: bool) -> tuple[tuple[str, float], ...]:
+    fit = {p.name for p in geom.profiles if p.memory_gib + 1e-9 >= memory_gb}  # (as placement)
+    out = {p: s for p, s in _average(geom, harmonic) if p in fit}
+    full = geom.model.full_profile().name
+    if full in fit:
+        out[full] = 1.0
+    return tuple(out.items())

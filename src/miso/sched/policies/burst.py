@@ -4,7 +4,7 @@ GPUs). There a GPU repartitioned at every arrival restarts its first jobs again 
 and OptSta's fixed layout, which lands every job on a slice that stays, wins. In a burst each
 GPU's plan keeps slots for the next arrivals (a "landing" layout of ``burst_jobs`` instances,
 OptSta's family), so they join it without restarting anyone, and the jobs are planned as a
-fixed mix (``in_batch``: harmonic prior, at most ``jobs`` per GPU while restarts are
+fixed mix (``in_batch``: harmonic prior, at most ``batch_jobs`` per GPU while restarts are
 dear). Landed jobs keep their slices, and a newcomer takes a free slot before it restarts a
 job that started alone on a whole GPU before the burst showed.
 
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from miso.sched.decisions import ApplyLayout
 from miso.sched.policies.base import Scratch, fitting_profiles
-from miso.sched.policies.priors import prior_speeds
+from miso.sched.speeds import prior_speeds
 
 if TYPE_CHECKING:  # pragma: no cover
     from miso.sched.policies.misoplus import MisoPlus
@@ -33,15 +33,15 @@ BURST_HOLD = 0.5
 
 @dataclass(frozen=True)
 class BurstOptions:
-    """``jobs``: slots per GPU in a burst's landing layout (0: no burst regime); ``samples``:
-    arrivals before the test; ``load``: the offered load, in GPUs, that starts a burst;
-    ``restart_frac``: a profiling run must cost at least this share of a typical job's work
-    (short jobs; miso+'s ``batch_restart_frac``)."""
+    """``burst_jobs``: slots per GPU in a burst's landing layout (0: no burst regime);
+    ``burst_samples``: arrivals before the test; ``burst_load``: the offered load, in GPUs,
+    that starts a burst; ``batch_restart_frac``: a profiling run must cost at least this
+    share of a typical job's work (short jobs)."""
 
-    jobs: int = 3
-    samples: int = 3
-    load: float = 1.5
-    restart_frac: float = 0.1
+    burst_jobs: int = 3
+    burst_samples: int = 3
+    burst_load: float = 1.5
+    batch_restart_frac: float = 0.1
 
 
 class Burst:
@@ -67,24 +67,24 @@ class Burst:
         return got[1]
 
     def test(self, sc: Scratch) -> bool:
-        """A burst: from ``samples`` arrivals on, their offered load (lower bound, as
-        :meth:`heavy_load`) is ``load`` times the GPUs, and the next newcomer is
+        """A burst: from ``burst_samples`` arrivals on, their offered load (lower bound, as
+        :meth:`heavy_load`) is ``burst_load`` times the GPUs, and the next newcomer is
         expected on each GPU before a lone newcomer's profiling run would end (arrivals much
         faster than a restart-and-profile cycle: 60 s between jobs on 16-40 GPUs with 30-300
-        s restarts is not one), and that cycle costs ``restart_frac`` of a typical
+        s restarts is not one), and that cycle costs ``batch_restart_frac`` of a typical
         job's work at least (short jobs: long ones pay a restart back, 14 jobs of 20,000 s
         arriving a second apart share GPUs as usual). No burst before some job's work is
         known (16 jobs on 16 GPUs looked like one with 3,000 s guessed). It ends when
         arrivals stop and its queue has drained."""
         pol, opts, st = self.pol, self.opts, sc.state
-        if opts.jobs <= 0:
+        if opts.burst_jobs <= 0:
             return False
         if pol.clock.quiet(sc.cycle.now):
             # Arrivals stopped: the burst's queue still drains onto the landing slots.
             self.bursting = self.bursting and bool(st.queue)
             return self.bursting
         work = self.burst_work(st)
-        load = None if work is None else pol.clock.offered_load(work, opts.samples)
+        load = None if work is None else pol.clock.offered_load(work, opts.burst_samples)
         if load is None or work is None:
             self.bursting = False
             return False
@@ -93,32 +93,29 @@ class Burst:
         # Once in a burst, a lower load keeps it (half): the work estimate moves as jobs
         # report, and a burst that flickers off mid-plan drops its landing slots.
         hold = BURST_HOLD if self.bursting else 1.0
-        self.bursting = (load >= hold * opts.load * len(st.gpus)
+        self.bursting = (load >= hold * opts.burst_load * len(st.gpus)
                          # once in a burst, measured (cheap) restarts do not end it
                          and pol.arrival_within(sc, run_s * (2.0 if self.bursting else 1.0))
-                         and run_s >= opts.restart_frac * work)
+                         and run_s >= opts.batch_restart_frac * work)
         return self.bursting
 
     def burst_work(self, st: ClusterState) -> float | None:
-        """A typical job's work as the burst test sees it: the mean work measured so far,
-        else the mean declared at submission, else :meth:`reported_work`."""
+        """A typical job's work as the burst test sees it: the mean work measured so far, else
+        the mean declared at submission, else the mean work left that the jobs have reported
+        so far (full-GPU seconds), before the policy has priced any of them
+        (:meth:`WorkLearner.typical` learns a job's work only when it plans its GPU, and a job
+        alone on a whole GPU is not re-planned): live, the first jobs of a burst report within
+        a second, so the burst is seen by the third arrival rather than when the fifth finds
+        every GPU taken and the first four must be restarted to land the rest. None when
+        nobody reported yet. Reads, never records; only the GPUs' residents (not every job
+        the cluster has seen)."""
         if self.pol.work.stats[1]:
             return self.pol.work.typical()
         known = [w for w in self.pol.clock.work if w is not None]  # declared at submission
-        return sum(known) / len(known) if known else self.reported_work(st)
-
-    @staticmethod
-    def reported_work(st: ClusterState) -> float | None:
-        """Mean work left that the jobs have reported so far (full-GPU seconds), before the
-        policy has priced any of them (:meth:`WorkLearner.typical` learns a job's work only when it
-        plans its GPU, and a job alone on a whole GPU is not re-planned): live, the first
-        jobs of a burst report within a second, so the burst is seen by the third arrival
-        rather than when the fifth finds every GPU taken and the first four must be
-        restarted to land the rest. None when nobody reported yet. Reads, never records;
-        only the GPUs' residents (not every job the cluster has seen)."""
-        seen = [p[1] for gs in st.gpus.values() for j in gs.jobs
-                if (p := st.jobs[j].progress) is not None and st.jobs[j].finished_at is None]
-        return sum(seen) / len(seen) if seen else None
+        if not known:  # reported
+            known = [p[1] for gs in st.gpus.values() for j in gs.jobs
+                     if (p := st.jobs[j].progress) is not None and st.jobs[j].finished_at is None]
+        return sum(known) / len(known) if known else None
 
     def landed(self, sc: Scratch, g: str) -> set[str]:
         """In a burst, the residents of ``g`` on a slice (not the whole GPU): they keep it,
@@ -151,7 +148,7 @@ class Burst:
         if not sc.jobs_on(g) or not self.burst(sc) or self.free_slots(sc, g, job) > 0:
             return g
         for n, h in self.pol.candidate_gpus(sc, job):  # least crowded first; memory checked
-            if n >= self.opts.jobs:
+            if n >= self.opts.burst_jobs:
                 break
             if n and h != g and h != held and self.free_slots(sc, h, job) > 0:
                 return h
@@ -159,12 +156,12 @@ class Burst:
 
     def landing_slots(self, sc: Scratch, g: str, jobs: list[str]) -> dict[str, Any]:
         """In a burst, phantom newcomers (prior speeds, the median newcomer's memory) up to
-        ``jobs`` jobs on ``g``: the plan leaves their slices free for the next
+        ``burst_jobs`` jobs on ``g``: the plan leaves their slices free for the next
         arrivals. Empty outside a burst or when ``g`` is full."""
         if not self.burst(sc):
             return {}
         gs = sc.state.gpus[g]
-        free = min(self.opts.jobs, gs.geom.model.max_instances) - len(jobs)
+        free = min(self.opts.burst_jobs, gs.geom.model.max_instances) - len(jobs)
         ghost = prior_speeds(gs.geom, self.pol.clock.median_memory(), harmonic=True)
         if free <= 0 or not ghost:
             return {}

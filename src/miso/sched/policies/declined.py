@@ -55,12 +55,12 @@ def declined_plan(policy: Any, sc: Scratch, g: str, speeds: Speeds,
     """``g`` keeps its layout under the restart-aware objective: when the plain objective
     (throughput, restarts not priced) would have moved running jobs for a higher total
     speed, record the gain and the restarts' price in ``sc.out``. ``prices``: the plan's
-    (horizon, restart price per running job) (:meth:`RestartEconomy.restart_prices`: total
+    (horizon, restart price per running job) (:meth:`RestartEconomy.prices`: total
     speed over the horizon, the unit the plan was chosen in); ``reserved``: the instances the
     kept layout holds free for the next arrival (:meth:`MisoPlus.keep_room`), else None."""
     horizon, penalty = prices
-    if horizon is None or not penalty:
-        return  # no restart economy here: nothing was declined for its price
+    if not penalty:  # no restart economy here (no horizon): nothing declined for its price
+        return
     gs = sc.state.gpus[g]
     try:
         alt = optimizer_for(gs.geom).solve(speeds, current=dict(current),
@@ -75,30 +75,25 @@ def declined_plan(policy: Any, sc: Scratch, g: str, speeds: Speeds,
         return
     priced = {j: penalty.get(j, 0.0) for j in moved}
     costs = {j: policy.restarts.cost(j) for j in moved}
+    price = sum(priced.values())
+    # In words: the speed it would have won, each restart's cost (s), their price over the
+    # horizon, and what outweighed the gain.
+    verdict = "the restarts outweigh the gain" if price >= gain - MIN_GAIN else \
+        "the restart-aware plan keeps it"
+    if reserved:
+        verdict += f"; {reserved} stays free for the next arrival, expected within the horizon"
+    names = ", ".join(f"{j} ({c:.3g} s)" for j, c in costs.items())
     sc.out.append(RepartitionDeclined(
-        g, moved, gain, sum(priced.values()),
+        g, moved, gain, price,
         why={"trigger": sc.cycle.trigger, "unit": "speed", "horizon_s": horizon,
              "throughput": alt.throughput, "current_objective": cur,
              "layout": [str(p) for p in sorted(alt.layout)],
              "assignment": {j: str(p) for j, p in alt.assignment.items()},
              "restart_costs": costs, "restart_prices": priced, "reserved": reserved,
-             "note": plan_note(g, cur, alt.throughput, costs, sum(priced.values()), horizon,
-                               reserved)}))
-
-
-def plan_note(g: str, cur: float, thr: float, costs: Mapping[str, float], price: float,
-              horizon: float, reserved: str | None) -> str:
-    """A declined plan in words: the speed it would have won, each restart's cost (s), their
-    price over the horizon, and what outweighed the gain."""
-    gain = thr - cur
-    verdict = "the restarts outweigh the gain" if price >= gain - MIN_GAIN else \
-        "the restart-aware plan keeps it"
-    if reserved:
-        verdict += f"; {reserved} stays free for the next arrival, expected within the horizon"
-    priced = ", ".join(f"{j} ({c:.3g} s)" for j, c in costs.items())
-    return (f"{g}: kept its layout: a repartition would raise its total speed "
-            f"{cur:.2f} -> {thr:.2f} (gain {gain:.3f}) but restart {priced}, "
-            f"priced at {price:.3f} over a {horizon:.0f} s horizon: {verdict}")
+             "note": f"{g}: kept its layout: a repartition would raise its total speed "
+                     f"{cur:.2f} -> {alt.throughput:.2f} (gain {gain:.3f}) but restart "
+                     f"{names}, priced at {price:.3f} over a {horizon:.0f} s horizon: "
+                     f"{verdict}"}))
 
 
 def declined_share(policy: Any, sc: Scratch, g: str, job: str) -> None:

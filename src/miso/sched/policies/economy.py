@@ -2,52 +2,34 @@
 time a plan is expected to stand, from each job's remaining work, and the slice kept free for
 the next arrival.
 
-:func:`plan_horizon` and :func:`restart_prices` are the economy's arithmetic (a plan is chosen
-when its throughput gain beats the sum of these prices); :class:`RestartEconomy` feeds them
-from the learners (:mod:`~miso.sched.policies.learners`) and the arrival clock.
+:meth:`RestartEconomy.prices` is the economy's arithmetic (a plan is chosen when its
+throughput gain beats the sum of these prices), fed by the learners
+(:mod:`~miso.sched.policies.learners`) and the arrival clock.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from miso.mig import Placement
-from miso.sched.policies.arrivals import ArrivalClock
 from miso.sched.policies.base import Scratch
-from miso.sched.policies.learners import RestartCosts, WorkLearner
-from miso.sched.policies.priors import prior_speeds
+from miso.sched.speeds import prior_speeds
 
+if TYPE_CHECKING:  # pragma: no cover
+    from miso.sched.policies.misoplus import MisoPlus
 
-def plan_horizon(times: list[float], quantile: float, replans: float, prior_s: float) -> float:
-    """How long a plan is expected to stand (s): the ``quantile`` of its jobs' remaining
-    ``times`` at current speeds, divided by the ``replans`` expected meanwhile, at least
-    ``prior_s``; ``prior_s`` without jobs."""
-    ts = sorted(times)
-    if not ts:
-        return prior_s
-    t = ts[min(len(ts) - 1, int(quantile * len(ts)))]
-    return max(prior_s, t / max(1.0, replans))
-
-
-def restart_prices(horizon: float, speeds: Mapping[str, Mapping[str, float]],
-                   current: Mapping[str, Placement], cost: Callable[[str], float]
-                   ) -> dict[str, float]:
-    """Throughput each running job's restart costs over the plan's ``horizon``: the work it
-    does not do while it restarts (``cost(job)`` x its speed now) spread over the horizon.
-    A plan that moves jobs pays off when its throughput gain beats the sum of their prices."""
-    return {j: cost(j) * speeds[j].get(pl.profile, 0.5) / horizon for j, pl in current.items()}
+Speeds = dict[str, dict[str, float]]
 
 
 @dataclass(frozen=True)
 class EconomyOptions:
-    """``on``: restarts priced in plans (miso+'s ``economy``); ``reserve``: headroom kept for
-    the next arrival; ``replans``: re-plans of a GPU expected while a plan stands as jobs keep
-    arriving (25 measured best, see benchmarks/README.md); ``horizon_quantile`` (0.5: the
-    median), and ``batch_horizon_quantile`` in a fixed mix."""
+    """``economy``: restarts priced in plans; ``reserve``: headroom kept for the next arrival;
+    ``replans``: re-plans of a GPU expected while a plan stands as jobs keep arriving (25
+    measured best, see benchmarks/README.md); ``horizon_quantile`` (0.5: the median), and
+    ``batch_horizon_quantile`` in a fixed mix."""
 
-    on: bool = True
+    economy: bool = True
     reserve: bool = True
     replans: float = 25.0
     horizon_quantile: float = 0.5
@@ -55,66 +37,69 @@ class EconomyOptions:
 
 
 class RestartEconomy:
-    """Pricing of restarts and the headroom kept for the next arrival (:class:`EconomyOptions`;
-    ``max_jobs``: the policy's jobs per GPU)."""
+    """Pricing of restarts and the headroom kept for the next arrival (``pol.economy``; its
+    options in :class:`EconomyOptions`; it reads the policy ``pol``'s learners ``work`` and
+    ``restarts``, its arrival clock ``clock``, ``max_jobs``, ``in_batch``, ``admission`` and
+    ``first_candidate``)."""
 
-    def __init__(self, work: WorkLearner, restarts: RestartCosts, clock: ArrivalClock,
-                 opts: EconomyOptions, max_jobs: int) -> None:
-        self.work, self.restarts, self.clock = work, restarts, clock
-        self.opts, self.max_jobs = opts, max_jobs
+    def __init__(self, pol: MisoPlus, opts: EconomyOptions) -> None:
+        self.pol, self.opts = pol, opts
 
-    def horizon(self, sc: Scratch, jobs: list[str], speeds: dict[str, dict[str, float]],
-                current: dict[str, Placement], in_batch: Callable[[], bool]) -> float:
-        """:func:`plan_horizon` of these jobs. While jobs keep arriving the GPU is re-planned
-        ``replans`` times meanwhile (every arrival and completion re-plans a GPU), so only
-        large gains pay for a restart and free slices are kept for the next arrival; once
-        arrivals stop (:meth:`ArrivalClock.quiet`) a plan stands until the GPU's own jobs
-        end, so jobs grow into idle slices. In a fixed mix (no arrival at all after the
-        batch) the ``batch_horizon_quantile`` (0.75) is used: the layout stands longer, so a
-        restart must buy more (measured best, "No regret")."""
-        st = sc.state
+    def prices(self, sc: Scratch, jobs: list[str], speeds: Speeds,
+               current: dict[str, Placement]) -> tuple[float | None, dict[str, float]]:
+        """(horizon, price per running job of ``current``); ``(None, {})`` without
+        ``economy`` or when nothing runs.
+
+        The horizon is how long a plan is expected to stand (s): the ``horizon_quantile`` of
+        its jobs' remaining times at current speeds, divided by the re-plans expected
+        meanwhile, at least the configured restart price. While jobs keep arriving the GPU is
+        re-planned ``replans`` times meanwhile (every arrival and completion re-plans a GPU),
+        so only large gains pay for a restart and free slices are kept for the next arrival;
+        once arrivals stop (:meth:`ArrivalClock.quiet`) a plan stands until the GPU's own
+        jobs end (one re-plan per job), so jobs grow into idle slices. In a fixed mix (no
+        arrival at all after the batch) the ``batch_horizon_quantile`` (0.75) is used: the
+        layout stands longer, so a restart must buy more (measured best, "No regret").
+
+        A job's price is the throughput its restart costs over the horizon: the work it does
+        not do while it restarts (:meth:`RestartCosts.cost` x its speed now) spread over the
+        horizon; a plan that moves jobs pays off when its throughput gain beats the sum of
+        their prices. (A running job is one of ``jobs``: the horizon has times to rank.)"""
+        pol, opts = self.pol, self.opts
+        if not (opts.economy and current):
+            return None, {}
         ts = []
         for j in jobs:
             pl = current.get(j)
             s = speeds[j].get(pl.profile, 0.5) if pl is not None else 0.5
-            ts.append(self.work.remaining(st, j) / max(s, 0.05))
-        opts = self.opts
-        q = opts.batch_horizon_quantile if in_batch() else opts.horizon_quantile
-        k = float(len(ts)) if self.clock.quiet(sc.cycle.now) else opts.replans
-        return plan_horizon(ts, q, k, self.restarts.prior_s)
+            ts.append(pol.work.remaining(sc.state, j) / max(s, 0.05))
+        q = opts.batch_horizon_quantile if pol.in_batch(sc) else opts.horizon_quantile
+        k = float(len(ts)) if pol.clock.quiet(sc.cycle.now) else opts.replans
+        ts.sort()
+        horizon = max(pol.restarts.prior_s, ts[min(len(ts) - 1, int(q * len(ts)))] / max(1.0, k))
+        cost = pol.restarts.cost
+        return horizon, {j: cost(j) * speeds[j].get(pl.profile, 0.5) / horizon
+                         for j, pl in current.items()}
 
-    def prices(self, sc: Scratch, jobs: list[str], speeds: dict[str, dict[str, float]],
-               current: dict[str, Placement], in_batch: Callable[[], bool]
-               ) -> tuple[float | None, dict[str, float]]:
-        """(horizon, :func:`restart_prices`); ``(None, {})`` without ``economy`` or when
-        nothing runs."""
-        if not (self.opts.on and current):
-            return None, {}
-        horizon = self.horizon(sc, jobs, speeds, current, in_batch)
-        return horizon, restart_prices(horizon, speeds, current, self.restarts.cost)
-
-    def headroom(self, sc: Scratch, g: str, jobs: list[str], heavy_load: Callable[[], bool],
-                 first_candidate: Callable[[Scratch, str], Any]) -> dict[str, float] | None:
+    def headroom(self, sc: Scratch, g: str, jobs: list[str]) -> dict[str, float] | None:
         """Prior speeds of the next newcomer when one is expected on ``g`` before its jobs'
         median remaining time (arrivals spread over the GPUs, nothing queued): the plan then
         keeps a slice free for it, so its arrival restarts nobody. None otherwise, and at
-        light load (``heavy_load()`` false: sharing is not expected)."""
-        st = sc.state
-        cy = sc.cycle
-        if not self.opts.reserve or cy.trigger == "profiled" or self.clock.quiet(cy.now):
+        light load (:meth:`Admission.heavy_load` false: sharing is not expected)."""
+        pol, st, cy = self.pol, sc.state, sc.cycle
+        if not self.opts.reserve or cy.trigger == "profiled" or pol.clock.quiet(cy.now):
             return None
-        if not heavy_load():
+        if not pol.admission.heavy_load(sc):
             return None  # light load: the next newcomer finds an idle GPU or waits for one
         gs = st.gpus[g]
-        gap = self.clock.mean_gap()
-        if gap is None or len(jobs) + 1 > min(self.max_jobs, gs.geom.model.max_instances):
+        gap = pol.clock.mean_gap()
+        if gap is None or len(jobs) + 1 > min(pol.max_jobs, gs.geom.model.max_instances):
             return None
         if any(j not in sc.placed for j in st.queue) or sc.requeued:
             return None  # queued jobs take free slices at once
-        first = first_candidate(sc, jobs[0])
+        first = pol.first_candidate(sc, jobs[0])
         if first is None or first[0] < len(jobs):
             return None  # an idle or less crowded GPU takes the next arrival
-        ts = sorted(self.work.remaining(st, j) for j in jobs)
+        ts = sorted(pol.work.remaining(st, j) for j in jobs)
         if gap * len(st.gpus) >= ts[len(ts) // 2]:
             return None
-        return prior_speeds(gs.geom, self.clock.median_memory()) or None
+        return prior_speeds(gs.geom, pol.clock.median_memory()) or None

@@ -3,11 +3,14 @@ The paper's policy, which it extends, is :mod:`miso.sched.policies.miso`."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from functools import partial
+from inspect import Parameter, Signature
 from typing import Any
 
 from miso.mig import Geometry
 from miso.optimize import OptimizerError, optimizer_for
+from miso.sched.arrivals import ArrivalClock
 from miso.sched.decisions import ApplyLayout, Decision, RequeueCause, StartProfiling, WakeUp
 from miso.sched.events import (
     Event,
@@ -19,22 +22,54 @@ from miso.sched.events import (
 )
 from miso.sched.modelplace import for_geometry
 from miso.sched.policies.admission import Admission, AdmissionOptions, Profiling
-from miso.sched.policies.arrivals import ArrivalClock
 from miso.sched.policies.base import Scratch
 from miso.sched.policies.baselines import backfill_window
 from miso.sched.policies.burst import Burst, BurstOptions
 from miso.sched.policies.declined import Declines, declined_plan
-from miso.sched.policies.economy import EconomyOptions, RestartEconomy
+from miso.sched.policies.economy import EconomyOptions, RestartEconomy, Speeds
 from miso.sched.policies.estimates import SpeedPlugin
 from miso.sched.policies.explain import explain_plan
 from miso.sched.policies.learners import RestartCosts, WorkLearner
 from miso.sched.policies.miso import Miso
 from miso.sched.policies.observed import ObservedSpeeds
 from miso.sched.policies.placing import ChoiceOptions, GpuChoice, QueuePass
-from miso.sched.policies.priors import prior_speeds
 from miso.sched.policies.rebalance import RebalanceIndex, Rebalancing
 from miso.sched.reservecost import headroom_pays
+from miso.sched.speeds import prior_speeds
 from miso.sched.state import ClusterState
+
+
+@dataclass(frozen=True)
+class PlusOptions:
+    """The plan stage's and the learners' options (see :class:`MisoPlus`): the configured
+    restart price ``restart_s`` (:class:`RestartCosts`) and ``learn_restart_cost``; the work
+    of a job that reports none, ``default_remaining_s`` (:class:`WorkLearner`); arrivals stop
+    after ``quiet_gaps`` mean gaps (:class:`ArrivalClock`); a lone newcomer's
+    ``profile_levels``; the switches ``profile_newcomers_only``, ``pin_uncheckpointable``,
+    ``rebalance``, ``backfill``, ``batch_arrivals``, ``batch_prior``; ``starve_after``
+    typical works; the ``estimates`` plugins."""
+
+    restart_s: float = 60.0
+    profile_newcomers_only: bool = True
+    profile_levels: tuple[int, ...] = (14, 100)
+    pin_uncheckpointable: bool = True
+    rebalance: bool = True
+    default_remaining_s: float = 3000.0
+    quiet_gaps: float = 8.0
+    backfill: bool = True
+    batch_arrivals: bool = True
+    batch_prior: bool = True
+    starve_after: float = 8.0
+    learn_restart_cost: bool = True
+    estimates: tuple[SpeedPlugin, ...] = ()
+
+
+#: miso+'s option records, one per stage: the policy's options are their fields, each given to
+#: every record that names it (``batch_restart_frac``: the burst regime's and the GPU choice's).
+RECORDS = (PlusOptions, EconomyOptions, BurstOptions, ChoiceOptions, AdmissionOptions)
+_SIGNATURE = Signature([Parameter("self", Parameter.POSITIONAL_OR_KEYWORD), *{
+    f.name: Parameter(f.name, Parameter.KEYWORD_ONLY, default=f.default)
+    for r in RECORDS for f in fields(r)}.values(), Parameter("miso", Parameter.VAR_KEYWORD)])
 
 
 class MisoPlus(Miso):
@@ -46,13 +81,13 @@ class MisoPlus(Miso):
       real job padded by the dummy: inside the predictor's training distribution), at
       ``profile_levels`` (100 % last, so it keeps running at 100 % afterwards: one level switch
       for two levels); a newcomer that joins occupied GPUs is placed with the catalogue-average
-      prior (:mod:`~miso.sched.policies.priors`) instead of stopping the residents to profile.
+      prior (:func:`~miso.sched.speeds.prior_speeds`) instead of stopping the residents to profile.
     * ``economy``: a re-plan maximises throughput minus, per running job that would move, the
       work its restart throws away over the plan's horizon (``restart_s x speed / horizon``, the
       horizon being the median remaining time of the GPU's jobs, from their progress reports
       (:class:`~miso.sched.events.JobProgress` folded into their state), divided by the
-      re-plans expected meanwhile, see
-      :meth:`horizon`); so a GPU is repartitioned only when the gain beats the restarts.
+      re-plans expected meanwhile, see :meth:`RestartEconomy.prices`); so a GPU is
+      repartitioned only when the gain beats the restarts.
     * ``pin_uncheckpointable``: a job that cannot checkpoint is never restarted once it has run
       (the optimizer takes it as a hard constraint; it is never profiled or rebalanced).
     * ``rebalance``: when nothing queues, a job of a crowded GPU moves onto an idle GPU if the
@@ -101,53 +136,31 @@ class MisoPlus(Miso):
 
     name = "miso+"
 
-    def __init__(self, restart_s: float = 60.0, profile_newcomers_only: bool = True,
-                 profile_levels: tuple[int, ...] = (14, 100), economy: bool = True,
-                 pin_uncheckpointable: bool = True, rebalance: bool = True,
-                 default_remaining_s: float = 3000.0,
-                 horizon_quantile: float = 0.5, replans: float = 25.0,
-                 quiet_gaps: float = 8.0, reserve: bool = True, backfill: bool = True,
-                 profile_when: str = "auto",
-                 share_margin: float = 0.0, wait_for_gpu: bool = True,
-                 batch_arrivals: bool = True, load_samples: int = 16, batch_jobs: int = 4,
-                 batch_restart_frac: float = 0.1, batch_prior: bool = True,
-                 batch_horizon_quantile: float = 0.75, starve_after: float = 8.0,
-                 wait_bias: float = 1.2, burst_jobs: int = 3, burst_samples: int = 3,
-                 burst_load: float = 1.5,
-                 learn_restart_cost: bool = True, estimates: tuple[SpeedPlugin, ...] = (),
-                 **miso_options: Any) -> None:
-        super().__init__(**miso_options)
-        self.batch_arrivals = batch_arrivals
-        self.batch_prior = batch_prior
-        self.starve_after = starve_after
-        self.estimates = tuple(p.build() for p in estimates)  # estimates.py
-        self.work = WorkLearner(default_remaining_s)  # learners.py
-        self.restarts = RestartCosts(restart_s, learn_restart_cost)
-        self.profile_newcomers_only = profile_newcomers_only
-        self.profiling = Profiling(tuple(profile_levels), self.profile_s)
-        self.pin_uncheckpointable = pin_uncheckpointable
-        self.rebalance = rebalance
-        self.clock = ArrivalClock(quiet_gaps)
-        self.economy = RestartEconomy(  # the permit and reserve stages
-            self.work, self.restarts, self.clock,
-            EconomyOptions(economy, reserve, replans, horizon_quantile, batch_horizon_quantile),
-            self.max_jobs)
-        self.backfill = backfill
-        self.quiet_timer = False
-        self.batch_timer = False
+    def __init__(self, **options: Any) -> None:
+        """``options``: the fields of :data:`RECORDS` (each stage gets its own record), the
+        rest MISO's."""
+        mine = {k: options.pop(k) for k in list(options) if k in _SIGNATURE.parameters}
+        super().__init__(**options)
+        rec = {r: r(**{f.name: mine[f.name] for f in fields(r) if f.name in mine})
+               for r in RECORDS}
+        o = self.opts = rec[PlusOptions]
+        self.estimates = tuple(p.build() for p in o.estimates)  # estimates.py
+        self.work = WorkLearner(o.default_remaining_s)  # learners.py
+        self.restarts = RestartCosts(o.restart_s, o.learn_restart_cost)
+        self.profiling = Profiling(tuple(o.profile_levels), self.profile_s)
+        self.clock = ArrivalClock(o.quiet_gaps)
+        self.quiet_timer = self.batch_timer = False
         self.ref_rate: dict[str, float] = {}
         self.base_est: dict[str, dict[str, float]] = {}   # estimates before a rescale
         self.ran: set[str] = set()          # jobs that have made progress
         self.prior: set[str] = set()        # jobs planned with the prior (not profiled)
         self.learned: dict[str, dict[str, float]] = {}  # prior jobs: observed speeds
         # the stages (plugins with their own options, reading this policy's learners)
-        self.bursts = Burst(self, BurstOptions(  # the burst regime (burst.py)
-            burst_jobs, burst_samples, burst_load, batch_restart_frac))
+        self.economy = RestartEconomy(self, rec[EconomyOptions])  # permit, reserve (economy.py)
+        self.bursts = Burst(self, rec[BurstOptions])  # the burst regime (burst.py)
         self.observing = ObservedSpeeds(self)  # learner: speed events (observed.py)
-        self.choice = GpuChoice(self, ChoiceOptions(  # filter/score/permit (placing.py)
-            wait_for_gpu, batch_jobs, batch_restart_frac))
-        self.admission = Admission(self, AdmissionOptions(  # permit: profile, share or wait
-            profile_when, share_margin, load_samples, wait_bias))
+        self.choice = GpuChoice(self, rec[ChoiceOptions])  # filter/score/permit (placing.py)
+        self.admission = Admission(self, rec[AdmissionOptions])  # permit: profile, share, wait
         self.rebalancer = Rebalancing(self)  # post-bind: moves onto idle GPUs (rebalance.py)
         self.donors = RebalanceIndex(self.rebalancer.best_donor, partial(self.restarts.cost, ""))
         self.declines = Declines()          # declined repartitions recorded (declined.py)
@@ -167,11 +180,17 @@ class MisoPlus(Miso):
             self.donors.changed(state.jobs[j].gpu)
         out = super().decide(now, event, state)
         self.restarts.note_plans(state, self.ran, now, out)
+        if isinstance(event, JobSubmitted):
+            self.quiet_wakeup(out)
+        return out
+
+    def quiet_wakeup(self, out: list[Decision]) -> None:
+        """A timer for when arrivals count as stopped (:meth:`ArrivalClock.quiet_from`), one
+        at a time."""
         at = self.clock.quiet_from()
-        if isinstance(event, JobSubmitted) and at is not None and not self.quiet_timer:
+        if at is not None and not self.quiet_timer:
             self.quiet_timer = True
             out.append(WakeUp(at, "quiet"))
-        return out
 
     def choose_gpu(self, now: float, job: str, sc: Scratch) -> str | None:
         return self.choice.choose_gpu(now, job, sc, QueuePass())
@@ -200,29 +219,25 @@ class MisoPlus(Miso):
             super().on_tick(now, ev, sc)
             return
         self.quiet_timer = False
-        at = self.clock.quiet_from()
-        if not self.clock.quiet(now) and at is not None:
-            self.quiet_timer = True
-            sc.out.append(WakeUp(at, "quiet"))
+        if not self.clock.quiet(now):  # (so a mean gap is known: the timer is set)
+            self.quiet_wakeup(sc.out)
             return
         # Arrivals stopped: re-plan GPUs that hold jobs and idle slices, with the long horizon.
-        for g, gs in sc.state.gpus.items():
+        for g, gs in sc.state.gpus.items():  # (an idle slice, or a lone job on a slice)
             full = gs.geom.model.full_profile().name
-            idle_slice = len(gs.layout) > len(gs.jobs)
-            lone_on_part = len(gs.jobs) == 1 and any(pl.profile != full
-                                                     for pl in gs.assignment.values())
-            if gs.jobs and (idle_slice or lone_on_part):
+            if gs.jobs and (len(gs.layout) > len(gs.jobs) or len(gs.jobs) == 1 and any(
+                    pl.profile != full for pl in gs.assignment.values())):
                 self.replan(now, g, sc)
 
     def pinned(self, sc: Scratch, jobs: list[str]) -> set[str]:
-        if not self.pin_uncheckpointable:
+        if not self.opts.pin_uncheckpointable:
             return set()
         st = sc.state
         return {j for j in jobs if j in self.ran and not st.jobs[j].spec.checkpointable}
 
     def in_batch(self, sc: Scratch) -> bool:
         """A fixed mix: several jobs came, all at one instant (no arrival rate known)."""
-        return self.batch_arrivals and len(self.clock.times) >= 2 and \
+        return self.opts.batch_arrivals and len(self.clock.times) >= 2 and \
             self.clock.mean_gap() is None or self.bursts.burst(sc)
 
     def arrival_within(self, sc: Scratch, seconds: float) -> bool:
@@ -234,8 +249,7 @@ class MisoPlus(Miso):
         return (gap is not None and not self.clock.quiet(sc.cycle.now)
                 and gap * len(self.gpu_index) < seconds)
 
-    def speeds(self, geom: Geometry, sc: Scratch, jobs: list[str]
-               ) -> dict[str, dict[str, float]]:
+    def speeds(self, geom: Geometry, sc: Scratch, jobs: list[str]) -> Speeds:
         """Per job, its speed on every profile of ``geom``, for the optimizer: its estimate
         where it has one (a profile's prediction, observed rates, or an estimator that needs
         no profile, such as true speeds or a profile taken at submission), else a prior (the
@@ -256,7 +270,7 @@ class MisoPlus(Miso):
                     out[j] = p.known(self, sc, j, self.est[j], out[j])
             else:
                 if batch is None:
-                    batch = bool(self.batch_prior and self.in_batch(sc))
+                    batch = bool(self.opts.batch_prior and self.in_batch(sc))
                 out[j] = prior_speeds(geom, sc.state.jobs[j].spec.memory_gb, harmonic=batch)
                 for p in self.estimates:
                     out[j] = p.prior(self, sc, geom, j, out[j], batch)
@@ -274,10 +288,10 @@ class MisoPlus(Miso):
         jobs = sc.jobs_on(g)
         if not jobs:
             return
-        if not self.profile_newcomers_only:
+        if not self.opts.profile_newcomers_only:
             super().replan(now, g, sc, force_solve)
             return
-        if self.batch_arrivals and sc.cycle.trigger == "arrival" and \
+        if self.opts.batch_arrivals and sc.cycle.trigger == "arrival" and \
                 self.clock.mean_gap() is None and not any(j in self.ran for j in jobs):
             # No arrival rate yet (the first jobs, or a batch submitted at once): plan at the
             # end of this instant, when every job submitted with it is placed, so no job
@@ -307,26 +321,23 @@ class MisoPlus(Miso):
         self.last_profile[g] = now
         return True
 
-    def solve_and_apply(self, now: float, g: str, jobs: list[str],
-                        speeds: dict[str, dict[str, float]], sc: Scratch) -> None:
+    def solve_and_apply(self, now: float, g: str, jobs: list[str], speeds: Speeds,
+                        sc: Scratch) -> None:
         """Plan ``g`` for ``jobs``: the optimizer's layout with restarts priced (economy),
         room kept for expected arrivals where free (:meth:`keep_room`), explained."""
         gs = sc.state.gpus[g]
         speeds = sc.entitled_speeds(g, speeds)
         current = {j: pl for j, pl in gs.assignment.items() if j in speeds}
-        pinned = self.pinned(sc, jobs) & set(current)
-        pinned |= self.bursts.landed(sc, g) & set(current)  # a burst's keep their slices
-        horizon, penalty = self.economy.prices(sc, jobs, speeds, current,
-                                               partial(self.in_batch, sc))
+        pinned = (self.pinned(sc, jobs) | self.bursts.landed(sc, g)) & set(current)  # (burst)
+        horizon, penalty = self.economy.prices(sc, jobs, speeds, current)
         objective = self.objective if horizon is None else "restart-aware"
         solve = partial(optimizer_for(gs.geom).solve, current=current, objective=objective,
                         restart_penalty=penalty, pinned=pinned)
         try:
             sol = solve(speeds)
         except OptimizerError:
-            movable = [j for j in jobs if j not in pinned and j not in current]
-            victim = (movable or [j for j in jobs if j not in pinned])[-1:]
-            for j in victim:
+            free = [j for j in jobs if j not in pinned]  # a newcomer first
+            for j in ([j for j in free if j not in current] or free)[-1:]:
                 sc.requeue(j, "no layout holds the mix", cause=RequeueCause.NO_LAYOUT)
             return
         sol, assignment, reserved = self.keep_room(sc, g, jobs, speeds, sol, solve)
@@ -338,16 +349,14 @@ class MisoPlus(Miso):
                             horizon, reserved, sc.cycle.trigger)
         sc.out.append(ApplyLayout(g, sc.state.new_plan_id(), lay, assignment, why=why))
 
-    def keep_room(self, sc: Scratch, g: str, jobs: list[str],
-                  speeds: dict[str, dict[str, float]], sol: Any, solve: Any
-                  ) -> tuple[Any, dict[str, Any], str | None]:
+    def keep_room(self, sc: Scratch, g: str, jobs: list[str], speeds: Speeds, sol: Any,
+                  solve: Any) -> tuple[Any, dict[str, Any], str | None]:
         """(solution, assignment of the real jobs, the instances kept free or None): in a
         burst the landing slots stay free; else the headroom for the next arrival, only
         where it restarts nobody more (never restart a job for an arrival that may not
         come)."""
         ghosts = self.bursts.landing_slots(sc, g, jobs)  # a burst: slots that stay for the next
-        ghost = None if self.bursts.burst(sc) else self.economy.headroom(
-            sc, g, jobs, lambda: self.admission.heavy_load(sc), self.first_candidate)
+        ghost = None if self.bursts.burst(sc) else self.economy.headroom(sc, g, jobs)
         plain = sol, dict(sol.assignment), None
         if ghost is None and not ghosts:
             return plain
@@ -363,8 +372,7 @@ class MisoPlus(Miso):
         reserved = ", ".join(str(alt.assignment[x]) for x in ghosts)
         return alt, {j: pl for j, pl in alt.assignment.items() if j not in ghosts}, reserved
 
-    def estimates_why(self, jobs: list[str], speeds: dict[str, dict[str, float]]
-                      ) -> dict[str, Any]:
+    def estimates_why(self, jobs: list[str], speeds: Speeds) -> dict[str, Any]:
         """What a plan's explanation says of its jobs' speeds: the speeds planned with, their
         std and interval where the estimator knows them, the jobs planned with the prior."""
         unc = self.estimator.uncertainty
@@ -376,10 +384,9 @@ class MisoPlus(Miso):
             "prior": sorted(j for j in jobs if j in self.prior and j not in self.est),
         }
 
-    def plan_why(self, g: str, jobs: list[str], speeds: dict[str, dict[str, float]],
-                 current: dict[str, Any], assignment: dict[str, Any], objective: float,
-                 pinned: set[str], horizon: float | None, reserved: str | None,
-                 trigger: str) -> dict[str, Any]:
+    def plan_why(self, g: str, jobs: list[str], speeds: Speeds, current: dict[str, Any],
+                 assignment: dict[str, Any], objective: float, pinned: set[str],
+                 horizon: float | None, reserved: str | None, trigger: str) -> dict[str, Any]:
         """A plan's explanation: speeds and their uncertainty, throughput before and after,
         the restarts with the price each was charged (the one the plan was chosen with)."""
         thr = sum(speeds[j][pl.profile] for j, pl in assignment.items())
@@ -406,7 +413,7 @@ class MisoPlus(Miso):
         """Place queued jobs; with ``backfill`` a job that fits nowhere does not hold up the
         ones behind it (the first ``BACKFILL_WINDOW`` of the queue are tried, in order, as the
         baselines do)."""
-        if not self.backfill:
+        if not self.opts.backfill:
             super().on_capacity(now, sc)
             return
         self.place_queued(now, sc)
@@ -421,14 +428,11 @@ class MisoPlus(Miso):
         no_room: dict[str, float] = {}
         bound = sc.owner_bound()
         qp = QueuePass()
-        starve = self.starve_after * self.work.typical() \
-            if self.starve_after > 0 and not self.in_batch(sc) else None
+        starve = self.opts.starve_after * self.work.typical() \
+            if self.opts.starve_after > 0 and not self.in_batch(sc) else None
         for j in sc.queue(backfill_window(sc)):
             mem = jobs[j].spec.memory_gb
             key = jobs[j].spec.owner if bound else ""
-            # It starves: hold a GPU for the first such job that finds no room (below).
-            hold = qp.held is None and starve is not None and \
-                now - jobs[j].submitted_at > starve
             fits_nowhere = mem >= no_room.get(key, float("inf"))
             if not fits_nowhere:
                 qp.waited = False
@@ -441,7 +445,9 @@ class MisoPlus(Miso):
                 if fits_nowhere:
                     no_room[key] = mem
             qp.ahead += 1
-            if hold and fits_nowhere:
+            # It starves: hold a GPU for the first such job that finds no room.
+            if fits_nowhere and qp.held is None and starve is not None and \
+                    now - jobs[j].submitted_at > starve:
                 qp.held = self.choice.gpu_to_hold(sc, j)
 
     # -- events -----------------------------------------------------------------------------
@@ -452,17 +458,15 @@ class MisoPlus(Miso):
         super().on_applied(now, gpu, sc)
 
     def on_finish(self, now: float, job: str, gpu: str | None, sc: Scratch) -> None:
-        self.ref_rate.pop(job, None)
-        self.base_est.pop(job, None)
-        for p in self.estimates:
-            p.forget(job)
+        for d in (self.ref_rate, self.base_est, self.learned):  # (independent records)
+            d.pop(job, None)
         self.ran.discard(job)
         self.prior.discard(job)
-        self.learned.pop(job, None)
-        self.restarts.forget(job)
-        self.work.forget(job)
+        for x in (*self.estimates, self.restarts, self.work):
+            x.forget(job)
         super().on_finish(now, job, gpu, sc)
-        if self.rebalance:
+        if self.opts.rebalance:
             self.rebalancer.fill_idle_gpus(now, sc)
 
+MisoPlus.__init__.__signature__ = _SIGNATURE  # type: ignore[attr-defined]  # policy_options
 _NEXT = "\x00next-arrival"   # the phantom newcomer of :meth:`MisoPlus.headroom`

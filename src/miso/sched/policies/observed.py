@@ -49,54 +49,58 @@ class ObservedSpeeds:
         return ev
 
     def on_speed_observed(self, now: float, ev: SpeedObserved, sc: Scratch) -> None:
-        gs = sc.state.gpus.get(ev.gpu)
+        gs, pol = sc.state.gpus.get(ev.gpu), self.pol
         if gs is None:
             return
         full = gs.geom.model.full_profile().name
         if ev.placement.profile == full:  # a rate on the whole GPU: the job's reference rate
-            self.pol.ref_rate[ev.job] = ev.rate
-            for p in self.pol.estimates:
-                p.full_rate(self.pol, sc, ev, full)
-        for p in self.pol.estimates:
-            p.slice_rate(self.pol, sc, ev)
-        ref = self.pol.ref_rate.get(ev.job)
-        if ref and ev.job not in self.pol.est and ev.placement.profile != full:
-            self.pol.learned.setdefault(ev.job, {})[ev.placement.profile] = \
-                max(0.01, min(1.5, ev.rate / ref))
-        if ref and ev.job in self.pol.est:
+            pol.ref_rate[ev.job] = ev.rate
+            for p in pol.estimates:
+                p.full_rate(pol, sc, ev, full)
+        for p in pol.estimates:
+            p.slice_rate(pol, sc, ev)
+        ref = pol.ref_rate.get(ev.job)
+        if ref and ev.job in pol.est:
             self.correct_estimates(ev.job, ref, gs.geom, full, sc)
+        elif ref and ev.placement.profile != full:
+            pol.learned.setdefault(ev.job, {})[ev.placement.profile] = _clip(ev.rate / ref)
 
     def correct_estimates(self, job: str, ref: float, geom: Any, full: str,
                           sc: Scratch) -> None:
         """Replace ``job``'s estimates by its observed rates over its full-GPU rate."""
-        for p in self.pol.estimates:
-            p.correcting(self.pol, job)
-        obs = sc.state.jobs[job].observed
-        for prof, r in obs.items():
-            if prof in self.pol.est[job]:
-                self.pol.est[job][prof] = max(0.01, min(1.5, r / ref))
-        for p in self.pol.estimates:
-            p.corrected(self.pol, sc, job, geom, full)
+        pol = self.pol
+        for p in pol.estimates:
+            p.correcting(pol, job)
+        for prof, r in sc.state.jobs[job].observed.items():
+            if prof in pol.est[job]:
+                pol.est[job][prof] = _clip(r / ref)
+        for p in pol.estimates:
+            p.corrected(pol, sc, job, geom, full)
 
     def on_speed_changed(self, now: float, ev: JobSpeedChanged, sc: Scratch) -> None:
-        if ev.baseline <= 0 or abs(ev.observed / ev.baseline - 1.0) <= self.pol.threshold:
+        pol = self.pol
+        if ev.baseline <= 0 or abs(ev.observed / ev.baseline - 1.0) <= pol.threshold:
             return
         jobs = sc.jobs_on(ev.gpu) if ev.gpu in sc.state.gpus else []
-        recent = now - self.pol.last_profile.get(ev.gpu, -1e18) < self.pol.cooldown
+        recent = now - pol.last_profile.get(ev.gpu, -1e18) < pol.cooldown
         if jobs == [ev.job] and sc.state.jobs[ev.job].spec.checkpointable and not recent:
-            self.pol.est.pop(ev.job, None)    # alone: re-profile it alone, nobody else stops
-            self.pol.ref_rate.pop(ev.job, None)
-            self.pol.ran.discard(ev.job)
-            self.pol.replan(now, ev.gpu, sc)
+            pol.est.pop(ev.job, None)    # alone: re-profile it alone, nobody else stops
+            pol.ref_rate.pop(ev.job, None)
+            pol.ran.discard(ev.job)
+            pol.replan(now, ev.gpu, sc)
             return
         # Shared GPU: rescale instead of stopping the residents (relative speeds keep shape).
         f = ev.observed / ev.baseline
-        if ev.job in self.pol.est:
+        if ev.job in pol.est:
             full = sc.state.gpus[ev.gpu].geom.model.full_profile().name
-            base = self.pol.base_est.setdefault(ev.job, dict(self.pol.est[ev.job]))
-            self.pol.est[ev.job] = {p: (v if p == full else max(0.01, min(1.5, v * f)))
-                                for p, v in base.items()}
-        self.pol.dirty.add(ev.gpu)
-        if not self.pol.bursts.burst(sc):  # a burst's landing layout stays: the next event re-plans
-            self.pol.replan(now, ev.gpu, sc)
+            base = pol.base_est.setdefault(ev.job, dict(pol.est[ev.job]))
+            pol.est[ev.job] = {p: v if p == full else _clip(v * f) for p, v in base.items()}
+        pol.dirty.add(ev.gpu)
+        if not pol.bursts.burst(sc):  # a burst's landing layout stays: the next event re-plans
+            pol.replan(now, ev.gpu, sc)
+
+
+def _clip(speed: float) -> float:
+    """A measured speed relative to the full GPU, within (0.01, 1.5)."""
+    return max(0.01, min(1.5, speed))
 

@@ -102,7 +102,7 @@ class GpuChoice:
         pol, cap = self.pol, self.opts.batch_jobs
         jobs = sc.jobs_on(g)
         if pol.bursts.burst(sc):  # a burst: the landing layout's slots, no more
-            return len(jobs) >= pol.bursts.opts.jobs
+            return len(jobs) >= pol.bursts.opts.burst_jobs
         if cap <= 0 or len(jobs) < cap or not pol.in_batch(sc):
             return False
         work = sum(pol.work.remaining(sc.state, j) for j in jobs) / len(jobs)

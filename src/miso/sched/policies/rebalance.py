@@ -56,17 +56,15 @@ class RebalanceIndex:
             lambda sc, g: None if sc.state.gpus[g].busy or sc.jobs_on(g) else "idle",
             lambda cls: (cls,))
 
-    def _new(self) -> tuple[LazyRanking[str], LazyRanking[str]]:
+    def _new(self) -> tuple[LazyRanking[str], ...]:
         """(measured donors, the others)."""
-        return LazyRanking(partial(self._key, True)), LazyRanking(partial(self._key, False))
+        return tuple(LazyRanking(partial(self._key, m)) for m in (True, False))
 
     def _key(self, measured: bool, g: str) -> tuple[float, str, str] | None:
         sc = self._sc
         assert sc is not None
-        if g not in sc.state.gpus:
-            return None
-        got = self.best(sc, g, measured)
-        return None if got is None else (got[0], got[1], g)
+        got = self.best(sc, g, measured) if g in sc.state.gpus else None
+        return None if got is None else (*got, g)
 
     def changed(self, gpu: str | None) -> None:
         if gpu is not None:

@@ -1,6 +1,7 @@
-"""Recent arrivals as a restart-economy policy sees them: the mean gap between jobs, whether
-arrivals have stopped, the typical newcomer's memory and work, the load they offer. Pure
-bookkeeping, fed by the policy."""
+"""A window of recent job arrivals: the mean gap between jobs, whether arrivals have stopped,
+the typical newcomer's memory and work, the load they offer (Little's law). Pure bookkeeping of
+a stream of arrivals (time, memory, declared work), fed by its owner (miso+'s learners,
+:mod:`miso.sched.policies.misoplus`); no policy rule."""
 
 from __future__ import annotations
 
