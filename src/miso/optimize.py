@@ -363,7 +363,7 @@ class PartitionOptimizer:
         if not cand:
             raise OptimizerError(f"no valid {self.geom.model.name} layout keeps the pinned "
                                  f"jobs {', '.join(sorted(pin))} on their instances")
-        if len(cand) > _FEW_PAIRS:
+        if len(cand) > _FEW_SMALL:
             return self._best_pair(t, jobs, np.array(vals, dtype=float), floor, cur, pen, pin)
         run = [(i, t.unit.get(cur[j], len(t.unit))) for i, j in enumerate(jobs) if j in cur]
         keeps = small.keeps
@@ -426,6 +426,11 @@ class PartitionOptimizer:
 #: Up to this many candidate pairs, :meth:`PartitionOptimizer._best_pair` scores them in plain
 #: Python (:func:`_best_of_few`): numpy's per-call overhead outweighs a few rows.
 _FEW_PAIRS = 16
+
+
+#: Up to this many candidate pairs of a small table (:class:`_Small`, lists already) are
+#: scored in Python: the numpy path would first build its arrays.
+_FEW_SMALL = 96
 
 
 def _best_of_few(vals: list[float], kept: list[list[bool]], penv: list[float] | None

@@ -285,9 +285,9 @@ class Admission:
             typical = (lambda: memo["lazy"]) if "lazy" in memo else self.pol.work.typical
             gpus = list(sc.state.gpus.values())
             ends = self.gpu_end_times(sc.state, gpus, typical)
-            order = sorted(range(len(ends)), key=ends.__getitem__)[:_SOONEST]
-            self.soonest = [gpus[i].id for i in order]
-            times = memo["free_at"] = sorted(ends)
+            order = sorted(range(len(ends)), key=ends.__getitem__)  # one sort for both
+            self.soonest = [gpus[i].id for i in order[:_SOONEST]]
+            times = memo["free_at"] = [ends[i] for i in order]  # = sorted(ends)
         if not times:
             return None
         if k < len(times):
