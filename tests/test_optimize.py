@@ -218,3 +218,39 @@ def test_few_pairs_scored_in_python_as_numpy_scores_them(model, monkeypatch):
         assert got[0] == got[1]
 
     run()
+
+
+@pytest.mark.parametrize("model", ["A100-40GB", "H100-80GB", "A30-24GB"])
+def test_one_or_two_jobs_solved_in_python_as_numpy_solves_them(model):
+    """One or two jobs are solved on Python lists (``_Small``); every answer (objective to
+    the bit, layout, assignment, restarts, or the error's words) is the numpy path's, for
+    every objective, per-job penalties and pinned jobs."""
+    g = geometry(model)
+    numpy_only = PartitionOptimizer(g)
+    numpy_only._small = {}
+    small = optimizer_for(g)
+    assert set(small._small) == {1, 2}
+
+    @settings(max_examples=200, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(problems(model), st.data())
+    def run(problem, data):
+        g, speeds, current = problem
+        speeds = dict(list(speeds.items())[:data.draw(st.integers(1, 2))])
+        current = {j: pl for j, pl in current.items() if j in speeds}
+        objective = data.draw(st.sampled_from(list(Objective)))
+        pen = {j: data.draw(st.sampled_from([0.0, 0.05, 0.1, 0.3])) for j in current}
+        pinned = {j for j in current if data.draw(st.booleans())}
+        kw = {"current": current, "objective": objective, "restart_penalty": pen,
+              "pinned": pinned}
+        got = []
+        for opt in (small, numpy_only):
+            try:
+                sol = opt.solve(speeds, **kw)
+                got.append((sol.objective.hex(), sol.throughput.hex(), sol.layout,
+                            sol.assignment, sol.restarted, sol.kept))
+            except OptimizerError as e:
+                got.append(str(e))
+        assert got[0] == got[1]
+
+    run()

@@ -26,6 +26,7 @@ import argparse
 import json
 import math
 import multiprocessing
+import os
 import statistics
 import time
 from collections import defaultdict
@@ -50,7 +51,10 @@ def one(policy: str, gpus: int, jobs: int, seed: int = 1) -> dict[str, float | i
     return {"policy": policy, "gpus": gpus, "jobs": jobs, "events": int(s["events"]),
             "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
             "us_per_event": round(1e6 * wall / s["events"], 1),
-            "avg_jct_s": round(s["avg_jct_s"], 1), "stp": round(s["stp"], 3)}
+            "avg_jct_s": round(s["avg_jct_s"], 1), "stp": round(s["stp"], 3),
+            # the machine's 1-minute load average as the run ended: a shared machine's
+            # CPU times are compared only between runs at like loads
+            "load1": round(os.getloadavg()[0], 2)}
 
 
 def _child(conn, policy: str, gpus: int, jobs: int) -> None:

@@ -79,6 +79,37 @@ class Solution:
 
 
 
+@dataclass(frozen=True)
+class _Small:
+    """A table of one or two jobs as Python lists: there a solve's numpy calls cost more than
+    its arithmetic. An arrangement's value is one speed or the sum of two (the same float in
+    any order), so these values are numpy's to the bit."""
+
+    arr: tuple[tuple[int, ...], ...]  # per arrangement, its profile indexes
+    pairs_of: tuple[range, ...]  # per arrangement, its pairs (consecutive)
+    pair_arr: tuple[int, ...]  # per pair, its arrangement
+    has: tuple[frozenset[int], ...]  # per pair, the placements u its layout holds
+    keeps: list[list[list[bool]]]  # Tables.pair_keeps as lists
+
+    @classmethod
+    def of(cls, t: Tables) -> _Small:
+        pa = [int(a) for a in t.pair_arr]
+        first = {a: pa.index(a) for a in set(pa)}
+        return cls(tuple(tuple(int(x) for x in row) for row in t.arrangements),
+                   tuple(range(first[a], first[a] + pa.count(a))
+                         for a in range(len(t.arrangements))),
+                   tuple(pa), tuple(frozenset(int(u) for u in row.nonzero()[0])
+                                    for row in t.pair_has), t.pair_keeps.tolist())
+
+    def values(self, rows: list[list[float]]) -> list[float]:
+        """Each arrangement's sum of speeds (``rows``: :meth:`PartitionOptimizer.speed_rows`)."""
+        if len(rows) == 1:
+            r = rows[0]
+            return [r[p] for p, in self.arr]
+        r0, r1 = rows
+        return [r0[p] + r1[q] for p, q in self.arr]
+
+
 #: Solutions a remembering optimizer keeps before it starts afresh (about 1 KB each).
 MEMO_SIZE = 4096
 
@@ -100,12 +131,18 @@ class PartitionOptimizer:
         self.profile_index = {n: i for i, n in enumerate(self.profile_names)}
         self.max_jobs = max((len(lay) for lay in enumerate_layouts(geom)), default=0)
         self._tables = {n: build_tables(geom, n) for n in range(1, self.max_jobs + 1)}
+        self._small = {n: _Small.of(self._tables[n]) for n in (1, 2) if n in self._tables}
 
     # -- core ---------------------------------------------------------------------------
     def speed_matrix(self, jobs: Sequence[str], speeds: Mapping[str, Mapping[str, float]],
                      *, log: bool = False) -> np.ndarray:
         """Jobs x profiles matrix of speeds (or log speeds), a large negative value where a job
         does not fit; validates input."""
+        return np.array(self.speed_rows(jobs, speeds, log=log), dtype=float)
+
+    def speed_rows(self, jobs: Sequence[str], speeds: Mapping[str, Mapping[str, float]],
+                   *, log: bool = False) -> list[list[float]]:
+        """:meth:`speed_matrix` as Python lists (one row per job)."""
         index = self.profile_index
         rows = []
         for j in jobs:
@@ -121,7 +158,7 @@ class PartitionOptimizer:
                     raise OptimizerError(f"job {j}: speed {s!r} on {prof} is outside (0, 1.5]")
                 row[i] = math.log(s) if log else float(s)
             rows.append(row)
-        return np.array(rows, dtype=float)
+        return rows
 
     def solve(
         self,
@@ -196,13 +233,20 @@ class PartitionOptimizer:
         if n > self.max_jobs:
             raise OptimizerError(f"{n} jobs but {self.geom.model.name} holds at most "
                                  f"{self.max_jobs} instances")
-        w = self.speed_matrix(jobs, speeds, log=objective is Objective.FAIRNESS)
+        rows = self.speed_rows(jobs, speeds, log=objective is Objective.FAIRNESS)
         t = self._tables[n]
-        vals = np.add.reduce(w.take(t.flat), axis=1)
-        a = int(vals.argmax())
-        best_val = float(vals[a])
+        small = self._small.get(n)
+        vals: np.ndarray | list[float]
+        if small is not None:  # one or two jobs: Python lists, numpy's values to the bit
+            vals = small.values(rows)
+            a = max(range(len(vals)), key=vals.__getitem__)  # the first best, as argmax
+            best_val = vals[a]
+        else:
+            vals = np.add.reduce(np.array(rows, dtype=float).take(t.flat), axis=1)
+            a = int(vals.argmax())
+            best_val = float(vals[a])
         if best_val <= _NEG / 2:
-            raise OptimizerError(self._infeasible_reason(jobs, w))
+            raise OptimizerError(self._infeasible_reason(jobs, np.array(rows, dtype=float)))
         cur = {j: current[j] for j in jobs if j in current} if current else {}
         pin = {j: cur[j] for j in pinned if j in cur}
         if objective is Objective.RESTART_AWARE:
@@ -222,12 +266,9 @@ class PartitionOptimizer:
             if bound + 1e-9 <= above:
                 raise Unreachable(f"the objective cannot exceed {above}")
         if pin:
-            mask = np.ones(len(vals), dtype=bool)
-            for i, j in enumerate(jobs):
-                if j in pin:
-                    mask &= t.arrangements[:, i] == self.profile_index[pin[j].profile]
-            vals = np.where(mask, vals, _NEG)
-            a = int(vals.argmax())
+            vals = self._pinned_values(t, small, jobs, vals, pin)
+            a = int(vals.argmax()) if small is None else max(range(len(vals)),
+                                                             key=vals.__getitem__)
             best_val = float(vals[a])
             if best_val <= _NEG / 2:
                 raise OptimizerError(f"no valid {self.geom.model.name} layout keeps the pinned "
@@ -244,15 +285,21 @@ class PartitionOptimizer:
             pin_set = set(pin.values())
             if pin_set:
                 # The best arrangement that some layout holding the pinned instances realises.
-                for a in np.argsort(-vals, kind="stable"):
+                order = np.argsort(-vals, kind="stable") if small is None else \
+                    sorted(range(len(vals)), key=lambda x: -vals[x])
+                for a in order:
                     if vals[a] <= _NEG / 2:
                         break
                     if any(pin_set <= set(lay) for lay in t.multiset_layouts[t.arr_multiset[a]]):
                         best_val = float(vals[a])
                         break
-            score, a, lay = self._best_pair(t, jobs, vals, best_val - margin, cur, pen, pin)
+            if small is None:
+                score, a, lay = self._best_pair(t, jobs, vals, best_val - margin, cur, pen, pin)
+            else:
+                score, a, lay = self._best_pair_small(t, small, jobs, vals, best_val - margin,
+                                                      cur, pen, pin)
             placed = place(self.profile_names, t.arrangements[a], lay,
-                           [cur.get(j) for j in jobs])
+                            [cur.get(j) for j in jobs])
             assignment = dict(zip(jobs, placed, strict=True))
         same = [(j, assignment[j] == cur[j]) for j in cur]  # one Placement comparison each
         restarted = tuple(j for j, eq in same if not eq)
@@ -273,6 +320,42 @@ class PartitionOptimizer:
         room = addable(self.geom, tuple(sorted(cur.values())))
         fits = [s for p, s in speeds[others[0]].items() if p in room]
         return keep + max(fits) if fits else -math.inf
+
+    def _pinned_values(self, t: Tables, small: _Small | None, jobs: Sequence[str],
+                       vals: np.ndarray | list[float], pin: Mapping[str, Placement]
+                       ) -> np.ndarray | list[float]:
+        """``vals`` with the arrangements that move a pinned job's profile out (``_NEG``)."""
+        want = [(i, self.profile_index[pin[j].profile]) for i, j in enumerate(jobs) if j in pin]
+        if small is not None:
+            return [v if all(arr[i] == p for i, p in want) else _NEG
+                    for arr, v in zip(small.arr, vals, strict=True)]
+        mask = np.ones(len(vals), dtype=bool)
+        for i, p in want:
+            mask &= t.arrangements[:, i] == p
+        return np.where(mask, vals, _NEG)
+
+    def _best_pair_small(self, t: Tables, small: _Small, jobs: Sequence[str],
+                         vals: list[float], floor: float, cur: Mapping[str, Placement],
+                         pen: Mapping[str, float], pin: Mapping[str, Placement]
+                         ) -> tuple[float, int, Layout]:
+        """:meth:`_best_pair` on a small table's Python lists: the same candidate pairs in
+        the same order, scored by :func:`_best_of_few` (numpy's path past ``_FEW_PAIRS``)."""
+        cand = [p for a, v in enumerate(vals) if v >= floor for p in small.pairs_of[a]]
+        for pl in pin.values():
+            u = t.unit.get(pl)
+            cand = [] if u is None else [p for p in cand if u in small.has[p]]
+        if not cand:
+            raise OptimizerError(f"no valid {self.geom.model.name} layout keeps the pinned "
+                                 f"jobs {', '.join(sorted(pin))} on their instances")
+        if len(cand) > _FEW_SMALL:
+            return self._best_pair(t, jobs, np.array(vals, dtype=float), floor, cur, pen, pin)
+        run = [(i, t.unit.get(cur[j], len(t.unit))) for i, j in enumerate(jobs) if j in cur]
+        keeps = small.keeps
+        kept = [[keeps[p][i][u] for i, u in run] for p in cand]
+        penv = [pen.get(j, 0.0) for j in jobs if j in cur] if pen else None
+        k, score_k = _best_of_few([vals[small.pair_arr[p]] for p in cand], kept, penv)
+        w = cand[k]
+        return score_k, small.pair_arr[w], t.pair_layout[w]
 
     def _best_pair(self, t: Tables, jobs: Sequence[str], vals: np.ndarray, floor: float,
                    cur: Mapping[str, Placement], pen: Mapping[str, float],
@@ -327,6 +410,11 @@ class PartitionOptimizer:
 #: Up to this many candidate pairs, :meth:`PartitionOptimizer._best_pair` scores them in plain
 #: Python (:func:`_best_of_few`): numpy's per-call overhead outweighs a few rows.
 _FEW_PAIRS = 16
+
+
+#: Up to this many candidate pairs of a small table (:class:`_Small`, lists already) are
+#: scored in Python: the numpy path would first build its arrays.
+_FEW_SMALL = 96
 
 
 def _best_of_few(vals: list[float], kept: list[list[bool]], penv: list[float] | None

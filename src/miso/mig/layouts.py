@@ -146,8 +146,24 @@ def _beside(geom: Geometry, res: tuple[Placement, ...]) -> Geometry:
     return Geometry(model, tuple(profs), geom.driver)
 
 
+#: :func:`violations` of layouts given as tuples, remembered: the simulator checks every
+#: plan twice (the state's contract check, the transition), among a few hundred layouts.
+_VIOLATIONS: dict[tuple[Geometry, tuple[Placement, ...]], tuple[str, ...]] = {}
+
+
 def violations(geom: Geometry, layout: Iterable[Placement]) -> list[str]:
     """Explain why ``layout`` is invalid on ``geom``; an empty list means it is valid."""
+    if not isinstance(layout, tuple):
+        return _violations(geom, layout)
+    got = _VIOLATIONS.get((geom, layout))
+    if got is None:
+        if len(_VIOLATIONS) >= 4096:
+            _VIOLATIONS.clear()
+        got = _VIOLATIONS[(geom, layout)] = tuple(_violations(geom, layout))
+    return list(got)
+
+
+def _violations(geom: Geometry, layout: Iterable[Placement]) -> list[str]:
     problems: list[str] = []
     placed = list(layout)
     allowed = {p.name: p for p in geom.profiles}

@@ -95,8 +95,18 @@ class Admission:
         rate is known (a fixed mix, the first job) or once arrivals stopped; true in a burst
         (:meth:`Burst.burst`)."""
         pol = self.pol
-        if pol.bursts.burst(sc):
-            return True
+        bursting = pol.bursts.burst(sc)
+        # Once per cycle for the same inputs (the clock and the cluster do not change during
+        # a decision; the typical work may, as works are noted).
+        key = (bursting, pol.work.stats[0], pol.work.stats[1], len(sc.state.gpus))
+        got = sc.cycle.memo.get("heavy_load")
+        if got is None or got[0] != key:
+            got = sc.cycle.memo["heavy_load"] = (key, bursting or self._heavy(sc))
+        return got[1]
+
+    def _heavy(self, sc: Scratch) -> bool:
+        """:meth:`heavy_load` outside a burst."""
+        pol = self.pol
         load = pol.clock.offered_load(pol.work.typical(), self.opts.load_samples)
         if load is None or pol.clock.quiet(sc.cycle.now):
             return False
@@ -285,9 +295,9 @@ class Admission:
             typical = (lambda: memo["lazy"]) if "lazy" in memo else self.pol.work.typical
             gpus = list(sc.state.gpus.values())
             ends = self.gpu_end_times(sc.state, gpus, typical)
-            order = sorted(range(len(ends)), key=ends.__getitem__)[:_SOONEST]
-            self.soonest = [gpus[i].id for i in order]
-            times = memo["free_at"] = sorted(ends)
+            order = sorted(range(len(ends)), key=ends.__getitem__)  # one sort for both
+            self.soonest = [gpus[i].id for i in order[:_SOONEST]]
+            times = memo["free_at"] = [ends[i] for i in order]  # = sorted(ends)
         if not times:
             return None
         if k < len(times):

@@ -100,10 +100,12 @@ class Relaunches:
             self._state = state
             state.watch_progress(self._note)
             self._reported.update(self.entries)
-        cand = self._reported
-        self._reported = set()
         horizon = state.now - stale_after
         exp = self._expiry
+        if not self._reported and not (exp and exp[0][0] <= horizon + 1e-6):
+            return []  # nothing reported, nothing gone stale: most calls
+        cand = self._reported
+        self._reported = set()
         due: set[str] = set()
         while exp and exp[0][0] <= horizon + 1e-6:
             due.add(heapq.heappop(exp)[1])
