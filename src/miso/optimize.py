@@ -26,7 +26,7 @@ from functools import cache, partial
 import numpy as np
 
 from miso.mig.layouts import Geometry, Layout, Placement, enumerate_layouts
-from miso.optimtables import Tables, addable, build_tables, place
+from miso.optimtables import SmallTables, Tables, addable, build_tables, place
 
 MAX_SPEED = 1.5
 _NEG = -1e9
@@ -79,37 +79,6 @@ class Solution:
 
 
 
-@dataclass(frozen=True)
-class _Small:
-    """A table of one or two jobs as Python lists: there a solve's numpy calls cost more than
-    its arithmetic. An arrangement's value is one speed or the sum of two (the same float in
-    any order), so these values are numpy's to the bit."""
-
-    arr: tuple[tuple[int, ...], ...]  # per arrangement, its profile indexes
-    pairs_of: tuple[range, ...]  # per arrangement, its pairs (consecutive)
-    pair_arr: tuple[int, ...]  # per pair, its arrangement
-    has: tuple[frozenset[int], ...]  # per pair, the placements u its layout holds
-    keeps: list[list[list[bool]]]  # Tables.pair_keeps as lists
-
-    @classmethod
-    def of(cls, t: Tables) -> _Small:
-        pa = [int(a) for a in t.pair_arr]
-        first = {a: pa.index(a) for a in set(pa)}
-        return cls(tuple(tuple(int(x) for x in row) for row in t.arrangements),
-                   tuple(range(first[a], first[a] + pa.count(a))
-                         for a in range(len(t.arrangements))),
-                   tuple(pa), tuple(frozenset(int(u) for u in row.nonzero()[0])
-                                    for row in t.pair_has), t.pair_keeps.tolist())
-
-    def values(self, rows: list[list[float]]) -> list[float]:
-        """Each arrangement's sum of speeds (``rows``: :meth:`PartitionOptimizer.speed_rows`)."""
-        if len(rows) == 1:
-            r = rows[0]
-            return [r[p] for p, in self.arr]
-        r0, r1 = rows
-        return [r0[p] + r1[q] for p, q in self.arr]
-
-
 #: Solutions a remembering optimizer keeps before it starts afresh (about 1 KB each).
 MEMO_SIZE = 4096
 
@@ -131,7 +100,7 @@ class PartitionOptimizer:
         self.profile_index = {n: i for i, n in enumerate(self.profile_names)}
         self.max_jobs = max((len(lay) for lay in enumerate_layouts(geom)), default=0)
         self._tables = {n: build_tables(geom, n) for n in range(1, self.max_jobs + 1)}
-        self._small = {n: _Small.of(self._tables[n]) for n in (1, 2) if n in self._tables}
+        self._small = {n: SmallTables.of(self._tables[n]) for n in (1, 2) if n in self._tables}
 
     # -- core ---------------------------------------------------------------------------
     def speed_matrix(self, jobs: Sequence[str], speeds: Mapping[str, Mapping[str, float]],
@@ -321,7 +290,7 @@ class PartitionOptimizer:
         fits = [s for p, s in speeds[others[0]].items() if p in room]
         return keep + max(fits) if fits else -math.inf
 
-    def _pinned_values(self, t: Tables, small: _Small | None, jobs: Sequence[str],
+    def _pinned_values(self, t: Tables, small: SmallTables | None, jobs: Sequence[str],
                        vals: np.ndarray | list[float], pin: Mapping[str, Placement]
                        ) -> np.ndarray | list[float]:
         """``vals`` with the arrangements that move a pinned job's profile out (``_NEG``)."""
@@ -334,7 +303,7 @@ class PartitionOptimizer:
             mask &= t.arrangements[:, i] == p
         return np.where(mask, vals, _NEG)
 
-    def _best_pair_small(self, t: Tables, small: _Small, jobs: Sequence[str],
+    def _best_pair_small(self, t: Tables, small: SmallTables, jobs: Sequence[str],
                          vals: list[float], floor: float, cur: Mapping[str, Placement],
                          pen: Mapping[str, float], pin: Mapping[str, Placement]
                          ) -> tuple[float, int, Layout]:
@@ -412,7 +381,7 @@ class PartitionOptimizer:
 _FEW_PAIRS = 16
 
 
-#: Up to this many candidate pairs of a small table (:class:`_Small`, lists already) are
+#: Up to this many candidate pairs of a small table (:class:`SmallTables`, lists already) are
 #: scored in Python: the numpy path would first build its arrays.
 _FEW_SMALL = 96
 

@@ -94,3 +94,34 @@ def build_tables(geom: Geometry, n: int) -> Tables:
     flat = arr + np.arange(n)[None, :] * len(names)
     return Tables(arr, np.array(ms_ids, dtype=np.intp), tuple(layouts), default_assign,
                    flat, pa, pair_layout, has, keeps, unit)
+
+
+@dataclass(frozen=True)
+class SmallTables:
+    """A table of one or two jobs as Python lists: there a solve's numpy calls cost more than
+    its arithmetic. An arrangement's value is one speed or the sum of two (the same float in
+    any order), so these values are numpy's to the bit."""
+
+    arr: tuple[tuple[int, ...], ...]  # per arrangement, its profile indexes
+    pairs_of: tuple[range, ...]  # per arrangement, its pairs (consecutive)
+    pair_arr: tuple[int, ...]  # per pair, its arrangement
+    has: tuple[frozenset[int], ...]  # per pair, the placements u its layout holds
+    keeps: list[list[list[bool]]]  # Tables.pair_keeps as lists
+
+    @classmethod
+    def of(cls, t: Tables) -> SmallTables:
+        pa = [int(a) for a in t.pair_arr]
+        first = {a: pa.index(a) for a in set(pa)}
+        return cls(tuple(tuple(int(x) for x in row) for row in t.arrangements),
+                   tuple(range(first[a], first[a] + pa.count(a))
+                         for a in range(len(t.arrangements))),
+                   tuple(pa), tuple(frozenset(int(u) for u in row.nonzero()[0])
+                                    for row in t.pair_has), t.pair_keeps.tolist())
+
+    def values(self, rows: list[list[float]]) -> list[float]:
+        """Each arrangement's sum of speeds (``rows``: :meth:`PartitionOptimizer.speed_rows`)."""
+        if len(rows) == 1:
+            r = rows[0]
+            return [r[p] for p, in self.arr]
+        r0, r1 = rows
+        return [r0[p] + r1[q] for p, q in self.arr]
