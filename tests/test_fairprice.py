@@ -238,3 +238,37 @@ def test_fair_slices__with_a_share_each_job_is_owed_its_own_cap():
     smallest = {j: min(geom.model.profile(p).compute_slices for p in
                        sc.fair.fair_slices(geom, "l", j) or ()) for j in caps}
     assert all(smallest[j] == round(c * 7) for j, c in caps.items())
+
+
+def test_entitled_speeds__as_many_protected_jobs_keep_their_fair_slice_as_a_layout_holds():
+    """One A100 for three jobs of a protected owner (each owed 2g: entitlement 1 GPU for 3
+    jobs of demand 2/7) and two of an owner far above its entitlement: 3 x 2g + 2 x 1g is 8
+    compute slices, more than the GPU's 7, so not every light job can keep 2g. Two of them
+    still do (2g 2g 1g 1g 1g is a valid layout); dropping every job's fair slice, as before,
+    left all five on any slice."""
+    from miso.sched.policies.base import Scratch
+
+    st = ClusterState(TenancyConfig(demand_per_job=2 / 7))
+    for g in range(4):
+        st.observe(0.0, GpuAdded(f"g{g}", "A100-40GB"))
+    for i in range(3):
+        st.observe(float(i), JobSubmitted(JobSpec(f"l{i}", "x", 4.0, owner="l")))
+    for i in range(2):
+        st.observe(10.0 + i, JobSubmitted(JobSpec(f"h{i}", "x", 4.0, owner="h")))
+    ten = st.tenancy
+    assert ten is not None
+    ten.held["h"] = 5.0             # far above its entitlement: not protected
+    sc = Scratch(st)
+    geom = st.gpus["g0"].geom
+    every = {p.name: p.compute_slices / 7 for p in geom.profiles}
+    speeds = {j: dict(every) for j in ("l0", "l1", "l2", "h0", "h1")}
+    got = sc.fair.speeds("g0", speeds)
+    owed = {j for j in ("l0", "l1", "l2") if "1g.5gb" not in got[j]}
+    assert len(owed) == 2
+    assert all(min(geom.model.profile(p).compute_slices for p in got[j]) == 2 for j in owed)
+    assert got["h0"] == every and got["h1"] == every
+    # a layout still gives every job one of its offered profiles
+    assert sc.fair._holds(geom, got)
+    # with room for all of them (one light job fewer) every light job keeps its fair slice
+    del speeds["l2"]
+    assert all("1g.5gb" not in sc.fair.speeds("g0", speeds)[j] for j in ("l0", "l1"))
