@@ -85,3 +85,19 @@ def test_gang_reclaim__owed_gang_takes_over_entitled_owners_one_gpu_jobs_off_who
     # fair share off: the gang waits for a's jobs to end
     _, start, _ = _run(jobs, 4, TenancyConfig(fair_share=False))
     assert start["b1"] == pytest.approx(10_000.0)
+
+
+def test_backfill__in_fair_share_order_beyond_the_fifo_window():
+    # 2 GPUs, both reserved for c's gang (a1 drains one until 10,000 s); a's 70 short jobs
+    # were queued before b's one job. When gpu1 idles at 2,000 s it is backfilled: with fair
+    # share by b's job (b has used nothing; in FIFO it is past the window of 64), without it
+    # by a's oldest queued job.
+    jobs = [TraceJob("a1", 0.0, 10_000.0, WL, owner="a"),
+            TraceJob("a2", 0.0, 2_000.0, WL, owner="a"),
+            TraceJob("g", 1.0, 1_000.0, WL, owner="c", num_gpus=2)]
+    jobs += [TraceJob(f"q{i}", 2.0 + i, 500.0, WL, owner="a") for i in range(70)]
+    jobs.append(TraceJob("b1", 100.0, 500.0, WL, owner="b"))
+    _, start, _ = _run(jobs, 2, TenancyConfig(fair_share=True, reclaim=False))
+    assert start["b1"] == pytest.approx(2_000.0)
+    _, start, _ = _run(jobs, 2, TenancyConfig(fair_share=False))
+    assert start["q0"] == pytest.approx(2_000.0) and start["b1"] > 2_000.0

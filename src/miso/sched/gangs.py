@@ -360,10 +360,17 @@ class GangLayer:
                 free = [g for g in free if g not in got]
 
     def _backfill_candidates(self, ps: GangPass, head: str) -> list[str]:
-        """Later gangs and the first one-GPU queued jobs, in submission order."""
+        """Later gangs and the first one-GPU queued jobs, in submission order; with fair share
+        on, in its order (the first :data:`BACKFILL_WINDOW` one-GPU jobs in that order: a
+        small owner's short jobs, submitted last behind a flood, are its first, and would
+        never be in the window by submission)."""
         st = ps.st
-        cands = [(st.jobs[j].submitted_at, j) for j in st.gangs.queue
-                 if j != head and j not in ps.placed]
+        ten = st.tenancy
+        gangs = [j for j in st.gangs.queue if j != head and j not in ps.placed]
+        if ten is not None and ten.config.fair_share:
+            ones = [j for j in ranked(ten, list(st.queue)) if j not in ps.placed]
+            return ranked(ten, gangs + ones[:BACKFILL_WINDOW])
+        cands = [(st.jobs[j].submitted_at, j) for j in gangs]
         cands += [(st.jobs[j].submitted_at, j) for j in st.queue[:BACKFILL_WINDOW]
                   if j not in ps.placed]
         return [j for _, j in sorted(cands)]
