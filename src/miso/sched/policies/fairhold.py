@@ -22,6 +22,11 @@ owner's jobs overshot, two owners 2:1 on mixed models -8.4 % for the light one),
 owners' small jobs take every other slice that freed while a small account's large jobs
 waited (measured, accounts 2:1 at saturation: B held 3.4-3.6 of its 5.3 GPUs with 10-17
 large jobs queued for up to 17,000 s).
+
+**First room** (:func:`first_room`, asked by reclaim before its fair-slice rule): a waiting
+owner that holds nothing at all, whose job needs more than packing's share, is given its
+first room by reclaim rather than by a hold: behind a flood of jobs that run for days the
+hold's GPU frees no slice large enough for a long time.
 """
 
 from __future__ import annotations
