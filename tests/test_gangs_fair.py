@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from miso.sched import make_policy
-from miso.sched.decisions import StopGang
+from miso.sched.decisions import PlaceJob, RequeueCause, RequeueJob, StopGang
 from miso.sched.tenancyconfig import TenancyConfig
 from miso.sim.engine import Simulator
 from miso.sim.traces import TraceJob
@@ -65,3 +65,39 @@ def test_gang_reclaim__never_stops_a_run_its_owner_would_be_owed_back():
     r, start, _ = _run(jobs, 8, TenancyConfig(fair_share=True))
     assert not [d for _, d in r.log if isinstance(d, StopGang)]
     assert start["b1"] == pytest.approx(10_000.0)
+
+
+def test_gang_reclaim__owed_gang_takes_over_entitled_owners_one_gpu_jobs_off_whole_gpus():
+    # 4 GPUs filled by a's one-GPU jobs (and more of them queued); b's 2-GPU gang is owed
+    # half the cluster: two GPUs are emptied for it (a's jobs requeued), not drained for
+    # 10,000 s, and go back to the policy when the gang ends.
+    jobs = [TraceJob(f"a{i}", 0.0, 10_000.0, WL, owner="a") for i in range(6)]
+    jobs.append(TraceJob("b1", 1_000.0, 2_000.0, WL, owner="b", num_gpus=2))
+    r, start, fin = _run(jobs, 4, TenancyConfig(fair_share=True))
+    assert start["b1"] == pytest.approx(1_000.0)
+    reqs = [d for _, d in r.log if isinstance(d, RequeueJob)]
+    assert len(reqs) == 2 and all(d.cause is RequeueCause.RECLAIMED for d in reqs)
+    assert all(d.why["for_gang"] == "b1" for d in reqs)
+    # after b1 ends its GPUs go back to the policy: the requeued jobs run again at once
+    back = {d.job: t for t, d in r.log if isinstance(d, PlaceJob) and t > 1_000.0}
+    assert {d.job for d in reqs} <= set(back)
+    assert all(back[d.job] == pytest.approx(fin["b1"]) for d in reqs)
+    # fair share off: the gang waits for a's jobs to end
+    _, start, _ = _run(jobs, 4, TenancyConfig(fair_share=False))
+    assert start["b1"] == pytest.approx(10_000.0)
+
+
+def test_backfill__in_fair_share_order_beyond_the_fifo_window():
+    # 2 GPUs, both reserved for c's gang (a1 drains one until 10,000 s); a's 70 short jobs
+    # were queued before b's one job. When gpu1 idles at 2,000 s it is backfilled: with fair
+    # share by b's job (b has used nothing; in FIFO it is past the window of 64), without it
+    # by a's oldest queued job.
+    jobs = [TraceJob("a1", 0.0, 10_000.0, WL, owner="a"),
+            TraceJob("a2", 0.0, 2_000.0, WL, owner="a"),
+            TraceJob("g", 1.0, 1_000.0, WL, owner="c", num_gpus=2)]
+    jobs += [TraceJob(f"q{i}", 2.0 + i, 500.0, WL, owner="a") for i in range(70)]
+    jobs.append(TraceJob("b1", 100.0, 500.0, WL, owner="b"))
+    _, start, _ = _run(jobs, 2, TenancyConfig(fair_share=True, reclaim=False))
+    assert start["b1"] == pytest.approx(2_000.0)
+    _, start, _ = _run(jobs, 2, TenancyConfig(fair_share=False))
+    assert start["q0"] == pytest.approx(2_000.0) and start["b1"] > 2_000.0

@@ -13,9 +13,10 @@ simulator (miso+ unless --policy says otherwise).
    whole GPU).
 2. The Philly trace (first ``--philly-jobs`` jobs) with owners from its ``vc`` column on 40
    GPUs: the same figures (each vc alone on its entitled 4 GPUs, or on as many as its largest
-   gang asks for), fair share off, order only,
-   on (and on with
-   ``demand_per_job`` 1/3).
+   gang asks for), at simulator seeds 1..``--seeds``: fair share off, order only, on, on
+   with ``demand_per_job`` 1/3 and on with ``--fairness-price`` (issue 31's target: max
+   sharing incentive <= 1.5 at a price <= 3 %), each with the largest vc's short jobs' mean
+   slowdown (its jobs shorter than the trace's median).
    Then the heavy owner capped by a static in-use quota (half, 5/8, 3/4 of the GPUs).
 3. ``--priority-frac`` (10 %) high-priority jobs in the saturated cluster of 1.: their average
    queueing delay (submit to first start) against normal jobs', without and with preemption;
@@ -115,6 +116,48 @@ def philly_by_vc(jobs, r, off, f) -> None:  # noqa: ANN001
         print(f"| {o} | {len(asks[o])} | {sum(n > 1 for n in asks[o])} | "
               f"{f['entitled_gpus'][o]} | {f['owners_avg_jct_s'][o]:,.0f} | {off_o:,.0f} | "
               f"{al:,.0f} | {f['sharing_incentive'][o]:.2f} | {off_o / al:.2f} |", flush=True)
+
+
+def short_slowdown(r) -> tuple[str, float]:  # noqa: ANN001
+    """The largest vc and its short jobs' (shorter than the trace's median) mean slowdown."""
+    owners = np.array(r.owners)
+    big = max(set(r.owners), key=lambda o: int((owners == o).sum()))
+    short = (owners == big) & (r.duration < np.median(r.duration))
+    return big, float((r.jct[short] / r.duration[short]).mean())
+
+
+def philly_part(a: argparse.Namespace, pol: str, modes) -> dict[str, object]:  # noqa: ANN001
+    """Philly by vc at seeds 1..``--seeds`` (the simulator's seed; the trace is the same):
+    fair share off, order only, on, on with ``demand_per_job`` 1/3 and on with the stated
+    ``--fairness-price`` (issue 31's target: max sharing incentive <= 1.5 at a price <= 3 %),
+    with the largest vc's short jobs' mean slowdown."""
+    print(f"\n## Philly, first {a.philly_jobs} jobs, owners = vc, {a.philly_gpus} GPUs, {pol}")
+    print("| seed | fair share | owners | total avg JCT s | price | max sharing incentive "
+          "| rho max | rho p95 | Jain (slowdown, secondary) | reclaims | largest vc's short "
+          "jobs' mean slowdown |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    jobs = load_trace("philly", seed=1, max_jobs=a.philly_jobs)
+    pcfg = WorldConfig(n_gpus=a.philly_gpus)
+    on = dict(modes)["on"]
+    philly: dict[str, object] = {}
+    for seed in range(1, a.seeds + 1):
+        ref_off, alone, ents = reference_runs(pol, jobs, pcfg, seed, on, run_policy)
+        for name, ten in (*modes, ("on, demand_per_job 1/3", TenancyConfig(demand_per_job=1 / 3)),
+                          (f"on, price {a.fairness_price:.0%}",
+                           TenancyConfig(fairness_price=a.fairness_price))):
+            r = run_policy(pol, jobs, pcfg, seed, tenancy=ten)
+            s = summarize(r)
+            f = fairness_report(r, ref_off, alone, ents)
+            big, slow = short_slowdown(r)
+            key = name if seed == 1 else f"{name} (seed {seed})"
+            philly[key] = {"avg_jct_s": s["avg_jct_s"], "jain": s["jain_slowdown"],
+                           "owners": s["owners"], "reclaims": s["reclaims"], "fairness": f,
+                           "largest_vc": big, "largest_vc_short_slowdown": slow}
+            print(f"| {seed} | {name} | {len(s['owners'])} | {s['avg_jct_s']:.0f} | "
+                  f"{f['price']:+.1%} | {f['sharing_incentive_max']:.2f} | {f['rho_max']:.2f} | "
+                  f"{f['rho_p95']:.2f} | {s['jain_slowdown']:.3f} | {s['reclaims']} | "
+                  f"{slow:.2f} ({big}) |", flush=True)
+    return philly
 
 
 def main() -> None:
@@ -253,24 +296,7 @@ def main() -> None:
         out["quota"] = quota
 
     if "philly" not in skip:
-        print(f"\n## Philly, first {a.philly_jobs} jobs, owners = vc, {a.philly_gpus} GPUs, {pol}")
-        print("| fair share | owners | total avg JCT s | price | max sharing incentive "
-              "| rho max | rho p95 | Jain (slowdown, secondary) | reclaims |")
-        print("|---|---|---|---|---|---|---|---|---|")
-        jobs = load_trace("philly", seed=1, max_jobs=a.philly_jobs)
-        pcfg = WorldConfig(n_gpus=a.philly_gpus)
-        ref_off, alone, ents = reference_runs(pol, jobs, pcfg, 1, on, run_policy)
-        philly = {}
-        for name, ten in (*modes, ("on, demand_per_job 1/3", TenancyConfig(demand_per_job=1 / 3))):
-            r = run_policy(pol, jobs, pcfg, 1, tenancy=ten)
-            s = summarize(r)
-            f = fairness_report(r, ref_off, alone, ents)
-            philly[name] = {"avg_jct_s": s["avg_jct_s"], "jain": s["jain_slowdown"],
-                            "owners": s["owners"], "reclaims": s["reclaims"], "fairness": f}
-            print(f"| {name} | {len(s['owners'])} | {s['avg_jct_s']:.0f} | {f['price']:+.1%} | "
-                  f"{f['sharing_incentive_max']:.2f} | {f['rho_max']:.2f} | {f['rho_p95']:.2f} "
-                  f"| {s['jain_slowdown']:.3f} | {s['reclaims']} |", flush=True)
-        out["philly"] = philly
+        out["philly"] = philly_part(a, pol, modes)
 
     if "price" not in skip:
         out["price"] = price_part(a, pol)

@@ -30,7 +30,9 @@ Gangs wait in FIFO order among themselves; with tenancy's fair share on, in its 
 so the reservation is for the gang of the owner fair share ranks first, not the oldest gang;
 with fair share's reclaim too, that gang, when owed its room and its reservation would start
 only after ``min_run_s``, starts on over-entitled owners' stopped whole-GPU runs
-(:mod:`miso.sched.gangreclaim`).
+(:mod:`miso.sched.gangreclaim`), and when those are not enough on whole GPUs of the policies'
+view emptied of over-entitled owners' one-GPU jobs (given back to the policy when the gang
+ends).
 ``node_of`` maps a GPU id to its node: a gang takes GPUs from as few nodes as it can, or exactly
 ``spec.nodes`` nodes with equal counts when the job asks.
 
@@ -138,6 +140,9 @@ class GangLayer:
         self._rank: dict[str, int] = {}
         #: (the gang holding the reservation, its expected start) once it holds all its GPUs
         self.reservation: tuple[str, float] | None = None
+        #: GPUs of the policies' view that fair share's gang reclaim emptied for an owed gang:
+        #: given back to the policy when that run ends, not kept for the next gang
+        self.lent: set[str] = set()
 
     @property
     def name(self) -> str:
@@ -183,6 +188,7 @@ class GangLayer:
         for g in st.gpus:
             self._order(g)
         ps = GangPass.after(now, st, prior)
+        self._return_lent(ps)
         head = self._start_in_order(ps)
         if head is None:
             self.reservation = None
@@ -193,6 +199,18 @@ class GangLayer:
             return ps.out
         self._reserve(ps, head)
         return ps.out
+
+    def _return_lent(self, ps: GangPass) -> None:
+        """Give back to the policy the lent GPUs (:attr:`lent`) whose run has ended: the
+        room was returned for one owed gang, not for the gangs queued behind it."""
+        book = ps.st.gangs
+        for g in sorted(self.lent, key=self._order):
+            if g in book.gpus and book.run_on(g) is not None:
+                continue
+            self.lent.discard(g)
+            if g in book.gpus and not book.gpus[g].jobs:
+                ps.release(g)
+                ps.used.add(g)   # not this pass's to start or reserve on
 
     def _start_in_order(self, ps: GangPass) -> str | None:
         """Start queued gangs in FIFO order while each finds its GPUs idle; the first that
@@ -252,9 +270,11 @@ class GangLayer:
         if ten is None or not ten.config.entitled \
                 or t_start - ps.now <= ten.config.min_run_s:
             return False
-        if not reclaim_for(ps, head, self.backfills, self.started,
-                           lambda pool, n, nodes: pick_gpus(pool, n, nodes, self.node_of)):
+        lent = reclaim_for(ps, head, self.backfills, self.started,
+                           lambda pool, n, nodes: pick_gpus(pool, n, nodes, self.node_of))
+        if lent is None:
             return False
+        self.lent |= lent
         self.started[head] = ps.now
         return True
 
@@ -340,10 +360,17 @@ class GangLayer:
                 free = [g for g in free if g not in got]
 
     def _backfill_candidates(self, ps: GangPass, head: str) -> list[str]:
-        """Later gangs and the first one-GPU queued jobs, in submission order."""
+        """Later gangs and the first one-GPU queued jobs, in submission order; with fair share
+        on, in its order (the first :data:`BACKFILL_WINDOW` one-GPU jobs in that order: a
+        small owner's short jobs, submitted last behind a flood, are its first, and would
+        never be in the window by submission)."""
         st = ps.st
-        cands = [(st.jobs[j].submitted_at, j) for j in st.gangs.queue
-                 if j != head and j not in ps.placed]
+        ten = st.tenancy
+        gangs = [j for j in st.gangs.queue if j != head and j not in ps.placed]
+        if ten is not None and ten.config.fair_share:
+            ones = [j for j in ranked(ten, list(st.queue)) if j not in ps.placed]
+            return ranked(ten, gangs + ones[:BACKFILL_WINDOW])
+        cands = [(st.jobs[j].submitted_at, j) for j in gangs]
         cands += [(st.jobs[j].submitted_at, j) for j in st.queue[:BACKFILL_WINDOW]
                   if j not in ps.placed]
         return [j for _, j in sorted(cands)]

@@ -39,7 +39,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from miso.sched.decisions import RequeueCause, WakeUp
-from miso.sched.policies.fairhold import hold_owed
+from miso.sched.policies.fairhold import first_room, hold_owed
 from miso.sched.policies.preempt import victim_cost
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -145,6 +145,9 @@ def _worth(sc: Scratch, job: str) -> tuple[float, float] | None:
     if not st.gpus:
         return None
     geom = next(iter(st.gpus.values())).geom
+    first = first_room(sc, geom, job)
+    if first is not None:   # its owner holds nothing: packing gives it nothing now
+        return first
     owed = sc.fair.fair_slices(geom, st.jobs[job].spec.owner, job)
     if owed is None:        # the smallest slice: what packing gives anyway
         return None
