@@ -413,11 +413,14 @@ class EventLoop:
         st = self.state
         now = self.rt.now()
         if isinstance(ev, JobFinished | JobFailed):
+            stored = ev.job in self.rt.finished_in_store  # the poller wrote it at the exit
+            self.rt.finished_in_store.discard(ev.job)
             js = st.jobs.get(ev.job)
             if js is None or js.status in (JobStatus.FINISHED, JobStatus.FAILED):
                 return
             if isinstance(ev, JobFinished):
-                self.rt.store.finish(ev.job, JobStatus.FINISHED, at=now)
+                if not stored:
+                    self.rt.store.finish(ev.job, JobStatus.FINISHED, at=now)
             else:
                 self.rt.store.finish(ev.job, JobStatus.OVER_LIMIT if ev.reason.startswith(
                     LIMIT_REASON) else JobStatus.FAILED, reason=ev.reason, at=now)
