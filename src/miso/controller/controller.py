@@ -127,7 +127,7 @@ class Controller:
             else self.policy
         self.executor = PlanExecutor(self.rt)
         self.loop = EventLoop(self.rt, self.executor, self.policy, self.cfg.policy)
-        self.loop.time_limits = self.time_limits
+        self.loop.stops.time_limits = self.time_limits
         self.loop.on_ledger = self.usage.save
         self.poller = AgentPoller(self.rt, self.executor)
         self._dir_lock: StateDirLock | None = None
