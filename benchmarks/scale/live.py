@@ -82,6 +82,26 @@ def proc_stats(pid: int) -> dict[str, float]:
     return out
 
 
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds of this process's live threads, summed by kind (the thread's name up to
+    its first ``-`` after ``miso-``: ``miso-loop``, ``miso-poll``, ``miso-gpu``, ``miso-api``;
+    AnyIO's worker threads, which run the API's routes, are ``AnyIO``): where the server's
+    CPU goes, per role, without a profiler's own cost. Threads that ended are not counted."""
+    tick = os.sysconf("SC_CLK_TCK")
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    out: dict[str, float] = {}
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            f = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        name = names.get(int(task.name), "other")
+        parts = name.split("-")
+        kind = "-".join(parts[:2]) if parts[0] == "miso" else parts[0].split(" ")[0]
+        out[kind] = out.get(kind, 0.0) + (int(f[11]) + int(f[12])) / tick
+    return {k: round(v, 1) for k, v in sorted(out.items(), key=lambda kv: -kv[1])}
+
+
 def job_mix(cfg: dict[str, Any], n: int) -> list[dict[str, Any]]:
     """The jobs of a run: workload, work (s on a full GPU), owner (tenant), submit offset."""
     from miso.sim.traces import poisson_jobs
@@ -181,12 +201,15 @@ IDLE_CALLS = {"wait", "sleep", "select", "_worker", "run_forever"}
 
 class Sampler:
     """A sampling profiler of every thread of this process (``sys._current_frames`` every
-    ``every`` s): the innermost frames of this project's code seen most, by thread kind.
-    Where py-spy is not installed, it says where the server's CPU goes."""
+    ``every`` s): per thread kind (the names :func:`thread_cpu` groups), how many samples
+    found it running, and in how many each function was on its stack (inclusive) or
+    innermost (self). Where py-spy is not installed, it says where the server's CPU goes."""
 
-    def __init__(self, every: float = 0.005) -> None:
+    def __init__(self, every: float = 0.02) -> None:
         self.every = every
-        self.counts: dict[tuple[str, str], int] = {}
+        self.running: dict[str, int] = {}
+        self.incl: dict[tuple[str, str], int] = {}
+        self.own: dict[tuple[str, str], int] = {}
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -195,24 +218,36 @@ class Sampler:
         while not self.stop.wait(self.every):
             names = {t.ident: t.name for t in threading.enumerate()}
             for ident, frame in sys._current_frames().items():  # noqa: SLF001
-                if ident == me:
-                    continue
                 top = frame.f_code
-                if Path(top.co_filename).name in IDLE_FILES or top.co_name in IDLE_CALLS:
+                if ident == me or Path(top.co_filename).name in IDLE_FILES \
+                        or top.co_name in IDLE_CALLS:
                     continue  # waiting, not running
-                kind = names.get(ident, "?").split("-")[0:2]
-                where = []
+                parts = names.get(ident, "?").split("-")
+                kind = "-".join(parts[:2]) if parts[0] == "miso" else parts[0].split(" ")[0]
+                self.running[kind] = self.running.get(kind, 0) + 1
+                seen: set[str] = set()
                 f: Any = frame
-                while f is not None and len(where) < 3:
+                while f is not None:
                     code = f.f_code
-                    if "miso" in code.co_filename or "site-packages" in code.co_filename:
-                        where.append(f"{Path(code.co_filename).name}:{code.co_name}")
+                    where = f"{Path(code.co_filename).name}:{code.co_name}"
+                    if f is frame:
+                        self.own[(kind, where)] = self.own.get((kind, where), 0) + 1
+                    if where not in seen:
+                        seen.add(where)
+                        self.incl[(kind, where)] = self.incl.get((kind, where), 0) + 1
                     f = f.f_back
-                key = ("-".join(kind), " < ".join(where))
-                self.counts[key] = self.counts.get(key, 0) + 1
 
-    def top(self, n: int = 40) -> list[tuple[int, str, str]]:
-        return sorted(((c, k[0], k[1]) for k, c in self.counts.items()), reverse=True)[:n]
+    def report(self, n: int = 30) -> str:
+        """Per thread kind (most samples first): its samples, then its functions by
+        inclusive count (with their self count)."""
+        out = []
+        for kind, total in sorted(self.running.items(), key=lambda kv: -kv[1]):
+            out.append(f"== {kind}: {total} samples running")
+            rows = sorted(((c, w) for (k, w), c in self.incl.items() if k == kind),
+                          reverse=True)[:n]
+            out.extend(f"{c:7d} {100 * c / total:5.1f}% self {self.own.get((kind, w), 0):6d}"
+                       f"  {w}" for c, w in rows)
+        return "\n".join(out) + "\n"
 
 
 def serve_main(state: Path, cfg: dict[str, Any], gpus: int) -> int:
@@ -226,6 +261,8 @@ def serve_main(state: Path, cfg: dict[str, Any], gpus: int) -> int:
     from miso.observe.routes import api_routers, instrument
 
     logging.basicConfig(level=logging.WARNING)
+    if os.environ.get("MISO_SCALE_SWITCH"):  # the interpreter's switch interval (A/B runs)
+        sys.setswitchinterval(float(os.environ["MISO_SCALE_SWITCH"]))
     per = int(cfg["gpus_per_node"])
     ccfg = ControllerConfig(**{"policy": cfg["policy"], **cfg["controller"]})
     lc = LocalCluster(state, nodes=gpus // per, gpus_per_node=per, config=ccfg, fake=True,
@@ -278,8 +315,7 @@ def serve_main(state: Path, cfg: dict[str, Any], gpus: int) -> int:
             answer("server.json", finish(lc, ctl, rec, state))
             if sampler is not None:
                 sampler.stop.set()
-                Path(os.environ["MISO_SCALE_SAMPLE"]).write_text(
-                    "\n".join(f"{c:6d} {k:16s} {w}" for c, k, w in sampler.top()) + "\n")
+                Path(os.environ["MISO_SCALE_SAMPLE"]).write_text(sampler.report(60))
             break
     srv.stop()
     lc.close()
@@ -350,7 +386,7 @@ def finish(lc: Any, ctl: Any, rec: Recorder, state: Path) -> dict[str, Any]:
         "e2d_after_submit_s": dist(rec.e2d_after_s),
         "decisions_per_decide_s": round(rec.decisions / max(rec.decide_total_s, 1e-9), 1),
         "exec_s": execs, "store_mib": round(size / 2**20, 2), "errors": ctl.errors[-5:],
-        **st,
+        "cpu_by_thread_s": thread_cpu(), **st,
     }
 
 
@@ -540,6 +576,7 @@ def run(gpus: int, n: int, cfg: dict[str, Any], keep: bool = False) -> dict[str,
         "status_page_s": dist(cl.lat["status"]), "metrics_s": dist(cl.lat["metrics"]),
         "replan": rp, "replan_s": rp["replan_s"] if rp else None,
         "server_cpu_s": round(cpu, 1), "server_cpu_frac": round(cpu / wall, 2),
+        "server_cpu_by_thread_s": srv["cpu_by_thread_s"],
         "rss_mib": srv["rss_mib"], "peak_rss_mib": srv["peak_rss_mib"],
         "store_mib": srv["store_mib"], "states": srv["states"],
         "lost": lost, "twice": len(twice), "twice_jobs": twice[:10],

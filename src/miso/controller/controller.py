@@ -8,6 +8,7 @@
 * :mod:`~miso.controller.executor` - the plan executor, one worker thread per GPU;
 * :mod:`~miso.controller.poller` - agent discovery and polling (progress, exits, speeds);
 * :mod:`~miso.controller.recovery` - what happens at start after a crash;
+* :mod:`~miso.controller.submitcheck` - what a submission is checked for;
 * :mod:`~miso.controller.runtime` - the state they share (runs, GPUs, nodes, the queue).
 
 One controller per state directory: :meth:`Controller.start` takes an OS lock
@@ -19,9 +20,6 @@ slices are sized in GiB (2^30 bytes); the controller converts (40 GB = 37.3 GiB)
 
 from __future__ import annotations
 
-import math
-import os
-import shutil
 import threading
 import time
 from dataclasses import replace
@@ -29,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 from miso import runtimedir
-from miso.agent import runas
 from miso.controller.executor import PlanExecutor
 from miso.controller.gangs import check_gang_request
 from miso.controller.loop import EventLoop
@@ -60,20 +57,24 @@ from miso.controller.statustext import (
     owner_named,
     why,
 )
-from miso.controller.store import GIB_PER_GB, JobRecord, JobStore, StoreConflict, StoreError
+from miso.controller.store import GIB_PER_GB, JobStore, StoreConflict, StoreError
+from miso.controller.submitcheck import (
+    check_request,
+    cluster_geometries,
+    job_spec,
+    largest_slice,
+)
 from miso.controller.timelimits import TimeLimitStore
 from miso.controller.usagestore import UsageStore
 from miso.jobstatus import JobStatus
-from miso.mig import GPU_MODELS, geometry
 from miso.nodeerrors import NodeUnavailable
-from miso.sched import JobSpec, JobSubmitted, Policy
+from miso.sched import JobSubmitted, Policy
 from miso.sched.clock import Clock
 from miso.sched.estimators import make_estimator
 from miso.sched.gangs import GangLayer, with_gangs
 from miso.sched.policies import build_policy, policy_options
 from miso.sched.tenancyconfig import queued_quota_reason
 from miso.transport.base import Transport
-from miso.workloads import catalogue
 
 __all__ = [
     "Controller", "ControllerConfig", "QuotaExceeded", "SubmitConflict", "SubmitError",
@@ -127,7 +128,7 @@ class Controller:
             else self.policy
         self.executor = PlanExecutor(self.rt)
         self.loop = EventLoop(self.rt, self.executor, self.policy, self.cfg.policy)
-        self.loop.time_limits = self.time_limits
+        self.loop.stops.time_limits = self.time_limits
         self.loop.on_ledger = self.usage.save
         self.poller = AgentPoller(self.rt, self.executor)
         self._dir_lock: StateDirLock | None = None
@@ -166,7 +167,7 @@ class Controller:
         for rec in active:
             if rec.owner and rec.owner_name:
                 self.owner_names.setdefault(rec.owner, rec.owner_name)
-            self.rt.post_event(JobSubmitted(_spec(rec, prio.get(rec.id, 0))))
+            self.rt.post_event(JobSubmitted(job_spec(rec, prio.get(rec.id, 0))))
         self.loop.start()
         self.poller.start()
         return self
@@ -234,35 +235,9 @@ class Controller:
         head's service replicas only: :class:`~miso.sched.events.JobSpec`; the API never
         sets it).
         """
-        command = [str(c) for c in command]
-        if not command:
-            raise SubmitError("no command given")
-        for k, v in (env or {}).items():
-            if not k or "=" in k or "\0" in k or "\0" in str(v):
-                raise SubmitError(f"bad environment variable {k!r}")
-        if self.cfg.check_commands and shutil.which(command[0]) is None and \
-                not Path(command[0]).exists():
-            raise SubmitError(f"unknown command {command[0]!r}: not found on PATH")
-        _check_program_of_account(command[0], env or {}, unix_user)
-        if workload is None and "miso.emuworkload" in command and "--workload" in command:
-            i = command.index("--workload")
-            workload = command[i + 1] if i + 1 < len(command) else None
-        if workload is not None and workload not in catalogue():
-            raise SubmitError(f"unknown workload {workload!r}")
-        if memory_gb is None:
-            gib = catalogue()[workload].memory_gb if workload else 1.0
-            memory_gb = gib / GIB_PER_GB
-        else:
-            if not (isinstance(memory_gb, int | float) and math.isfinite(memory_gb)
-                    and memory_gb > 0):
-                raise SubmitError(f"--memory-gb must be a positive number of GB, got "
-                                  f"{memory_gb}")
-            gib = float(memory_gb) * GIB_PER_GB
-        if host_memory_gb is not None and not (
-                isinstance(host_memory_gb, int | float) and not isinstance(host_memory_gb, bool)
-                and math.isfinite(host_memory_gb) and 0 < host_memory_gb <= 65536):
-            raise SubmitError(f"--host-memory-gb must be a number of GB in (0, 65536], got "
-                              f"{host_memory_gb!r}")
+        command, workload, memory_gb, gib = check_request(
+            command, env, unix_user, workload, memory_gb, host_memory_gb,
+            check_commands=self.cfg.check_commands)
         try:
             priority = check_priority(priority)
         except ValueError as e:
@@ -285,9 +260,9 @@ class Controller:
         except ValueError as e:
             raise SubmitError(str(e)) from None
         if profile is not None:
-            gib, memory_gb = pinned_memory(profile, gib, self._geometries())
+            gib, memory_gb = pinned_memory(profile, gib, cluster_geometries(self.rt))
         after = dependency_ids(self.store, after or [], owner)
-        biggest, where = self._largest_slice()
+        biggest, where = largest_slice(self.rt)
         if gib > biggest + 1e-9:
             raise SubmitError(f"job needs {memory_gb:g} GB ({gib:.2f} GiB), more than the "
                               f"largest slice of any GPU ({where}: {biggest:g} GiB = "
@@ -310,7 +285,7 @@ class Controller:
         if owner and owner_name:
             self.owner_names[owner] = owner_name
         self.rt.job_added()
-        self.rt.post_event(JobSubmitted(_spec(rec, priority, ahead)))
+        self.rt.post_event(JobSubmitted(job_spec(rec, priority, ahead)))
         return rec.id
 
     def _check_queued_quota(self, owner: str | None, owner_name: str | None) -> None:
@@ -472,49 +447,3 @@ class Controller:
         return False
 
     # ---- helpers ------------------------------------------------------------------------
-
-    def _geometries(self) -> list[Any]:
-        """The cluster's GPU geometries (every known model's while no GPU has joined)."""
-        with self.rt.lock:
-            geoms = list({g.geom for g in self.rt.gpus.values()})
-        return geoms or [geometry(m) for m in GPU_MODELS]
-
-    def _largest_slice(self) -> tuple[float, str]:
-        with self.rt.lock:
-            # a few models, not 1,000; by identity (geometries are built once per model and
-            # compare by identity): their hash is Python code, 1,024 calls per submission
-            geoms = list({id(g.geom): g.geom for g in self.rt.gpus.values()}.values())
-        if not geoms:
-            geoms = [geometry(m) for m in GPU_MODELS]
-        best = max((p.memory_gib, p.name, g.model.name) for g in geoms for p in g.profiles)
-        return best[0], f"{best[1]} of {best[2]}"
-
-
-def _spec(rec: JobRecord, priority: int = 0, ahead: bool = False) -> JobSpec:
-    gib = rec.memory_gib if rec.memory_gib is not None else rec.memory_gb * GIB_PER_GB
-    return JobSpec(rec.id, rec.name, gib, rec.workload,
-                   checkpointable=rec.checkpointable is not False, owner=rec.owner or "",
-                   priority=priority, num_gpus=rec.num_gpus or 1, nodes=rec.nodes,
-                   profile=rec.profile, after=tuple(rec.after or ()), ahead=ahead)
-
-
-def _check_program_of_account(program: str, env: dict[str, str], unix_user: str | None) -> None:
-    """Refuse at submit time a bare program name that a job switching to ``unix_user`` would
-    not find: such a job gets the standard ``PATH`` (or the one passed with ``--env``), not the
-    submitter's; ``miso submit`` sends absolute paths, so this catches direct API clients."""
-    if unix_user is None or os.geteuid() != 0:
-        return
-    if "/" in program:  # e.g. a venv's python whose base interpreter the account cannot reach
-        from miso.controller.reachable import unreachable
-
-        why = unreachable(os.path.abspath(program), unix_user)
-        if why:
-            raise SubmitError(f"{why}; jobs run as {unix_user}: use a Python (or program) "
-                              "that account can read and run")
-        return
-    path = env.get("PATH") or runas.DEFAULT_PATH
-    if shutil.which(program, path=path) is None:
-        raise SubmitError(
-            f"{program!r} is not on the PATH of jobs run as {unix_user} ({path}): give its "
-            f"absolute path (e.g. `-- $(command -v {program}) ...`; for miso.job, a Python "
-            "where miso is installed), or pass --env PATH=...")

@@ -254,13 +254,15 @@ class JobTable:
 
     def progress_many(self, updates: list[tuple[str, dict[str, Any]]]) -> None:
         """:meth:`progress` of several jobs in one transaction (an agent's report)."""
+        by_cols: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
+        for job, fields in updates:  # one statement per set of columns, run in C
+            by_cols.setdefault(tuple(fields), []).append((*fields.values(), job))
         with self.s.lock:
             self.s.conn.execute("BEGIN")
             try:
-                for job, fields in updates:
-                    cols = ", ".join(f"{k}=?" for k in fields)
-                    self.s.conn.execute(f"UPDATE jobs SET {cols} WHERE id=?",
-                                        (*fields.values(), job))
+                for cols, rows in by_cols.items():
+                    sets = ", ".join(f"{k}=?" for k in cols)
+                    self.s.conn.executemany(f"UPDATE jobs SET {sets} WHERE id=?", rows)
                 self.s.conn.execute("COMMIT")
             except BaseException:
                 with contextlib.suppress(sqlite3.Error):

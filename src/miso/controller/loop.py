@@ -24,26 +24,27 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from miso.attemptstatus import AttemptStatus
 from miso.controller.executor import PlanExecutor
+from miso.controller.loopqueue import (
+    ARRIVAL_BATCH,
+    GROUP_MAX,
+    GROUPED,
+    waiting_arrivals,
+    waiting_group,
+)
+from miso.controller.loopstops import LoopStops
 from miso.controller.loopview import LoopView
 from miso.controller.runtime import Runtime
-from miso.controller.timelimits import TimeLimitStore, run_time, time_limit_reason
-from miso.job import read_json
 from miso.jobstatus import LIMIT_REASON
-from miso.nodeerrors import NodeUnavailable
-from miso.nodewire import exit_record_path
 from miso.sched import (
     ApplyLayout,
     ClusterState,
     ContractError,
     Decision,
     Event,
-    GpuRemoved,
     JobFailed,
     JobFinished,
     JobProgress,
-    JobStopped,
     PlaceJob,
     Policy,
     RequeueJob,
@@ -55,7 +56,6 @@ from miso.sched import (
 from miso.sched.decisions import RepartitionDeclined, StartGang, StopGang
 from miso.sched.driver import DriverStep, batchable
 from miso.sched.progress import full_gpu_work, slice_speed
-from miso.sched.replicaroom import room_victim
 from miso.sched.state import JobStatus
 from miso.sched.tenancy import UsageRecord
 
@@ -69,21 +69,13 @@ SNAPSHOT_EVERY_S = 0.5
 #: are written sooner when the queue is empty or every SNAPSHOT_EVERY_S).
 LOG_BATCH = 500
 
-#: At most this many submissions waiting in the queue are taken as one batch (one placement
-#: pass: :meth:`EventLoop._arrivals`).
-ARRIVAL_BATCH = 128
-
-#: Queue items taken together with the others of their kinds waiting behind them (at most
-#: :data:`GROUP_MAX`), as one group of driver steps whose placement pass runs once at the end
-#: (:meth:`EventLoop._group`).
-GROUPED = ("event", "progress")
-GROUP_MAX = 1024
-
 #: A loop that has not come round for this long (s, real time) is reported stuck.
 STUCK_AFTER_S = 60.0
 
 #: How often (s, real time) running jobs are checked against their time limits.
 TIME_LIMIT_EVERY_S = 1.0
+
+__all__ = ["ARRIVAL_BATCH", "GROUPED", "GROUP_MAX", "EventLoop"]
 
 
 def _ev_body(x: Any) -> dict[str, Any]:
@@ -108,8 +100,8 @@ class EventLoop:
                                on_contract_error=self._contract_error)
         #: the status snapshot for readers (:mod:`miso.controller.loopview`)
         self.view = LoopView(rt, self.state, self.step)
-        #: replica job -> the job being checkpointed to make room for it (:meth:`make_room`)
-        self._rooms: dict[str, str] = {}
+        #: time limits, replica room and lost nodes (:mod:`miso.controller.loopstops`)
+        self.stops = LoopStops(rt, self.state, executor, self._handle, self.step)
         #: called with the tenancy ledger whenever an owner's charge changed (the controller
         #: keeps it in the store: :mod:`miso.controller.usagestore`)
         self.on_ledger: Callable[[list[UsageRecord]], None] | None = None
@@ -120,8 +112,6 @@ class EventLoop:
         #: real time the loop last came round, and why its thread ended (None: it has not)
         self.beat = time.monotonic()
         self.died: str | None = None
-        #: jobs' time limits (the controller's :class:`TimeLimitStore`; None: none)
-        self.time_limits: TimeLimitStore | None = None
         self._limits_at = 0.0
 
     def start(self) -> None:
@@ -154,6 +144,13 @@ class EventLoop:
         """The executor's gang runner (:mod:`miso.controller.gangs`); None for a test's
         stand-in executor."""
         return getattr(self.executor, "gangs", None)
+
+    def make_room(self, job: str) -> None:
+        """Ask the loop to checkpoint one running job so that ``job``, a queued replica job
+        of the head (``ahead``), gets a slice (:func:`~miso.sched.replicaroom.room_victim`
+        chooses it; nothing when none makes room: :meth:`LoopStops.make_room`). Any
+        thread."""
+        self.rt.queue.put(("make_room", job))
 
     def snapshot(self) -> dict[str, Any]:
         """GPUs (layout, phase, jobs) and the queue as of the last handled item."""
@@ -201,10 +198,10 @@ class EventLoop:
         rt = self.rt
         clock = rt.clock
         did = self.run_due()
-        if self.time_limits is not None and time.monotonic() - self._limits_at >= \
+        if self.stops.time_limits is not None and time.monotonic() - self._limits_at >= \
                 TIME_LIMIT_EVERY_S:
             self._limits_at = time.monotonic()
-            self._safe(self._check_time_limits)
+            self._safe(self.stops.check_time_limits)
         if item is not None and item[0] == "node_lost" and item[2] > time.time():
             # the lease (wall time: the agent reads it) runs out later: wait on our clock
             clock.at(clock.now() + (item[2] - time.time()), item)
@@ -216,9 +213,9 @@ class EventLoop:
                 self.flush_log()
             return did
         if item[0] == "event" and batchable(item[1]):
-            self._arrivals([item, *self._waiting_arrivals()])
+            self._arrivals([item, *waiting_arrivals(rt.queue)])
         elif item[0] in GROUPED:
-            self._group([item, *self._waiting_group()])
+            self._group([item, *waiting_group(rt.queue)])
         else:
             self._dispatch(item)
         # fresh as soon as the queue is empty; while items wait, at most every 0.5 s
@@ -231,53 +228,6 @@ class EventLoop:
             self.flush_log()
         self._keep_ledger()
         return True
-
-    def _waiting_arrivals(self) -> list[tuple[Any, ...]]:
-        """The submissions waiting in the queue (up to :data:`ARRIVAL_BATCH` in all), taken
-        from it ahead of the other items waiting there, which keep their order: they arrived
-        while the last item was handled, and are handled as if they had arrived with the one
-        just taken (a submission is the first event of its job: no item of that job waits
-        before it)."""
-        q = self.rt.queue
-        with q.mutex:  # this thread is the queue's only consumer
-            if not any(it[0] == "event" and batchable(it[1]) for it in q.queue):
-                return []
-            out: list[tuple[Any, ...]] = []
-            rest: list[tuple[Any, ...]] = []
-            for it in q.queue:
-                if len(out) < ARRIVAL_BATCH - 1 and it[0] == "event" and batchable(it[1]):
-                    out.append(it)
-                else:
-                    rest.append(it)
-            q.queue.clear()
-            q.queue.extend(rest)
-            q.not_full.notify_all()
-        return out
-
-    def _waiting_group(self) -> list[tuple[Any, ...]]:
-        """The events and progress reports waiting in the queue behind the one just taken,
-        in their order, up to the first item of another kind (a cancel, a lost node, a
-        timer's stop: they keep their place after the events before them), passing over
-        the submissions :meth:`_waiting_arrivals` takes (a submission is its job's first
-        event, so no event taken here belongs to a job submitted after it)."""
-        q = self.rt.queue
-        with q.mutex:  # this thread is the queue's only consumer
-            out: list[tuple[Any, ...]] = []
-            rest: list[tuple[Any, ...]] = []
-            items = list(q.queue)
-            for k, it in enumerate(items):
-                if it[0] not in GROUPED or len(out) >= GROUP_MAX - 1:
-                    rest.extend(items[k:])
-                    break
-                if it[0] == "event" and batchable(it[1]):
-                    rest.append(it)
-                else:
-                    out.append(it)
-            if out:
-                q.queue.clear()
-                q.queue.extend(rest)
-                q.not_full.notify_all()
-        return out
 
     def _group(self, items: list[tuple[Any, ...]]) -> None:
         """Events and progress reports that waited together, each handled in order as
@@ -387,16 +337,16 @@ class EventLoop:
             if len(args) > 1:
                 self._safe(self._progress, *args)
         elif kind == "cancel":
-            self._safe(self._cancel, item[1])
+            self._safe(self.stops.cancel, item[1])
             item[2].set()
         elif kind == "node_lost":
-            self._safe(self._node_lost, item[1])
-        elif kind == "time_limit":  # its attempt stopped (:meth:`_time_out`): it ends
+            self._safe(self.stops.node_lost, item[1])
+        elif kind == "time_limit":  # its attempt stopped (LoopStops.time_out): it ends
             self._safe(self._handle, JobFailed(item[1], item[2]))
         elif kind == "time_requeue":  # stopped after a checkpoint: back in the queue
-            self._safe(self._time_requeue, *item[1:])
+            self._safe(self.stops.time_requeue, *item[1:])
         elif kind == "make_room":  # a queued replica job of the head waits for a slice
-            self._safe(self._make_room, item[1])
+            self._safe(self.stops.make_room, item[1])
         elif kind == "tenancy" and self.state.tenancy is not None:
             # new weights / quotas (``miso quota set``): the next decision orders by them
             self.state.tenancy.config = item[1]
@@ -413,11 +363,14 @@ class EventLoop:
         st = self.state
         now = self.rt.now()
         if isinstance(ev, JobFinished | JobFailed):
+            stored = ev.job in self.rt.finished_in_store  # the poller wrote it at the exit
+            self.rt.finished_in_store.discard(ev.job)
             js = st.jobs.get(ev.job)
             if js is None or js.status in (JobStatus.FINISHED, JobStatus.FAILED):
                 return
             if isinstance(ev, JobFinished):
-                self.rt.store.finish(ev.job, JobStatus.FINISHED, at=now)
+                if not stored:
+                    self.rt.store.finish(ev.job, JobStatus.FINISHED, at=now)
             else:
                 self.rt.store.finish(ev.job, JobStatus.OVER_LIMIT if ev.reason.startswith(
                     LIMIT_REASON) else JobStatus.FAILED, reason=ev.reason, at=now)
@@ -490,157 +443,6 @@ class EventLoop:
             case StartGang() | StopGang():
                 if self._gangs is not None:
                     self._gangs.submit(d)
-
-    def _cancel(self, job: str) -> None:
-        rt = self.rt
-        if not rt.store.finish(job, JobStatus.CANCELLED, reason="cancelled by user", at=rt.now()):
-            return
-        with rt.lock:
-            run = rt.runs.get(job)
-            if run is not None:
-                run.stopping = True
-        if run is not None:
-            with contextlib.suppress(NodeUnavailable):
-                rt.call(run.node, "kill", run.job, run.attempt)
-        if self._gangs is not None:
-            self._gangs.end(job, finished=False)  # every rank of a gang
-        self.step.drop_held(rt.now(), job)  # held for --after: never delivered now
-        js = self.state.jobs.get(job)
-        if js is not None and js.status not in (JobStatus.FINISHED, JobStatus.FAILED):
-            self._handle(JobFailed(job, "cancelled"))
-
-    def _check_time_limits(self) -> None:
-        """Stop every running job past its time limit (:mod:`miso.controller.timelimits`):
-        its attempt is checkpointed (or killed) off the loop, then it ends as failed."""
-        assert self.time_limits is not None
-        limits = self.time_limits.jobs()
-        if not limits:
-            return
-        st = self.state
-        self.time_limits.forget(j for j in limits if j not in st.jobs or st.jobs[j].status in
-                                (JobStatus.FINISHED, JobStatus.FAILED))
-        with self.rt.lock:
-            runs = [r for r in self.rt.runs.values() if r.job in limits and not r.stopping]
-        now = time.time()
-        for r in runs:
-            requeue = self.requeues_at_limit(r.job)
-            used = now - r.launched if requeue else \
-                run_time(self.rt.store.attempts(r.job), r.attempt, r.launched, now)
-            if used < limits[r.job]:
-                continue
-            r.stopping = True
-            reason = time_limit_reason(limits[r.job], used, requeue)
-            log.info("job %s: %s", r.job, reason)
-            threading.Thread(target=self._time_out, args=(r, reason, requeue),
-                             name="miso-timeout", daemon=True).start()
-
-    def requeues_at_limit(self, job: str) -> bool:
-        """Whether ``job`` goes back to the queue at its time limit (the operator's
-        ``time_limit_action`` "requeue", a job that saves, on one GPU) instead of ending. A
-        job that has saved a checkpoint counts as saving while a new attempt starts up (the
-        agent calls an attempt without a helper report yet uncheckpointable)."""
-        js = self.state.jobs.get(job)
-        if self.rt.cfg.time_limit_action != "requeue" or js is None or js.spec.gang:
-            return False
-        rec = self.rt.job(job)
-        return js.spec.checkpointable or bool(rec is not None and rec.checkpoint_iteration)
-
-    def _time_out(self, run: Any, reason: str, requeue: bool = False,
-                  kind: str = "time-limit-requeue") -> None:
-        try:
-            self.executor.launcher.stop([run])
-        finally:
-            self.rt.queue.put(("time_requeue", run.job, run.gpu, reason, kind) if requeue
-                              else ("time_limit", run.job, reason))
-
-    def make_room(self, job: str) -> None:
-        """Ask the loop to checkpoint one running job so that ``job``, a queued replica job
-        of the head (``ahead``), gets a slice (:func:`~miso.sched.replicaroom.room_victim`
-        chooses it; nothing when none makes room). Any thread."""
-        self.rt.queue.put(("make_room", job))
-
-    def _make_room(self, job: str) -> None:
-        """The victim is stopped after a checkpoint off the loop, then requeued (the core
-        hears :class:`~miso.sched.events.JobStopped`) behind the replica, which the policy
-        places in the room it leaves; it resumes from its checkpoint when placed again."""
-        js = self.state.jobs.get(job)
-        if js is None or not js.spec.ahead:
-            return
-        rt = self.rt
-        with rt.lock:  # one job at a time for a replica: the last one still stopping
-            if job in self._rooms and self._rooms[job] in rt.runs:
-                return
-        self._rooms = {r: v for r, v in self._rooms.items()
-                       if r in self.state.queue}  # forget replicas placed or gone
-        victim = room_victim(self.state, job)
-        if victim is None:
-            return
-        with rt.lock:
-            run = rt.runs.get(victim)
-            if run is None or run.stopping:
-                return
-            run.stopping = True
-        self._rooms[job] = victim
-        reason = f"checkpointed to make room for service replica {job} ({js.spec.name})"
-        log.info("job %s: %s", victim, reason)
-        threading.Thread(target=self._time_out, args=(run, reason, True, "replica-room"),
-                         name="miso-room", daemon=True).start()
-
-    def _time_requeue(self, job: str, gpu: str, reason: str,
-                      kind: str = "time-limit-requeue") -> None:
-        """A job stopped at its time limit after a checkpoint: back in the queue (the core
-        hears :class:`~miso.sched.events.JobStopped`; the policy places it again, and it
-        resumes from its checkpoint). A job that moved, ended or runs again meanwhile: left
-        as it is."""
-        rt = self.rt
-        js = self.state.jobs.get(job)
-        with rt.lock:
-            again = rt.runs.get(job)
-        if js is None or js.gpu != gpu or again is not None:
-            return
-        rt.store.update(job, state=JobStatus.QUEUED, gpu=None, placement=None, mps_pct=None)
-        rt.store.log_event(rt.now(), kind, {"job": job, "gpu": gpu, "reason": reason})
-        self._handle(JobStopped(job, gpu, reason))
-
-    def _node_lost(self, node: str) -> None:
-        """The node's lease has run out (its guards killed its jobs): requeue its jobs, except
-        those whose exit record says they finished."""
-        rt = self.rt
-        if node in rt.fencing and self._gangs is not None:
-            # gangs with a rank there end whole (other nodes' ranks too) and wait requeued
-            self._gangs.node_lost(node)
-        with rt.lock:
-            if node not in rt.fencing:
-                return
-            gpus = [g for g in rt.gpus.values() if g.node == node]
-            runs = [r for r in rt.runs.values() if r.node == node]
-            for r in runs:
-                del rt.runs[r.job]
-        now = rt.now()
-        log.warning("node %s lost: %d GPUs, %d running jobs requeued", node, len(gpus),
-                    len(runs))
-        rt.store.log_event(now, "node-lost", {"node": node, "jobs": [r.job for r in runs]})
-        for r in runs:
-            r.done.set()
-            rec = read_json(exit_record_path(rt.agent_dir(r.node), r.job, r.attempt))
-            done = isinstance(rec, dict) and rec.get("returncode") == 0
-            r.status = AttemptStatus.FINISHED if done else AttemptStatus.LOST
-            rt.store.end_attempt(r.job, r.attempt, status=r.status, at=now,
-                                 end_iteration=r.last.get("total") if done else
-                                 r.last.get("iteration"),
-                                 checkpoint_iteration=r.last.get("checkpoint_iteration"),
-                                 start_iteration=r.last.get("start_iteration"))
-            if done:
-                rt.store.log_event(now, "lost-node-finish", {"job": r.job})
-                self._handle(JobFinished(r.job))
-        for g in gpus:
-            self.executor.remove_gpu(g.id)
-            gs = self.state.gpus.get(g.id) or self.state.gangs.gpus.get(g.id)
-            for j in list(gs.jobs) if gs is not None else []:
-                rt.store.update(j, state=JobStatus.QUEUED, gpu=None, placement=None, mps_pct=None)
-            self._handle(GpuRemoved(g.id))
-        with rt.lock:
-            rt.fencing.discard(node)
 
     def _update_snapshot(self, *, fresh: bool = False) -> None:
         self.view.update(fresh=fresh)

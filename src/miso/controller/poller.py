@@ -271,6 +271,7 @@ class AgentPoller:
                 # Terminal in the store at once, not when the loop gets to the event: a GPU
                 # worker between two MPS profiling levels must not relaunch a finished job.
                 rt.store.finish(job, JobStatus.FINISHED, at=now)
+                rt.finished_in_store.add(job)
             rt.drop_run(run)
             run.status = a["status"]
             if a["status"] == AttemptStatus.FINISHED:
