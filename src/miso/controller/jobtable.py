@@ -180,6 +180,21 @@ class JobTable:
         with self.s.lock:
             return {str(s): int(n) for s, n in self.s.conn.execute(q + " GROUP BY state", args)}
 
+    def counts_by_owner(self) -> dict[str | None, dict[str, int]]:
+        """Number of jobs in each state per owner id (None: jobs without an owner), states in
+        the order :meth:`counts` gives them. One row comes back (the groups as one JSON
+        array): each row fetched is a hand-back of the interpreter lock, which in a busy
+        controller process costs milliseconds apiece."""
+        with self.s.lock:
+            row = self.s.conn.execute(
+                "SELECT json_group_array(json_array(owner, state, n)) FROM (SELECT owner, "
+                "state, count(*) AS n FROM jobs GROUP BY owner, state)"
+            ).fetchone()
+        out: dict[str | None, dict[str, int]] = {}
+        for owner, state, n in json.loads(row[0] if row and row[0] else "[]"):
+            out.setdefault(None if owner is None else str(owner), {})[str(state)] = int(n)
+        return {o: dict(sorted(c.items())) for o, c in out.items()}
+
     def brief(self) -> list[dict[str, Any]]:
         """Every job's id, state, owner, owner name and submission time: what the metrics
         count (one read of five columns, no record decoded)."""

@@ -1,0 +1,101 @@
+"""``miso status``'s summary never waits: it answers from the counts and cluster view read
+with the last snapshot (off the event loop), not behind a page's refresh of the snapshot;
+a user's own submissions are in its next summary; the audit record is written in groups."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from fastapi.testclient import TestClient
+from test_api import H, StoreController
+
+from miso.api.app import create_app
+from miso.api.users import UserStore
+from miso.controller import JobStore
+
+
+class GatedController(StoreController):
+    """A controller whose cluster view can be held up (a slow snapshot refresh)."""
+
+    def __init__(self, store: JobStore) -> None:
+        super().__init__(store)
+        self.hold = False
+        self.gate = threading.Event()
+        self.held = threading.Event()
+        self.calls = 0
+
+    def cluster(self) -> dict[str, Any]:
+        self.calls += 1
+        if self.hold:
+            self.held.set()
+            self.gate.wait(20)
+        return super().cluster()
+
+
+def test_the_summary_does_not_wait_behind_the_pages_refresh(tmp_path: Path) -> None:
+    users = UserStore(tmp_path / "users.db")
+    ctl = GatedController(JobStore(tmp_path / "miso.db"))
+    admin = users.add("admin", admin=True)
+    with TestClient(create_app(ctl, users, snapshot_ttl=0.05)) as client:
+        client.post("/api/v1/jobs", json={"command": ["true"]}, headers=H(admin))
+        first = client.get("/api/v1/status?summary=true", headers=H(admin)).json()
+        assert first["counts"] == {"mine": {"queued": 1}, "all": {"queued": 1}}
+        time.sleep(0.1)  # older than the ttl: the page refreshes it
+        ctl.hold = True
+        page: dict[str, Any] = {}
+        t = threading.Thread(target=lambda: page.update(
+            r=client.get("/api/v1/status?limit=5", headers=H(admin))))
+        t.start()
+        assert ctl.held.wait(10)  # the page's refresh is under way, and stuck
+        r = client.get("/api/v1/status?summary=true", headers=H(admin))
+        assert "r" not in page  # answered while the page still waits
+        assert r.status_code == 200 and r.json()["counts"] == first["counts"]
+        assert r.json()["gpus"] == 1 and r.json()["errors"] == ["boom"]
+        ctl.hold = False
+        ctl.gate.set()
+        t.join(20)
+        assert page["r"].status_code == 200 and len(page["r"].json()["jobs"]) == 1
+
+
+def test_a_users_own_submission_is_in_its_next_summary(tmp_path: Path) -> None:
+    users = UserStore(tmp_path / "users.db")
+    ctl = GatedController(JobStore(tmp_path / "miso.db"))
+    alice, bob = users.add("alice"), users.add("bob")
+    with TestClient(create_app(ctl, users, snapshot_ttl=60.0)) as client:
+        s = client.get("/api/v1/status?summary=true", headers=H(alice)).json()
+        assert s["counts"] == {"mine": {}, "all": {}} and "errors" not in s
+        calls = ctl.calls
+        for _ in range(3):  # fresh: answered from the part, no new snapshot
+            client.get("/api/v1/status?summary=true", headers=H(bob))
+        assert ctl.calls == calls
+        r = client.post("/api/v1/jobs", json={"command": ["true"]}, headers=H(alice))
+        jid = r.json()["id"]
+        s = client.get("/api/v1/status?summary=true", headers=H(alice)).json()
+        assert s["counts"] == {"mine": {"queued": 1}, "all": {"queued": 1}}
+        client.post(f"/api/v1/jobs/{jid}/cancel", headers=H(alice))
+        s = client.get("/api/v1/status?summary=true", headers=H(alice)).json()
+        assert s["counts"]["mine"] == {"cancelled": 1}
+
+
+def test_audit_entries_recorded_together_are_all_kept(tmp_path: Path) -> None:
+    users = UserStore(tmp_path / "users.db")
+    go = threading.Barrier(8)
+
+    def run(k: int) -> None:
+        go.wait()
+        for i in range(40):
+            users.record(f"u{k}", "submit", f"j{k}-{i}", {"i": i})
+
+    ts = [threading.Thread(target=run, args=(k,)) for k in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    rows = users.audit(limit=1000)
+    assert sorted(r["job"] for r in rows) == sorted(f"j{k}-{i}" for k in range(8)
+                                                   for i in range(40))
+    mine = [r for r in rows if r["user"] == "u3"]
+    assert [r["detail"]["i"] for r in mine] == list(range(40))  # each caller's order kept
