@@ -55,6 +55,18 @@ CREATE TABLE IF NOT EXISTS audit (
 """
 
 
+_AUDIT_INSERT = "INSERT INTO audit(at, user, action, job, detail) VALUES(?,?,?,?,?)"
+
+
+@dataclass
+class _AuditEntry:
+    """One audit row waiting for its group (:meth:`UserStore.record`), and its outcome."""
+
+    row: tuple[Any, ...]
+    done: bool = False
+    error: Exception | None = None
+
+
 class UserError(ValueError):
     """Bad request about users (bad or duplicate name, unknown user, last admin)."""
 
@@ -122,6 +134,9 @@ class UserStore:
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.row_factory = sqlite3.Row
         self._lock = threading.Lock()
+        #: audit entries waiting for the next group write, and the lock of that list
+        self._audit_mutex = threading.Lock()
+        self._audit_waiting: list[_AuditEntry] = []
         with self._lock:
             if self.path != ":memory:":
                 self._db.execute("PRAGMA journal_mode=WAL")
@@ -239,11 +254,42 @@ class UserStore:
 
     def record(self, user: str, action: str, job: str | None = None,
                detail: dict[str, Any] | None = None) -> None:
-        """Append an audit entry (wall-clock time)."""
+        """Append an audit entry (wall-clock time); returns once it is written. Entries
+        recorded together (submissions arriving at once) are written in one transaction by
+        whichever caller gets the lock first (a group commit: one commit, not one each)."""
+        entry = _AuditEntry((time.time(), user, action, job,
+                             json.dumps(detail or {}, default=str)))
+        with self._audit_mutex:
+            self._audit_waiting.append(entry)
         with self._lock:
-            self._db.execute("INSERT INTO audit(at, user, action, job, detail) "
-                             "VALUES(?,?,?,?,?)", (time.time(), user, action, job,
-                                                   json.dumps(detail or {}, default=str)))
+            if not entry.done:
+                with self._audit_mutex:
+                    group, self._audit_waiting = self._audit_waiting, []
+                self._write_audit(group)
+        if entry.error is not None:
+            raise entry.error
+
+    def _write_audit(self, group: list[_AuditEntry]) -> None:
+        """Write ``group`` in one transaction (the caller holds :attr:`_lock`); each entry
+        gets the error when it fails."""
+        try:
+            if len(group) == 1:
+                self._db.execute(_AUDIT_INSERT, group[0].row)
+            else:
+                self._db.execute("BEGIN")
+                try:
+                    self._db.executemany(_AUDIT_INSERT, [e.row for e in group])
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    if self._db.in_transaction:
+                        self._db.execute("ROLLBACK")
+                    raise
+        except Exception as e:  # noqa: BLE001 - every caller of the group gets it
+            for en in group:
+                en.error = e
+        finally:
+            for en in group:
+                en.done = True
 
     def audit(self, *, user: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:
         q, args = "SELECT * FROM audit", ()

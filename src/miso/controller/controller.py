@@ -30,6 +30,7 @@ from typing import Any
 
 from miso import runtimedir
 from miso.agent import runas
+from miso.controller.commandcheck import command_exists
 from miso.controller.executor import PlanExecutor
 from miso.controller.gangs import check_gang_request
 from miso.controller.loop import EventLoop
@@ -240,8 +241,7 @@ class Controller:
         for k, v in (env or {}).items():
             if not k or "=" in k or "\0" in k or "\0" in str(v):
                 raise SubmitError(f"bad environment variable {k!r}")
-        if self.cfg.check_commands and shutil.which(command[0]) is None and \
-                not Path(command[0]).exists():
+        if self.cfg.check_commands and not command_exists(command[0]):
             raise SubmitError(f"unknown command {command[0]!r}: not found on PATH")
         _check_program_of_account(command[0], env or {}, unix_user)
         if workload is None and "miso.emuworkload" in command and "--workload" in command:
