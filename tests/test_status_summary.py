@@ -99,3 +99,29 @@ def test_audit_entries_recorded_together_are_all_kept(tmp_path: Path) -> None:
                                                    for i in range(40))
     mine = [r for r in rows if r["user"] == "u3"]
     assert [r["detail"]["i"] for r in mine] == list(range(40))  # each caller's order kept
+
+
+def test_token_lookups_do_not_wait_for_the_audit_writer(tmp_path: Path) -> None:
+    """Authentication (on the API's event loop) reads on its own connection: an audit write
+    stuck on the database does not hold it up; a token changed through the store stops
+    working at once."""
+    import sqlite3
+
+    users = UserStore(tmp_path / "users.db", auth_ttl=0.0)
+    tok = users.add("alice")
+    other = sqlite3.connect(tmp_path / "users.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another writer: the audit insert waits for it
+    t = threading.Thread(target=users.record, args=("alice", "submit", "j1"))
+    t.start()
+    time.sleep(0.2)  # the record call is waiting inside the store's write path
+    assert t.is_alive()
+    who = users.authenticate(tok)
+    assert who is not None and who.name == "alice"
+    assert t.is_alive()  # answered while the audit write still waits
+    other.execute("COMMIT")
+    t.join(10)
+    assert [r["job"] for r in users.audit()] == ["j1"]
+    new = users.rotate("alice")
+    assert users.authenticate(tok) is None and users.authenticate(new) is not None
+    other.close()
+    users.close()

@@ -145,6 +145,22 @@ class UserStore:
             self._give_ids()
         if self.path != ":memory:":
             _private_file(Path(self.path))
+        # token lookups (on the API's event loop) on a read connection of their own: in WAL
+        # mode they never wait behind the audit's writes (submissions' threads hold _lock)
+        self._auth_db, self._auth_lock = self._db, self._lock
+        if self.path != ":memory:":
+            self._auth_db = sqlite3.connect(self.path, check_same_thread=False,
+                                            isolation_level=None)
+            self._auth_db.row_factory = sqlite3.Row
+            self._auth_db.execute("PRAGMA query_only=1")
+            self._auth_lock = threading.Lock()
+        #: bumped whenever tokens change: a lookup read before that is not cached
+        self._generation = 0
+
+    def _forget_tokens(self) -> None:
+        """Tokens changed: every cached lookup is dropped (and none read before is kept)."""
+        self._generation += 1
+        self._seen.clear()
 
     def _give_ids(self) -> None:
         """An id for every user of an older store (made before users had ids)."""
@@ -158,6 +174,9 @@ class UserStore:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+        if self._auth_db is not self._db:
+            with self._auth_lock:
+                self._auth_db.close()
 
     def backup(self, dest: str | Path) -> None:
         """Copy the whole store to ``dest`` (consistent while in use; mode 0600)."""
@@ -188,7 +207,7 @@ class UserStore:
                     (name, new_user_id(), int(admin), unix_user, token_hash(token), now, now))
             except sqlite3.IntegrityError:
                 raise UserError(f"user {name!r} already exists") from None
-        self._seen.clear()
+        self._forget_tokens()
         return token
 
     def get(self, name: str) -> User:
@@ -218,7 +237,7 @@ class UserStore:
             if r["admin"] and admins <= 1:
                 raise UserError(f"{name!r} is the last admin; add another admin first")
             self._db.execute("DELETE FROM users WHERE name=?", (name,))
-            self._seen.clear()
+            self._forget_tokens()
 
     def rotate(self, name: str) -> str:
         """Give ``name`` a new token (the old one stops working); returns it."""
@@ -226,7 +245,7 @@ class UserStore:
         with self._lock:
             cur = self._db.execute("UPDATE users SET token_hash=?, rotated_at=? WHERE name=?",
                                    (token_hash(token), time.time(), name))
-        self._seen.clear()
+        self._forget_tokens()
         if cur.rowcount != 1:
             raise UserError(f"no user {name!r}")
         return token
@@ -240,14 +259,17 @@ class UserStore:
         hit = self._seen.get(h)
         if hit is not None and now - hit[0] < self.auth_ttl:
             return hit[1]
-        with self._lock:
-            r = self._db.execute("SELECT * FROM users WHERE token_hash=?", (h,)).fetchone()
+        generation = self._generation
+        with self._auth_lock:
+            r = self._auth_db.execute("SELECT * FROM users WHERE token_hash=?",
+                                      (h,)).fetchone()
         user = None
         if r is not None and matches(token, r["token_hash"]):
             user = _user(r)
         if len(self._seen) > 10_000:  # bounded (wrong tokens are cached too)
             self._seen.clear()
-        self._seen[h] = (now, user)
+        if generation == self._generation:  # no token changed while it was read
+            self._seen[h] = (now, user)
         return user
 
     # ---- audit --------------------------------------------------------------------------
