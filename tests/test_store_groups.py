@@ -145,3 +145,16 @@ def test_counts_by_owner_sum_to_the_counts(tmp_path: Path) -> None:
             total[k] = total.get(k, 0) + v
     assert total == s.counts()
     assert JobStore(":memory:").counts_by_owner() == {}
+
+
+def test_brief_lists_every_job_as_its_row_in_submission_order(tmp_path: Path) -> None:
+    s = JobStore(tmp_path / "m.db")
+    for i in range(5):
+        _submit(s, i, owner=None if i == 2 else "u1", owner_name=None if i == 2 else "al",
+                at=10.25 + i)
+    s.finish("j0004", "failed", reason="x", at=20.0)
+    rows = [dict(r) for r in s.db.conn.execute(
+        "SELECT id, state, owner, owner_name, submitted_at FROM jobs ORDER BY seq")]
+    assert s.brief() == rows == s.reads.brief()
+    assert rows[3]["state"] == "failed" and rows[2]["owner"] is None
+    assert JobStore(":memory:").brief() == []

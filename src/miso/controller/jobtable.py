@@ -198,11 +198,13 @@ class JobTable:
     def brief(self) -> list[dict[str, Any]]:
         """Every job's id, state, owner, owner name and submission time: what the metrics
         count (one read of five columns, no record decoded)."""
-        with self.s.lock:
-            rows = self.s.conn.execute("SELECT id, state, owner, owner_name, submitted_at "
-                                       "FROM jobs ORDER BY seq").fetchall()
+        with self.s.lock:  # one row back (a JSON array), not one per job: see counts_by_owner
+            row = self.s.conn.execute(
+                "SELECT json_group_array(json_array(id, state, owner, owner_name, "
+                "submitted_at)) FROM (SELECT id, state, owner, owner_name, submitted_at FROM jobs "
+                "ORDER BY seq)").fetchone()
         return [{"id": i, "state": st, "owner": o, "owner_name": n, "submitted_at": t}
-                for i, st, o, n, t in rows]
+                for i, st, o, n, t in json.loads(row[0] if row and row[0] else "[]")]
 
     def owners(self, ids: list[str] | set[str]) -> dict[str, str | None]:
         """The owner of each of ``ids`` (unknown ids are left out)."""
