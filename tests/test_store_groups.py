@@ -158,3 +158,12 @@ def test_brief_lists_every_job_as_its_row_in_submission_order(tmp_path: Path) ->
     assert s.brief() == rows == s.reads.brief()
     assert rows[3]["state"] == "failed" and rows[2]["owner"] is None
     assert JobStore(":memory:").brief() == []
+
+
+def test_owners_of_some_jobs(tmp_path: Path) -> None:
+    s = JobStore(tmp_path / "m.db")
+    for i in range(4):
+        _submit(s, i, owner=None if i == 1 else f"u{i}")
+    assert s.reads.owners({"j0001", "j0002", "j0004", "nope"}) == {
+        "j0001": "u0", "j0002": None, "j0004": "u3"}
+    assert s.owners([]) == {}

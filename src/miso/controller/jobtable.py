@@ -212,9 +212,11 @@ class JobTable:
         if not ids:
             return {}
         marks = ",".join("?" * len(ids))
-        with self.s.lock:
-            rows = self.s.conn.execute(f"SELECT id, owner FROM jobs WHERE id IN ({marks})", ids)
-            return {str(i): o for i, o in rows}
+        with self.s.lock:  # one row back (a JSON object), not one per job
+            row = self.s.conn.execute("SELECT json_group_object(id, owner) FROM jobs WHERE id "
+                                      f"IN ({marks})", ids).fetchone()
+        got = json.loads(row[0] if row and row[0] else "{}")
+        return {str(i): None if o is None else str(o) for i, o in got.items()}
 
     def pinned(self, ids: list[str] | set[str]) -> dict[str, tuple[str | None, str | None, str]]:
         """Those of ``ids`` that cannot checkpoint (``checkpointable`` false), each with its
