@@ -80,6 +80,30 @@ def test_a_users_own_submission_is_in_its_next_summary(tmp_path: Path) -> None:
         assert s["counts"]["mine"] == {"cancelled": 1}
 
 
+def test_an_old_summary_is_answered_and_read_anew_in_the_background(tmp_path: Path) -> None:
+    users = UserStore(tmp_path / "users.db")
+    ctl = GatedController(JobStore(tmp_path / "miso.db"))
+    admin = users.add("admin", admin=True)
+    with TestClient(create_app(ctl, users, snapshot_ttl=0.05)) as client:
+        client.get("/api/v1/status?summary=true", headers=H(admin))
+        calls = ctl.calls
+        ctl.store.submit(command=["true"], name="x", memory_gb=1.0)  # not through the API
+        time.sleep(0.1)  # older than the ttl, younger than the second it may be answered
+        s = client.get("/api/v1/status?summary=true", headers=H(admin)).json()
+        assert s["counts"]["all"] == {}  # the last part, answered at once
+        for _ in range(200):  # meanwhile read anew in the pool
+            if ctl.calls > calls:
+                break
+            time.sleep(0.02)
+        assert ctl.calls == calls + 1
+        for _ in range(200):
+            s = client.get("/api/v1/status?summary=true", headers=H(admin)).json()
+            if s["counts"]["all"]:
+                break
+            time.sleep(0.02)
+        assert s["counts"]["all"] == {"queued": 1}
+
+
 def test_audit_entries_recorded_together_are_all_kept(tmp_path: Path) -> None:
     users = UserStore(tmp_path / "users.db")
     go = threading.Barrier(8)
