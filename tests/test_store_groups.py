@@ -108,3 +108,62 @@ def test_a_backup_does_not_need_the_writers_lock(tmp_path: Path) -> None:
         t.join(timeout=10)
         assert not t.is_alive()
     assert JobStore(tmp_path / "copy.db").get(jid).name == "n1"
+
+
+def test_a_submitted_jobs_record_is_the_row_as_read_back(tmp_path: Path) -> None:
+    """The record a submission returns is built from the values written, not read back: it
+    must equal what reading the row gives, for every kind of submission."""
+    s = JobStore(tmp_path / "m.db")
+    kinds: list[dict[str, object]] = [
+        {"command": ["python", "-c", "1"], "name": None, "memory_gb": 2},
+        {"command": ["true"], "name": "a", "memory_gb": 1.5, "memory_gib": 1.4,
+         "workload": "resnet50", "env": {"A": "1"}, "cwd": "/tmp", "owner": "u1",
+         "unix_user": "alice", "request_id": "u1:x", "owner_name": "alice",
+         "host_memory_gb": 8, "num_gpus": 2, "nodes": 1, "profile": "3g.20gb",
+         "after": ["j0001"]},
+        {"command": ["true"], "name": "b", "memory_gb": 1.0, "at": 12.5, "num_gpus": 1},
+    ]
+    for kw in kinds:
+        rec = s.submit(**kw)  # type: ignore[arg-type]
+        assert rec == s.get(rec.id)
+        assert rec == s.reads.get(rec.id)
+    again = s.submit(**kinds[1])  # type: ignore[arg-type]  # a retry: the first job's record
+    assert again == s.get("a")
+
+
+def test_counts_by_owner_sum_to_the_counts(tmp_path: Path) -> None:
+    s = JobStore(tmp_path / "m.db")
+    for i in range(9):
+        _submit(s, i, owner=f"u{i % 3}" if i % 4 else None, request_id=None)
+    s.finish("j0002", "finished", at=1.0)
+    by = s.reads.counts_by_owner()
+    assert by[None] == {"queued": 3}
+    assert by["u1"] == {"finished": 1, "queued": 1}
+    total: dict[str, int] = {}
+    for c in by.values():
+        for k, v in c.items():
+            total[k] = total.get(k, 0) + v
+    assert total == s.counts()
+    assert JobStore(":memory:").counts_by_owner() == {}
+
+
+def test_brief_lists_every_job_as_its_row_in_submission_order(tmp_path: Path) -> None:
+    s = JobStore(tmp_path / "m.db")
+    for i in range(5):
+        _submit(s, i, owner=None if i == 2 else "u1", owner_name=None if i == 2 else "al",
+                at=10.25 + i)
+    s.finish("j0004", "failed", reason="x", at=20.0)
+    rows = [dict(r) for r in s.db.conn.execute(
+        "SELECT id, state, owner, owner_name, submitted_at FROM jobs ORDER BY seq")]
+    assert s.brief() == rows == s.reads.brief()
+    assert rows[3]["state"] == "failed" and rows[2]["owner"] is None
+    assert JobStore(":memory:").brief() == []
+
+
+def test_owners_of_some_jobs(tmp_path: Path) -> None:
+    s = JobStore(tmp_path / "m.db")
+    for i in range(4):
+        _submit(s, i, owner=None if i == 1 else f"u{i}")
+    assert s.reads.owners({"j0001", "j0002", "j0004", "nope"}) == {
+        "j0001": "u0", "j0002": None, "j0004": "u3"}
+    assert s.owners([]) == {}

@@ -43,12 +43,16 @@ With tenancy on, ``status`` has ``owners``: usage against entitlement per owner
 (:mod:`miso.controller.owners`; a user who is not an admin sees its own row and the others
 as one row of counts).
 
-Endpoints that only read (fast, local SQLite, on the store's read connection
-``controller.store.reads`` where it has one: a read never waits behind the controller's
-writers) run on the event loop; ``submit`` (it waits for the store's writer lock, and
-submissions arriving together are written in one transaction), ``logs`` and ``cancel``
-(they wait on agents and the controller loop) and the status page (a page of records and the
-cluster's GPUs) run in the thread pool, so that none of them holds up the others.
+Reads go to the store's read connection ``controller.store.reads`` where it has one (a read
+never waits behind the controller's writers). The event loop runs only what holds nothing
+up: one job's record and the status summary (answered from counts read with the cluster
+snapshot, :mod:`miso.api.statusview`: no lock, no SQL on the loop); ``submit`` (it waits
+for the store's writer lock, and submissions arriving together are written in one
+transaction), ``logs`` and ``cancel`` (they wait on agents and the controller loop), the job
+list and the status page (a page of records and the cluster's GPUs, built and rendered to
+JSON there) run in the thread pool. In the controller's process every SQL row and blocking
+call hands the interpreter lock to its busy threads (pollers, GPU workers, the loop) and
+waits to get it back, so such work on the loop would hold up every request.
 
 More routes (metrics, web page, events) are mounted with ``create_app(...,
 extra_routers=[router])`` or ``app.include_router(router)``; such routes can require a user
@@ -63,6 +67,7 @@ GPU views).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from typing import Annotated, Any, Protocol
 
@@ -140,6 +145,7 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
     store = controller.store
     reads = getattr(store, "reads", store)  # the read connection (never waits for writers)
     snapshot = ClusterSnapshot(controller, snapshot_ttl)
+    refreshing: set[asyncio.Future[None]] = set()  # the summary's background refreshes
 
     @app.exception_handler(HTTPException)
     async def _http_error(_: Request, exc: HTTPException) -> JSONResponse:
@@ -196,11 +202,12 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
             over = isinstance(e, QuotaExceeded)
             raise ApiError(409 if conflict else 429 if over else 400,
                            " ".join(str(e).split())) from None
+        snapshot.wrote(user.id)
         users.record(user.name, "submit", jid, {"name": body.name, "argv0": body.command[0]})
         return Json({"id": jid, "name": body.name or jid}, status_code=201)
 
     @r.get("/jobs")
-    async def jobs(user: UserDep, active: bool = False,
+    def jobs(user: UserDep, active: bool = False,
              limit: Annotated[int | None, Query(ge=1, le=100_000)] = None,
              all_users: Annotated[bool, Query(alias="all")] = False) -> Json:
         if all_users and not user.admin:
@@ -228,6 +235,9 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
             out = controller.cancel(rec.id)
         except SubmitError as e:
             raise ApiError(409, str(e)) from None
+        snapshot.wrote(user.id)
+        if rec.owner:
+            snapshot.wrote(rec.owner)
         users.record(user.name, "cancel", rec.id, {"owner": rec.owner})
         return {"job": out}
 
@@ -236,13 +246,21 @@ def create_app(controller: ControllerLike, users: UserStore, *, api_url: str | N
                      offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
                      state: str | None = None, owner: str | None = None,
                      summary: bool = False) -> Json:
-        if summary:
-            return Json(status_summary(snapshot.get(), user, reads.counts(owner=user.id),
-                                       app.state.api_url))
-        return Json(await run_in_threadpool(
-            lambda: status_page(snapshot.get(), user, reads, controller, users,
-                                app.state.api_url, limit=limit, offset=offset, state=state,
-                                owner=owner)))
+        if summary:  # no lock, no SQL here: a part read off the event loop
+            part = snapshot.summary_part(user.id)
+            if part is None:
+                part = await run_in_threadpool(snapshot.fresh_summary, user.id)
+            elif snapshot.due():
+                refresh = asyncio.ensure_future(run_in_threadpool(snapshot.refresh_if_due))
+                refreshing.add(refresh)
+                refresh.add_done_callback(refreshing.discard)
+            return Json(status_summary(part, user, app.state.api_url))
+        # built and rendered in the pool: a page of 1,024 GPUs is milliseconds of JSON that
+        # would hold up every other request on the event loop
+        return await run_in_threadpool(
+            lambda: Json(status_page(snapshot.get(), user, reads, controller, users,
+                                     app.state.api_url, limit=limit, offset=offset,
+                                     state=state, owner=owner)))
 
     @app.get("/healthz")
     def healthz() -> JSONResponse:

@@ -55,6 +55,18 @@ CREATE TABLE IF NOT EXISTS audit (
 """
 
 
+_AUDIT_INSERT = "INSERT INTO audit(at, user, action, job, detail) VALUES(?,?,?,?,?)"
+
+
+@dataclass
+class _AuditEntry:
+    """One audit row waiting for its group (:meth:`UserStore.record`), and its outcome."""
+
+    row: tuple[Any, ...]
+    done: bool = False
+    error: Exception | None = None
+
+
 class UserError(ValueError):
     """Bad request about users (bad or duplicate name, unknown user, last admin)."""
 
@@ -122,6 +134,9 @@ class UserStore:
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.row_factory = sqlite3.Row
         self._lock = threading.Lock()
+        #: audit entries waiting for the next group write, and the lock of that list
+        self._audit_mutex = threading.Lock()
+        self._audit_waiting: list[_AuditEntry] = []
         with self._lock:
             if self.path != ":memory:":
                 self._db.execute("PRAGMA journal_mode=WAL")
@@ -130,6 +145,22 @@ class UserStore:
             self._give_ids()
         if self.path != ":memory:":
             _private_file(Path(self.path))
+        # token lookups (on the API's event loop) on a read connection of their own: in WAL
+        # mode they never wait behind the audit's writes (submissions' threads hold _lock)
+        self._auth_db, self._auth_lock = self._db, self._lock
+        if self.path != ":memory:":
+            self._auth_db = sqlite3.connect(self.path, check_same_thread=False,
+                                            isolation_level=None)
+            self._auth_db.row_factory = sqlite3.Row
+            self._auth_db.execute("PRAGMA query_only=1")
+            self._auth_lock = threading.Lock()
+        #: bumped whenever tokens change: a lookup read before that is not cached
+        self._generation = 0
+
+    def _forget_tokens(self) -> None:
+        """Tokens changed: every cached lookup is dropped (and none read before is kept)."""
+        self._generation += 1
+        self._seen.clear()
 
     def _give_ids(self) -> None:
         """An id for every user of an older store (made before users had ids)."""
@@ -143,6 +174,9 @@ class UserStore:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+        if self._auth_db is not self._db:
+            with self._auth_lock:
+                self._auth_db.close()
 
     def backup(self, dest: str | Path) -> None:
         """Copy the whole store to ``dest`` (consistent while in use; mode 0600)."""
@@ -173,7 +207,7 @@ class UserStore:
                     (name, new_user_id(), int(admin), unix_user, token_hash(token), now, now))
             except sqlite3.IntegrityError:
                 raise UserError(f"user {name!r} already exists") from None
-        self._seen.clear()
+        self._forget_tokens()
         return token
 
     def get(self, name: str) -> User:
@@ -203,7 +237,7 @@ class UserStore:
             if r["admin"] and admins <= 1:
                 raise UserError(f"{name!r} is the last admin; add another admin first")
             self._db.execute("DELETE FROM users WHERE name=?", (name,))
-            self._seen.clear()
+            self._forget_tokens()
 
     def rotate(self, name: str) -> str:
         """Give ``name`` a new token (the old one stops working); returns it."""
@@ -211,7 +245,7 @@ class UserStore:
         with self._lock:
             cur = self._db.execute("UPDATE users SET token_hash=?, rotated_at=? WHERE name=?",
                                    (token_hash(token), time.time(), name))
-        self._seen.clear()
+        self._forget_tokens()
         if cur.rowcount != 1:
             raise UserError(f"no user {name!r}")
         return token
@@ -225,25 +259,59 @@ class UserStore:
         hit = self._seen.get(h)
         if hit is not None and now - hit[0] < self.auth_ttl:
             return hit[1]
-        with self._lock:
-            r = self._db.execute("SELECT * FROM users WHERE token_hash=?", (h,)).fetchone()
+        generation = self._generation
+        with self._auth_lock:
+            r = self._auth_db.execute("SELECT * FROM users WHERE token_hash=?",
+                                      (h,)).fetchone()
         user = None
         if r is not None and matches(token, r["token_hash"]):
             user = _user(r)
         if len(self._seen) > 10_000:  # bounded (wrong tokens are cached too)
             self._seen.clear()
-        self._seen[h] = (now, user)
+        if generation == self._generation:  # no token changed while it was read
+            self._seen[h] = (now, user)
         return user
 
     # ---- audit --------------------------------------------------------------------------
 
     def record(self, user: str, action: str, job: str | None = None,
                detail: dict[str, Any] | None = None) -> None:
-        """Append an audit entry (wall-clock time)."""
+        """Append an audit entry (wall-clock time); returns once it is written. Entries
+        recorded together (submissions arriving at once) are written in one transaction by
+        whichever caller gets the lock first (a group commit: one commit, not one each)."""
+        entry = _AuditEntry((time.time(), user, action, job,
+                             json.dumps(detail or {}, default=str)))
+        with self._audit_mutex:
+            self._audit_waiting.append(entry)
         with self._lock:
-            self._db.execute("INSERT INTO audit(at, user, action, job, detail) "
-                             "VALUES(?,?,?,?,?)", (time.time(), user, action, job,
-                                                   json.dumps(detail or {}, default=str)))
+            if not entry.done:
+                with self._audit_mutex:
+                    group, self._audit_waiting = self._audit_waiting, []
+                self._write_audit(group)
+        if entry.error is not None:
+            raise entry.error
+
+    def _write_audit(self, group: list[_AuditEntry]) -> None:
+        """Write ``group`` in one transaction (the caller holds :attr:`_lock`); each entry
+        gets the error when it fails."""
+        try:
+            if len(group) == 1:
+                self._db.execute(_AUDIT_INSERT, group[0].row)
+            else:
+                self._db.execute("BEGIN")
+                try:
+                    self._db.executemany(_AUDIT_INSERT, [e.row for e in group])
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    if self._db.in_transaction:
+                        self._db.execute("ROLLBACK")
+                    raise
+        except Exception as e:  # noqa: BLE001 - every caller of the group gets it
+            for en in group:
+                en.error = e
+        finally:
+            for en in group:
+                en.done = True
 
     def audit(self, *, user: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:
         q, args = "SELECT * FROM audit", ()

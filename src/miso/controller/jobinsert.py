@@ -4,9 +4,9 @@ Submissions arrive from many API threads at once while the store's one connectio
 lock) is shared with the poller, the GPU workers and the loop. One transaction per submission
 made each of them wait for the lock and commit alone; here each submission is queued, and
 whichever thread gets the lock writes every submission waiting then in one transaction (one
-``next_job`` read and write, one commit, one read-back of the new rows), and hands each
-caller its record or its error. A lone submission is a group of one: the same checks, the
-same rows, the same ids in the order the group was taken.
+``next_job`` read and write, one commit; each new record is built from the values written,
+not read back), and hands each caller its record or its error. A lone submission is a group
+of one: the same checks, the same rows, the same ids in the order the group was taken.
 
 A submission's checks (a known ``request_id``, a name in use) run inside the group's
 transaction, so a later submission of the group sees the rows of the earlier ones; one
@@ -85,7 +85,6 @@ class GroupWriter:
                 if n != n0:
                     self.s.set_meta("next_job", str(n))
                 conn.execute("COMMIT")
-                self._read_back(group)
             except BaseException:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
@@ -103,15 +102,6 @@ class GroupWriter:
             for p in group:
                 p.done = True
 
-    def _read_back(self, group: list[Pending]) -> None:
-        """Each written submission's record, in one read."""
-        recs = self.read([p.job for p in group if p.error is None and p.job is not None])
-        for p in group:
-            if p.error is None and p.job is not None:
-                p.record = recs.get(p.job)
-                if p.record is None:
-                    p.error = StoreError(f"the store's record of job {p.job!r} is malformed")
-
     def _one(self, p: Pending, n: int) -> int:
         """Check and insert one submission as job number ``n``; the next free number."""
         conn, r = self.s.conn, p.row
@@ -119,9 +109,13 @@ class GroupWriter:
             old = conn.execute("SELECT id FROM jobs WHERE request_id=?",
                                (r["request_id"],)).fetchone()
             if old is not None:
+                rec = self.read([str(old[0])]).get(str(old[0]))
+                if rec is None:
+                    p.error = StoreError(f"the store's record of job {old[0]!r} is malformed")
+                    return n
                 try:
-                    p.same_request(self.read([str(old[0])])[str(old[0])])
-                    p.job = str(old[0])
+                    p.same_request(rec)
+                    p.job, p.record = rec.id, rec
                 except StoreError as e:
                     p.error = e
                 return n
@@ -135,19 +129,45 @@ class GroupWriter:
             p.error = StoreError(f"a job named {name!r} {what}; names are unique among "
                                  "active and finished jobs: choose another")
             return n
+        command, env = json.dumps(r["command"]), json.dumps(r["env"])
+        after = json.dumps(r["after"]) if r["after"] else None
+        at = float(time.time() - self.s.epoch if r["at"] is None else r["at"])
         conn.execute(
             "INSERT INTO jobs(id, name, command, memory_gb, memory_gib, workload, env, cwd, "
             "state, submitted_at, owner, unix_user, request_id, owner_name, host_memory_gb, "
             "num_gpus, nodes, mig_profile, after_jobs) "
             "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (jid, name, json.dumps(r["command"]), r["memory_gb"], r["memory_gib"],
-             r["workload"], json.dumps(r["env"]), r["cwd"], JobStatus.QUEUED.value,
-             time.time() - self.s.epoch if r["at"] is None else r["at"], r["owner"],
-             r["unix_user"], r["request_id"], r["owner_name"], r["host_memory_gb"],
-             r["num_gpus"], r["nodes"], r["profile"],
-             json.dumps(r["after"]) if r["after"] else None))
+            (jid, name, command, r["memory_gb"], r["memory_gib"], r["workload"], env,
+             r["cwd"], JobStatus.QUEUED.value, at, r["owner"], r["unix_user"],
+             r["request_id"], r["owner_name"], r["host_memory_gb"], r["num_gpus"],
+             r["nodes"], r["profile"], after))
         p.job = jid
+        p.record = new_record(jid, name, r, command, env, after, at)
         return n + 1
+
+
+def _real(x: Any) -> float | None:
+    return None if x is None else float(x)
+
+
+def new_record(jid: str, name: str, r: dict[str, Any], command: str, env: str,
+               after: str | None, at: float) -> JobRecord:
+    """The record of a job just inserted from row ``r`` (its JSON columns as written), as
+    reading the row back would give it: a fresh job's other columns hold their defaults.
+    Built here instead of read back: one query fewer per group, and no row to decode."""
+    return JobRecord(
+        id=jid, name=name, command=[str(c) for c in json.loads(command)],
+        memory_gb=float(r["memory_gb"]), workload=r["workload"], env=json.loads(env),
+        cwd=r["cwd"], state=JobStatus.QUEUED.value, reason="", submitted_at=at,
+        started_at=None, ended_at=None, gpu=None, placement=None, mps_pct=None, attempts=0,
+        restarts=0, iteration=None, total=None, rate=None, checkpoint_iteration=None,
+        checkpoint_path=None, owner=r["owner"], unix_user=r["unix_user"],
+        owner_name=r["owner_name"], request_id=r["request_id"],
+        memory_gib=_real(r["memory_gib"]), checkpointable=None, note="",
+        host_memory_gb=_real(r["host_memory_gb"]),
+        num_gpus=None if r["num_gpus"] is None else int(r["num_gpus"]),
+        nodes=None if r["nodes"] is None else int(r["nodes"]), profile=r["profile"],
+        after=None if after is None else json.loads(after))
 
 
 def conflict_check(request_id: str, differs: Callable[[JobRecord], list[str]]

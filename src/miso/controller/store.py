@@ -105,6 +105,7 @@ class JobStore:
     get = _part("table", JobTable.get)
     jobs = _part("table", JobTable.jobs)
     counts = _part("table", JobTable.counts)
+    counts_by_owner = _part("table", JobTable.counts_by_owner)
     brief = _part("table", JobTable.brief)
     owners = _part("table", JobTable.owners)
     pinned = _part("table", JobTable.pinned)

@@ -8,10 +8,10 @@ from __future__ import annotations
 import math
 import os
 import shutil
-from pathlib import Path
 from typing import Any
 
 from miso.agent import runas
+from miso.controller.commandcheck import command_exists
 from miso.controller.runtime import Runtime, SubmitError
 from miso.controller.store import GIB_PER_GB, JobRecord
 from miso.mig import GPU_MODELS, geometry
@@ -32,8 +32,7 @@ def check_request(command: list[str], env: dict[str, str] | None, unix_user: str
     for k, v in (env or {}).items():
         if not k or "=" in k or "\0" in k or "\0" in str(v):
             raise SubmitError(f"bad environment variable {k!r}")
-    if check_commands and shutil.which(command[0]) is None and \
-            not Path(command[0]).exists():
+    if check_commands and not command_exists(command[0]):
         raise SubmitError(f"unknown command {command[0]!r}: not found on PATH")
     check_program_of_account(command[0], env or {}, unix_user)
     if workload is None and "miso.emuworkload" in command and "--workload" in command:

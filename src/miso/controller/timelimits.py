@@ -46,25 +46,36 @@ class TimeLimitStore:
             self._db.executescript(SCHEMA)
             self._jobs = {str(j): float(s) for j, s in
                           self._db.execute("SELECT job, seconds FROM job_time_limit")}
+        #: owners' maximum times read so far (None: none)
+        self._max: dict[str, float | None] = {}
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
 
     def max_time(self, owner: str) -> float | None:
+        """``owner``'s maximum (None: none), read once and then kept in memory (it changes
+        only through :meth:`set_max_time` of this object: one read less per submission)."""
+        if owner in self._max:
+            return self._max[owner]
         with self._lock:
             r = self._db.execute("SELECT seconds FROM owner_max_time WHERE owner=?",
                                  (owner,)).fetchone()
-        return None if r is None else float(r[0])
+            got = None if r is None else float(r[0])
+            self._max[owner] = got
+        return got
 
     def set_max_time(self, owner: str, seconds: float | None) -> None:
         with self._lock:
             if seconds is None:
                 self._db.execute("DELETE FROM owner_max_time WHERE owner=?", (owner,))
+                self._max[owner] = None
             else:
+                s = check_seconds(seconds, "max_time_s")
                 self._db.execute("INSERT INTO owner_max_time(owner, seconds) VALUES(?, ?) ON "
                                  "CONFLICT(owner) DO UPDATE SET seconds=excluded.seconds",
-                                 (owner, check_seconds(seconds, "max_time_s")))
+                                 (owner, s))
+                self._max[owner] = s
 
     def limit_for(self, owner: str, asked: float | None) -> float | None:
         """The limit of a new job of ``owner`` that asked for ``asked`` seconds (None: none);

@@ -311,8 +311,10 @@ def metrics_source(controller: Any) -> Any:
     if not hasattr(controller, "cluster") or not hasattr(store, "brief"):
         return controller.status
 
+    reads = getattr(store, "reads", store)  # the read connection: not behind the writers
+
     def snapshot() -> dict[str, Any]:
-        return {**controller.cluster(), "jobs": store.brief()}
+        return {**controller.cluster(), "jobs": reads.brief()}
     return snapshot
 
 
