@@ -1,11 +1,11 @@
-"""The arrival window (:class:`miso.sched.arrivals.ArrivalClock`): the mean gap, when arrivals
-count as stopped, the median newcomer's memory, the offered load (Little's law)."""
+"""The arrival window (:class:`miso.sched.policies.arrivals.ArrivalClock`): the mean gap, when
+arrivals count as stopped, the median newcomer's memory, the offered load (Little's law)."""
 
 from __future__ import annotations
 
 import pytest
 
-from miso.sched.arrivals import ArrivalClock
+from miso.sched.policies.arrivals import ArrivalClock
 
 
 def test_no_rate_before_two_distinct_arrivals_and_quiet_then() -> None:

@@ -4,8 +4,8 @@ times per decision; it is computed once per decision and answers as before."""
 from __future__ import annotations
 
 from miso.cli.demo_cluster import demo_jobs, demo_trace
-from miso.sched.arrivals import ArrivalClock
 from miso.sched.policies import MisoPlus
+from miso.sched.policies.arrivals import ArrivalClock
 from miso.sched.policies.burst import Burst
 from miso.sim.engine import Simulator
 from miso.sim.run import build_policy

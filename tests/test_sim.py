@@ -391,7 +391,7 @@ def test_misoplus__fixed_mix_planned_together_without_restarts_at_t0():
 
 
 def test_arrival_clock__offered_load_is_littles_law_after_enough_arrivals():
-    from miso.sched.arrivals import ArrivalClock
+    from miso.sched.policies.arrivals import ArrivalClock
 
     c = ArrivalClock(quiet_gaps=8.0)
     for i in range(10):

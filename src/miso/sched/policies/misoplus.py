@@ -10,7 +10,6 @@ from typing import Any
 
 from miso.mig import Geometry
 from miso.optimize import OptimizerError, optimizer_for
-from miso.sched.arrivals import ArrivalClock
 from miso.sched.decisions import ApplyLayout, Decision, RequeueCause, StartProfiling, WakeUp
 from miso.sched.events import (
     Event,
@@ -22,6 +21,7 @@ from miso.sched.events import (
 )
 from miso.sched.modelplace import for_geometry
 from miso.sched.policies.admission import Admission, AdmissionOptions, Profiling
+from miso.sched.policies.arrivals import ArrivalClock
 from miso.sched.policies.base import Scratch
 from miso.sched.policies.baselines import backfill_window
 from miso.sched.policies.burst import Burst, BurstOptions
