@@ -116,6 +116,15 @@ def hold_owed(policy: BasePolicy, sc: Scratch, job: str, owed: float) -> list[st
     return taken
 
 
+def fitting_fractions(geom: Geometry, memory_gb: float) -> list[float]:
+    """Parts of a GPU (compute slices over the whole GPU's) of each profile of ``geom`` with
+    enough memory for the job (the memory test of
+    :func:`~miso.sched.policies.base.fitting_profiles`, unrounded): what first room and
+    reclaim's fair-slice rule weigh. (Here, not in ``base``: ``base`` imports reclaim.)"""
+    full = geom.model.full_profile().compute_slices
+    return [p.compute_slices / full for p in geom.profiles if p.memory_gib + 1e-9 >= memory_gb]
+
+
 def first_room(sc: Scratch, geom: Geometry, job: str) -> tuple[float, float] | None:
     """(its smallest fitting slice, 0.0), parts of a GPU, when ``job``'s owner holds nothing
     at all and the job needs more than packing's share (``1 / n`` of a GPU at ``n`` active
@@ -132,10 +141,9 @@ def first_room(sc: Scratch, geom: Geometry, job: str) -> tuple[float, float] | N
     spec = sc.state.jobs[job].spec
     if ten.held.get(spec.owner, 0.0) > 1e-9 or ten.in_use.get(spec.owner, 0.0) > 1e-9:
         return None
-    full = geom.model.full_profile().compute_slices
-    fit = [p.compute_slices / full for p in geom.profiles if p.memory_gib + 1e-9 >= spec.memory_gb]
+    fit = fitting_fractions(geom, spec.memory_gb)
     n = max(ten.backlog.value, ten.backlog.last, 1.0)   # active jobs per GPU, now or lately
-    least = min(p.compute_slices for p in geom.profiles) / full
+    least = min(fitting_fractions(geom, 0.0))  # the smallest slice
     if not fit or min(fit) <= max(1.0 / n, least) + 1e-9:
         return None
     return (min(fit), 0.0)

@@ -39,7 +39,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from miso.sched.decisions import RequeueCause, WakeUp
-from miso.sched.policies.fairhold import first_room, hold_owed
+from miso.sched.policies.fairhold import first_room, fitting_fractions, hold_owed
 from miso.sched.policies.preempt import victim_cost
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -153,8 +153,7 @@ def _worth(sc: Scratch, job: str) -> tuple[float, float] | None:
         return None
     full = geom.model.full_profile().compute_slices
     fair = min(p.compute_slices for p in geom.profiles if p.name in owed) / full
-    mem = st.jobs[job].spec.memory_gb
-    fit = [p.compute_slices / full for p in geom.profiles if p.memory_gib + 1e-9 >= mem]
+    fit = fitting_fractions(geom, st.jobs[job].spec.memory_gb)
     if not fit:
         return None
     n = max(ten.backlog.value, ten.backlog.last, 1.0)   # active jobs per GPU, now or lately
