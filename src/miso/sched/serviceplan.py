@@ -214,7 +214,10 @@ class ServicePlanner(ScalingSteps):
         return cheapest_covering(self.options(spec), need, at_least, at_most)
 
     # -- placement (:mod:`miso.sched.serviceslots`) ----------------------------------------
-    def _start(self, now: float, s: ServiceState, profile: str, why: dict) -> StartReplica | None:
+    def start_for(self, now: float, s: ServiceState, profile: str, why: dict
+                  ) -> StartReplica | None:
+        """Place one replica of ``profile`` for ``s`` (None: no room); the scaling steps
+        call it."""
         own = {r.gpu for r in s.live()}
         avoid = own if len(own) < 2 else set()  # spread over two GPUs, then pack
         spot = self.slots.place(profile, avoid)
@@ -238,7 +241,7 @@ class ServicePlanner(ScalingSteps):
     def start_replica(self, now: float, service: str, profile: str, why: dict
                       ) -> StartReplica | None:
         """Place one replica of ``profile`` for ``service`` (None: no room)."""
-        return self._start(now, self.services[service], profile, why)
+        return self.start_for(now, self.services[service], profile, why)
 
     # -- events -----------------------------------------------------------------------------
     def observe(self, now: float, ev: object) -> list[StartReplica | DrainReplica]:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 class ScalingSteps:
     """Scale-out, scale-in and draining of one service; reads the planner's knobs
     (``cfg``), its rate signal (``rates``, ``target``), coverings (``cheapest``,
-    ``options``) and places replicas with ``_start``."""
+    ``options``) and places replicas with ``start_for``."""
 
     cfg: PlannerConfig
 
@@ -29,7 +29,7 @@ class ScalingSteps:
         def options(self, spec: ServiceSpec) -> list[tuple[str, float, int]]: ...
         def cheapest(self, spec: ServiceSpec, need: float, at_least: int, at_most: int
                      ) -> list[str] | None: ...
-        def _start(self, now: float, s: ServiceState, profile: str, why: dict
+        def start_for(self, now: float, s: ServiceState, profile: str, why: dict
                    ) -> StartReplica | None: ...
 
     def _why(self, s: ServiceState, trigger: str, **kw: object) -> dict:
@@ -105,7 +105,7 @@ class ScalingSteps:
                     r.retiring = False
         out: list[StartReplica | DrainReplica] = []
         for prof in add:
-            d = self._start(now, s, prof, self._why(
+            d = self.start_for(now, s, prof, self._why(
                 s, trigger, action="scale_out", covered_rps=round(covered, 2),
                 note=(f"scale out {spec.name}: target {target:.1f}/s > covered "
                       f"{covered:.1f}/s; add {prof}" if covered + 1e-9 < target else
@@ -181,7 +181,7 @@ class ScalingSteps:
             if r not in keep:
                 r.retiring = True
         for prof in rest:
-            d = self._start(now, s, prof, self._why(
+            d = self.start_for(now, s, prof, self._why(
                 s, trigger, action=action, covered_rps=round(covered, 2), note=note))
             if d is not None:
                 out.append(d)

@@ -86,8 +86,11 @@ class ClusterState(DecisionApplier):
         self._watchers.append(fn)
 
     def notify(self, g: str | None) -> None:
-        """Tell the watchers that ``g`` changed (the gang book's changes)."""
-        self._changed(g)
+        """Tell the watchers that ``g`` changed (the gang book's changes, the applied
+        decisions)."""
+        if g is not None:
+            for fn in self._watchers:
+                fn(g)
 
     def check_plan(self, gs: GpuState, pid: int) -> None:
         """ContractError unless ``pid`` is a new plan id for ``gs``."""
@@ -101,11 +104,6 @@ class ClusterState(DecisionApplier):
         """Call ``fn(job)`` after a progress report is folded into a job's state (a policy
         that learns from reports looks at those jobs only)."""
         self._progress_watchers.append(fn)
-
-    def _changed(self, g: str | None) -> None:
-        if g is not None:
-            for fn in self._watchers:
-                fn(g)
 
     # -- policy helpers --------------------------------------------------------------------
     def new_plan_id(self) -> int:
@@ -137,7 +135,7 @@ class ClusterState(DecisionApplier):
                 if g in self.gpus or g in self.gangs.gpus:
                     raise ContractError(f"GPU {g} added twice")
                 self.gpus[g] = GpuState(g, geometry(m, p, d))
-                self._changed(g)
+                self.notify(g)
             case GpuRemoved(gpu=g) if g in self.gangs.gpus:
                 self.gangs.lost(g)
             case GpuRemoved(gpu=g):
@@ -145,9 +143,9 @@ class ClusterState(DecisionApplier):
                 gs = self.gpus.pop(g)
                 for j in gs.jobs:
                     self._to_queue(j)
-                self._changed(g)
+                self.notify(g)
             case JobStopped(job=j):
-                self._requeue(j)
+                self.requeue_checked(j)
             case JobFinished(job=j) | JobFailed(job=j):
                 self._ended(now, j, JobStatus.FINISHED if isinstance(event, JobFinished)
                             else JobStatus.FAILED)
@@ -175,7 +173,7 @@ class ClusterState(DecisionApplier):
                 gs.pending = None
                 gs.applied_plan_id = pid
                 gs.phase = Phase.PROFILING if gs.jobs else Phase.IDLE
-                self._changed(g)
+                self.notify(g)
             case LayoutApplied(gpu=g, plan_id=pid):
                 gs = self.gpus.get(g)
                 if gs is None or gs.pending_plan_id != pid:
@@ -193,7 +191,7 @@ class ClusterState(DecisionApplier):
                 for j in gs.jobs:
                     self.jobs[j].status = JobStatus.PLACED
                     self.jobs[j].placement = None
-                self._changed(g)
+                self.notify(g)
 
     def _job_fact(self, now: float, event: Event) -> None:
         """What a job reported: its progress, whether it checkpoints, a speed seen."""
@@ -245,12 +243,12 @@ class ClusterState(DecisionApplier):
             gs.mps_shares.pop(j, None)
             if not gs.jobs and gs.pending is None:
                 gs.phase = Phase.IDLE
-            self._changed(gs.id)
+            self.notify(gs.id)
         elif j in self.queue:
             self.queue.remove(j)
         js.placement = None  # js.gpu keeps the last GPU (policies read it)
 
-    def _requeue(self, j: str) -> None:
+    def requeue_checked(self, j: str) -> None:
         """A checked RequeueJob: ``j`` off its GPU, back in the queue."""
         js = self._job(j)
         if js.gpu is None:
@@ -262,7 +260,7 @@ class ClusterState(DecisionApplier):
         gs.assignment.pop(j, None)
         gs.mps_shares.pop(j, None)
         self._to_queue(j)
-        self._changed(gs.id)
+        self.notify(gs.id)
 
     def _ack(self, gs: GpuState) -> None:
         d = gs.pending
@@ -284,7 +282,7 @@ class ClusterState(DecisionApplier):
                 self.jobs[j].status = JobStatus.RUNNING
                 self.jobs[j].placement = None
         gs.phase = Phase.RUNNING if gs.jobs else Phase.IDLE
-        self._changed(gs.id)
+        self.notify(gs.id)
 
     def _to_queue(self, j: str) -> None:
         js = self.jobs[j]

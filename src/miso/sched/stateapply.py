@@ -38,19 +38,20 @@ class ContractError(RuntimeError):
 class DecisionApplier:
     """The decision half of :class:`~miso.sched.state.ClusterState` (its base): ``apply`` and
     its checks. Reads the state's GPUs, jobs and queue, the gang and service books, and its
-    plan counter; changes reach the watchers through ``_changed``."""
+    plan counter; changes reach the watchers through ``notify``."""
 
     gpus: dict[str, GpuState]
     jobs: dict[str, JobState]
     queue: list[str]
     now: float
-    _plan: int
     gangs: GangBook
     services: ServiceBook
 
     if TYPE_CHECKING:
-        def _changed(self, g: str | None) -> None: ...
-        def _requeue(self, j: str) -> None: ...
+        @property
+        def last_plan_id(self) -> int: ...
+        def notify(self, g: str | None) -> None: ...
+        def requeue_checked(self, j: str) -> None: ...
         def memory_used(self, gpu: str) -> float: ...
 
     def _check_layout(self, g: str, gs: GpuState, pid: int, lay: tuple[Placement, ...],
@@ -96,13 +97,13 @@ class DecisionApplier:
                     Placement(0, gs.geom.model.full_profile().name),)
                 gs.pending = d
                 gs.phase = Phase.PROFILING
-                self._changed(g)
+                self.notify(g)
             case ApplyLayout():
                 self._apply_layout(d)
             case RunMps():
                 self._run_mps(d)
             case RequeueJob(job=j):
-                self._requeue(j)
+                self.requeue_checked(j)
             case WakeUp() | RepartitionDeclined():
                 pass
             case HoldGpu(gpu=g) if self.services.by_gpu.get(g):
@@ -131,7 +132,7 @@ class DecisionApplier:
         gs.jobs.append(j)
         js.gpu = g
         js.status = JobStatus.PLACED
-        self._changed(g)
+        self.notify(g)
 
     def _apply_layout(self, d: ApplyLayout) -> None:
         """A checked ApplyLayout: jobs whose instance changes stop (a running one restarts)."""
@@ -148,7 +149,7 @@ class DecisionApplier:
                 js.placement = None
         gs.pending = d
         gs.phase = Phase.RECONFIGURING
-        self._changed(g)
+        self.notify(g)
 
     def _run_mps(self, d: RunMps) -> None:
         """A checked RunMps: jobs whose share changes stop (a running one restarts)."""
@@ -166,7 +167,7 @@ class DecisionApplier:
                 js.status = JobStatus.PLACED
         gs.pending = d
         gs.phase = Phase.RECONFIGURING
-        self._changed(g)
+        self.notify(g)
 
     def _stop_running(self, gs: GpuState) -> None:
         for j in gs.jobs:
@@ -182,7 +183,7 @@ class DecisionApplier:
         if pid <= gs.applied_plan_id or (gs.pending_plan_id is not None
                                          and pid <= gs.pending_plan_id):
             raise ContractError(f"plan id {pid} on {gs.id} does not increase")
-        if pid > self._plan:
+        if pid > self.last_plan_id:
             raise ContractError(f"plan id {pid} was not drawn with new_plan_id()")
 
     def _job(self, j: str) -> JobState:
