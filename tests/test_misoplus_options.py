@@ -21,15 +21,15 @@ def test_every_record_field_is_an_option_with_its_default() -> None:
 
 def test_options_reach_their_stages() -> None:
     pol = make_policy("miso+", estimator=TrueSpeeds(), burst_jobs=0, batch_restart_frac=0.3,
-                      economy=False, wait_bias=2.0, backfill=False, restart_s=30.0,
+                      reserve=False, wait_bias=2.0, wait_for_gpu=False, restart_s=30.0,
                       max_jobs_per_gpu=3)
     assert pol.bursts.opts.burst_jobs == 0
     assert pol.bursts.opts.batch_restart_frac == pol.choice.opts.batch_restart_frac == 0.3
-    assert pol.economy.opts.economy is False
+    assert pol.economy.opts.reserve is False
     assert pol.admission.opts.wait_bias == 2.0
-    assert pol.opts.backfill is False and pol.restarts.cost("x") == 30.0
+    assert pol.choice.opts.wait_for_gpu is False and pol.restarts.cost("x") == 30.0
     assert pol.max_jobs == 3
-    assert make_policy("miso+", estimator=TrueSpeeds()).opts.backfill is True
+    assert make_policy("miso+", estimator=TrueSpeeds()).choice.opts.wait_for_gpu is True
 
 
 def test_unknown_option_is_named() -> None:

@@ -23,15 +23,10 @@ from miso.sim.world import WorldConfig
 POLICIES = ("nopart", "optsta", "miso", "miso+")
 ABLATION = {
     "miso+ (all)": {},
-    "- economy (no restart costs in plans)": {"economy": False},
-    "- newcomer-only profiling (paper's profiling)": {"profile_newcomers_only": False},
-    "- pinning of jobs that cannot checkpoint": {"pin_uncheckpointable": False},
-    "- rebalance onto idle GPUs": {"rebalance": False},
     "3 MPS levels instead of 2": {"profile_levels": (50, 14, 100)},
     "horizon = median remaining time (replans 1)": {"replans": 1.0},
     "replans 40": {"replans": 40.0},
     "no quiet-time growth (quiet_gaps 1e9)": {"quiet_gaps": 1e9},
-    "- backfill (FIFO head waits, as MISO)": {"backfill": False},
     "- headroom kept for the next arrival": {"reserve": False},
 }
 

@@ -24,12 +24,11 @@ Speeds = dict[str, dict[str, float]]
 
 @dataclass(frozen=True)
 class EconomyOptions:
-    """``economy``: restarts priced in plans; ``reserve``: headroom kept for the next arrival;
+    """``reserve``: headroom kept for the next arrival;
     ``replans``: re-plans of a GPU expected while a plan stands as jobs keep arriving (25
     measured best, see benchmarks/README.md); ``horizon_quantile`` (0.5: the median), and
     ``batch_horizon_quantile`` in a fixed mix."""
 
-    economy: bool = True
     reserve: bool = True
     replans: float = 25.0
     horizon_quantile: float = 0.5
@@ -47,8 +46,8 @@ class RestartEconomy:
 
     def prices(self, sc: Scratch, jobs: list[str], speeds: Speeds,
                current: dict[str, Placement]) -> tuple[float | None, dict[str, float]]:
-        """(horizon, price per running job of ``current``); ``(None, {})`` without
-        ``economy`` or when nothing runs.
+        """(horizon, price per running job of ``current``); ``(None, {})`` when nothing
+        runs.
 
         The horizon is how long a plan is expected to stand (s): the ``horizon_quantile`` of
         its jobs' remaining times at current speeds, divided by the re-plans expected
@@ -65,7 +64,7 @@ class RestartEconomy:
         horizon; a plan that moves jobs pays off when its throughput gain beats the sum of
         their prices. (A running job is one of ``jobs``: the horizon has times to rank.)"""
         pol, opts = self.pol, self.opts
-        if not (opts.economy and current):
+        if not current:
             return None, {}
         ts = []
         for j in jobs:

@@ -45,20 +45,16 @@ class PlusOptions:
     restart price ``restart_s`` (:class:`RestartCosts`) and ``learn_restart_cost``; the work
     of a job that reports none, ``default_remaining_s`` (:class:`WorkLearner`); arrivals stop
     after ``quiet_gaps`` mean gaps (:class:`ArrivalClock`); a lone newcomer's
-    ``profile_levels``; the switches ``profile_newcomers_only``, ``pin_uncheckpointable``,
-    ``rebalance``, ``backfill``, ``batch_arrivals``, ``batch_prior``; ``starve_after``
-    typical works; the ``estimates`` plugins."""
+    ``profile_levels``; ``starve_after`` typical works; the ``estimates`` plugins. (The
+    ablation switches ``profile_newcomers_only``, ``pin_uncheckpointable``, ``rebalance``,
+    ``backfill``, ``batch_arrivals``, ``batch_prior`` and ``economy``, whose off paths no
+    shipped profile ran, were deleted in issue 27; their figures are in
+    benchmarks/history/simulator.md and noregret.md, git keeps the code.)"""
 
     restart_s: float = 60.0
-    profile_newcomers_only: bool = True
     profile_levels: tuple[int, ...] = (14, 100)
-    pin_uncheckpointable: bool = True
-    rebalance: bool = True
     default_remaining_s: float = 3000.0
     quiet_gaps: float = 8.0
-    backfill: bool = True
-    batch_arrivals: bool = True
-    batch_prior: bool = True
     starve_after: float = 8.0
     learn_restart_cost: bool = True
     estimates: tuple[SpeedPlugin, ...] = ()
@@ -73,30 +69,31 @@ _SIGNATURE = Signature([Parameter("self", Parameter.POSITIONAL_OR_KEYWORD), *{
 
 
 class MisoPlus(Miso):
-    """Ours: MISO redesigned around restart economy. Every change is a switch, so the ablation
-    table (benchmarks/README.md) can measure it:
+    """Ours: MISO redesigned around restart economy (what each rule was worth when it was a
+    switch: benchmarks/history/simulator.md, "What each idea is worth"):
 
-    * ``profile_newcomers_only``: a job's MIG speeds are its own (MIG isolates), so residents
+    * newcomer-only profiling: a job's MIG speeds are its own (MIG isolates), so residents
       are never re-profiled. A newcomer that lands on an idle GPU is profiled there alone (one
       real job padded by the dummy: inside the predictor's training distribution), at
       ``profile_levels`` (100 % last, so it keeps running at 100 % afterwards: one level switch
       for two levels); a newcomer that joins occupied GPUs is placed with the catalogue-average
       prior (:func:`~miso.sched.speeds.prior_speeds`) instead of stopping the residents to profile.
-    * ``economy``: a re-plan maximises throughput minus, per running job that would move, the
-      work its restart throws away over the plan's horizon (``restart_s x speed / horizon``, the
-      horizon being the median remaining time of the GPU's jobs, from their progress reports
-      (:class:`~miso.sched.events.JobProgress` folded into their state), divided by the
-      re-plans expected meanwhile, see :meth:`RestartEconomy.prices`); so a GPU is
-      repartitioned only when the gain beats the restarts.
-    * ``pin_uncheckpointable``: a job that cannot checkpoint is never restarted once it has run
+    * restart economy: a re-plan maximises throughput minus, per running job that would
+      move, the work its restart throws away over the plan's horizon
+      (``restart_s x speed / horizon``, the horizon being the median remaining time of the
+      GPU's jobs, from their progress reports (:class:`~miso.sched.events.JobProgress` folded
+      into their state), divided by the re-plans expected meanwhile, see
+      :meth:`RestartEconomy.prices`); so a GPU is repartitioned only when the gain beats the
+      restarts.
+    * pinning: a job that cannot checkpoint is never restarted once it has run
       (the optimizer takes it as a hard constraint; it is never profiled or rebalanced).
-    * ``rebalance``: when nothing queues, a job of a crowded GPU moves onto an idle GPU if the
+    * rebalancing: when nothing queues, a job of a crowded GPU moves onto an idle GPU if the
       time it saves (its remaining work at its slice's speed vs on the full GPU) beats a restart.
     * ``reserve``: while jobs keep arriving, nothing queues and no GPU is less crowded, a
       plan keeps one slice free
       for the next newcomer when one is expected on the GPU within its jobs' remaining time
       (only where that restarts nobody), so the arrival itself restarts nobody.
-    * ``backfill``: a queued job that fits no GPU (too much memory for what is free) does not
+    * backfill: a queued job that fits no GPU (too much memory for what is free) does not
       hold up the smaller ones behind it (MISO waits FIFO).
     * observed MIG rates replace predictions (or the prior) once the job's full-GPU rate is
       known; a phase change rescales a job's estimates by observed/baseline instead of
@@ -115,10 +112,10 @@ class MisoPlus(Miso):
     * ``estimates``: estimate plugins (:mod:`~miso.sched.policies.estimates`), none
       shipped; issue 19's experiments, measured no better (benchmarks/README.md,
       "Predictor"), are plugins in :mod:`miso.sched.experiments`.
-    * ``batch_arrivals``: jobs submitted in one instant before any arrival rate is known (a
+    * batch arrivals: jobs submitted in one instant before any arrival rate is known (a
       fixed mix) are planned together at the instant's end, so none starts only to be
       restarted by the next. In a fixed mix (:meth:`in_batch`) the prior is the harmonic
-      mean (``batch_prior``), at most ``batch_jobs`` run per GPU when restarts are dear
+      mean, at most ``batch_jobs`` run per GPU when restarts are dear
       (``batch_restart_frac``) and plans stand for the ``batch_horizon_quantile``.
     * ``starve_after``: a queued job that fits nowhere and has waited that many typical
       works (:meth:`WorkLearner.typical`) gets a GPU held for it (:meth:`gpu_to_hold`, the one
@@ -230,15 +227,13 @@ class MisoPlus(Miso):
                 self.replan(now, g, sc)
 
     def pinned(self, sc: Scratch, jobs: list[str]) -> set[str]:
-        if not self.opts.pin_uncheckpointable:
-            return set()
         st = sc.state
         return {j for j in jobs if j in self.ran and not st.jobs[j].spec.checkpointable}
 
     def in_batch(self, sc: Scratch) -> bool:
         """A fixed mix: several jobs came, all at one instant (no arrival rate known)."""
-        return self.opts.batch_arrivals and len(self.clock.times) >= 2 and \
-            self.clock.mean_gap() is None or self.bursts.burst(sc)
+        return len(self.clock.times) >= 2 and self.clock.mean_gap() is None or \
+            self.bursts.burst(sc)
 
     def arrival_within(self, sc: Scratch, seconds: float) -> bool:
         """A newcomer is expected on a given GPU within ``seconds`` (arrivals spread evenly
@@ -270,7 +265,7 @@ class MisoPlus(Miso):
                     out[j] = p.known(self, sc, j, self.est[j], out[j])
             else:
                 if batch is None:
-                    batch = bool(self.opts.batch_prior and self.in_batch(sc))
+                    batch = self.in_batch(sc)
                 out[j] = prior_speeds(geom, sc.state.jobs[j].spec.memory_gb, harmonic=batch)
                 for p in self.estimates:
                     out[j] = p.prior(self, sc, geom, j, out[j], batch)
@@ -288,11 +283,8 @@ class MisoPlus(Miso):
         jobs = sc.jobs_on(g)
         if not jobs:
             return
-        if not self.opts.profile_newcomers_only:
-            super().replan(now, g, sc, force_solve)
-            return
-        if self.opts.batch_arrivals and sc.cycle.trigger == "arrival" and \
-                self.clock.mean_gap() is None and not any(j in self.ran for j in jobs):
+        if sc.cycle.trigger == "arrival" and self.clock.mean_gap() is None and \
+                not any(j in self.ran for j in jobs):
             # No arrival rate yet (the first jobs, or a batch submitted at once): plan at the
             # end of this instant, when every job submitted with it is placed, so no job
             # starts only to be restarted by the next one of the batch.
@@ -410,18 +402,10 @@ class MisoPlus(Miso):
         }
 
     def on_capacity(self, now: float, sc: Scratch) -> None:
-        """Place queued jobs; with ``backfill`` a job that fits nowhere does not hold up the
-        ones behind it (the first ``BACKFILL_WINDOW`` of the queue are tried, in order, as the
-        baselines do)."""
-        if not self.opts.backfill:
-            super().on_capacity(now, sc)
-            return
-        self.place_queued(now, sc)
-        self.replan_dirty(now, sc)
-
-    def place_queued(self, now: float, sc: Scratch) -> None:
-        """Place the first ``BACKFILL_WINDOW`` queued jobs where each fits, in order; a job
-        that starves holds a GPU when it finds no room (:meth:`gpu_to_hold`)."""
+        """Place the first ``BACKFILL_WINDOW`` queued jobs where each fits, in order, as the
+        baselines do (backfill: a job that fits nowhere does not hold up the ones behind it;
+        one that starves holds a GPU when it finds no room, :meth:`gpu_to_hold`); then re-plan
+        the GPUs that changed."""
         jobs = sc.state.jobs
         # A job at least this large fits nowhere now (fit is monotone); per owner when
         # owners' entitlements decide which GPUs a job may join (Scratch.may_join).
@@ -449,6 +433,7 @@ class MisoPlus(Miso):
             if fits_nowhere and qp.held is None and starve is not None and \
                     now - jobs[j].submitted_at > starve:
                 qp.held = self.choice.gpu_to_hold(sc, j)
+        self.replan_dirty(now, sc)
 
     # -- events -----------------------------------------------------------------------------
     def on_applied(self, now: float, gpu: str, sc: Scratch) -> None:
@@ -465,8 +450,7 @@ class MisoPlus(Miso):
         for x in (*self.estimates, self.restarts, self.work):
             x.forget(job)
         super().on_finish(now, job, gpu, sc)
-        if self.opts.rebalance:
-            self.rebalancer.fill_idle_gpus(now, sc)
+        self.rebalancer.fill_idle_gpus(now, sc)
 
 MisoPlus.__init__.__signature__ = _SIGNATURE  # type: ignore[attr-defined]  # policy_options
 _NEXT = "\x00next-arrival"   # the phantom newcomer of :meth:`MisoPlus.headroom`
