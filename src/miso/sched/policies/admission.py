@@ -4,7 +4,7 @@ arrival rate, the queue and the restart price.
 
 The permit stage of :class:`~miso.sched.policies.misoplus.MisoPlus` (``pol.admission``; its
 own options in :class:`AdmissionOptions`; it reads the policy ``pol``'s profiling run
-``profiling``, its arrival clock ``clock``, its learners ``work`` and ``restarts``, the jobs
+``profile_run_s``, its arrival clock ``clock``, its learners ``work`` and ``restarts``, the jobs
 that have run ``ran``, the measured speeds ``est`` and its ``speeds``/``arrival_within``; the
 facts of one decision, and the GPU scan made once in it, are the cycle's, ``sc.cycle``).
 """
@@ -26,19 +26,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: When miso+ profiles a newcomer alone on an idle GPU (:meth:`Admission.profile_pays`).
 PROFILE_WHEN = ("auto", "always", "never")
-
-
-@dataclass(frozen=True)
-class Profiling:
-    """A lone newcomer's profiling run: MPS ``levels`` (100 % last, so it keeps running
-    afterwards), ``seconds`` at each."""
-
-    levels: tuple[int, ...]
-    seconds: float
-
-    def run_s(self, restart_s: float) -> float:
-        """Its length: every level, and a restart at each level switch."""
-        return len(self.levels) * self.seconds + (len(self.levels) - 1) * restart_s
 
 
 @dataclass(frozen=True)
@@ -132,7 +119,7 @@ class Admission:
         :meth:`better_to_wait`). A job not profiled is planned with the prior, corrected by
         its observed rates."""
         pol, when = self.pol, self.opts.profile_when
-        run_s = pol.profiling.run_s(pol.restarts.cost(job))
+        run_s = pol.profile_run_s(pol.restarts.cost(job))
         if when == "never" or pol.arrival_within(sc, run_s):
             return False
         if when == "always" or self.heavy_load(sc):
@@ -141,7 +128,7 @@ class Admission:
             # No load known yet (the first arrivals): a long job is profiled all the same,
             # the price being small against its run time and its chance to share some day.
             left = pol.work.remaining(sc.state, job)
-            return run_s + pol.profiling.seconds <= LONG_JOB * left
+            return run_s + pol.profile_s <= LONG_JOB * left
         return False
 
     def better_to_wait(self, g: str, job: str, sc: Scratch, ahead: int) -> bool:

@@ -10,7 +10,7 @@ job that started alone on a whole GPU before the burst showed.
 
 The burst regime of :class:`~miso.sched.policies.misoplus.MisoPlus` (``pol.bursts``; its own
 options in :class:`BurstOptions`; it reads the policy ``pol``'s arrival clock ``clock``, its
-profiling run ``profiling``, its learners ``work`` and ``restarts``, ``arrival_within`` and
+profiling run ``profile_run_s``, its learners ``work`` and ``restarts``, ``arrival_within`` and
 ``candidate_gpus``; the facts of one decision from the cycle ``sc.cycle``).
 """
 
@@ -89,7 +89,7 @@ class Burst:
             self.bursting = False
             return False
         load *= 1.0 - 1.0 / len(pol.clock.long) ** 0.5
-        run_s = pol.profiling.run_s(pol.restarts.cost(""))
+        run_s = pol.profile_run_s(pol.restarts.cost(""))
         # Once in a burst, a lower load keeps it (half): the work estimate moves as jobs
         # report, and a burst that flickers off mid-plan drops its landing slots.
         hold = BURST_HOLD if self.bursting else 1.0

@@ -20,7 +20,7 @@ from miso.sched.events import (
     Tick,
 )
 from miso.sched.modelplace import for_geometry
-from miso.sched.policies.admission import Admission, AdmissionOptions, Profiling
+from miso.sched.policies.admission import Admission, AdmissionOptions
 from miso.sched.policies.arrivals import ArrivalClock
 from miso.sched.policies.base import Scratch
 from miso.sched.policies.baselines import backfill_window
@@ -144,7 +144,6 @@ class MisoPlus(Miso):
         self.estimates = tuple(p.build() for p in o.estimates)  # estimates.py
         self.work = WorkLearner(o.default_remaining_s)  # learners.py
         self.restarts = RestartCosts(o.restart_s, o.learn_restart_cost)
-        self.profiling = Profiling(tuple(o.profile_levels), self.profile_s)
         self.clock = ArrivalClock(o.quiet_gaps)
         self.quiet_timer = self.batch_timer = False
         self.ref_rate: dict[str, float] = {}
@@ -161,6 +160,13 @@ class MisoPlus(Miso):
         self.rebalancer = Rebalancing(self)  # post-bind: moves onto idle GPUs (rebalance.py)
         self.donors = RebalanceIndex(self.rebalancer.best_donor, partial(self.restarts.cost, ""))
         self.declines = Declines()          # declined repartitions recorded (declined.py)
+
+    def profile_run_s(self, restart_s: float) -> float:
+        """How long a lone newcomer's profiling run takes: every MPS level of
+        ``profile_levels`` (100 % last, so it keeps running afterwards) for ``profile_s``, and
+        a restart (``restart_s``) at each level switch."""
+        n = len(self.opts.profile_levels)
+        return n * self.profile_s + (n - 1) * restart_s
 
     def restart_price(self, job: str) -> float:
         """The one restart price (:meth:`RestartCosts.cost`: ``job``'s learned cost, else the
@@ -304,9 +310,9 @@ class MisoPlus(Miso):
         if not (self.estimator.needs_profile and j not in self.est and j not in self.ran
                 and st.jobs[j].spec.checkpointable and self.admission.profile_pays(sc, j)):
             return False
-        levels = self.profiling.levels
+        levels = tuple(self.opts.profile_levels)
         sc.out.append(StartProfiling(
-            g, st.new_plan_id(), (j,), levels=levels, seconds_per_level=self.profiling.seconds,
+            g, st.new_plan_id(), (j,), levels=levels, seconds_per_level=self.profile_s,
             why={"trigger": sc.cycle.trigger, "note": f"{j} is new and alone on {g}: "
                  f"profiled alone ({len(levels)} MPS levels) so its MIG "
                  f"speeds are known before it ever shares a GPU; no other job stops"}))
