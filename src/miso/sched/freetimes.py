@@ -61,9 +61,10 @@ def end_time(residents: list[str], asg: dict[str, Any], full: str, ctx: tuple[An
                 note(j, p[1])
             t0, work, rate = p  # JobState.remaining_work, then at least 1 s
             left = work - (rate * (now - t0) if rate > 0 else 0.0)
-            rem = left if left > 1.0 else 1.0
-            if left > 1.0 and rate / s > slope:
-                slope = rate / s
+            rem = 1.0
+            if left > 1.0:  # falls at rate / s until then (a rate <= 0 leaves slope)
+                rem = left
+                slope = max(slope, rate / s)
         x = rem / s
         if x > t:
             t = x
@@ -181,10 +182,14 @@ class FreeTimes:
                 self._steep.discard(g)
                 self._typical.discard(g)
         self._dirty.clear()
-        if sum(map(len, self._heaps)) > 4 * len(st.gpus) + 64:  # drop superseded entries
-            self._heaps = [[e for e in h if e[1] == self._ver[e[2]]] for h in self._heaps]
-            for h in self._heaps:
-                heapq.heapify(h)
+        if sum(map(len, self._heaps)) > 4 * len(st.gpus) + 64:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop superseded heap entries."""
+        self._heaps = [[e for e in h if e[1] == self._ver[e[2]]] for h in self._heaps]
+        for h in self._heaps:
+            heapq.heapify(h)
 
     def _bound(self, now: float) -> tuple[float, int] | None:
         """(lower bound on any time left in the heaps, the heap holding it)."""
