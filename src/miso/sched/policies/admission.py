@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from miso.jobstatus import CORE_ENDED
 from miso.optimize import OptimizerError, remembering_optimizer
+from miso.sched.freetimes import FreeTimes, WatchedDict, end_time
 from miso.sched.policies.base import Scratch
+from miso.sched.policies.baselines import backfill_window
 from miso.sched.unseen import UnseenResidents
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -74,6 +75,8 @@ class Admission:
         self.opts = opts
         self.soonest: list[str] = []   # the GPUs soonest free at the last scan
         self.unseen = UnseenResidents()  # for would_record
+        self.free = FreeTimes()  # the GPUs' free times (gpu_free_in), told of estimates
+        pol.est = WatchedDict(self.free.job_changed, pol.est)  # changed (sched/freetimes.py)
 
     def heavy_load(self, sc: Scratch) -> bool:
         """Whether jobs will have to share GPUs: the arrivals' offered load (Little's law,
@@ -254,9 +257,9 @@ class Admission:
         return sorted(ends[:len(some)])[k]
 
     def gpu_end_times(self, st: Any, gpus: Any, typical: Callable[[], float]) -> list[float]:
-        """Per GPU of ``gpus`` (GpuStates, in order), :func:`_ends_in`, the full profile's
-        name looked up once per GPU model: the scan over every GPU of :meth:`gpu_free_in`,
-        miso+'s hottest loop (what every GPU reads is fetched once per scan)."""
+        """Per GPU of ``gpus`` (GpuStates, in order), :func:`end_time`, the full profile's
+        name looked up once per GPU model (a scan of every GPU when a scan would record a
+        job's work, else only the GPUs :meth:`gpu_free_in`'s index asks for)."""
         work = self.pol.work
         ctx = (st.now, st.jobs, self.pol.est, work.seen, work.note, typical)
         fulls: dict[int, str] = {}
@@ -269,22 +272,20 @@ class Admission:
             full = fulls.get(id(model))
             if full is None:
                 full = fulls[id(model)] = model.full_profile().name
-            out.append(_ends_in(gs.jobs, gs.assignment, full, ctx))
+            out.append(end_time(gs.jobs, gs.assignment, full, ctx)[0])
         return out
 
     def gpu_free_in(self, sc: Scratch, k: int) -> float | None:
         """Seconds until the ``k+1``-th soonest GPU has finished all its jobs (each job's
-        remaining work at its current slice's speed); None when fewer GPUs. One scan of the
-        GPUs per decision."""
+        remaining work at its current slice's speed); None when fewer GPUs. Once per
+        decision, for as many GPUs as its placement pass may ask (``ahead`` stays below the
+        backfill window): from the index of free times (:class:`FreeTimes`, only GPUs that
+        changed or may be among the soonest are evaluated), or a scan of every GPU when it
+        would record a job's work (a scan's side effect, in GPU order)."""
         memo = sc.cycle.memo
         times = memo.get("free_at")
-        if times is None:
-            typical = (lambda: memo["lazy"]) if "lazy" in memo else self.pol.work.typical
-            gpus = list(sc.state.gpus.values())
-            ends = self.gpu_end_times(sc.state, gpus, typical)
-            order = sorted(range(len(ends)), key=ends.__getitem__)  # one sort for both
-            self.soonest = [gpus[i].id for i in order[:_SOONEST]]
-            times = memo["free_at"] = [ends[i] for i in order]  # = sorted(ends)
+        if times is None or (k >= len(times) and len(times) < len(sc.state.gpus)):
+            times = memo["free_at"] = self._free_times(sc, every=times is not None)
         if not times:
             return None
         if k < len(times):
@@ -292,34 +293,31 @@ class Admission:
         # Deeper in the queue: every GPU frees again after about its median job's time.
         return times[k % len(times)] + (k // len(times)) * max(times[len(times) // 2], 1.0)
 
+    def _free_times(self, sc: Scratch, every: bool) -> list[float]:
+        """The sorted free times of the GPUs the placement pass may ask for (``every``: of
+        all GPUs), keeping the soonest GPUs' ids for :meth:`free_bound`."""
+        memo, st, work = sc.cycle.memo, sc.state, self.pol.work
+        typical = (lambda: memo["lazy"]) if "lazy" in memo else work.typical
+        if not every and not self.would_record(sc):
+            ctx = (st.now, st.jobs, self.pol.est, work.seen, work.note, typical)
+            fulls: dict[int, str] = {}
 
-def _ends_in(residents: list[str], asg: dict[str, Any], full: str, ctx: tuple[Any, ...]
-             ) -> float:
-    """Seconds until every job of a GPU (``residents``, its assignment ``asg``) has ended at
-    its current slice's speed (its estimate there, else 1.0 on the whole GPU ``full`` and 0.5
-    on a slice): :meth:`WorkLearner.remaining` inlined (the same floats, the same work records
-    in the same order). ``ctx``: (now, the state's jobs, the estimates, the learner's seen
-    works, its ``note``, the typical work)."""
-    now, jobs, est, seen, note, typical = ctx
-    t = 0.0
-    for j in residents:
-        pl = asg.get(j)
-        v = est.get(j)
-        if pl is not None and v:
-            s = v.get(pl.profile, 0.5)
-        else:
-            s = 1.0 if pl is None or pl.profile == full else 0.5
-        js = jobs.get(j)
-        p = None if js is None else js.progress
-        if p is None or js.status in CORE_ENDED:
-            rem = typical()
-        else:
-            if j not in seen:  # as remaining() records it
-                note(j, p[1])
-            t0, work, rate = p  # JobState.remaining_work, then at least 1 s
-            left = work - (rate * (now - t0) if rate > 0 else 0.0)
-            rem = left if left > 1.0 else 1.0
-        x = rem / (0.05 if s < 0.05 else s)
-        if x > t:
-            t = x
-    return t
+            def evaluate(g: str) -> tuple[float, float, bool]:
+                gs = st.gpus[g]
+                if not gs.jobs:
+                    return 0.0, 0.0, False
+                model = gs.geom.model
+                full = fulls.get(id(model)) or fulls.setdefault(id(model),
+                                                                model.full_profile().name)
+                return end_time(gs.jobs, gs.assignment, full, ctx)
+            m = max(_SOONEST, backfill_window(sc) + 1)
+            got = self.free.soonest(st, m, typical(), evaluate)
+            self.soonest = [g for _, g in got[:_SOONEST]]
+            return [t for t, _ in got]
+        gpus = list(st.gpus.values())
+        ends = self.gpu_end_times(st, gpus, typical)
+        order = sorted(range(len(ends)), key=ends.__getitem__)  # one sort for both
+        self.soonest = [gpus[i].id for i in order[:_SOONEST]]
+        return [ends[i] for i in order]  # = sorted(ends)
+
+
