@@ -100,22 +100,46 @@ def price_part(a: argparse.Namespace, pol: str) -> dict[str, object]:
     return got
 
 
-def philly_by_vc(jobs, r, off, f) -> None:  # noqa: ANN001
+def philly_by_vc(jobs, r, off, f, alone=None) -> None:  # noqa: ANN001
     """Per vc: its jobs and gangs, the GPUs of its alone run (its entitled share, rounded up
-    to its largest gang), average JCTs shared / off / alone, sharing incentive on and off."""
+    to its largest gang), average JCTs shared / off / alone, sharing incentive on and off;
+    with ``alone`` (owner -> its alone run) also where its JCT went, shared vs alone
+    (:func:`jct_parts`)."""
     asks: dict[str, list[int]] = {}
     for j in jobs:
         asks.setdefault(j.owner, []).append(j.num_gpus)
     offo = np.array(off.owners)
+    extra = (" | wait s one-GPU (alone) | wait s gangs (alone) | running s (alone) | "
+             "restarts/job") if alone else ""
     print("| vc | jobs | gangs | alone on GPUs | avg JCT s shared | off | alone | "
-          "sharing incentive | off |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          f"sharing incentive | off{extra} |")
+    print("|---|---|---|---|---|---|---|---|---" + ("|---|---|---|---" if alone else "") + "|")
     for o in sorted(asks, key=lambda o: -len(asks[o])):
         al = f["owners_alone_avg_jct_s"][o]
         off_o = float(off.jct[offo == o].mean())
-        print(f"| {o} | {len(asks[o])} | {sum(n > 1 for n in asks[o])} | "
-              f"{f['entitled_gpus'][o]} | {f['owners_avg_jct_s'][o]:,.0f} | {off_o:,.0f} | "
-              f"{al:,.0f} | {f['sharing_incentive'][o]:.2f} | {off_o / al:.2f} |", flush=True)
+        row = (f"| {o} | {len(asks[o])} | {sum(n > 1 for n in asks[o])} | "
+               f"{f['entitled_gpus'][o]} | {f['owners_avg_jct_s'][o]:,.0f} | {off_o:,.0f} | "
+               f"{al:,.0f} | {f['sharing_incentive'][o]:.2f} | {off_o / al:.2f} |")
+        if alone:
+            w1, wg, run, rs = jct_parts(r, o)
+            a1, ag, arun, _ = jct_parts(alone[o], o)
+            row += (f" {w1:,.0f} ({a1:,.0f}) | {wg:,.0f} ({ag:,.0f}) | {run:,.0f} ({arun:,.0f})"
+                    f" | {rs:.2f} |")
+        print(row, flush=True)
+
+
+def jct_parts(r, owner: str) -> tuple[float, float, float, float]:  # noqa: ANN001
+    """Where ``owner``'s average JCT in run ``r`` went: its one-GPU jobs' and its gangs'
+    average wait for a first start (each averaged over all the owner's jobs, so the parts
+    add up), the average time from first start to the end (slices smaller than alone,
+    restarts and waits after a requeue) and restarts per job."""
+    m = np.array(r.owners) == owner
+    ng = np.asarray(r.num_gpus) if r.num_gpus is not None else np.ones(len(m))
+    wait = np.asarray(r.first_start) - r.submit
+    n = max(1, int(m.sum()))
+    return (float(wait[m & (ng == 1)].sum()) / n, float(wait[m & (ng > 1)].sum()) / n,
+            float((r.finish - np.asarray(r.first_start))[m].mean()),
+            float(r.restarts[m].sum()) / n)
 
 
 def short_slowdown(r) -> tuple[str, float]:  # noqa: ANN001
@@ -140,6 +164,7 @@ def philly_part(a: argparse.Namespace, pol: str, modes) -> dict[str, object]:  #
     pcfg = WorldConfig(n_gpus=a.philly_gpus)
     on = dict(modes)["on"]
     philly: dict[str, object] = {}
+    per_vc = []
     for seed in range(1, a.seeds + 1):
         ref_off, alone, ents = reference_runs(pol, jobs, pcfg, seed, on, run_policy)
         for name, ten in (*modes, ("on, demand_per_job 1/3", TenancyConfig(demand_per_job=1 / 3)),
@@ -157,6 +182,10 @@ def philly_part(a: argparse.Namespace, pol: str, modes) -> dict[str, object]:  #
                   f"{f['price']:+.1%} | {f['sharing_incentive_max']:.2f} | {f['rho_max']:.2f} | "
                   f"{f['rho_p95']:.2f} | {s['jain_slowdown']:.3f} | {s['reclaims']} | "
                   f"{slow:.2f} ({big}) |", flush=True)
+        per_vc.append((seed, r, ref_off, f, alone))
+    for seed, r, ref_off, f, alone in per_vc:   # where each vc's JCT went, at the price
+        print(f"\nPer vc, seed {seed}, on with price {a.fairness_price:.0%}:")
+        philly_by_vc(jobs, r, ref_off, f, alone)
     return philly
 
 
