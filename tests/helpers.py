@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import getpass
+import importlib.util
 import os
 import shutil
 import sys
@@ -145,3 +146,14 @@ def service_cluster(tmp_path: Path, gpus_per_node: int,
     mgr.server.stop()
     assert c.controller is not None
     c.controller.stop(stop_jobs=True)
+
+
+def load_script(name: str, path: Path) -> Any:
+    """Import a script under benchmarks/ or scripts/ (not a package) as module ``name``; it is
+    registered in ``sys.modules`` because dataclasses look their module up there."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod

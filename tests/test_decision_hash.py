@@ -7,24 +7,18 @@ benchmarks/sim/results/decision_hash.json`` in its own commit and say what chang
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "sim" / "decision_hash.py"
 
 
 def _guard():  # noqa: ANN202
-    spec = importlib.util.spec_from_file_location("decision_hash", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("decision_hash", SCRIPT)
 
 
 GUARD = _guard()

@@ -8,7 +8,6 @@ StateDirectory 0711, UMask 0077; about 60-90 s). Root only (real accounts)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -24,6 +23,7 @@ from typing import Any
 
 import pytest
 from accounts import unix_account
+from helpers import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECK = ROOT / "benchmarks" / "security" / "paths_check.py"
@@ -31,11 +31,7 @@ ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="creates a Unix account
 
 
 def paths_check() -> Any:
-    spec = importlib.util.spec_from_file_location("miso_paths_check", CHECK)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("miso_paths_check", CHECK)
 
 
 def assert_private(res: dict[str, Any]) -> None:

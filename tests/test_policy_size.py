@@ -5,11 +5,10 @@ import closure, so miso+'s list came out empty and ``--max-sloc`` passed with 0 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import load_script
 
 pytest.importorskip("radon")
 
@@ -17,12 +16,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "sim" / "policy_si
 
 
 def _script():  # noqa: ANN202
-    spec = importlib.util.spec_from_file_location("policy_size", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("policy_size", SCRIPT)
 
 
 PS = _script()

@@ -3,19 +3,16 @@ bounds fails the run; the CI size has exact bounds on lost and twice-run jobs.""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
+
+from helpers import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _live():  # noqa: ANN202
-    spec = importlib.util.spec_from_file_location("scale_live", ROOT / "benchmarks/scale/live.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("scale_live", ROOT / "benchmarks/scale/live.py")
 
 
 def test_a_figure_outside_its_bounds_or_missing_fails() -> None:

@@ -3,12 +3,11 @@ went (issue 31: which vcs exceed a sharing incentive of 1.5, and why): the parts
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import load_script
 
 from miso.sim.result import SimResult
 
@@ -16,12 +15,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "sim" / "tenancy.p
 
 
 def _bench():  # noqa: ANN202
-    spec = importlib.util.spec_from_file_location("tenancy_bench", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("tenancy_bench", SCRIPT)
 
 
 def test_jct_parts__waits_and_running_time_add_up_to_the_owners_average_jct() -> None:
