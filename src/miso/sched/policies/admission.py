@@ -257,23 +257,29 @@ class Admission:
         return sorted(ends[:len(some)])[k]
 
     def gpu_end_times(self, st: Any, gpus: Any, typical: Callable[[], float]) -> list[float]:
-        """Per GPU of ``gpus`` (GpuStates, in order), :func:`end_time`, the full profile's
-        name looked up once per GPU model (a scan of every GPU when a scan would record a
-        job's work, else only the GPUs :meth:`gpu_free_in`'s index asks for)."""
+        """Per GPU of ``gpus`` (GpuStates, in order), :func:`end_time` (a scan of every GPU
+        when a scan would record a job's work, else only the GPUs :meth:`gpu_free_in`'s index
+        asks for)."""
+        timer = self.gpu_timer(st, typical)
+        return [timer(gs)[0] for gs in gpus]
+
+    def gpu_timer(self, st: Any, typical: Callable[[], float]
+                  ) -> Callable[[Any], tuple[float, float, bool]]:
+        """:func:`end_time` of one GpuState (an idle GPU: free now), the full profile's name
+        looked up once per GPU model: what the scan and the index both evaluate per GPU."""
         work = self.pol.work
         ctx = (st.now, st.jobs, self.pol.est, work.seen, work.note, typical)
         fulls: dict[int, str] = {}
-        out = []
-        for gs in gpus:
+
+        def evaluate(gs: Any) -> tuple[float, float, bool]:
             if not gs.jobs:
-                out.append(0.0)
-                continue
+                return 0.0, 0.0, False
             model = gs.geom.model
             full = fulls.get(id(model))
             if full is None:
                 full = fulls[id(model)] = model.full_profile().name
-            out.append(end_time(gs.jobs, gs.assignment, full, ctx)[0])
-        return out
+            return end_time(gs.jobs, gs.assignment, full, ctx)
+        return evaluate
 
     def gpu_free_in(self, sc: Scratch, k: int) -> float | None:
         """Seconds until the ``k+1``-th soonest GPU has finished all its jobs (each job's
@@ -299,19 +305,9 @@ class Admission:
         memo, st, work = sc.cycle.memo, sc.state, self.pol.work
         typical = (lambda: memo["lazy"]) if "lazy" in memo else work.typical
         if not every and not self.would_record(sc):
-            ctx = (st.now, st.jobs, self.pol.est, work.seen, work.note, typical)
-            fulls: dict[int, str] = {}
-
-            def evaluate(g: str) -> tuple[float, float, bool]:
-                gs = st.gpus[g]
-                if not gs.jobs:
-                    return 0.0, 0.0, False
-                model = gs.geom.model
-                full = fulls.get(id(model)) or fulls.setdefault(id(model),
-                                                                model.full_profile().name)
-                return end_time(gs.jobs, gs.assignment, full, ctx)
+            timer = self.gpu_timer(st, typical)
             m = max(_SOONEST, backfill_window(sc) + 1)
-            got = self.free.soonest(st, m, typical(), evaluate)
+            got = self.free.soonest(st, m, typical(), lambda g: timer(st.gpus[g]))
             self.soonest = [g for _, g in got[:_SOONEST]]
             return [t for t, _ in got]
         gpus = list(st.gpus.values())
