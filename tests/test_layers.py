@@ -21,6 +21,7 @@ LAYERS: dict[str, int] = {
     "workloads": 2,                # the workload speed table
     "mps_speed": 2,                # the one MPS speed model (reads the workload table)
     "optimize": 3,                 # the layout optimizer
+    "replicasolve": 3,             # the optimizer beside pinned service replicas
     "optimtables": 3,              # its per-geometry tables
     "bruteforce": 3,               # its naive reference solver
     "predict": 4,                  # the MPS -> MIG predictor

@@ -184,7 +184,8 @@ def test_traces_load_scale_and_compress(tmp_path):
 
 def test_optimizer_keeps_replicas_and_packs_jobs_beside_them():
     from miso.mig import Placement, geometry
-    from miso.optimize import optimizer_for, solve_beside_replicas
+    from miso.optimize import optimizer_for
+    from miso.replicasolve import solve_beside_replicas
 
     opt = optimizer_for(geometry("A100-40GB"))
     speeds = {"a": {"3g.20gb": 0.5, "4g.20gb": 0.6, "2g.10gb": 0.3},

@@ -18,7 +18,8 @@ import statistics
 import time
 
 from miso.mig import Placement, beside, geometry
-from miso.optimize import optimizer_for, solve_beside_replicas
+from miso.optimize import optimizer_for
+from miso.replicasolve import solve_beside_replicas
 
 
 def speeds_for(geom, n: int, rng: random.Random) -> dict:
