@@ -12,9 +12,6 @@ reads the policy.
 
 from __future__ import annotations
 
-import heapq
-from itertools import count
-
 from miso.sched.decisions import ApplyLayout, Decision
 from miso.sched.state import ClusterState
 
@@ -63,60 +60,6 @@ class WorkLearner:
 STALE = 20.0
 
 
-class Relaunches:
-    """Relaunched jobs not seen resuming yet: ``entries``, job -> (the plan that restarted it,
-    its acknowledgement), in insertion order (a dict's), with what makes learning from them
-    cost what changed, not every relaunch in flight at every call: the jobs that reported
-    progress since (``ClusterState.watch_progress``) and a heap of when each goes stale."""
-
-    def __init__(self) -> None:
-        self.entries: dict[str, tuple[float, float]] = {}
-        self._seq: dict[str, int] = {}       # job -> insertion number (the dict's order)
-        self._count = count()
-        self._expiry: list[tuple[float, str]] = []
-        self._reported: set[str] = set()
-        self._state: ClusterState | None = None
-
-    def add(self, job: str, value: tuple[float, float]) -> None:
-        if job not in self.entries:
-            self._seq[job] = next(self._count)
-        self.entries[job] = value
-        self._reported.add(job)  # a report may have come before this call saw the ack
-        heapq.heappush(self._expiry, (value[0], job))
-
-    def drop(self, job: str) -> None:
-        if self.entries.pop(job, None) is not None:
-            del self._seq[job]
-
-    def _note(self, job: str) -> None:
-        if job in self.entries:
-            self._reported.add(job)
-
-    def changed(self, state: ClusterState, stale_after: float
-                ) -> list[tuple[str, tuple[float, float]]]:
-        """The entries that may resolve now, in insertion order: reported since the last
-        call, or (by the heap) at least ``stale_after`` old (a superset; the caller decides)."""
-        if state is not self._state:
-            self._state = state
-            state.watch_progress(self._note)
-            self._reported.update(self.entries)
-        horizon = state.now - stale_after
-        exp = self._expiry
-        if not self._reported and not (exp and exp[0][0] <= horizon + 1e-6):
-            return []  # nothing reported, nothing gone stale: most calls
-        cand = self._reported
-        self._reported = set()
-        due: set[str] = set()
-        while exp and exp[0][0] <= horizon + 1e-6:
-            due.add(heapq.heappop(exp)[1])
-        for j in due:  # kept in the heap until gone (the caller's test is the exact one)
-            if j in self.entries:
-                heapq.heappush(exp, (self.entries[j][0] + 1e-3, j))
-        cand |= due
-        got = sorted((self._seq[j], j) for j in cand if j in self.entries)
-        return [(j, self.entries[j]) for _, j in got]
-
-
 class RestartCosts:
     """The restart price: with ``learn``, each job's measured cost (decision to its first
     progress report after the relaunch: checkpoint, reconfiguration, start, warm-up,
@@ -128,8 +71,11 @@ class RestartCosts:
     def __init__(self, prior_s: float, learn: bool = True) -> None:
         self.prior_s = prior_s
         self.learn_costs = learn
+        self.limit = STALE * max(prior_s, 60.0)  # a relaunch older than this is not measured
         self.restarting: dict[str, dict[str, float]] = {}
-        self.relaunching = Relaunches()
+        self.relaunching: dict[str, tuple[float, float]] = {}  # job -> (plan, its ack)
+        self.reported: set[str] = set()   # relaunched jobs that reported since the last call
+        self._state: ClusterState | None = None
         self.seen: dict[str, float] = {}
         self.stats = [0.0, 0.0]
 
@@ -165,31 +111,47 @@ class RestartCosts:
         for j, t0 in self.restarting.pop(gpu, {}).items():
             js = st.jobs.get(j)
             if js is not None and js.gpu == gpu and js.finished_at is None:
-                self.relaunching.add(j, (t0, now))
+                old = self.relaunching.get(j)
+                if old is not None and now - old[0] > self.limit:
+                    del self.relaunching[j]  # gone stale: relaunched anew (last in order)
+                self.relaunching[j] = (t0, now)
 
     def learn(self, st: ClusterState) -> list[str]:
         """Read each relaunched job's first progress report after the plan's
         acknowledgement (folded into its state by the driver, live or simulated; not a last
         report of the old run) as its restart cost: from the plan to that report. Only the
-        relaunches that can have changed are looked at (:meth:`Relaunches.changed`). Returns
-        the jobs whose cost was measured now (their price changed)."""
+        relaunched jobs that reported since the last call are looked at (the state tells of
+        each report, :meth:`ClusterState.watch_progress`), in the order they were relaunched;
+        one that ended or went stale (no relaunch seen within ``STALE`` prices) is dropped
+        unmeasured when it next reports, or when it ends (:meth:`forget`). Returns the jobs
+        whose cost was measured now (their price changed)."""
+        if st is not self._state:
+            self._state = st
+            st.watch_progress(self._note)
+            self.reported.update(self.relaunching)
+        if not self.reported:
+            return []  # no relaunched job reported: most calls
+        rep, self.reported = self.reported, set()
+        got = [j for j in self.relaunching if j in rep] if len(rep) > 1 else \
+            [j for j in rep if j in self.relaunching]  # (in relaunch order)
         measured: list[str] = []
-        if not self.relaunching.entries:
-            return measured
-        limit = STALE * max(self.prior_s, 60.0)
-        for j, (t0, acked) in self.relaunching.changed(st, limit):
-            js = st.jobs.get(j)
+        for j in got:
+            js, (t0, acked) = st.jobs.get(j), self.relaunching[j]
             p = js.progress if js is not None else None
-            if js is None or js.finished_at is not None or st.now - t0 > limit:
-                self.relaunching.drop(j)  # ended, or no relaunch seen: nothing to learn
+            if js is None or js.finished_at is not None or st.now - t0 > self.limit:
+                del self.relaunching[j]  # ended, or no relaunch seen: nothing to learn
             elif p is not None and p[0] > acked and p[2] > 0:
                 self.seen[j] = p[0] - t0
                 self.stats[0] += p[0] - t0
                 self.stats[1] += 1
-                self.relaunching.drop(j)
+                del self.relaunching[j]
                 measured.append(j)
         return measured
 
+    def _note(self, job: str) -> None:
+        if job in self.relaunching:
+            self.reported.add(job)
+
     def forget(self, job: str) -> None:
         self.seen.pop(job, None)
-        self.relaunching.drop(job)
+        self.relaunching.pop(job, None)
