@@ -3,9 +3,8 @@ The paper's policy, which it extends, is :mod:`miso.sched.policies.miso`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import partial
-from inspect import Parameter, Signature
 from typing import Any
 
 from miso.mig import Geometry
@@ -29,6 +28,7 @@ from miso.sched.policies.declined import Declines, declined_plan
 from miso.sched.policies.economy import EconomyOptions, RestartEconomy, Speeds
 from miso.sched.policies.estimates import SpeedPlugin
 from miso.sched.policies.explain import explain_plan
+from miso.sched.policies.framework import records_signature, take_options
 from miso.sched.policies.learners import RestartCosts, WorkLearner
 from miso.sched.policies.miso import Miso
 from miso.sched.policies.observed import ObservedSpeeds
@@ -63,9 +63,6 @@ class PlusOptions:
 #: miso+'s option records, one per stage: the policy's options are their fields, each given to
 #: every record that names it (``batch_restart_frac``: the burst regime's and the GPU choice's).
 RECORDS = (PlusOptions, EconomyOptions, BurstOptions, ChoiceOptions, AdmissionOptions)
-_SIGNATURE = Signature([Parameter("self", Parameter.POSITIONAL_OR_KEYWORD), *{
-    f.name: Parameter(f.name, Parameter.KEYWORD_ONLY, default=f.default)
-    for r in RECORDS for f in fields(r)}.values(), Parameter("miso", Parameter.VAR_KEYWORD)])
 
 
 class MisoPlus(Miso):
@@ -136,10 +133,8 @@ class MisoPlus(Miso):
     def __init__(self, **options: Any) -> None:
         """``options``: the fields of :data:`RECORDS` (each stage gets its own record), the
         rest MISO's."""
-        mine = {k: options.pop(k) for k in list(options) if k in _SIGNATURE.parameters}
+        rec = take_options(RECORDS, options)  # (framework.py)
         super().__init__(**options)
-        rec = {r: r(**{f.name: mine[f.name] for f in fields(r) if f.name in mine})
-               for r in RECORDS}
         o = self.opts = rec[PlusOptions]
         self.estimates = tuple(p.build() for p in o.estimates)  # estimates.py
         self.work = WorkLearner(o.default_remaining_s)  # learners.py
@@ -458,5 +453,5 @@ class MisoPlus(Miso):
         super().on_finish(now, job, gpu, sc)
         self.rebalancer.fill_idle_gpus(now, sc)
 
-MisoPlus.__init__.__signature__ = _SIGNATURE  # type: ignore[attr-defined]  # policy_options
+MisoPlus.__init__.__signature__ = records_signature(RECORDS, "miso")  # type: ignore[attr-defined]
 _NEXT = "\x00next-arrival"   # the phantom newcomer of :meth:`MisoPlus.headroom`
