@@ -9,7 +9,7 @@ from typing import Any
 
 from miso.mig import Geometry
 from miso.optimize import OptimizerError, optimizer_for
-from miso.sched.decisions import ApplyLayout, Decision, RequeueCause, StartProfiling, WakeUp
+from miso.sched.decisions import ApplyLayout, Decision, RequeueCause, StartProfiling
 from miso.sched.events import (
     Event,
     JobSpeedChanged,
@@ -140,7 +140,6 @@ class MisoPlus(Miso):
         self.work = WorkLearner(o.default_remaining_s)  # learners.py
         self.restarts = RestartCosts(o.restart_s, o.learn_restart_cost)
         self.clock = ArrivalClock(o.quiet_gaps)
-        self.quiet_timer = self.batch_timer = False
         self.ref_rate: dict[str, float] = {}
         self.base_est: dict[str, dict[str, float]] = {}   # estimates before a rescale
         self.ran: set[str] = set()          # jobs that have made progress
@@ -186,9 +185,8 @@ class MisoPlus(Miso):
         """A timer for when arrivals count as stopped (:meth:`ArrivalClock.quiet_from`), one
         at a time."""
         at = self.clock.quiet_from()
-        if at is not None and not self.quiet_timer:
-            self.quiet_timer = True
-            out.append(WakeUp(at, "quiet"))
+        if at is not None:
+            self.wake_once(out, at, "quiet")  # (base.py)
 
     def choose_gpu(self, now: float, job: str, sc: Scratch) -> str | None:
         return self.choice.choose_gpu(now, job, sc, QueuePass())
@@ -210,13 +208,11 @@ class MisoPlus(Miso):
 
     def on_tick(self, now: float, ev: Tick, sc: Scratch) -> None:
         if ev.tag == "batch":
-            self.batch_timer = False
             self.replan_dirty(now, sc)  # a busy GPU stays dirty, as replan would leave it
             return
         if ev.tag != "quiet":
             super().on_tick(now, ev, sc)
             return
-        self.quiet_timer = False
         if not self.clock.quiet(now):  # (so a mean gap is known: the timer is set)
             self.quiet_wakeup(sc.out)
             return
@@ -290,9 +286,7 @@ class MisoPlus(Miso):
             # end of this instant, when every job submitted with it is placed, so no job
             # starts only to be restarted by the next one of the batch.
             self.dirty.add(g)
-            if not self.batch_timer:
-                self.batch_timer = True
-                sc.out.append(WakeUp(now, "batch"))
+            self.wake_once(sc.out, now, "batch")
             return
         if len(jobs) == 1 and self.profile_alone(now, g, jobs[0], sc):
             return
