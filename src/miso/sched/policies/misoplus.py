@@ -211,8 +211,7 @@ class MisoPlus(Miso):
             self.replan_dirty(now, sc)  # a busy GPU stays dirty, as replan would leave it
             return
         if ev.tag != "quiet":
-            super().on_tick(now, ev, sc)
-            return
+            return  # (MISO's re-profiling timers are never set: miso+ rescales instead)
         if not self.clock.quiet(now):  # (so a mean gap is known: the timer is set)
             self.quiet_wakeup(sc.out)
             return
