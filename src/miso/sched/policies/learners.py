@@ -25,11 +25,11 @@ class WorkLearner:
         self.seen: dict[str, float] = {}
         self.stats = [0.0, 0.0]
 
-    def remaining(self, st: ClusterState | None, job: str) -> float:
+    def remaining(self, st: ClusterState, job: str) -> float:
         """Work the job has left from its progress reports, folded into its state by the
         driver (:meth:`JobState.remaining_work`); :meth:`typical` when it reports none."""
-        js = st.jobs.get(job) if st is not None else None
-        r = js.remaining_work(st.now) if js is not None else None  # type: ignore[union-attr]
+        js = st.jobs.get(job)
+        r = js.remaining_work(st.now) if js is not None else None
         if r is None:
             return self.typical()
         if job not in self.seen and js.progress is not None:  # type: ignore[union-attr]

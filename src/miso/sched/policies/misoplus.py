@@ -45,11 +45,7 @@ class PlusOptions:
     restart price ``restart_s`` (:class:`RestartCosts`) and ``learn_restart_cost``; the work
     of a job that reports none, ``default_remaining_s`` (:class:`WorkLearner`); arrivals stop
     after ``quiet_gaps`` mean gaps (:class:`ArrivalClock`); a lone newcomer's
-    ``profile_levels``; ``starve_after`` typical works; the ``estimates`` plugins. (The
-    ablation switches ``profile_newcomers_only``, ``pin_uncheckpointable``, ``rebalance``,
-    ``backfill``, ``batch_arrivals``, ``batch_prior`` and ``economy``, whose off paths no
-    shipped profile ran, were deleted in issue 27; their figures are in
-    benchmarks/history/simulator.md and noregret.md, git keeps the code.)"""
+    ``profile_levels``; ``starve_after`` typical works; the ``estimates`` plugins."""
 
     restart_s: float = 60.0
     profile_levels: tuple[int, ...] = (14, 100)
