@@ -184,9 +184,6 @@ class MisoPlus(Miso):
         if at is not None:
             self.wake_once(out, at, "quiet")  # (base.py)
 
-    def choose_gpu(self, now: float, job: str, sc: Scratch) -> str | None:
-        return self.choice.choose_gpu(now, job, sc, QueuePass())
-
     def has_room(self, sc: Scratch, job: str) -> bool:
         return self.choice.has_room(sc, job)  # a resident that cannot checkpoint is no room
 
@@ -203,24 +200,23 @@ class MisoPlus(Miso):
         self.observing.on_speed_changed(now, ev, sc)
 
     def on_tick(self, now: float, ev: Tick, sc: Scratch) -> None:
+        """miso+'s timers (MISO's re-profiling timers are never set: miso+ rescales the
+        estimates instead): the end of a batch's instant, and arrivals stopped (then the GPUs
+        that hold jobs and idle slices, or a lone job on a slice, are re-planned with the long
+        horizon)."""
         if ev.tag == "batch":
             self.replan_dirty(now, sc)  # a busy GPU stays dirty, as replan would leave it
-            return
-        if ev.tag != "quiet":
-            return  # (MISO's re-profiling timers are never set: miso+ rescales instead)
-        if not self.clock.quiet(now):  # (so a mean gap is known: the timer is set)
+        elif ev.tag == "quiet" and not self.clock.quiet(now):  # (a mean gap is known)
             self.quiet_wakeup(sc.out)
-            return
-        # Arrivals stopped: re-plan GPUs that hold jobs and idle slices, with the long horizon.
-        for g, gs in sc.state.gpus.items():  # (an idle slice, or a lone job on a slice)
-            full = gs.geom.model.full_profile().name
-            if gs.jobs and (len(gs.layout) > len(gs.jobs) or len(gs.jobs) == 1 and any(
-                    pl.profile != full for pl in gs.assignment.values())):
-                self.replan(now, g, sc)
+        elif ev.tag == "quiet":
+            for g, gs in sc.state.gpus.items():
+                full = gs.geom.model.full_profile().name
+                if gs.jobs and (len(gs.layout) > len(gs.jobs) or len(gs.jobs) == 1 and any(
+                        pl.profile != full for pl in gs.assignment.values())):
+                    self.replan(now, g, sc)
 
     def pinned(self, sc: Scratch, jobs: list[str]) -> set[str]:
-        st = sc.state
-        return {j for j in jobs if j in self.ran and not st.jobs[j].spec.checkpointable}
+        return {j for j in jobs if j in self.ran and not sc.state.jobs[j].spec.checkpointable}
 
     def in_batch(self, sc: Scratch) -> bool:
         """A fixed mix: several jobs came, all at one instant (no arrival rate known)."""
