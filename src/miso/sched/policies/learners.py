@@ -120,22 +120,12 @@ class RestartCosts:
         """Read each relaunched job's first progress report after the plan's
         acknowledgement (folded into its state by the driver, live or simulated; not a last
         report of the old run) as its restart cost: from the plan to that report. Only the
-        relaunched jobs that reported since the last call are looked at (the state tells of
-        each report, :meth:`ClusterState.watch_progress`), in the order they were relaunched;
+        relaunched jobs that reported since the last call are looked at (:meth:`reported_jobs`);
         one that ended or went stale (no relaunch seen within ``STALE`` prices) is dropped
         unmeasured when it next reports, or when it ends (:meth:`forget`). Returns the jobs
         whose cost was measured now (their price changed)."""
-        if st is not self._state:
-            self._state = st
-            st.watch_progress(self._note)
-            self.reported.update(self.relaunching)
-        if not self.reported:
-            return []  # no relaunched job reported: most calls
-        rep, self.reported = self.reported, set()
-        got = [j for j in self.relaunching if j in rep] if len(rep) > 1 else \
-            [j for j in rep if j in self.relaunching]  # (in relaunch order)
         measured: list[str] = []
-        for j in got:
+        for j in self.reported_jobs(st):
             js, (t0, acked) = st.jobs.get(j), self.relaunching[j]
             p = js.progress if js is not None else None
             if js is None or js.finished_at is not None or st.now - t0 > self.limit:
@@ -147,6 +137,19 @@ class RestartCosts:
                 del self.relaunching[j]
                 measured.append(j)
         return measured
+
+    def reported_jobs(self, st: ClusterState) -> list[str]:
+        """The relaunched jobs that reported progress since the last call (the state tells
+        of each report, :meth:`ClusterState.watch_progress`), in the order they were
+        relaunched (so the costs are summed in that order); most calls, none."""
+        if st is not self._state:
+            self._state = st
+            st.watch_progress(self._note)
+            self.reported.update(self.relaunching)
+        rep, self.reported = self.reported, set()
+        if len(rep) > 1:
+            return [j for j in self.relaunching if j in rep]
+        return [j for j in rep if j in self.relaunching]
 
     def _note(self, job: str) -> None:
         if job in self.relaunching:
