@@ -61,16 +61,16 @@ STALE = 20.0
 
 
 class RestartCosts:
-    """The restart price: with ``learn``, each job's measured cost (decision to its first
-    progress report after the relaunch: checkpoint, reconfiguration, start, warm-up,
-    restore), else the mean of the costs measured so far (three at least), else the
-    configured ``prior_s``. ``restarting``: gpu -> job -> when a plan restarted it;
-    ``relaunching``: relaunched jobs not seen resuming; ``seen``: job -> its measured cost;
-    ``stats``: [sum, count] of every cost measured."""
+    """The restart price: each job's measured cost (decision to its first progress report
+    after the relaunch: checkpoint, reconfiguration, start, warm-up, restore), else the mean
+    of the costs measured so far (three at least), else the configured ``prior_s`` (the
+    price told and never learned is an experiment outside the product:
+    :class:`miso.sched.experiments.ToldRestartPrice`). ``restarting``: gpu -> job -> when a
+    plan restarted it; ``relaunching``: relaunched jobs not seen resuming; ``seen``: job ->
+    its measured cost; ``stats``: [sum, count] of every cost measured."""
 
-    def __init__(self, prior_s: float, learn: bool = True) -> None:
+    def __init__(self, prior_s: float) -> None:
         self.prior_s = prior_s
-        self.learn_costs = learn
         self.limit = STALE * max(prior_s, 60.0)  # a relaunch older than this is not measured
         self.restarting: dict[str, dict[str, float]] = {}
         self.relaunching: dict[str, tuple[float, float]] = {}  # job -> (plan, its ack)
@@ -81,8 +81,6 @@ class RestartCosts:
 
     def cost(self, job: str) -> float:
         """What restarting ``job`` costs (s); ``""``: a job not measured (the mean)."""
-        if not self.learn_costs:
-            return self.prior_s
         got = self.seen.get(job)
         if got is not None:
             return got
@@ -93,8 +91,6 @@ class RestartCosts:
                    out: list[Decision]) -> None:
         """Remember when this call's plans restart a running job (before the state applies
         them), per GPU, to measure how long the job takes to report progress again."""
-        if not self.learn_costs:
-            return
         for d in out:
             if isinstance(d, ApplyLayout):
                 cur = st.gpus[d.gpu].assignment if d.gpu in st.gpus else {}

@@ -42,7 +42,8 @@ from miso.sched.state import ClusterState
 @dataclass(frozen=True)
 class PlusOptions:
     """The plan stage's and the learners' options (see :class:`MisoPlus`): the configured
-    restart price ``restart_s`` (:class:`RestartCosts`) and ``learn_restart_cost``; the work
+    restart price ``restart_s`` and its learner ``restart_costs`` (:class:`RestartCosts`, built
+    with ``restart_s``; an experiment may put another in a profile); the work
     of a job that reports none, ``default_remaining_s`` (:class:`WorkLearner`); arrivals stop
     after ``quiet_gaps`` mean gaps (:class:`ArrivalClock`); a lone newcomer's
     ``profile_levels``; ``starve_after`` typical works; the ``estimates`` plugins."""
@@ -52,7 +53,7 @@ class PlusOptions:
     default_remaining_s: float = 3000.0
     quiet_gaps: float = 8.0
     starve_after: float = 8.0
-    learn_restart_cost: bool = True
+    restart_costs: type[RestartCosts] = RestartCosts
     estimates: tuple[SpeedPlugin, ...] = ()
 
 
@@ -99,9 +100,9 @@ class MisoPlus(Miso):
       its GPU waits for a whole GPU instead when that ends the jobs sooner on average
       (:meth:`better_to_wait`), outside a fixed mix only when sharing looks ``wait_bias``
       times worse.
-    * ``learn_restart_cost``: each job's restart cost is measured (from the plan that
-      restarts it to its first progress report after the relaunch) and prices its next
-      restarts; jobs not measured yet are priced at the mean measured cost.
+    * learned restart costs (``restart_costs``): each job's restart cost is measured (from
+      the plan that restarts it to its first progress report after the relaunch) and prices
+      its next restarts; jobs not measured yet are priced at the mean measured cost.
     * ``estimates``: estimate plugins (:mod:`~miso.sched.policies.estimates`), none
       shipped; issue 19's experiments, measured no better (benchmarks/README.md,
       "Predictor"), are plugins in :mod:`miso.sched.experiments`.
@@ -134,7 +135,7 @@ class MisoPlus(Miso):
         o = self.opts = rec[PlusOptions]
         self.estimates = tuple(p.build() for p in o.estimates)  # estimates.py
         self.work = WorkLearner(o.default_remaining_s)  # learners.py
-        self.restarts = RestartCosts(o.restart_s, o.learn_restart_cost)
+        self.restarts = o.restart_costs(o.restart_s)
         self.clock = ArrivalClock(o.quiet_gaps)
         self.ref_rate: dict[str, float] = {}
         self.base_est: dict[str, dict[str, float]] = {}   # estimates before a rescale

@@ -135,7 +135,7 @@ class Rebalancing:
             return None
         pol = self.pol
         pinned = pol.pinned(sc, jobs)
-        costs = pol.restarts.seen if pol.restarts.learn_costs else {}
+        costs = pol.restarts.seen
         best: Donor | None = None
         for j in jobs:
             pl = gs.assignment.get(j)
