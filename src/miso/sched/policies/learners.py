@@ -102,13 +102,10 @@ class RestartCosts:
         """A plan of ``gpu`` is carried out: its restarted jobs' old runs are stopped (live,
         the executor acknowledges after stopping and relaunching), so a progress report
         from now on is the new run's."""
-        if not self.restarting:
-            return
         for j, t0 in self.restarting.pop(gpu, {}).items():
             js = st.jobs.get(j)
             if js is not None and js.gpu == gpu and js.finished_at is None:
-                old = self.relaunching.get(j)
-                if old is not None and now - old[0] > self.limit:
+                if now - self.relaunching.get(j, (now, now))[0] > self.limit:
                     del self.relaunching[j]  # gone stale: relaunched anew (last in order)
                 self.relaunching[j] = (t0, now)
 
