@@ -10,6 +10,7 @@ from typing import ClassVar
 import pytest
 
 from miso.sched.decisions import PlaceJob
+from miso.sched.experiments import ToldRestartPrice
 from miso.sched.policies import POLICIES, PROFILES
 from miso.sched.policies.framework import Cycle
 from miso.sched.tenancyconfig import TenancyConfig
@@ -102,7 +103,7 @@ def test_misoplus_preemption_prices_victims_at_its_restart_s(
     ten = TenancyConfig(fair_share=False, preempt=True, min_run_s=0.0)
     run_policy("miso+", jobs, WorldConfig(n_gpus=2, restart_s=300.0), 1, tenancy=ten,
                restart_s=300.0, estimator=make_estimator("true", seed=1),
-               learn_restart_cost=False)
+               restart_costs=ToldRestartPrice)
     assert seen and set(seen) == {300.0}
 
 

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from miso.mig import is_valid
 from miso.sched import ApplyLayout, JobSpeedChanged, StartProfiling
+from miso.sched.experiments import ToldRestartPrice
 from miso.sim.engine import Simulator
 from miso.sim.metrics import summarize
 from miso.sim.run import ALL_POLICIES, build_policy, run_policy
@@ -451,7 +452,7 @@ def test_misoplus__measured_restart_costs_replace_a_wrong_told_cost():
     jobs = poisson_jobs(200, seed=2)
     cfg = WorldConfig(n_gpus=40, restart_s=300.0)
     learned = run_policy("miso+", jobs, cfg, seed=2, restart_s=10.0)
-    told = run_policy("miso+", jobs, cfg, seed=2, restart_s=10.0, learn_restart_cost=False)
+    told = run_policy("miso+", jobs, cfg, seed=2, restart_s=10.0, restart_costs=ToldRestartPrice)
     truth = run_policy("miso+", jobs, cfg, seed=2)
     assert learned.restarts.mean() < 0.7 * told.restarts.mean()
     assert learned.jct.mean() < 0.98 * told.jct.mean()

@@ -150,7 +150,7 @@ def pessimistic_donor(k: float):  # noqa: ANN201
             return None
         pinned = pol.pinned(sc, jobs)
         full = gs.geom.model.full_profile().name
-        costs = pol.restarts.seen if pol.restarts.learn_costs else {}
+        costs = pol.restarts.seen
         best = None
         for j in jobs:
             pl = gs.assignment.get(j)

@@ -25,6 +25,7 @@ from typing import Any
 
 from miso.mig import Placement, enumerate_layouts, geometry
 from miso.sched import make_policy
+from miso.sched.experiments import ToldRestartPrice
 from miso.sim.engine import Simulator
 from miso.sim.metrics import summarize
 from miso.sim.run import fixed_jobs, run_policy
@@ -45,7 +46,7 @@ ABLATION: dict[str, dict[str, Any]] = {
     "+ load known after 8 arrivals (off)": {"load_samples": 8},
     "- hold a GPU for a starving job": {"starve_after": 0.0},
     "share_margin 1 (profile from load + 1 sd)": {"share_margin": 1.0},
-    "- learned restart costs (told restart_s)": {"learn_restart_cost": False},
+    "- learned restart costs (told restart_s)": {"restart_costs": ToldRestartPrice},
 }
 
 

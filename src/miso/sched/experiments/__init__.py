@@ -6,8 +6,11 @@ each was measured no better (benchmarks/README.md, "Predictor").
 * :mod:`~miso.sched.experiments.speeds` (issue 19): ``RobustRisk``, ``MemoryPrior``,
   ``ClusterPriorPlugin`` (which speeds a plan uses), ``PropagateObserved``,
   ``AnchorSlices``, ``LearnEarlierSlices`` (what a measured slice teaches).
+* :mod:`~miso.sched.experiments.restarts`: ``ToldRestartPrice`` (the configured restart price,
+  never learned: ``restart_costs=ToldRestartPrice``).
 """
 
+from miso.sched.experiments.restarts import ToldRestartPrice
 from miso.sched.experiments.speeds import (
     AnchorSlices,
     ClusterPriorPlugin,
@@ -19,4 +22,4 @@ from miso.sched.experiments.speeds import (
 )
 
 __all__ = ["AnchorSlices", "ClusterPriorPlugin", "LearnEarlierSlices", "MemoryPrior",
-           "PropagateObserved", "RobustRisk", "earlier_slice_speeds"]
+           "PropagateObserved", "RobustRisk", "ToldRestartPrice", "earlier_slice_speeds"]

@@ -9,7 +9,7 @@ from typing import Any
 
 from miso.mig import Geometry
 from miso.optimize import OptimizerError, optimizer_for
-from miso.sched.decisions import Decision, PlaceJob, RequeueCause, RequeueJob
+from miso.sched.decisions import Decision, PlaceJob, RequeueCause, RequeueJob, WakeUp
 from miso.sched.events import (
     Event,
     GpuAdded,
@@ -244,6 +244,8 @@ class BasePolicy:
     profile: Profile | None = None
     #: when the pending reclaim timer fires (the reclaim post-filter's memory across calls)
     reclaim_timer: float | None = None
+    #: tags of the timers set with :meth:`wake_once` that have not fired yet
+    timers: frozenset[str] = frozenset()
 
     def decide(self, now: float, event: Event, state: ClusterState) -> list[Decision]:
         sc = Scratch(state)
@@ -302,6 +304,14 @@ class BasePolicy:
         hook = _HOOKS.get(type(event))
         if hook is not None:
             hook(self, now, event, sc)
+
+    def wake_once(self, out: list[Decision], at: float, tag: str) -> None:
+        """A timer (:class:`~miso.sched.decisions.WakeUp` ``tag`` at ``at``) unless one with
+        ``tag`` is pending: a rule that asks again before it fires sets no second one (the
+        tag is free again when its :class:`~miso.sched.events.Tick` is dispatched)."""
+        if tag not in self.timers:
+            self.timers = self.timers | {tag}
+            out.append(WakeUp(at, tag))
 
     def has_room(self, sc: Scratch, job: str) -> bool:
         """Whether the policy could place ``job`` now (reclaim asks first)."""
@@ -386,6 +396,12 @@ def _failed(p: BasePolicy, now: float, ev: LayoutFailed, sc: Scratch) -> None:
         p.capacity(now, sc)
 
 
+def _tick(p: BasePolicy, now: float, ev: Tick, sc: Scratch) -> None:
+    if ev.tag in p.timers:  # (a timer of wake_once fired: its tag is free again)
+        p.timers = p.timers - {ev.tag}
+    p.on_tick(now, ev, sc)
+
+
 #: Each event type's hook: a plan acknowledgement only when it is the GPU's current plan.
 _HOOKS: dict[type, Any] = {
     JobSubmitted: lambda p, now, ev, sc: p.on_submit(now, ev, sc),
@@ -399,6 +415,6 @@ _HOOKS: dict[type, Any] = {
     GpuRemoved: lambda p, now, ev, sc: p.capacity(now, sc),
     JobSpeedChanged: lambda p, now, ev, sc: p.on_speed_changed(now, ev, sc),
     SpeedObserved: lambda p, now, ev, sc: p.on_speed_observed(now, ev, sc),
-    Tick: lambda p, now, ev, sc: p.on_tick(now, ev, sc),
+    Tick: _tick,
     ServiceSlicesChanged: lambda p, now, ev, sc: p.on_slices_changed(now, ev.gpu, sc),
 }

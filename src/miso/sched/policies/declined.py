@@ -58,9 +58,7 @@ def declined_plan(policy: Any, sc: Scratch, g: str, speeds: Speeds,
     (horizon, restart price per running job) (:meth:`RestartEconomy.prices`: total
     speed over the horizon, the unit the plan was chosen in); ``reserved``: the instances the
     kept layout holds free for the next arrival (:meth:`MisoPlus.keep_room`), else None."""
-    horizon, penalty = prices
-    if not penalty:  # no restart economy here (no horizon): nothing declined for its price
-        return
+    horizon, penalty = prices  # (a kept layout has running jobs: it is priced)
     gs = sc.state.gpus[g]
     try:
         alt = optimizer_for(gs.geom).solve(speeds, current=dict(current),

@@ -45,7 +45,8 @@ filter and post-filter plugins (each a frozen record of its own options). The po
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
+from inspect import Parameter, Signature
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from miso.sched.events import Event
@@ -209,6 +210,25 @@ class Profile:
         pol.filters = self.filters
         pol.post_filters = self.post_filters
         return pol
+
+
+def take_options(records: Sequence[type], options: dict[str, Any]) -> dict[type, Any]:
+    """A policy made of stages, each with its own frozen options record: each record built
+    from the ``options`` named by its fields (a name may feed several records); those are
+    taken out of ``options``, the rest stay for the policy's base class."""
+    names = {f.name for r in records for f in fields(r)}
+    mine = {k: options.pop(k) for k in list(options) if k in names}
+    return {r: r(**{f.name: mine[f.name] for f in fields(r) if f.name in mine})
+            for r in records}
+
+
+def records_signature(records: Sequence[type], rest: str) -> Signature:
+    """The ``__init__`` signature of a policy whose options are its ``records``' fields
+    (keyword-only, with their defaults), then ``**rest`` (its base class's): what
+    :func:`~miso.sched.policies.policy_options` reads (``cls.__init__.__signature__``)."""
+    return Signature([Parameter("self", Parameter.POSITIONAL_OR_KEYWORD), *{
+        f.name: Parameter(f.name, Parameter.KEYWORD_ONLY, default=f.default)
+        for r in records for f in fields(r)}.values(), Parameter(rest, Parameter.VAR_KEYWORD)])
 
 
 def profile_of(policy: type[BasePolicy], name: str | None = None) -> Profile:

@@ -12,9 +12,6 @@ reads the policy.
 
 from __future__ import annotations
 
-import heapq
-from itertools import count
-
 from miso.sched.decisions import ApplyLayout, Decision
 from miso.sched.state import ClusterState
 
@@ -28,11 +25,11 @@ class WorkLearner:
         self.seen: dict[str, float] = {}
         self.stats = [0.0, 0.0]
 
-    def remaining(self, st: ClusterState | None, job: str) -> float:
+    def remaining(self, st: ClusterState, job: str) -> float:
         """Work the job has left from its progress reports, folded into its state by the
         driver (:meth:`JobState.remaining_work`); :meth:`typical` when it reports none."""
-        js = st.jobs.get(job) if st is not None else None
-        r = js.remaining_work(st.now) if js is not None else None  # type: ignore[union-attr]
+        js = st.jobs.get(job)
+        r = js.remaining_work(st.now) if js is not None else None
         if r is None:
             return self.typical()
         if job not in self.seen and js.progress is not None:  # type: ignore[union-attr]
@@ -63,80 +60,27 @@ class WorkLearner:
 STALE = 20.0
 
 
-class Relaunches:
-    """Relaunched jobs not seen resuming yet: ``entries``, job -> (the plan that restarted it,
-    its acknowledgement), in insertion order (a dict's), with what makes learning from them
-    cost what changed, not every relaunch in flight at every call: the jobs that reported
-    progress since (``ClusterState.watch_progress``) and a heap of when each goes stale."""
-
-    def __init__(self) -> None:
-        self.entries: dict[str, tuple[float, float]] = {}
-        self._seq: dict[str, int] = {}       # job -> insertion number (the dict's order)
-        self._count = count()
-        self._expiry: list[tuple[float, str]] = []
-        self._reported: set[str] = set()
-        self._state: ClusterState | None = None
-
-    def add(self, job: str, value: tuple[float, float]) -> None:
-        if job not in self.entries:
-            self._seq[job] = next(self._count)
-        self.entries[job] = value
-        self._reported.add(job)  # a report may have come before this call saw the ack
-        heapq.heappush(self._expiry, (value[0], job))
-
-    def drop(self, job: str) -> None:
-        if self.entries.pop(job, None) is not None:
-            del self._seq[job]
-
-    def _note(self, job: str) -> None:
-        if job in self.entries:
-            self._reported.add(job)
-
-    def changed(self, state: ClusterState, stale_after: float
-                ) -> list[tuple[str, tuple[float, float]]]:
-        """The entries that may resolve now, in insertion order: reported since the last
-        call, or (by the heap) at least ``stale_after`` old (a superset; the caller decides)."""
-        if state is not self._state:
-            self._state = state
-            state.watch_progress(self._note)
-            self._reported.update(self.entries)
-        horizon = state.now - stale_after
-        exp = self._expiry
-        if not self._reported and not (exp and exp[0][0] <= horizon + 1e-6):
-            return []  # nothing reported, nothing gone stale: most calls
-        cand = self._reported
-        self._reported = set()
-        due: set[str] = set()
-        while exp and exp[0][0] <= horizon + 1e-6:
-            due.add(heapq.heappop(exp)[1])
-        for j in due:  # kept in the heap until gone (the caller's test is the exact one)
-            if j in self.entries:
-                heapq.heappush(exp, (self.entries[j][0] + 1e-3, j))
-        cand |= due
-        got = sorted((self._seq[j], j) for j in cand if j in self.entries)
-        return [(j, self.entries[j]) for _, j in got]
-
-
 class RestartCosts:
-    """The restart price: with ``learn``, each job's measured cost (decision to its first
-    progress report after the relaunch: checkpoint, reconfiguration, start, warm-up,
-    restore), else the mean of the costs measured so far (three at least), else the
-    configured ``prior_s``. ``restarting``: gpu -> job -> when a plan restarted it;
-    ``relaunching``: relaunched jobs not seen resuming; ``seen``: job -> its measured cost;
-    ``stats``: [sum, count] of every cost measured."""
+    """The restart price: each job's measured cost (decision to its first progress report
+    after the relaunch: checkpoint, reconfiguration, start, warm-up, restore), else the mean
+    of the costs measured so far (three at least), else the configured ``prior_s`` (the
+    price told and never learned is an experiment outside the product:
+    :class:`miso.sched.experiments.ToldRestartPrice`). ``restarting``: gpu -> job -> when a
+    plan restarted it; ``relaunching``: relaunched jobs not seen resuming; ``seen``: job ->
+    its measured cost; ``stats``: [sum, count] of every cost measured."""
 
-    def __init__(self, prior_s: float, learn: bool = True) -> None:
+    def __init__(self, prior_s: float) -> None:
         self.prior_s = prior_s
-        self.learn_costs = learn
+        self.limit = STALE * max(prior_s, 60.0)  # a relaunch older than this is not measured
         self.restarting: dict[str, dict[str, float]] = {}
-        self.relaunching = Relaunches()
+        self.relaunching: dict[str, tuple[float, float]] = {}  # job -> (plan, its ack)
+        self.reported: set[str] = set()   # relaunched jobs that reported since the last call
+        self._state: ClusterState | None = None
         self.seen: dict[str, float] = {}
         self.stats = [0.0, 0.0]
 
     def cost(self, job: str) -> float:
         """What restarting ``job`` costs (s); ``""``: a job not measured (the mean)."""
-        if not self.learn_costs:
-            return self.prior_s
         got = self.seen.get(job)
         if got is not None:
             return got
@@ -147,8 +91,6 @@ class RestartCosts:
                    out: list[Decision]) -> None:
         """Remember when this call's plans restart a running job (before the state applies
         them), per GPU, to measure how long the job takes to report progress again."""
-        if not self.learn_costs:
-            return
         for d in out:
             if isinstance(d, ApplyLayout):
                 cur = st.gpus[d.gpu].assignment if d.gpu in st.gpus else {}
@@ -160,36 +102,52 @@ class RestartCosts:
         """A plan of ``gpu`` is carried out: its restarted jobs' old runs are stopped (live,
         the executor acknowledges after stopping and relaunching), so a progress report
         from now on is the new run's."""
-        if not self.restarting:
-            return
         for j, t0 in self.restarting.pop(gpu, {}).items():
             js = st.jobs.get(j)
             if js is not None and js.gpu == gpu and js.finished_at is None:
-                self.relaunching.add(j, (t0, now))
+                if now - self.relaunching.get(j, (now, now))[0] > self.limit:
+                    del self.relaunching[j]  # gone stale: relaunched anew (last in order)
+                self.relaunching[j] = (t0, now)
 
     def learn(self, st: ClusterState) -> list[str]:
         """Read each relaunched job's first progress report after the plan's
         acknowledgement (folded into its state by the driver, live or simulated; not a last
         report of the old run) as its restart cost: from the plan to that report. Only the
-        relaunches that can have changed are looked at (:meth:`Relaunches.changed`). Returns
-        the jobs whose cost was measured now (their price changed)."""
+        relaunched jobs that reported since the last call are looked at (:meth:`reported_jobs`);
+        one that ended or went stale (no relaunch seen within ``STALE`` prices) is dropped
+        unmeasured when it next reports, or when it ends (:meth:`forget`). Returns the jobs
+        whose cost was measured now (their price changed)."""
         measured: list[str] = []
-        if not self.relaunching.entries:
-            return measured
-        limit = STALE * max(self.prior_s, 60.0)
-        for j, (t0, acked) in self.relaunching.changed(st, limit):
-            js = st.jobs.get(j)
+        for j in self.reported_jobs(st):
+            js, (t0, acked) = st.jobs.get(j), self.relaunching[j]
             p = js.progress if js is not None else None
-            if js is None or js.finished_at is not None or st.now - t0 > limit:
-                self.relaunching.drop(j)  # ended, or no relaunch seen: nothing to learn
+            if js is None or js.finished_at is not None or st.now - t0 > self.limit:
+                del self.relaunching[j]  # ended, or no relaunch seen: nothing to learn
             elif p is not None and p[0] > acked and p[2] > 0:
                 self.seen[j] = p[0] - t0
                 self.stats[0] += p[0] - t0
                 self.stats[1] += 1
-                self.relaunching.drop(j)
+                del self.relaunching[j]
                 measured.append(j)
         return measured
 
+    def reported_jobs(self, st: ClusterState) -> list[str]:
+        """The relaunched jobs that reported progress since the last call (the state tells
+        of each report, :meth:`ClusterState.watch_progress`), in the order they were
+        relaunched (so the costs are summed in that order); most calls, none."""
+        if st is not self._state:
+            self._state = st
+            st.watch_progress(self._note)
+            self.reported.update(self.relaunching)
+        rep, self.reported = self.reported, set()
+        if len(rep) > 1:
+            return [j for j in self.relaunching if j in rep]
+        return [j for j in rep if j in self.relaunching]
+
+    def _note(self, job: str) -> None:
+        if job in self.relaunching:
+            self.reported.add(job)
+
     def forget(self, job: str) -> None:
         self.seen.pop(job, None)
-        self.relaunching.drop(job)
+        self.relaunching.pop(job, None)

@@ -3,14 +3,13 @@ The paper's policy, which it extends, is :mod:`miso.sched.policies.miso`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import partial
-from inspect import Parameter, Signature
 from typing import Any
 
 from miso.mig import Geometry
 from miso.optimize import OptimizerError, optimizer_for
-from miso.sched.decisions import ApplyLayout, Decision, RequeueCause, StartProfiling, WakeUp
+from miso.sched.decisions import ApplyLayout, Decision, RequeueCause, StartProfiling
 from miso.sched.events import (
     Event,
     JobSpeedChanged,
@@ -29,6 +28,7 @@ from miso.sched.policies.declined import Declines, declined_plan
 from miso.sched.policies.economy import EconomyOptions, RestartEconomy, Speeds
 from miso.sched.policies.estimates import SpeedPlugin
 from miso.sched.policies.explain import explain_plan
+from miso.sched.policies.framework import records_signature, take_options
 from miso.sched.policies.learners import RestartCosts, WorkLearner
 from miso.sched.policies.miso import Miso
 from miso.sched.policies.observed import ObservedSpeeds
@@ -42,30 +42,24 @@ from miso.sched.state import ClusterState
 @dataclass(frozen=True)
 class PlusOptions:
     """The plan stage's and the learners' options (see :class:`MisoPlus`): the configured
-    restart price ``restart_s`` (:class:`RestartCosts`) and ``learn_restart_cost``; the work
+    restart price ``restart_s`` and its learner ``restart_costs`` (:class:`RestartCosts`, built
+    with ``restart_s``; an experiment may put another in a profile); the work
     of a job that reports none, ``default_remaining_s`` (:class:`WorkLearner`); arrivals stop
     after ``quiet_gaps`` mean gaps (:class:`ArrivalClock`); a lone newcomer's
-    ``profile_levels``; ``starve_after`` typical works; the ``estimates`` plugins. (The
-    ablation switches ``profile_newcomers_only``, ``pin_uncheckpointable``, ``rebalance``,
-    ``backfill``, ``batch_arrivals``, ``batch_prior`` and ``economy``, whose off paths no
-    shipped profile ran, were deleted in issue 27; their figures are in
-    benchmarks/history/simulator.md and noregret.md, git keeps the code.)"""
+    ``profile_levels``; ``starve_after`` typical works; the ``estimates`` plugins."""
 
     restart_s: float = 60.0
     profile_levels: tuple[int, ...] = (14, 100)
     default_remaining_s: float = 3000.0
     quiet_gaps: float = 8.0
     starve_after: float = 8.0
-    learn_restart_cost: bool = True
+    restart_costs: type[RestartCosts] = RestartCosts
     estimates: tuple[SpeedPlugin, ...] = ()
 
 
 #: miso+'s option records, one per stage: the policy's options are their fields, each given to
 #: every record that names it (``batch_restart_frac``: the burst regime's and the GPU choice's).
 RECORDS = (PlusOptions, EconomyOptions, BurstOptions, ChoiceOptions, AdmissionOptions)
-_SIGNATURE = Signature([Parameter("self", Parameter.POSITIONAL_OR_KEYWORD), *{
-    f.name: Parameter(f.name, Parameter.KEYWORD_ONLY, default=f.default)
-    for r in RECORDS for f in fields(r)}.values(), Parameter("miso", Parameter.VAR_KEYWORD)])
 
 
 class MisoPlus(Miso):
@@ -106,9 +100,9 @@ class MisoPlus(Miso):
       its GPU waits for a whole GPU instead when that ends the jobs sooner on average
       (:meth:`better_to_wait`), outside a fixed mix only when sharing looks ``wait_bias``
       times worse.
-    * ``learn_restart_cost``: each job's restart cost is measured (from the plan that
-      restarts it to its first progress report after the relaunch) and prices its next
-      restarts; jobs not measured yet are priced at the mean measured cost.
+    * learned restart costs (``restart_costs``): each job's restart cost is measured (from
+      the plan that restarts it to its first progress report after the relaunch) and prices
+      its next restarts; jobs not measured yet are priced at the mean measured cost.
     * ``estimates``: estimate plugins (:mod:`~miso.sched.policies.estimates`), none
       shipped; issue 19's experiments, measured no better (benchmarks/README.md,
       "Predictor"), are plugins in :mod:`miso.sched.experiments`.
@@ -136,16 +130,13 @@ class MisoPlus(Miso):
     def __init__(self, **options: Any) -> None:
         """``options``: the fields of :data:`RECORDS` (each stage gets its own record), the
         rest MISO's."""
-        mine = {k: options.pop(k) for k in list(options) if k in _SIGNATURE.parameters}
+        rec = take_options(RECORDS, options)  # (framework.py)
         super().__init__(**options)
-        rec = {r: r(**{f.name: mine[f.name] for f in fields(r) if f.name in mine})
-               for r in RECORDS}
         o = self.opts = rec[PlusOptions]
         self.estimates = tuple(p.build() for p in o.estimates)  # estimates.py
         self.work = WorkLearner(o.default_remaining_s)  # learners.py
-        self.restarts = RestartCosts(o.restart_s, o.learn_restart_cost)
+        self.restarts = o.restart_costs(o.restart_s)
         self.clock = ArrivalClock(o.quiet_gaps)
-        self.quiet_timer = self.batch_timer = False
         self.ref_rate: dict[str, float] = {}
         self.base_est: dict[str, dict[str, float]] = {}   # estimates before a rescale
         self.ran: set[str] = set()          # jobs that have made progress
@@ -191,12 +182,8 @@ class MisoPlus(Miso):
         """A timer for when arrivals count as stopped (:meth:`ArrivalClock.quiet_from`), one
         at a time."""
         at = self.clock.quiet_from()
-        if at is not None and not self.quiet_timer:
-            self.quiet_timer = True
-            out.append(WakeUp(at, "quiet"))
-
-    def choose_gpu(self, now: float, job: str, sc: Scratch) -> str | None:
-        return self.choice.choose_gpu(now, job, sc, QueuePass())
+        if at is not None:
+            self.wake_once(out, at, "quiet")  # (base.py)
 
     def has_room(self, sc: Scratch, job: str) -> bool:
         return self.choice.has_room(sc, job)  # a resident that cannot checkpoint is no room
@@ -214,27 +201,23 @@ class MisoPlus(Miso):
         self.observing.on_speed_changed(now, ev, sc)
 
     def on_tick(self, now: float, ev: Tick, sc: Scratch) -> None:
+        """miso+'s timers (MISO's re-profiling timers are never set: miso+ rescales the
+        estimates instead): the end of a batch's instant, and arrivals stopped (then the GPUs
+        that hold jobs and idle slices, or a lone job on a slice, are re-planned with the long
+        horizon)."""
         if ev.tag == "batch":
-            self.batch_timer = False
             self.replan_dirty(now, sc)  # a busy GPU stays dirty, as replan would leave it
-            return
-        if ev.tag != "quiet":
-            super().on_tick(now, ev, sc)
-            return
-        self.quiet_timer = False
-        if not self.clock.quiet(now):  # (so a mean gap is known: the timer is set)
+        elif ev.tag == "quiet" and not self.clock.quiet(now):  # (a mean gap is known)
             self.quiet_wakeup(sc.out)
-            return
-        # Arrivals stopped: re-plan GPUs that hold jobs and idle slices, with the long horizon.
-        for g, gs in sc.state.gpus.items():  # (an idle slice, or a lone job on a slice)
-            full = gs.geom.model.full_profile().name
-            if gs.jobs and (len(gs.layout) > len(gs.jobs) or len(gs.jobs) == 1 and any(
-                    pl.profile != full for pl in gs.assignment.values())):
-                self.replan(now, g, sc)
+        elif ev.tag == "quiet":
+            for g, gs in sc.state.gpus.items():
+                full = gs.geom.model.full_profile().name
+                if gs.jobs and (len(gs.layout) > len(gs.jobs) or len(gs.jobs) == 1 and any(
+                        pl.profile != full for pl in gs.assignment.values())):
+                    self.replan(now, g, sc)
 
     def pinned(self, sc: Scratch, jobs: list[str]) -> set[str]:
-        st = sc.state
-        return {j for j in jobs if j in self.ran and not st.jobs[j].spec.checkpointable}
+        return {j for j in jobs if j in self.ran and not sc.state.jobs[j].spec.checkpointable}
 
     def in_batch(self, sc: Scratch) -> bool:
         """A fixed mix: several jobs came, all at one instant (no arrival rate known)."""
@@ -295,9 +278,7 @@ class MisoPlus(Miso):
             # end of this instant, when every job submitted with it is placed, so no job
             # starts only to be restarted by the next one of the batch.
             self.dirty.add(g)
-            if not self.batch_timer:
-                self.batch_timer = True
-                sc.out.append(WakeUp(now, "batch"))
+            self.wake_once(sc.out, now, "batch")
             return
         if len(jobs) == 1 and self.profile_alone(now, g, jobs[0], sc):
             return
@@ -458,5 +439,5 @@ class MisoPlus(Miso):
         super().on_finish(now, job, gpu, sc)
         self.rebalancer.fill_idle_gpus(now, sc)
 
-MisoPlus.__init__.__signature__ = _SIGNATURE  # type: ignore[attr-defined]  # policy_options
+MisoPlus.__init__.__signature__ = records_signature(RECORDS, "miso")  # type: ignore[attr-defined]
 _NEXT = "\x00next-arrival"   # the phantom newcomer of :meth:`MisoPlus.headroom`

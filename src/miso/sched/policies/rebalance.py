@@ -52,9 +52,9 @@ class RebalanceIndex:
         self._round = 0
         self._state: ClusterState | None = None
         self._rankings = self._new()
-        self._idle: Occupancy[Scratch] = Occupancy(
-            lambda sc, g: None if sc.state.gpus[g].busy or sc.jobs_on(g) else "idle",
-            lambda cls: (cls,))
+        self._idle: Occupancy[Scratch] = Occupancy(  # (no service replica holds a slice)
+            lambda sc, g: None if (gs := sc.state.gpus[g]).busy or gs.base is not None
+            or sc.jobs_on(g) else "idle", lambda cls: (cls,))
 
     def _new(self) -> tuple[LazyRanking[str], ...]:
         """(measured donors, the others)."""
@@ -86,8 +86,9 @@ class RebalanceIndex:
             self.changed(state.jobs[job].gpu)
 
     def idle(self, sc: Scratch) -> Iterator[str]:
-        """GPUs with no job and no plan in flight, in GPU order. Lazy: the GPUs idle when the
-        iteration starts, whatever is placed meanwhile."""
+        """Whole GPUs (no service replica holds a slice of them) with no job and no plan in
+        flight, in GPU order. Lazy: the GPUs idle when the iteration starts, whatever is
+        placed meanwhile."""
         return self._idle.view(sc).ordered(["idle"])
 
     def pop(self, sc: Scratch) -> tuple[float, str, str] | None:
@@ -134,7 +135,7 @@ class Rebalancing:
             return None
         pol = self.pol
         pinned = pol.pinned(sc, jobs)
-        costs = pol.restarts.seen if pol.restarts.learn_costs else {}
+        costs = pol.restarts.seen
         best: Donor | None = None
         for j in jobs:
             pl = gs.assignment.get(j)
@@ -157,8 +158,6 @@ class Rebalancing:
             fill_by_model(self.pol, now, sc)  # any job may gain from an idle GPU of another model
             return
         for target in self.pol.donors.idle(sc):
-            if sc.state.gpus[target].base is not None:
-                continue  # service replicas hold slices of it: not a whole idle GPU
             got = self.pol.donors.pop(sc)
             if got is None:
                 return
