@@ -1,4 +1,4 @@
-"""Issue 31: a protected owner's only running job is owed what it would get alone on the
+"""Issue 31: a protected owner's only active job is owed what it would get alone on the
 owner's weighted part of the cluster, up to the largest slice below a whole GPU
 (``miso.sched.fairunused``, ``Entitled.first``), when the stated price's cap has fallen."""
 

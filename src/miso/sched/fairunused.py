@@ -1,6 +1,6 @@
 """An owner's first slice (issue 31): the fair slice a protected owner's job is owed when it
-is the owner's only running job (or the owner has none running): what the job would get alone
-on the owner's weighted part of the cluster, up to the largest slice below a whole GPU. Pure.
+is the owner's only active job (queued or running): what the job would get alone on the
+owner's weighted part of the cluster, up to the largest slice below a whole GPU. Pure.
 
 **Why.** The stated price's cap (:mod:`miso.sched.fairprice`) is one size for every job of a
 protected owner, priced as if the protected owners' jobs were a sizable part of the work
@@ -16,14 +16,16 @@ more than fair share already owes the owner. Measured (seeds 1-3, 5 %): vc 11cb4
 reclaims that return the 4g slices restart its jobs).
 
 **Why not a whole GPU.** A whole GPU is returned only when every resident of a GPU ends or
-is restarted: measured, whole GPUs for vc 11cb48 cost +14 % total average JCT and left it
-worse (2.15); the largest slice below a whole GPU (a 4g of an A100) is returned beside other
-jobs.
+is restarted: measured, this rule with whole GPUs cost +21.7 % total average JCT and left
+vc 11cb48 at 1.77 (seed 1; the largest vc's short jobs 392); the largest slice below a whole
+GPU (a 4g of an A100) is returned beside other jobs.
 
-**Why only the owner's only running job.** An owner with several jobs running is already
-sized by its entitlement per job and the price's cap; applying the rule to every job of an
-owner whose part is not filled moved the two owners 80/20 at 1.6x the cluster (+0.3 to +1.1
-points of price, the light owner's sharing incentive up to +0.019).
+**Why only an owner's only active job.** An owner with several jobs is already sized by its
+entitlement per job and the price's cap, which the price model was fitted to; applying the
+rule to every job of an owner whose part is not filled moved the two owners 80/20 at 1.6x
+the cluster (+0.3 to +1.1 points of price, the light owner's sharing incentive up to
++0.019), and to every job of an owner with none running changed the price's own caps for
+an owner whose jobs all wait.
 """
 
 from __future__ import annotations

@@ -74,7 +74,7 @@ class Entitled:
         own, mean = ten.fair_cap(job), ten.fair_cap()
         promised = ten.slices.promised.get(job, 0.0) if job is not None else 0.0
         kept = self.kept(job) if job is not None else 0.0
-        first = self.first(geom, owner, job) if job is not None else 0.0
+        first = self.first(geom, owner) if job is not None else 0.0
         key = (geom, owner, own, promised, kept, first)
         if key in self._floors:
             return self._floors[key]
@@ -92,25 +92,24 @@ class Entitled:
         self._floors[key] = got
         return got
 
-    def first(self, geom: Geometry, owner: str, job: str) -> float:
-        """With a stated price, when ``job`` is its owner's only running job (or the owner
-        runs none): what it would get alone on its owner's weighted part of the cluster, up
-        to the largest slice below a whole GPU (:mod:`miso.sched.fairunused`); else 0."""
-        st = self.sc.state
-        ten = st.tenancy
+    def first(self, geom: Geometry, owner: str) -> float:
+        """With a stated price, when ``owner`` has one active job (queued or running), that
+        job's fair slice: what it would get alone on its owner's weighted part of the
+        cluster, up to the largest slice below a whole GPU (:mod:`miso.sched.fairunused`);
+        else 0."""
+        ten = self.sc.state.tenancy
         assert ten is not None
         if ten.config.fairness_price is None:
             return 0.0
         self.entitlements()                  # the active jobs per owner, as the call began
-        on = 1 if st.jobs[job].gpu is not None else 0
-        if ten.resident.get(owner, 0) - on > 0:
+        if self._active.get(owner, 0) != 1:
             return 0.0
         if owner not in self._parts:
             weight = {o: ten.config.weight(o) for o in self._active}
             self._parts[owner] = weighted_part(owner, self._active, weight, ten.capacity())
         full = geom.model.full_profile().compute_slices
-        return first_slice(self._parts[owner], self._active.get(owner, 0),
-                           [p.compute_slices / full for p in geom.profiles])
+        return first_slice(self._parts[owner], 1, [p.compute_slices / full
+                                                   for p in geom.profiles])
 
     def kept(self, job: str) -> float:
         """The slice ``job`` runs on, as a part of a GPU, when it has run
