@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from miso.sched.fairprice import fair_fraction
+from miso.sched.fairunused import first_slice, weighted_part
 
 if TYPE_CHECKING:  # pragma: no cover
     from miso.mig import Geometry
@@ -35,7 +36,9 @@ class Entitled:
         self.fits = fits                  # profiles with enough memory for a job
         self._ents: dict[str, float] | None = None
         self._active: dict[str, int] = {}
-        self._floors: dict[tuple[Geometry, str, float, float], frozenset[str] | None] = {}
+        self._floors: dict[tuple[Geometry, str, float, float, float, float],
+                           frozenset[str] | None] = {}
+        self._parts: dict[str, float] = {}   # owner -> its weighted part (GPUs), this call
 
     def entitlements(self) -> dict[str, float]:
         """GPUs each owner with active jobs is entitled to, as the call began."""
@@ -71,14 +74,15 @@ class Entitled:
         own, mean = ten.fair_cap(job), ten.fair_cap()
         promised = ten.slices.promised.get(job, 0.0) if job is not None else 0.0
         kept = self.kept(job) if job is not None else 0.0
-        key = (geom, owner, own, promised, kept)
+        first = self.first(geom, owner) if job is not None else 0.0
+        key = (geom, owner, own, promised, kept, first)
         if key in self._floors:
             return self._floors[key]
         got: frozenset[str] | None = None
         frac = promised
         if owner in ents and ten.protected(owner, ents):
             per_job = ents[owner] / max(1, self._active.get(owner, 1))
-            frac = max(frac, fair_fraction(own, mean, per_job), kept)
+            frac = max(frac, fair_fraction(own, mean, per_job), kept, first)
         if frac > 0:
             full = geom.model.full_profile().compute_slices
             sizes = sorted({p.compute_slices for p in geom.profiles})
@@ -87,6 +91,25 @@ class Entitled:
                 got = frozenset(p.name for p in geom.profiles if p.compute_slices >= floor)
         self._floors[key] = got
         return got
+
+    def first(self, geom: Geometry, owner: str) -> float:
+        """With a stated price, when ``owner`` has one active job (queued or running), that
+        job's fair slice: what it would get alone on its owner's weighted part of the
+        cluster, up to the largest slice below a whole GPU (:mod:`miso.sched.fairunused`);
+        else 0."""
+        ten = self.sc.state.tenancy
+        assert ten is not None
+        if ten.config.fairness_price is None:
+            return 0.0
+        self.entitlements()                  # the active jobs per owner, as the call began
+        if self._active.get(owner, 0) != 1:
+            return 0.0
+        if owner not in self._parts:
+            weight = {o: ten.config.weight(o) for o in self._active}
+            self._parts[owner] = weighted_part(owner, self._active, weight, ten.capacity())
+        full = geom.model.full_profile().compute_slices
+        return first_slice(self._parts[owner], 1, [p.compute_slices / full
+                                                   for p in geom.profiles])
 
     def kept(self, job: str) -> float:
         """The slice ``job`` runs on, as a part of a GPU, when it has run
