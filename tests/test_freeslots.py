@@ -139,3 +139,64 @@ def _run_plain(seed: int) -> None:
     pol = MisoPlus(restart_s=60.0, estimator=est, burst_jobs=burst_jobs,
                    profile_seconds_per_level=cfg.profile_s_per_level)
     Simulator(pol, trace, cfg, seed=seed).run()
+
+
+@pytest.mark.parametrize("model", ["A100-40GB", "H100-80GB"])
+def test_room_beside_never_rules_out_a_layout_the_optimizer_finds(model: str) -> None:
+    """``fits_beside_pinned`` skips the solve when :func:`room_beside` says no layout holds
+    the pinned instances, the other residents and the newcomer; on random pinned instances
+    (from valid layouts), other residents and newcomers (prior speeds of random memories),
+    the optimizer then fails too; and the rule does skip some solves that fail."""
+    from miso.mig import enumerate_layouts, geometry
+    from miso.optimize import OptimizerError, optimizer_for
+    from miso.sched.speeds import prior_speeds
+
+    geom = geometry(model)
+    opt = optimizer_for(geom)
+    layouts = enumerate_layouts(geom)
+    mems = sorted({p.memory_gib for p in geom.profiles})
+    rng = random.Random(7)
+    skipped = 0
+    for _ in range(400):
+        lay = list(rng.choice(layouts))
+        pins = rng.sample(lay, rng.randint(1, len(lay)))
+        speeds: dict[str, dict[str, float]] = {}
+        current = {}
+        for i, pl in enumerate(pins):
+            mem = min(m for m in mems if m >= 1.0)  # fits every profile: any pinned slice
+            speeds[f"p{i}"] = prior_speeds(geom, mem)
+            current[f"p{i}"] = pl
+        for i in range(rng.randint(0, 2)):  # residents placed, no instance yet
+            speeds[f"u{i}"] = prior_speeds(geom, rng.choice(mems) * rng.uniform(0.3, 1.0))
+        new = prior_speeds(geom, rng.choice(mems) * rng.uniform(0.3, 1.0))
+        speeds["new"] = new
+        room = freeslots.room_beside(geom, frozenset(pins))
+        may = any(room.get(q, 0) >= len(speeds) for q in new)
+        try:
+            opt.solve(speeds, current=current, pinned=set(current))
+            solved = True
+        except OptimizerError:
+            solved = False
+        assert may or not solved, (pins, speeds)
+        skipped += not may
+    assert skipped >= 20
+
+
+def test_check_mode_passes_the_room_rule_on_random_bursts(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """With ``CHECK`` every skipped solve is run and must fail (random bursty streams)."""
+    from miso.sched.policies import placing
+
+    monkeypatch.setattr(freeslots, "CHECK", True)
+    calls = {"skip": 0, "fit": 0}
+    may_fit = placing.GpuChoice.may_fit
+
+    def counted(self: placing.GpuChoice, *a: object) -> bool:
+        got = may_fit(self, *a)  # type: ignore[arg-type]
+        calls["fit" if got else "skip"] += 1
+        return got
+
+    monkeypatch.setattr(placing.GpuChoice, "may_fit", counted)
+    for seed in range(12):
+        _run_plain(seed)
+    assert calls["skip"] > 0 and calls["fit"] > 0, calls

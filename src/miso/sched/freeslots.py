@@ -20,7 +20,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Hashable, Iterable
+from functools import cache
 
+from miso.mig import Geometry, Placement
+from miso.mig.layouts import enumerate_layouts
 from miso.sched.decisions import ApplyLayout
 from miso.sched.occupancy import Occupancy
 from miso.sched.policies.base import Scratch, fit_classes
@@ -56,6 +59,24 @@ def open_fits(sc: Scratch, g: str) -> tuple[tuple[str, ...], ...]:
         return ()
     return tuple(f for f in fit_classes(sc.state.gpus[g].geom)
                  if sum(1 for p in free if p in f) > waiting)
+
+
+@cache
+def room_beside(geom: Geometry, pinned: frozenset[Placement]) -> dict[str, int]:
+    """Per profile ``q``: the most instances of a valid layout of ``geom`` that holds every
+    placement of ``pinned`` and an instance of ``q`` besides them (absent: none does). A
+    layout the optimizer returns with the pinned jobs on their instances and a newcomer on a
+    ``q`` instance is one of these, with an instance per job: so when no ``q`` the newcomer may
+    take has a layout of at least as many instances as jobs, no solve can succeed
+    (:meth:`~miso.sched.policies.placing.GpuChoice.fits_beside_pinned` skips it)."""
+    out: dict[str, int] = {}
+    for lay in enumerate_layouts(geom):
+        s = set(lay)
+        if pinned <= s:
+            for pl in s - pinned:
+                if out.get(pl.profile, 0) < len(lay):
+                    out[pl.profile] = len(lay)
+    return out
 
 
 class FreeSlots:
