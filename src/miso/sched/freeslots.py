@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Hashable, Iterable
-from functools import cache
+from functools import cache, lru_cache
 
 from miso.mig import Geometry, Placement
 from miso.mig.layouts import enumerate_layouts
@@ -77,6 +77,15 @@ def room_beside(geom: Geometry, pinned: frozenset[Placement]) -> dict[str, int]:
                 if out.get(pl.profile, 0) < len(lay):
                     out[pl.profile] = len(lay)
     return out
+
+
+@lru_cache(maxsize=1 << 16)
+def most_jobs_beside(geom: Geometry, pinned: frozenset[Placement], profiles: tuple[str, ...]
+                     ) -> int:
+    """The most jobs a layout of ``geom`` holds with ``pinned`` kept and a newcomer on one of
+    ``profiles`` (:func:`room_beside`); 0: none."""
+    room = room_beside(geom, pinned)
+    return max((room.get(q, 0) for q in profiles), default=0)
 
 
 class FreeSlots:

@@ -12,18 +12,26 @@ one pass over the queue come in a :class:`QueuePass`, not fields on the policy).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from miso.optimize import OptimizerError, optimizer_for
 from miso.sched import freeslots
-from miso.sched.freeslots import room_beside
+from miso.sched.freeslots import most_jobs_beside
 from miso.sched.modelplace import several_models, swap_on_arrival
 from miso.sched.policies.base import Scratch, mix_feasible
 from miso.sched.policies.declined import declined_share
 from miso.sched.speeds import prior_speeds
 
 if TYPE_CHECKING:  # pragma: no cover
+    from miso.mig import Geometry
     from miso.sched.policies.misoplus import MisoPlus
+
+
+@lru_cache(maxsize=1 << 12)
+def prior_profiles(geom: Geometry, memory_gb: float) -> tuple[str, ...]:
+    """The profiles a newcomer of ``memory_gb`` has a prior speed on (:func:`prior_speeds`)."""
+    return tuple(prior_speeds(geom, memory_gb))
 
 
 @dataclass(frozen=True)
@@ -153,11 +161,9 @@ class GpuChoice:
             return True  # its speeds' profiles are not the prior's: solve
         gs = sc.state.gpus[g]
         members = {*jobs, job}
-        room = room_beside(gs.geom, frozenset(
-            gs.assignment[j] for j in pinned if j in members))
-        n = len(members)
-        return any(room.get(q, 0) >= n
-                   for q in prior_speeds(gs.geom, sc.state.jobs[job].spec.memory_gb))
+        kept = frozenset([gs.assignment[j] for j in pinned if j in members])
+        prior = prior_profiles(gs.geom, sc.state.jobs[job].spec.memory_gb)
+        return most_jobs_beside(gs.geom, kept, prior) >= len(members)
 
     def gpu_to_hold(self, sc: Scratch, job: str) -> str | None:
         """The GPU a starving ``job`` (fits nowhere, waited past ``starve_after`` typical
