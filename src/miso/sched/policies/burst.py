@@ -19,7 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from miso.sched.decisions import ApplyLayout
+from miso.sched import freeslots
+from miso.sched.freeslots import FreeSlots
 from miso.sched.policies.base import Scratch, fitting_profiles
 from miso.sched.speeds import prior_speeds
 
@@ -51,6 +52,9 @@ class Burst:
         self.pol = pol
         self.opts = opts
         self.bursting = False  # the last :meth:`test` answer (its hysteresis)
+        #: the GPUs with 0 < residents < ``burst_jobs`` and a free slot (issue 32)
+        self.slots = FreeSlots(pol.occ.key, pol.occ.tags,
+                               lambda cls: 0 < cls[0] < opts.burst_jobs)  # type: ignore[index]
 
     def burst(self, sc: Scratch) -> bool:
         """:meth:`test`, computed once per decision: asked again in the same cycle with the
@@ -130,23 +134,33 @@ class Burst:
     def free_slots(self, sc: Scratch, g: str, job: str) -> int:
         """Instances of ``g``'s layout (the one being applied, else the applied one) free
         for ``job``: unassigned, large enough, not promised to a job placed there this call."""
-        gs = sc.state.gpus[g]
-        layout = gs.pending.layout if isinstance(gs.pending, ApplyLayout) else gs.layout
-        asg = gs.target_assignment()
-        used = set(asg.values())
-        fits = fitting_profiles(gs.geom, sc.state.jobs[job].spec.memory_gb)
-        free = [pl for pl in layout if pl not in used and pl.profile in fits]
-        waiting = [j for j in sc.jobs_on(g) if j not in asg]  # placed, no instance yet
-        return len(free) - len(waiting)
+        fits = fitting_profiles(sc.state.gpus[g].geom, sc.state.jobs[job].spec.memory_gb)
+        return freeslots.free_slots(sc, g, fits)
 
     def landing_gpu(self, sc: Scratch, g: str, job: str, held: str | None) -> str:
         """In a burst, where ``job`` goes instead of ``g`` (the least crowded GPU) when
         joining ``g`` would restart its running jobs (a job alone on the whole GPU, started
         before the burst showed): the least crowded GPU with a free landing slot for it, so
         that job keeps its GPU until a newcomer has nowhere else to go (a short first job
-        may end meanwhile; OptSta's jobs never restart). ``g`` itself otherwise."""
+        may end meanwhile; OptSta's jobs never restart). ``g`` itself otherwise. The GPUs
+        with a free slot come from the index (:mod:`miso.sched.freeslots`), not a scan."""
         if not sc.jobs_on(g) or not self.burst(sc) or self.free_slots(sc, g, job) > 0:
             return g
+        got = g
+        for n, h in self.pol.candidate_gpus(sc, job, self.slots.occ):  # free slot, 0 < n
+            if n >= self.opts.burst_jobs:
+                break
+            if h != g and h != held:
+                got = h
+                break
+        if freeslots.CHECK:
+            want = self.landing_scan(sc, g, job, held)
+            assert got == want, f"free-slot index: {job} -> {got}, the scan says {want}"
+        return got
+
+    def landing_scan(self, sc: Scratch, g: str, job: str, held: str | None) -> str:
+        """:meth:`landing_gpu`'s answer by scanning every candidate GPU's free slots (the
+        reference the index is checked against; ``g`` needs a landing GPU)."""
         for n, h in self.pol.candidate_gpus(sc, job):  # least crowded first; memory checked
             if n >= self.opts.burst_jobs:
                 break

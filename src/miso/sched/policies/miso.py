@@ -101,11 +101,13 @@ class Miso(BasePolicy):
         n, geom, sig = cls  # type: ignore[misc]
         return [(n, geom, f) for f in fit_classes(geom) if signature_feasible(geom, sig, f)]
 
-    def candidate_gpus(self, sc: Scratch, job: str) -> Iterator[tuple[int, str]]:
+    def candidate_gpus(self, sc: Scratch, job: str, index: Occupancy[Scratch] | None = None
+                       ) -> Iterator[tuple[int, str]]:
         """(resident jobs, GPU) of every GPU that can hold ``job`` (room under
         ``max_jobs_per_gpu``, a valid layout for the mix): least crowded first, then GPU order.
-        Lazy; consume it before the next placement or requeue."""
-        occ = self.occ.view(sc)
+        Lazy; consume it before the next placement or requeue. ``index``: an index whose tags
+        are the policy's (a subset of its GPUs, e.g. those with a free slot: freeslots.py)."""
+        occ = (self.occ if index is None else index).view(sc)
         cy = sc.cycle
         filtered = bool(cy.filters)
         for n, tags in self._tags_by_count(sc, job):

@@ -12,15 +12,26 @@ one pass over the queue come in a :class:`QueuePass`, not fields on the policy).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from miso.optimize import OptimizerError, optimizer_for
+from miso.sched import freeslots
+from miso.sched.freeslots import most_jobs_beside
 from miso.sched.modelplace import several_models, swap_on_arrival
 from miso.sched.policies.base import Scratch, mix_feasible
 from miso.sched.policies.declined import declined_share
+from miso.sched.speeds import prior_speeds
 
 if TYPE_CHECKING:  # pragma: no cover
+    from miso.mig import Geometry
     from miso.sched.policies.misoplus import MisoPlus
+
+
+@lru_cache(maxsize=1 << 12)
+def prior_profiles(geom: Geometry, memory_gb: float) -> tuple[str, ...]:
+    """The profiles a newcomer of ``memory_gb`` has a prior speed on (:func:`prior_speeds`)."""
+    return tuple(prior_speeds(geom, memory_gb))
 
 
 @dataclass(frozen=True)
@@ -119,6 +130,17 @@ class GpuChoice:
         pinned = (self.pol.pinned(sc, jobs) | self.pol.bursts.landed(sc, g)) & set(gs.assignment)
         if not pinned:
             return True
+        if not self.may_fit(sc, g, jobs, pinned, job):
+            assert not freeslots.CHECK or not self.solves(sc, g, jobs, pinned, job), \
+                f"room_beside: {job} fits beside the pinned jobs of {g}"
+            return False
+        return self.solves(sc, g, jobs, pinned, job)
+
+    def solves(self, sc: Scratch, g: str, jobs: list[str], pinned: set[str], job: str
+               ) -> bool:
+        """Whether the optimizer finds a layout of ``g`` for ``jobs`` and ``job`` that keeps
+        the ``pinned`` residents on their instances."""
+        gs = sc.state.gpus[g]
         sp = self.pol.speeds(gs.geom, sc, [*jobs, job])
         current = {j: pl for j, pl in gs.assignment.items() if j in sp}
         try:
@@ -126,6 +148,22 @@ class GpuChoice:
         except OptimizerError:
             return False
         return True
+
+    def may_fit(self, sc: Scratch, g: str, jobs: list[str], pinned: set[str], job: str
+                ) -> bool:
+        """False only when no solve of :meth:`solves` can succeed (issue 32: a burst's
+        placement pass solved beside the pinned residents of every candidate GPU for every
+        queued job): ``job`` is planned with the prior (no estimate, no estimate plugin), and
+        no profile it has a prior speed on has an instance beside the pinned instances in a
+        layout with an instance per job (:func:`~miso.sched.freeslots.room_beside`)."""
+        pol = self.pol
+        if job in pol.est or pol.estimates or not pol.estimator.needs_profile:
+            return True  # its speeds' profiles are not the prior's: solve
+        gs = sc.state.gpus[g]
+        members = {*jobs, job}
+        kept = frozenset([gs.assignment[j] for j in pinned if j in members])
+        prior = prior_profiles(gs.geom, sc.state.jobs[job].spec.memory_gb)
+        return most_jobs_beside(gs.geom, kept, prior) >= len(members)
 
     def gpu_to_hold(self, sc: Scratch, job: str) -> str | None:
         """The GPU a starving ``job`` (fits nowhere, waited past ``starve_after`` typical
