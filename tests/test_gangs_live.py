@@ -30,8 +30,10 @@ RANK_JOB = textwrap.dedent("""\
     assert 1024 <= int(e["MASTER_PORT"]) < 65536
     d = {k: e[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                            "MISO_NODE", "MISO_ATTEMPT")}
-    with open(os.path.join(out, f"rank-{r}-{e['MISO_ATTEMPT']}.json"), "w") as f:
+    path = os.path.join(out, f"rank-{r}-{e['MISO_ATTEMPT']}.json")
+    with open(path + ".tmp", "w") as f:
         json.dump(d, f)
+    os.replace(path + ".tmp", path)  # the test polls for this file: never show it half written
     t = time.time() + float(e.get("HOLD_S", "30"))
     while time.time() < t and not os.path.exists(os.path.join(out, "release")):
         time.sleep(0.05)
