@@ -56,7 +56,9 @@ packing gives (:mod:`miso.sched.policies.reclaim`).
 **Accounts** (``accounts``, ``account_weights``; Slurm's association tree, two levels):
 entitlements are water-filled between accounts, then between the owners of each
 (:mod:`miso.sched.fairfill`), and the queue goes by the account's ``u/w`` first, then the
-owner's. An owner in no account is an account of its own (one level, as before).
+owner's. An owner in no account is an account of its own (one level, as before). With
+accounts an owner with jobs waiting demands at least what it holds plus their smallest
+slices (:func:`~miso.sched.fairfill.floored`: a waiting job is demand not met).
 
 **Durable usage:** the ledger is exactly described, between two changes of the owners'
 charges, by each owner's usage as of the last change and its charge since
@@ -73,7 +75,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from miso.sched import fairorder
-from miso.sched.fairfill import two_level_fill, water_fill
+from miso.sched.fairfill import floored, two_level_fill, water_fill
 from miso.sched.fairprice import Backlog, FairBudget, FairSlices
 from miso.sched.quotacap import reserved_charge
 from miso.sched.tenancyconfig import TenancyConfig
@@ -336,12 +338,19 @@ class Tenancy:
         owner's demand: its resident jobs plus ``queued``,
         ``demand_per_job`` GPU each (default :meth:`fair_cap`), one GPU at least).
         Water-filling: owners whose demand is under their weighted part get their demand;
-        the rest is shared again among the others."""
+        the rest is shared again among the others. With accounts, an owner with queued jobs
+        demands at least its holding plus their smallest slices (``fairfill.floored``)."""
         jobs = self.active(queued)
         d = self.fair_cap() if demand_per_job is None else demand_per_job
         cap = self.capacity()
         per_gpu = cap / len(self.state.gpus) if self.state.gpus else 1.0
         demand = {o: min(float(n), max(1.0, n * d)) * per_gpu for o, n in jobs.items()}
+        if self.config.accounts:    # a waiting job is demand not met (fairfill.floored)
+            needs: dict[str, float] = {}
+            for j in self.state.queue:
+                o = self.state.jobs[j].spec.owner
+                needs[o] = needs.get(o, 0.0) + self.smallest_charge(j)
+            demand = floored(demand, self.held, needs)
         return two_level_fill(cap, demand, self.config)
 
     def capacity(self) -> float:
