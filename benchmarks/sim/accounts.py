@@ -9,7 +9,8 @@ Prints, per seed, A's part of the GPU time (:func:`miso.sim.fairness.account_sha
 moments both accounts had a job waiting (the weights are owed then), until the first
 account's last job first started, and while both had jobs (until the first account's last job
 ended: also counts the times B had nothing waiting, its demand met); the target is 2/3 within
-5 % (63.3-70.0 %) over the saturated run.
+5 % (63.3-70.0 %) over the saturated run. Beside them the price: the total average JCT and
+its change against the same jobs with fair share off (``--no-off``: not run).
 """
 
 from __future__ import annotations
@@ -36,14 +37,15 @@ def main() -> None:
     ap.add_argument("--gpus", type=int, default=16)
     ap.add_argument("--policy", default="miso+")
     ap.add_argument("--fairness-price", type=float, default=0.05)
+    ap.add_argument("--no-off", action="store_true", help="skip the fair-share-off run")
     a = ap.parse_args()
     ten = TenancyConfig(accounts=ACCOUNTS, account_weights={"A": 2.0, "B": 1.0},
                         fairness_price=a.fairness_price)
     print(f"## Accounts 2:1 (A: a1 a2 a3, B: b1), {a.jobs} Poisson jobs at {a.iat:g} s, "
           f"{a.gpus} A100-40GB, {a.policy}, price {a.fairness_price:.0%}\n")
     print("| seed | A while both have a job waiting | A until B's last start | A while both "
-          "have jobs | reclaims | wall s |")
-    print("|---|---|---|---|---|---|")
+          "have jobs | avg JCT s | price vs off | reclaims | wall s |")
+    print("|---|---|---|---|---|---|---|---|")
     for seed in range(1, a.seeds + 1):
         jobs = [replace(j, owner=USERS[i % 4]) for i, j in enumerate(
             poisson_jobs(a.jobs, seed=seed, mean_interarrival_s=a.iat))]
@@ -53,8 +55,14 @@ def main() -> None:
         w = account_shares(r, ACCOUNTS, waiting=True)["A"]
         q = account_shares(r, ACCOUNTS, queued=True)["A"]
         both = account_shares(r, ACCOUNTS)["A"]
-        print(f"| {seed} | {w:.1%} | {q:.1%} | {both:.1%} | {r.reclaims} | {wall:.0f} |",
-              flush=True)
+        jct = float(r.jct.mean())
+        price = "-"
+        if not a.no_off:
+            off = run_policy(a.policy, jobs, WorldConfig(n_gpus=a.gpus), seed,
+                             tenancy=replace(ten, fair_share=False))
+            price = f"{jct / float(off.jct.mean()) - 1:+.2%}"
+        print(f"| {seed} | {w:.1%} | {q:.1%} | {both:.1%} | {jct:,.0f} | {price} | "
+              f"{r.reclaims} | {wall:.0f} |", flush=True)
 
 
 if __name__ == "__main__":
