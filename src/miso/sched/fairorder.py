@@ -55,6 +55,17 @@ def levels(ten: Tenancy, owner: str, now: float) -> tuple[float, float] | float:
     return (account_level(ten, ten.config.account_of(owner), now), level(ten, owner, now))
 
 
+def queued_needs(ten: Tenancy) -> dict[str, float]:
+    """Owner -> its queued jobs' smallest slices together (GPU-equivalents): the least its
+    waiting jobs demand (:func:`miso.sched.fairfill.floored`)."""
+    st = ten.state
+    needs: dict[str, float] = {}
+    for j in st.queue:
+        o = st.jobs[j].spec.owner
+        needs[o] = needs.get(o, 0.0) + ten.smallest_charge(j)
+    return needs
+
+
 def factor(ten: Tenancy, owner: str, now: float) -> float:
     """Slurm's classic fair-share factor ``F = 2^(-U/S)`` (1: nothing used; 0.5: used exactly
     its share; for reports: the order uses the equivalent ``u/w``)."""

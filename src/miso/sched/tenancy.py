@@ -346,11 +346,7 @@ class Tenancy:
         per_gpu = cap / len(self.state.gpus) if self.state.gpus else 1.0
         demand = {o: min(float(n), max(1.0, n * d)) * per_gpu for o, n in jobs.items()}
         if self.config.accounts:    # a waiting job is demand not met (fairfill.floored)
-            needs: dict[str, float] = {}
-            for j in self.state.queue:
-                o = self.state.jobs[j].spec.owner
-                needs[o] = needs.get(o, 0.0) + self.smallest_charge(j)
-            demand = floored(demand, self.held, needs)
+            demand = floored(demand, self.held, fairorder.queued_needs(self))
         return two_level_fill(cap, demand, self.config)
 
     def capacity(self) -> float:
