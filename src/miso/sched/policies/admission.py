@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
+from functools import partial, reduce
+from operator import add
 from typing import TYPE_CHECKING, Any
 
 from miso.optimize import OptimizerError, remembering_optimizer
-from miso.sched.freetimes import FreeTimes, WatchedDict, end_time
+from miso.sched.freetimes import FreeTimes, Timed, WatchedDict, brute_soonest, end_time
 from miso.sched.policies.base import Scratch
 from miso.sched.policies.baselines import backfill_window
 from miso.sched.unseen import UnseenResidents
@@ -51,15 +52,6 @@ class AdmissionOptions:
 _BOUND_GPUS = 8
 #: GPUs kept from a scan for the next bound, soonest free first
 _SOONEST = 32
-
-
-def _waited(t_free: float, own: float, waits: list[float]) -> float:
-    """The waiting side's sum of completion times: the newcomer after ``t_free`` plus its
-    ``own`` work, then each resident's ``waits`` (added in this order, as floats)."""
-    wait = t_free + own
-    for w in waits:
-        wait += w
-    return wait
 
 
 #: Before the arrival rate is known, a lone newcomer is profiled when profiling costs at most
@@ -154,8 +146,6 @@ class Admission:
         residents = sc.jobs_on(g)
         if not any(r in self.pol.ran for r in residents):
             return False  # nobody runs there yet: a plan for all of them restarts nobody
-        if not sc.state.gpus:
-            return False
         self.scan_point(sc)
         got = self.both_ways(g, job, sc, residents)
         if got is None:
@@ -165,13 +155,11 @@ class Admission:
         # queue behind a waiting job, are not counted): outside a fixed mix a newcomer waits
         # only when sharing looks ``wait_bias`` times worse (1.2 measured best at 90 s).
         bias = 1.0 if self.pol.in_batch(sc) else self.opts.wait_bias
-        bound = self.free_bound(sc, ahead)
-        wait = None if bound is None else _waited(bound, own, waits)
-        if wait is None or share < bias * wait:
-            t_free = self.gpu_free_in(sc, ahead)
-            if t_free is None:
-                return False
-            wait = _waited(t_free, own, waits)
+        # The waiting side's sum of completion times: the newcomer after the free time, then
+        # its own work and each resident's time (added in this order, as floats).
+        wait = reduce(add, waits, self.free_bound(sc, ahead) + own)
+        if share < bias * wait:  # sharing is better than the bound says: the exact time
+            wait = reduce(add, waits, self.gpu_free_in(sc, ahead) + own)
             if share < bias * wait:
                 return False
         memo["share_estimate"] = {"gpu": g, "job": job, "share_s": share, "wait_s": wait,
@@ -235,65 +223,47 @@ class Admission:
         reporting progress, not ended, not seen yet."""
         return self.unseen.any(sc.state, self.pol.work.seen)  # sched/unseen.py: no scan
 
-    def free_bound(self, sc: Scratch, k: int) -> float | None:
-        """At least :meth:`gpu_free_in`: exact when this decision scanned, else the
-        ``k+1``-th soonest of the GPUs soonest free at the last scan (their times now);
-        None when there is no such bound."""
-        memo = sc.cycle.memo
-        if "free_at" in memo:
-            return self.gpu_free_in(sc, k)
-        gpus = sc.state.gpus
-        if "lazy" not in memo or k >= len(gpus):
-            return None
-        some = [gpus[g] for g in self.soonest if g in gpus][:k + _BOUND_GPUS]
+    def free_bound(self, sc: Scratch, k: int) -> float:
+        """At least :meth:`gpu_free_in`: while this decision's scan is left for later, the
+        ``k+1``-th soonest of the GPUs soonest free at the last scan (their times now); else
+        (no such bound, or the decision scanned) :meth:`gpu_free_in` itself."""
+        memo, gpus = sc.cycle.memo, sc.state.gpus
+        some = [g for g in self.soonest if g in gpus][:k + _BOUND_GPUS] \
+            if "lazy" in memo and "free_at" not in memo else []
         if len(some) <= k:
-            return None
+            return self.gpu_free_in(sc, k)
         # Their end times, computed once per decision (extended as deeper asks need more):
         # the GPUs and the typical work do not change during it, so each is the same float.
         ends = memo.setdefault("soon_ends", [])
         if len(ends) < len(some):
             typical = memo["lazy"]
-            ends += self.gpu_end_times(sc.state, some[len(ends):], lambda: typical)
+            timer = self.gpu_timer(sc.state, lambda: typical)
+            ends += [timer(g)[0] for g in some[len(ends):]]
         return sorted(ends[:len(some)])[k]
 
-    def gpu_end_times(self, st: Any, gpus: Any, typical: Callable[[], float]) -> list[float]:
-        """Per GPU of ``gpus`` (GpuStates, in order), :func:`end_time` (a scan of every GPU
-        when a scan would record a job's work, else only the GPUs :meth:`gpu_free_in`'s index
-        asks for)."""
-        timer = self.gpu_timer(st, typical)
-        return [timer(gs)[0] for gs in gpus]
-
-    def gpu_timer(self, st: Any, typical: Callable[[], float]
-                  ) -> Callable[[Any], tuple[float, float, bool]]:
-        """:func:`end_time` of one GpuState (an idle GPU: free now), the full profile's name
-        looked up once per GPU model: what the scan and the index both evaluate per GPU."""
+    def gpu_timer(self, st: Any, typical: Callable[[], float]) -> Callable[[str], Timed]:
+        """:func:`end_time` of a GPU by id (an idle GPU: free now): what the scan and the
+        index both evaluate per GPU."""
         work = self.pol.work
         ctx = (st.now, st.jobs, self.pol.est, work.seen, work.note, typical)
-        fulls: dict[int, str] = {}
 
-        def evaluate(gs: Any) -> tuple[float, float, bool]:
-            if not gs.jobs:
-                return 0.0, 0.0, False
-            model = gs.geom.model
-            full = fulls.get(id(model))
-            if full is None:
-                full = fulls[id(model)] = model.full_profile().name
-            return end_time(gs.jobs, gs.assignment, full, ctx)
+        def evaluate(g: str) -> Timed:
+            gs = st.gpus[g]
+            return end_time(gs.jobs, gs.assignment, gs.geom.model.full_profile().name, ctx)
         return evaluate
 
-    def gpu_free_in(self, sc: Scratch, k: int) -> float | None:
+    def gpu_free_in(self, sc: Scratch, k: int) -> float:
         """Seconds until the ``k+1``-th soonest GPU has finished all its jobs (each job's
-        remaining work at its current slice's speed); None when fewer GPUs. Once per
-        decision, for as many GPUs as its placement pass may ask (``ahead`` stays below the
-        backfill window): from the index of free times (:class:`FreeTimes`, only GPUs that
-        changed or may be among the soonest are evaluated), or a scan of every GPU when it
-        would record a job's work (a scan's side effect, in GPU order)."""
+        remaining work at its current slice's speed; the cluster has GPUs: a job is weighed
+        on one). Once per decision, for as many GPUs as its placement pass may ask
+        (``ahead`` stays below the backfill window): from the index of free times
+        (:class:`FreeTimes`, only GPUs that changed or may be among the soonest are
+        evaluated), or a scan of every GPU when it would record a job's work (a scan's side
+        effect, in GPU order)."""
         memo = sc.cycle.memo
         times = memo.get("free_at")
         if times is None or (k >= len(times) and len(times) < len(sc.state.gpus)):
             times = memo["free_at"] = self._free_times(sc, every=times is not None)
-        if not times:
-            return None
         if k < len(times):
             return times[k]
         # Deeper in the queue: every GPU frees again after about its median job's time.
@@ -301,19 +271,14 @@ class Admission:
 
     def _free_times(self, sc: Scratch, every: bool) -> list[float]:
         """The sorted free times of the GPUs the placement pass may ask for (``every``: of
-        all GPUs), keeping the soonest GPUs' ids for :meth:`free_bound`."""
-        memo, st, work = sc.cycle.memo, sc.state, self.pol.work
-        typical = (lambda: memo["lazy"]) if "lazy" in memo else work.typical
-        if not every and not self.would_record(sc):
-            timer = self.gpu_timer(st, typical)
-            m = max(_SOONEST, backfill_window(sc) + 1)
-            got = self.free.soonest(st, m, typical(), lambda g: timer(st.gpus[g]))
-            self.soonest = [g for _, g in got[:_SOONEST]]
-            return [t for t, _ in got]
-        gpus = list(st.gpus.values())
-        ends = self.gpu_end_times(st, gpus, typical)
-        order = sorted(range(len(ends)), key=ends.__getitem__)  # one sort for both
-        self.soonest = [gpus[i].id for i in order[:_SOONEST]]
-        return [ends[i] for i in order]  # = sorted(ends)
-
-
+        all GPUs, as when a scan records works), keeping the soonest GPUs' ids for
+        :meth:`free_bound`."""
+        memo, st = sc.cycle.memo, sc.state
+        typical = (lambda: memo["lazy"]) if "lazy" in memo else self.pol.work.typical
+        timer = self.gpu_timer(st, typical)
+        if every or self.would_record(sc):
+            got = brute_soonest(st.gpus, len(st.gpus), timer)  # in GPU order, ties too
+        else:
+            got = self.free.soonest(st, max(_SOONEST, backfill_window(sc) + 1), typical(), timer)
+        self.soonest = [g for _, g in got[:_SOONEST]]
+        return [t for t, _ in got]
