@@ -131,40 +131,20 @@ class Burst:
         full = gs.geom.model.full_profile().name
         return {j for j, pl in gs.assignment.items() if pl.profile != full}
 
-    def free_slots(self, sc: Scratch, g: str, job: str) -> int:
-        """Instances of ``g``'s layout (the one being applied, else the applied one) free
-        for ``job``: unassigned, large enough, not promised to a job placed there this call."""
-        fits = fitting_profiles(sc.state.gpus[g].geom, sc.state.jobs[job].spec.memory_gb)
-        return freeslots.free_slots(sc, g, fits)
-
     def landing_gpu(self, sc: Scratch, g: str, job: str, held: str | None) -> str:
         """In a burst, where ``job`` goes instead of ``g`` (the least crowded GPU) when
         joining ``g`` would restart its running jobs (a job alone on the whole GPU, started
         before the burst showed): the least crowded GPU with a free landing slot for it, so
         that job keeps its GPU until a newcomer has nowhere else to go (a short first job
         may end meanwhile; OptSta's jobs never restart). ``g`` itself otherwise. The GPUs
-        with a free slot come from the index (:mod:`miso.sched.freeslots`), not a scan."""
-        if not sc.jobs_on(g) or not self.burst(sc) or self.free_slots(sc, g, job) > 0:
+        with a free slot come from the index (:mod:`miso.sched.freeslots`: only GPUs with
+        0 < residents < ``burst_jobs``), not a scan; tests/test_freeslots.py checks it
+        against the scan."""
+        if not sc.jobs_on(g) or not self.burst(sc) or freeslots.free_slots(sc, g, fitting_profiles(
+                sc.state.gpus[g].geom, sc.state.jobs[job].spec.memory_gb)) > 0:
             return g
-        got = g
-        for n, h in self.pol.candidate_gpus(sc, job, self.slots.occ):  # free slot, 0 < n
-            if n >= self.opts.burst_jobs:
-                break
+        for _, h in self.pol.candidate_gpus(sc, job, self.slots.occ):  # a free slot
             if h != g and h != held:
-                got = h
-                break
-        if freeslots.CHECK:
-            want = self.landing_scan(sc, g, job, held)
-            assert got == want, f"free-slot index: {job} -> {got}, the scan says {want}"
-        return got
-
-    def landing_scan(self, sc: Scratch, g: str, job: str, held: str | None) -> str:
-        """:meth:`landing_gpu`'s answer by scanning every candidate GPU's free slots (the
-        reference the index is checked against; ``g`` needs a landing GPU)."""
-        for n, h in self.pol.candidate_gpus(sc, job):  # least crowded first; memory checked
-            if n >= self.opts.burst_jobs:
-                break
-            if n and h != g and h != held and self.free_slots(sc, h, job) > 0:
                 return h
         return g
 
