@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial, reduce
 from operator import add
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from miso.optimize import OptimizerError, remembering_optimizer
 from miso.sched.freetimes import FreeTimes, Timed, WatchedDict, brute_soonest, end_time
@@ -66,7 +66,9 @@ class Admission:
         self.pol = pol
         self.opts = opts
         self.soonest: list[str] = []   # the GPUs soonest free at the last scan
-        self.unseen = UnseenResidents()  # for would_record
+        #: whether a scan would record a job's work (:meth:`WorkLearner.note`): a resident
+        #: reporting progress, not ended, not seen yet (sched/unseen.py: no scan)
+        self.unseen = UnseenResidents()
         self.free = FreeTimes()  # the GPUs' free times (gpu_free_in), told of estimates
         pol.est = WatchedDict(self.free.job_changed, pol.est)  # changed (sched/freetimes.py)
 
@@ -206,7 +208,7 @@ class Admission:
         memo = sc.cycle.memo
         if "free_at" in memo or "lazy" in memo:
             return
-        if self.pol.estimator.needs_profile and not self.would_record(sc):
+        if self.pol.estimator.needs_profile and not self.unseen.any(sc.state, self.pol.work.seen):
             memo["lazy"] = self.pol.work.typical()
         else:
             self.gpu_free_in(sc, 0)
@@ -217,11 +219,6 @@ class Admission:
         memo = sc.cycle.memo
         if "lazy" in memo and "free_at" not in memo:
             self.gpu_free_in(sc, 0)
-
-    def would_record(self, sc: Scratch) -> bool:
-        """Whether a scan would record a job's work (:meth:`WorkLearner.note`): a resident
-        reporting progress, not ended, not seen yet."""
-        return self.unseen.any(sc.state, self.pol.work.seen)  # sched/unseen.py: no scan
 
     def free_bound(self, sc: Scratch, k: int) -> float:
         """At least :meth:`gpu_free_in`: while this decision's scan is left for later, the
@@ -236,15 +233,16 @@ class Admission:
         # the GPUs and the typical work do not change during it, so each is the same float.
         ends = memo.setdefault("soon_ends", [])
         if len(ends) < len(some):
-            typical = memo["lazy"]
-            timer = self.gpu_timer(sc.state, lambda: typical)
+            timer = self.gpu_timer(sc)
             ends += [timer(g)[0] for g in some[len(ends):]]
         return sorted(ends[:len(some)])[k]
 
-    def gpu_timer(self, st: Any, typical: Callable[[], float]) -> Callable[[str], Timed]:
-        """:func:`end_time` of a GPU by id (an idle GPU: free now): what the scan and the
-        index both evaluate per GPU."""
-        work = self.pol.work
+    def gpu_timer(self, sc: Scratch) -> Callable[[str], Timed]:
+        """:func:`end_time` of a GPU by id (an idle GPU: free now), with the decision's typical
+        work (the one when its scan was left for later, ``memo["lazy"]``): what the scan, the
+        index and the bound evaluate per GPU."""
+        st, work, memo = sc.state, self.pol.work, sc.cycle.memo
+        typical = (lambda: memo["lazy"]) if "lazy" in memo else work.typical
         ctx = (st.now, st.jobs, self.pol.est, work.seen, work.note, typical)
 
         def evaluate(g: str) -> Timed:
@@ -255,30 +253,23 @@ class Admission:
     def gpu_free_in(self, sc: Scratch, k: int) -> float:
         """Seconds until the ``k+1``-th soonest GPU has finished all its jobs (each job's
         remaining work at its current slice's speed; the cluster has GPUs: a job is weighed
-        on one). Once per decision, for as many GPUs as its placement pass may ask
-        (``ahead`` stays below the backfill window): from the index of free times
+        on one). Once per decision, for as many GPUs as its placement pass may ask (``k``,
+        the jobs ahead, stays below the backfill window): from the index of free times
         (:class:`FreeTimes`, only GPUs that changed or may be among the soonest are
         evaluated), or a scan of every GPU when it would record a job's work (a scan's side
-        effect, in GPU order)."""
-        memo = sc.cycle.memo
+        effect, in GPU order); the soonest GPUs' ids are kept for :meth:`free_bound`."""
+        memo, st = sc.cycle.memo, sc.state
         times = memo.get("free_at")
-        if times is None or (k >= len(times) and len(times) < len(sc.state.gpus)):
-            times = memo["free_at"] = self._free_times(sc, every=times is not None)
+        if times is None:
+            timer = self.gpu_timer(sc)
+            if self.unseen.any(st, self.pol.work.seen):
+                got = brute_soonest(st.gpus, len(st.gpus), timer)  # in GPU order, ties too
+            else:
+                typical = memo["lazy"] if "lazy" in memo else self.pol.work.typical()
+                got = self.free.soonest(st, max(_SOONEST, backfill_window(sc) + 1), typical, timer)
+            self.soonest = [g for _, g in got[:_SOONEST]]
+            times = memo["free_at"] = [t for t, _ in got]
         if k < len(times):
             return times[k]
         # Deeper in the queue: every GPU frees again after about its median job's time.
         return times[k % len(times)] + (k // len(times)) * max(times[len(times) // 2], 1.0)
-
-    def _free_times(self, sc: Scratch, every: bool) -> list[float]:
-        """The sorted free times of the GPUs the placement pass may ask for (``every``: of
-        all GPUs, as when a scan records works), keeping the soonest GPUs' ids for
-        :meth:`free_bound`."""
-        memo, st = sc.cycle.memo, sc.state
-        typical = (lambda: memo["lazy"]) if "lazy" in memo else self.pol.work.typical
-        timer = self.gpu_timer(st, typical)
-        if every or self.would_record(sc):
-            got = brute_soonest(st.gpus, len(st.gpus), timer)  # in GPU order, ties too
-        else:
-            got = self.free.soonest(st, max(_SOONEST, backfill_window(sc) + 1), typical(), timer)
-        self.soonest = [g for _, g in got[:_SOONEST]]
-        return [t for t, _ in got]
