@@ -51,7 +51,7 @@ class Burst:
     def __init__(self, pol: MisoPlus, opts: BurstOptions) -> None:
         self.pol = pol
         self.opts = opts
-        self.bursting = False  # the last :meth:`test` answer (its hysteresis)
+        self.bursting = False  # the last :meth:`test` answer (its hysteresis, set by burst)
         #: the GPUs with 0 < residents < ``burst_jobs`` and a free slot (issue 32)
         self.slots = FreeSlots(pol.occ.key, pol.occ.tags,
                                lambda cls: 0 < cls[0] < opts.burst_jobs)  # type: ignore[index]
@@ -61,13 +61,15 @@ class Burst:
         same inputs (what may change while a decision runs: the works and restart costs
         measured during it, the queue's emptiness, the cluster's size), the cycle's answer.
         Its hysteresis settles in one call (a wider window once bursting), so that answer is
-        the one a recomputation would give (issue 17)."""
+        the one a recomputation would give (issue 17); the answer is kept as the hysteresis
+        of the next test."""
         pol, st = self.pol, sc.state
         key = (pol.work.stats[1], pol.restarts.stats[1], bool(st.queue), len(st.gpus),
                len(pol.gpu_index))
         got = sc.cycle.memo.get("burst")
         if got is None or got[0] != key:
             got = sc.cycle.memo["burst"] = (key, self.test(sc))
+            self.bursting = got[1]
         return got[1]
 
     def test(self, sc: Scratch) -> bool:
@@ -79,29 +81,27 @@ class Burst:
         job's work at least (short jobs: long ones pay a restart back, 14 jobs of 20,000 s
         arriving a second apart share GPUs as usual). No burst before some job's work is
         known (16 jobs on 16 GPUs looked like one with 3,000 s guessed). It ends when
-        arrivals stop and its queue has drained."""
+        arrivals stop and its queue has drained. Reads the last answer (``bursting``, kept by
+        :meth:`burst`); changes nothing."""
         pol, opts, st = self.pol, self.opts, sc.state
         if opts.burst_jobs <= 0:
             return False
         if pol.clock.quiet(sc.cycle.now):
             # Arrivals stopped: the burst's queue still drains onto the landing slots.
-            self.bursting = self.bursting and bool(st.queue)
-            return self.bursting
+            return self.bursting and bool(st.queue)
         work = self.burst_work(st)
         load = None if work is None else pol.clock.offered_load(work, opts.burst_samples)
         if load is None or work is None:
-            self.bursting = False
             return False
         load *= 1.0 - 1.0 / len(pol.clock.long) ** 0.5
         run_s = pol.profile_run_s(pol.restarts.cost(""))
         # Once in a burst, a lower load keeps it (half): the work estimate moves as jobs
         # report, and a burst that flickers off mid-plan drops its landing slots.
         hold = BURST_HOLD if self.bursting else 1.0
-        self.bursting = (load >= hold * opts.burst_load * len(st.gpus)
-                         # once in a burst, measured (cheap) restarts do not end it
-                         and pol.arrival_within(sc, run_s * (2.0 if self.bursting else 1.0))
-                         and run_s >= opts.batch_restart_frac * work)
-        return self.bursting
+        return (load >= hold * opts.burst_load * len(st.gpus)
+                # once in a burst, measured (cheap) restarts do not end it
+                and pol.arrival_within(sc, run_s * (2.0 if self.bursting else 1.0))
+                and run_s >= opts.batch_restart_frac * work)
 
     def burst_work(self, st: ClusterState) -> float | None:
         """A typical job's work as the burst test sees it: the mean work measured so far, else
