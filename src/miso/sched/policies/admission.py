@@ -74,10 +74,10 @@ class Admission:
 
     def heavy_load(self, sc: Scratch) -> bool:
         """Whether jobs will have to share GPUs: the arrivals' offered load (Little's law,
-        :meth:`ArrivalClock.offered_load`) reaches the cluster's GPUs within ``share_margin``
-        standard deviations (busy GPUs are about Poisson-distributed). False while no arrival
-        rate is known (a fixed mix, the first job) or once arrivals stopped; true in a burst
-        (:meth:`Burst.burst`)."""
+        :meth:`ArrivalClock.offered_load`, a lower bound) reaches the cluster's GPUs within
+        ``share_margin`` standard deviations (busy GPUs are about Poisson-distributed).
+        False while no arrival rate is known (a fixed mix, the first job) or once arrivals
+        stopped; true in a burst (:meth:`Burst.burst`)."""
         pol = self.pol
         bursting = pol.bursts.burst(sc)
         # Once per cycle for the same inputs (the clock and the cluster do not change during
@@ -94,9 +94,6 @@ class Admission:
         load = pol.clock.offered_load(pol.work.typical(), self.opts.load_samples)
         if load is None or pol.clock.quiet(sc.cycle.now):
             return False
-        # The rate is estimated from m arrivals (relative error ~ 1/sqrt(m)): take its lower
-        # bound, so a few short gaps early on do not look like a busy cluster.
-        load *= 1.0 - 1.0 / len(pol.clock.long) ** 0.5
         return load + self.opts.share_margin * load ** 0.5 >= len(sc.state.gpus)
 
     def others_waiting(self, sc: Scratch, job: str) -> bool:

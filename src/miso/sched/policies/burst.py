@@ -93,7 +93,6 @@ class Burst:
         load = None if work is None else pol.clock.offered_load(work, opts.burst_samples)
         if load is None or work is None:
             return False
-        load *= 1.0 - 1.0 / len(pol.clock.long) ** 0.5
         run_s = pol.profile_run_s(pol.restarts.cost(""))
         # Once in a burst, a lower load keeps it (half): the work estimate moves as jobs
         # report, and a burst that flickers off mid-plan drops its landing slots.
