@@ -19,8 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from miso.sched import freeslots
-from miso.sched.freeslots import FreeSlots
+from miso.sched.freeslots import FreeSlots, free_slots
 from miso.sched.policies.base import Scratch, fitting_profiles
 from miso.sched.speeds import prior_speeds
 
@@ -139,7 +138,7 @@ class Burst:
         with a free slot come from the index (:mod:`miso.sched.freeslots`: only GPUs with
         0 < residents < ``burst_jobs``), not a scan; tests/test_freeslots.py checks it
         against the scan."""
-        if not sc.jobs_on(g) or not self.burst(sc) or freeslots.free_slots(sc, g, fitting_profiles(
+        if not sc.jobs_on(g) or not self.burst(sc) or free_slots(sc, g, fitting_profiles(
                 sc.state.gpus[g].geom, sc.state.jobs[job].spec.memory_gb)) > 0:
             return g
         for _, h in self.pol.candidate_gpus(sc, job, self.slots.occ):  # a free slot
