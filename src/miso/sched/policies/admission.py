@@ -78,23 +78,19 @@ class Admission:
         ``share_margin`` standard deviations (busy GPUs are about Poisson-distributed).
         False while no arrival rate is known (a fixed mix, the first job) or once arrivals
         stopped; true in a burst (:meth:`Burst.burst`)."""
-        pol = self.pol
-        bursting = pol.bursts.burst(sc)
+        pol, cy = self.pol, sc.cycle
+        heavy = pol.bursts.burst(sc)
         # Once per cycle for the same inputs (the clock and the cluster do not change during
         # a decision; the typical work may, as works are noted).
-        key = (bursting, pol.work.stats[0], pol.work.stats[1], len(sc.state.gpus))
-        got = sc.cycle.memo.get("heavy_load")
-        if got is None or got[0] != key:
-            got = sc.cycle.memo["heavy_load"] = (key, bursting or self._heavy(sc))
-        return got[1]
-
-    def _heavy(self, sc: Scratch) -> bool:
-        """:meth:`heavy_load` outside a burst."""
-        pol = self.pol
+        key = (heavy, pol.work.stats[0], pol.work.stats[1], len(sc.state.gpus))
+        got = cy.memo.get("heavy_load")
+        if got is not None and got[0] == key:
+            return got[1]
         load = pol.clock.offered_load(pol.work.typical(), self.opts.load_samples)
-        if load is None or pol.clock.quiet(sc.cycle.now):
-            return False
-        return load + self.opts.share_margin * load ** 0.5 >= len(sc.state.gpus)
+        if not heavy and load is not None and not pol.clock.quiet(cy.now):
+            heavy = load + self.opts.share_margin * load ** 0.5 >= len(sc.state.gpus)
+        cy.memo["heavy_load"] = (key, heavy)
+        return heavy
 
     def others_waiting(self, sc: Scratch, job: str) -> bool:
         """Whether, with fair share ordering the queue, another job waits: then a newcomer that
