@@ -58,7 +58,7 @@ class UncachedBurst(Burst):
     pol: Counted
 
     def burst(self, sc):  # noqa: ANN001, ANN201
-        out = self.test(sc)
+        out = self.bursting = self.test(sc)
         self.pol.answers.append(out)
         return out
 

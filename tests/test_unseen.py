@@ -4,7 +4,7 @@ the learner has not seen?" is the one a scan of every GPU's jobs gives."""
 from __future__ import annotations
 
 from miso.jobstatus import CORE_ENDED
-from miso.sched.policies import admission
+from miso.sched.unseen import UnseenResidents
 from miso.sim.run import run_policy
 from miso.sim.traces import poisson_jobs
 from miso.sim.world import WorldConfig
@@ -18,15 +18,15 @@ def _scan(state, seen) -> bool:
 
 def test_unseen_residents_agree_with_a_scan(monkeypatch):
     answers = []
-    kept = admission.Admission.would_record
+    kept = UnseenResidents.any
 
-    def both(self, sc):
-        got = kept(self, sc)
-        assert got == _scan(sc.state, self.pol.work.seen)
+    def both(self, state, seen):
+        got = kept(self, state, seen)
+        assert got == _scan(state, seen)
         answers.append(got)
         return got
 
-    monkeypatch.setattr(admission.Admission, "would_record", both)
+    monkeypatch.setattr(UnseenResidents, "any", both)
     for gpus, jobs, gap in [(16, 200, 200.0), (16, 300, 60.0), (40, 400, 30.0)]:
         run_policy("miso+", poisson_jobs(jobs, seed=1, mean_interarrival_s=gap),
                    WorldConfig(n_gpus=gpus), 1)

@@ -12,8 +12,8 @@ the job, in the candidate order (least crowded, then GPU order).
 A GPU's free slots for a job (:func:`free_slots`) depend on its layout (the one being applied,
 else the applied one), its target assignment, the jobs placed on it in this call and the job's
 fitting profiles (its fit class): all re-read when the GPU is re-keyed, so the index answers as
-the scan would. ``CHECK`` (``MISO_CHECK_FREESLOTS=1``) makes the burst regime compare every
-answer with the scan.
+the scan would (tests/test_freeslots.py compares every landing answer with the scan). ``CHECK``
+(``MISO_CHECK_FREESLOTS=1``) makes placement run every solve that :func:`room_beside` skips.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from miso.sched.decisions import ApplyLayout
 from miso.sched.occupancy import Occupancy
 from miso.sched.policies.base import Scratch, fit_classes
 
-#: Debug cross-check: every indexed answer is compared with the brute-force scan.
+#: Debug cross-check: every solve the room rule skips is run (and must fail).
 CHECK = os.environ.get("MISO_CHECK_FREESLOTS", "") == "1"
 
 

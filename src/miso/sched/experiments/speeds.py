@@ -95,13 +95,10 @@ class PropagateObserved(SpeedPlugin):
     def build(self) -> PropagateObserved:
         return PropagateObserved({})
 
-    def correcting(self, pol: MisoPlus, job: str) -> None:
+    def corrected(self, pol: MisoPlus, sc: Scratch, job: str, geom: Geometry, full: str,
+                  before: dict[str, float]) -> None:
         assert self.predicted is not None, "build() it first"
-        self.predicted.setdefault(job, dict(pol.est[job]))
-
-    def corrected(self, pol: MisoPlus, sc: Scratch, job: str, geom: Geometry,
-                  full: str) -> None:
-        assert self.predicted is not None, "build() it first"
+        self.predicted.setdefault(job, before)  # its estimate before any measurement
         est, obs = pol.est, sc.state.jobs[job].observed
         est[job] = propagate(geom, self.predicted[job], {
             p: est[job][p] for p in obs if p in est[job] and p != full},
@@ -119,7 +116,7 @@ class AnchorSlices(SpeedPlugin):
 
     name: ClassVar[str] = "anchor_slices"
 
-    def slice_rate(self, pol: MisoPlus, sc: Scratch, ev: SpeedObserved) -> None:
+    def rate(self, pol: MisoPlus, sc: Scratch, ev: SpeedObserved, full: str) -> None:
         if ev.job not in pol.ref_rate and ev.placement.profile in pol.est.get(ev.job, {}):
             pol.ref_rate[ev.job] = anchored_full_rate(
                 ev.rate, pol.est[ev.job][ev.placement.profile])
@@ -132,8 +129,8 @@ class LearnEarlierSlices(SpeedPlugin):
 
     name: ClassVar[str] = "learn_earlier_slices"
 
-    def full_rate(self, pol: MisoPlus, sc: Scratch, ev: SpeedObserved, full: str) -> None:
-        if ev.job not in pol.est:
+    def rate(self, pol: MisoPlus, sc: Scratch, ev: SpeedObserved, full: str) -> None:
+        if ev.placement.profile == full and ev.job not in pol.est:
             pol.learned[ev.job] = {**earlier_slice_speeds(
                 sc.state.jobs[ev.job].observed, ev.rate, full),
                 **pol.learned.get(ev.job, {})}

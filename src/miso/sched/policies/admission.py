@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
-from typing import TYPE_CHECKING, Any
+from functools import partial, reduce
+from operator import add
+from typing import TYPE_CHECKING
 
 from miso.optimize import OptimizerError, remembering_optimizer
-from miso.sched.freetimes import FreeTimes, WatchedDict, end_time
+from miso.sched.freetimes import FreeTimes, Timed, WatchedDict, brute_soonest, end_time
 from miso.sched.policies.base import Scratch
 from miso.sched.policies.baselines import backfill_window
 from miso.sched.unseen import UnseenResidents
@@ -53,15 +54,6 @@ _BOUND_GPUS = 8
 _SOONEST = 32
 
 
-def _waited(t_free: float, own: float, waits: list[float]) -> float:
-    """The waiting side's sum of completion times: the newcomer after ``t_free`` plus its
-    ``own`` work, then each resident's ``waits`` (added in this order, as floats)."""
-    wait = t_free + own
-    for w in waits:
-        wait += w
-    return wait
-
-
 #: Before the arrival rate is known, a lone newcomer is profiled when profiling costs at most
 #: this fraction of its remaining work.
 LONG_JOB = 0.005
@@ -74,36 +66,31 @@ class Admission:
         self.pol = pol
         self.opts = opts
         self.soonest: list[str] = []   # the GPUs soonest free at the last scan
-        self.unseen = UnseenResidents()  # for would_record
+        #: whether a scan would record a job's work (:meth:`WorkLearner.note`): a resident
+        #: reporting progress, not ended, not seen yet (sched/unseen.py: no scan)
+        self.unseen = UnseenResidents()
         self.free = FreeTimes()  # the GPUs' free times (gpu_free_in), told of estimates
         pol.est = WatchedDict(self.free.job_changed, pol.est)  # changed (sched/freetimes.py)
 
     def heavy_load(self, sc: Scratch) -> bool:
         """Whether jobs will have to share GPUs: the arrivals' offered load (Little's law,
-        :meth:`ArrivalClock.offered_load`) reaches the cluster's GPUs within ``share_margin``
-        standard deviations (busy GPUs are about Poisson-distributed). False while no arrival
-        rate is known (a fixed mix, the first job) or once arrivals stopped; true in a burst
-        (:meth:`Burst.burst`)."""
-        pol = self.pol
-        bursting = pol.bursts.burst(sc)
+        :meth:`ArrivalClock.offered_load`, a lower bound) reaches the cluster's GPUs within
+        ``share_margin`` standard deviations (busy GPUs are about Poisson-distributed).
+        False while no arrival rate is known (a fixed mix, the first job) or once arrivals
+        stopped; true in a burst (:meth:`Burst.burst`)."""
+        pol, cy = self.pol, sc.cycle
+        heavy = pol.bursts.burst(sc)
         # Once per cycle for the same inputs (the clock and the cluster do not change during
         # a decision; the typical work may, as works are noted).
-        key = (bursting, pol.work.stats[0], pol.work.stats[1], len(sc.state.gpus))
-        got = sc.cycle.memo.get("heavy_load")
-        if got is None or got[0] != key:
-            got = sc.cycle.memo["heavy_load"] = (key, bursting or self._heavy(sc))
-        return got[1]
-
-    def _heavy(self, sc: Scratch) -> bool:
-        """:meth:`heavy_load` outside a burst."""
-        pol = self.pol
+        key = (heavy, pol.work.stats[0], pol.work.stats[1], len(sc.state.gpus))
+        got = cy.memo.get("heavy_load")
+        if got is not None and got[0] == key:
+            return got[1]
         load = pol.clock.offered_load(pol.work.typical(), self.opts.load_samples)
-        if load is None or pol.clock.quiet(sc.cycle.now):
-            return False
-        # The rate is estimated from m arrivals (relative error ~ 1/sqrt(m)): take its lower
-        # bound, so a few short gaps early on do not look like a busy cluster.
-        load *= 1.0 - 1.0 / len(pol.clock.long) ** 0.5
-        return load + self.opts.share_margin * load ** 0.5 >= len(sc.state.gpus)
+        if not heavy and load is not None and not pol.clock.quiet(cy.now):
+            heavy = load + self.opts.share_margin * load ** 0.5 >= len(sc.state.gpus)
+        cy.memo["heavy_load"] = (key, heavy)
+        return heavy
 
     def others_waiting(self, sc: Scratch, job: str) -> bool:
         """Whether, with fair share ordering the queue, another job waits: then a newcomer that
@@ -154,8 +141,6 @@ class Admission:
         residents = sc.jobs_on(g)
         if not any(r in self.pol.ran for r in residents):
             return False  # nobody runs there yet: a plan for all of them restarts nobody
-        if not sc.state.gpus:
-            return False
         self.scan_point(sc)
         got = self.both_ways(g, job, sc, residents)
         if got is None:
@@ -165,13 +150,11 @@ class Admission:
         # queue behind a waiting job, are not counted): outside a fixed mix a newcomer waits
         # only when sharing looks ``wait_bias`` times worse (1.2 measured best at 90 s).
         bias = 1.0 if self.pol.in_batch(sc) else self.opts.wait_bias
-        bound = self.free_bound(sc, ahead)
-        wait = None if bound is None else _waited(bound, own, waits)
-        if wait is None or share < bias * wait:
-            t_free = self.gpu_free_in(sc, ahead)
-            if t_free is None:
-                return False
-            wait = _waited(t_free, own, waits)
+        # The waiting side's sum of completion times: the newcomer after the free time, then
+        # its own work and each resident's time (added in this order, as floats).
+        wait = reduce(add, waits, self.free_bound(sc, ahead) + own)
+        if share < bias * wait:  # sharing is better than the bound says: the exact time
+            wait = reduce(add, waits, self.gpu_free_in(sc, ahead) + own)
             if share < bias * wait:
                 return False
         memo["share_estimate"] = {"gpu": g, "job": job, "share_s": share, "wait_s": wait,
@@ -218,7 +201,7 @@ class Admission:
         memo = sc.cycle.memo
         if "free_at" in memo or "lazy" in memo:
             return
-        if self.pol.estimator.needs_profile and not self.would_record(sc):
+        if self.pol.estimator.needs_profile and not self.unseen.any(sc.state, self.pol.work.seen):
             memo["lazy"] = self.pol.work.typical()
         else:
             self.gpu_free_in(sc, 0)
@@ -230,90 +213,56 @@ class Admission:
         if "lazy" in memo and "free_at" not in memo:
             self.gpu_free_in(sc, 0)
 
-    def would_record(self, sc: Scratch) -> bool:
-        """Whether a scan would record a job's work (:meth:`WorkLearner.note`): a resident
-        reporting progress, not ended, not seen yet."""
-        return self.unseen.any(sc.state, self.pol.work.seen)  # sched/unseen.py: no scan
-
-    def free_bound(self, sc: Scratch, k: int) -> float | None:
-        """At least :meth:`gpu_free_in`: exact when this decision scanned, else the
-        ``k+1``-th soonest of the GPUs soonest free at the last scan (their times now);
-        None when there is no such bound."""
-        memo = sc.cycle.memo
-        if "free_at" in memo:
-            return self.gpu_free_in(sc, k)
-        gpus = sc.state.gpus
-        if "lazy" not in memo or k >= len(gpus):
-            return None
-        some = [gpus[g] for g in self.soonest if g in gpus][:k + _BOUND_GPUS]
+    def free_bound(self, sc: Scratch, k: int) -> float:
+        """At least :meth:`gpu_free_in`: while this decision's scan is left for later, the
+        ``k+1``-th soonest of the GPUs soonest free at the last scan (their times now); else
+        (no such bound, or the decision scanned) :meth:`gpu_free_in` itself."""
+        memo, gpus = sc.cycle.memo, sc.state.gpus
+        some = [g for g in self.soonest if g in gpus][:k + _BOUND_GPUS] \
+            if "lazy" in memo and "free_at" not in memo else []
         if len(some) <= k:
-            return None
+            return self.gpu_free_in(sc, k)
         # Their end times, computed once per decision (extended as deeper asks need more):
         # the GPUs and the typical work do not change during it, so each is the same float.
         ends = memo.setdefault("soon_ends", [])
         if len(ends) < len(some):
-            typical = memo["lazy"]
-            ends += self.gpu_end_times(sc.state, some[len(ends):], lambda: typical)
+            timer = self.gpu_timer(sc)
+            ends += [timer(g)[0] for g in some[len(ends):]]
         return sorted(ends[:len(some)])[k]
 
-    def gpu_end_times(self, st: Any, gpus: Any, typical: Callable[[], float]) -> list[float]:
-        """Per GPU of ``gpus`` (GpuStates, in order), :func:`end_time` (a scan of every GPU
-        when a scan would record a job's work, else only the GPUs :meth:`gpu_free_in`'s index
-        asks for)."""
-        timer = self.gpu_timer(st, typical)
-        return [timer(gs)[0] for gs in gpus]
-
-    def gpu_timer(self, st: Any, typical: Callable[[], float]
-                  ) -> Callable[[Any], tuple[float, float, bool]]:
-        """:func:`end_time` of one GpuState (an idle GPU: free now), the full profile's name
-        looked up once per GPU model: what the scan and the index both evaluate per GPU."""
-        work = self.pol.work
+    def gpu_timer(self, sc: Scratch) -> Callable[[str], Timed]:
+        """:func:`end_time` of a GPU by id (an idle GPU: free now), with the decision's typical
+        work (the one when its scan was left for later, ``memo["lazy"]``): what the scan, the
+        index and the bound evaluate per GPU."""
+        st, work, memo = sc.state, self.pol.work, sc.cycle.memo
+        typical = (lambda: memo["lazy"]) if "lazy" in memo else work.typical
         ctx = (st.now, st.jobs, self.pol.est, work.seen, work.note, typical)
-        fulls: dict[int, str] = {}
 
-        def evaluate(gs: Any) -> tuple[float, float, bool]:
-            if not gs.jobs:
-                return 0.0, 0.0, False
-            model = gs.geom.model
-            full = fulls.get(id(model))
-            if full is None:
-                full = fulls[id(model)] = model.full_profile().name
-            return end_time(gs.jobs, gs.assignment, full, ctx)
+        def evaluate(g: str) -> Timed:
+            gs = st.gpus[g]
+            return end_time(gs.jobs, gs.assignment, gs.geom.model.full_profile().name, ctx)
         return evaluate
 
-    def gpu_free_in(self, sc: Scratch, k: int) -> float | None:
+    def gpu_free_in(self, sc: Scratch, k: int) -> float:
         """Seconds until the ``k+1``-th soonest GPU has finished all its jobs (each job's
-        remaining work at its current slice's speed); None when fewer GPUs. Once per
-        decision, for as many GPUs as its placement pass may ask (``ahead`` stays below the
-        backfill window): from the index of free times (:class:`FreeTimes`, only GPUs that
-        changed or may be among the soonest are evaluated), or a scan of every GPU when it
-        would record a job's work (a scan's side effect, in GPU order)."""
-        memo = sc.cycle.memo
+        remaining work at its current slice's speed; the cluster has GPUs: a job is weighed
+        on one). Once per decision, for as many GPUs as its placement pass may ask (``k``,
+        the jobs ahead, stays below the backfill window): from the index of free times
+        (:class:`FreeTimes`, only GPUs that changed or may be among the soonest are
+        evaluated), or a scan of every GPU when it would record a job's work (a scan's side
+        effect, in GPU order); the soonest GPUs' ids are kept for :meth:`free_bound`."""
+        memo, st = sc.cycle.memo, sc.state
         times = memo.get("free_at")
-        if times is None or (k >= len(times) and len(times) < len(sc.state.gpus)):
-            times = memo["free_at"] = self._free_times(sc, every=times is not None)
-        if not times:
-            return None
+        if times is None:
+            timer = self.gpu_timer(sc)
+            if self.unseen.any(st, self.pol.work.seen):
+                got = brute_soonest(st.gpus, len(st.gpus), timer)  # in GPU order, ties too
+            else:
+                typical = memo["lazy"] if "lazy" in memo else self.pol.work.typical()
+                got = self.free.soonest(st, max(_SOONEST, backfill_window(sc) + 1), typical, timer)
+            self.soonest = [g for _, g in got[:_SOONEST]]
+            times = memo["free_at"] = [t for t, _ in got]
         if k < len(times):
             return times[k]
         # Deeper in the queue: every GPU frees again after about its median job's time.
         return times[k % len(times)] + (k // len(times)) * max(times[len(times) // 2], 1.0)
-
-    def _free_times(self, sc: Scratch, every: bool) -> list[float]:
-        """The sorted free times of the GPUs the placement pass may ask for (``every``: of
-        all GPUs), keeping the soonest GPUs' ids for :meth:`free_bound`."""
-        memo, st, work = sc.cycle.memo, sc.state, self.pol.work
-        typical = (lambda: memo["lazy"]) if "lazy" in memo else work.typical
-        if not every and not self.would_record(sc):
-            timer = self.gpu_timer(st, typical)
-            m = max(_SOONEST, backfill_window(sc) + 1)
-            got = self.free.soonest(st, m, typical(), lambda g: timer(st.gpus[g]))
-            self.soonest = [g for _, g in got[:_SOONEST]]
-            return [t for t, _ in got]
-        gpus = list(st.gpus.values())
-        ends = self.gpu_end_times(st, gpus, typical)
-        order = sorted(range(len(ends)), key=ends.__getitem__)  # one sort for both
-        self.soonest = [gpus[i].id for i in order[:_SOONEST]]
-        return [ends[i] for i in order]  # = sorted(ends)
-
-

@@ -36,7 +36,9 @@ class ArrivalClock:
 
     def offered_load(self, default_work_s: float, min_samples: int = 16) -> float | None:
         """GPUs the recent arrivals keep busy on average (mean work per job, in full-GPU
-        seconds, over the mean gap: Little's law); ``default_work_s`` for a job that declared
+        seconds, over the mean gap: Little's law), at its lower bound: the rate is estimated
+        from m arrivals (relative error ~ 1/sqrt(m)), so a few short gaps early on must not
+        make a lightly loaded cluster look busy. ``default_work_s`` for a job that declared
         none. None before ``min_samples`` arrivals (a few gaps say little about the rate)."""
         a = self.long
         if len(a) < min_samples or a[-1] <= a[0]:
@@ -44,7 +46,7 @@ class ArrivalClock:
         gap = (a[-1] - a[0]) / (len(a) - 1)
         w = [default_work_s if x is None else x for x in self.work] if self.undeclared \
             else self.work  # the same floats, summed in the same order
-        return sum(w) / len(w) / gap  # type: ignore[arg-type]
+        return sum(w) / len(w) / gap * (1.0 - 1.0 / len(a) ** 0.5)  # type: ignore[arg-type]
 
     def mean_gap(self) -> float | None:
         """Mean inter-arrival time of the window (None before two distinct arrivals);

@@ -19,8 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from miso.sched import freeslots
-from miso.sched.freeslots import FreeSlots
+from miso.sched.freeslots import FreeSlots, free_slots
 from miso.sched.policies.base import Scratch, fitting_profiles
 from miso.sched.speeds import prior_speeds
 
@@ -51,7 +50,7 @@ class Burst:
     def __init__(self, pol: MisoPlus, opts: BurstOptions) -> None:
         self.pol = pol
         self.opts = opts
-        self.bursting = False  # the last :meth:`test` answer (its hysteresis)
+        self.bursting = False  # the last :meth:`test` answer (its hysteresis, set by burst)
         #: the GPUs with 0 < residents < ``burst_jobs`` and a free slot (issue 32)
         self.slots = FreeSlots(pol.occ.key, pol.occ.tags,
                                lambda cls: 0 < cls[0] < opts.burst_jobs)  # type: ignore[index]
@@ -61,13 +60,15 @@ class Burst:
         same inputs (what may change while a decision runs: the works and restart costs
         measured during it, the queue's emptiness, the cluster's size), the cycle's answer.
         Its hysteresis settles in one call (a wider window once bursting), so that answer is
-        the one a recomputation would give (issue 17)."""
+        the one a recomputation would give (issue 17); the answer is kept as the hysteresis
+        of the next test."""
         pol, st = self.pol, sc.state
         key = (pol.work.stats[1], pol.restarts.stats[1], bool(st.queue), len(st.gpus),
                len(pol.gpu_index))
         got = sc.cycle.memo.get("burst")
         if got is None or got[0] != key:
             got = sc.cycle.memo["burst"] = (key, self.test(sc))
+            self.bursting = got[1]
         return got[1]
 
     def test(self, sc: Scratch) -> bool:
@@ -79,29 +80,26 @@ class Burst:
         job's work at least (short jobs: long ones pay a restart back, 14 jobs of 20,000 s
         arriving a second apart share GPUs as usual). No burst before some job's work is
         known (16 jobs on 16 GPUs looked like one with 3,000 s guessed). It ends when
-        arrivals stop and its queue has drained."""
+        arrivals stop and its queue has drained. Reads the last answer (``bursting``, kept by
+        :meth:`burst`); changes nothing."""
         pol, opts, st = self.pol, self.opts, sc.state
         if opts.burst_jobs <= 0:
             return False
         if pol.clock.quiet(sc.cycle.now):
             # Arrivals stopped: the burst's queue still drains onto the landing slots.
-            self.bursting = self.bursting and bool(st.queue)
-            return self.bursting
+            return self.bursting and bool(st.queue)
         work = self.burst_work(st)
         load = None if work is None else pol.clock.offered_load(work, opts.burst_samples)
         if load is None or work is None:
-            self.bursting = False
             return False
-        load *= 1.0 - 1.0 / len(pol.clock.long) ** 0.5
         run_s = pol.profile_run_s(pol.restarts.cost(""))
         # Once in a burst, a lower load keeps it (half): the work estimate moves as jobs
         # report, and a burst that flickers off mid-plan drops its landing slots.
         hold = BURST_HOLD if self.bursting else 1.0
-        self.bursting = (load >= hold * opts.burst_load * len(st.gpus)
-                         # once in a burst, measured (cheap) restarts do not end it
-                         and pol.arrival_within(sc, run_s * (2.0 if self.bursting else 1.0))
-                         and run_s >= opts.batch_restart_frac * work)
-        return self.bursting
+        return (load >= hold * opts.burst_load * len(st.gpus)
+                # once in a burst, measured (cheap) restarts do not end it
+                and pol.arrival_within(sc, run_s * (2.0 if self.bursting else 1.0))
+                and run_s >= opts.batch_restart_frac * work)
 
     def burst_work(self, st: ClusterState) -> float | None:
         """A typical job's work as the burst test sees it: the mean work measured so far, else
@@ -131,40 +129,20 @@ class Burst:
         full = gs.geom.model.full_profile().name
         return {j for j, pl in gs.assignment.items() if pl.profile != full}
 
-    def free_slots(self, sc: Scratch, g: str, job: str) -> int:
-        """Instances of ``g``'s layout (the one being applied, else the applied one) free
-        for ``job``: unassigned, large enough, not promised to a job placed there this call."""
-        fits = fitting_profiles(sc.state.gpus[g].geom, sc.state.jobs[job].spec.memory_gb)
-        return freeslots.free_slots(sc, g, fits)
-
     def landing_gpu(self, sc: Scratch, g: str, job: str, held: str | None) -> str:
         """In a burst, where ``job`` goes instead of ``g`` (the least crowded GPU) when
         joining ``g`` would restart its running jobs (a job alone on the whole GPU, started
         before the burst showed): the least crowded GPU with a free landing slot for it, so
         that job keeps its GPU until a newcomer has nowhere else to go (a short first job
         may end meanwhile; OptSta's jobs never restart). ``g`` itself otherwise. The GPUs
-        with a free slot come from the index (:mod:`miso.sched.freeslots`), not a scan."""
-        if not sc.jobs_on(g) or not self.burst(sc) or self.free_slots(sc, g, job) > 0:
+        with a free slot come from the index (:mod:`miso.sched.freeslots`: only GPUs with
+        0 < residents < ``burst_jobs``), not a scan; tests/test_freeslots.py checks it
+        against the scan."""
+        if not sc.jobs_on(g) or not self.burst(sc) or free_slots(sc, g, fitting_profiles(
+                sc.state.gpus[g].geom, sc.state.jobs[job].spec.memory_gb)) > 0:
             return g
-        got = g
-        for n, h in self.pol.candidate_gpus(sc, job, self.slots.occ):  # free slot, 0 < n
-            if n >= self.opts.burst_jobs:
-                break
+        for _, h in self.pol.candidate_gpus(sc, job, self.slots.occ):  # a free slot
             if h != g and h != held:
-                got = h
-                break
-        if freeslots.CHECK:
-            want = self.landing_scan(sc, g, job, held)
-            assert got == want, f"free-slot index: {job} -> {got}, the scan says {want}"
-        return got
-
-    def landing_scan(self, sc: Scratch, g: str, job: str, held: str | None) -> str:
-        """:meth:`landing_gpu`'s answer by scanning every candidate GPU's free slots (the
-        reference the index is checked against; ``g`` needs a landing GPU)."""
-        for n, h in self.pol.candidate_gpus(sc, job):  # least crowded first; memory checked
-            if n >= self.opts.burst_jobs:
-                break
-            if n and h != g and h != held and self.free_slots(sc, h, job) > 0:
                 return h
         return g
 

@@ -41,18 +41,13 @@ class SpeedPlugin:
         prior, harmonic in a fixed mix ``batch``, after the plugins before this one)."""
         return speeds
 
-    def full_rate(self, pol: MisoPlus, sc: Scratch, ev: SpeedObserved, full: str) -> None:
-        """``ev`` is a rate on the whole GPU (the job's reference rate is set)."""
+    def rate(self, pol: MisoPlus, sc: Scratch, ev: SpeedObserved, full: str) -> None:
+        """``ev`` is a measured rate (on the whole GPU ``full``: the job's reference rate is
+        set), before the job's reference rate is read."""
 
-    def slice_rate(self, pol: MisoPlus, sc: Scratch, ev: SpeedObserved) -> None:
-        """``ev`` is a rate, before the job's reference rate is read."""
-
-    def correcting(self, pol: MisoPlus, job: str) -> None:
-        """``job``'s estimates are about to be replaced by its observed rates."""
-
-    def corrected(self, pol: MisoPlus, sc: Scratch, job: str, geom: Geometry,
-                  full: str) -> None:
-        """``job``'s estimates were replaced by its observed rates."""
+    def corrected(self, pol: MisoPlus, sc: Scratch, job: str, geom: Geometry, full: str,
+                  before: dict[str, float]) -> None:
+        """``job``'s estimates (``before``) were replaced by its observed rates."""
 
     def forget(self, job: str) -> None:
         """``job`` ended."""

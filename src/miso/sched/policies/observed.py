@@ -17,7 +17,7 @@ issue 27: observed rates always correct the estimates).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from miso.sched.estimators import PredictorEstimator
 from miso.sched.events import MPS_LEVELS, JobSpeedChanged, ProfilingFinished, SpeedObserved
@@ -49,33 +49,28 @@ class ObservedSpeeds:
         return ev
 
     def on_speed_observed(self, now: float, ev: SpeedObserved, sc: Scratch) -> None:
+        """A measured rate: on the whole GPU, the job's reference rate; with one, the job's
+        estimates replaced by its observed rates over it (the estimate plugins told, with
+        the estimates before), else, for a job planned with the prior, its speed there."""
         gs, pol = sc.state.gpus.get(ev.gpu), self.pol
         if gs is None:
             return
         full = gs.geom.model.full_profile().name
         if ev.placement.profile == full:  # a rate on the whole GPU: the job's reference rate
             pol.ref_rate[ev.job] = ev.rate
-            for p in pol.estimates:
-                p.full_rate(pol, sc, ev, full)
         for p in pol.estimates:
-            p.slice_rate(pol, sc, ev)
+            p.rate(pol, sc, ev, full)
         ref = pol.ref_rate.get(ev.job)
         if ref and ev.job in pol.est:
-            self.correct_estimates(ev.job, ref, gs.geom, full, sc)
+            est = pol.est[ev.job]
+            before = dict(est)
+            for prof, r in sc.state.jobs[ev.job].observed.items():
+                if prof in est:
+                    est[prof] = _clip(r / ref)
+            for p in pol.estimates:
+                p.corrected(pol, sc, ev.job, gs.geom, full, before)
         elif ref and ev.placement.profile != full:
             pol.learned.setdefault(ev.job, {})[ev.placement.profile] = _clip(ev.rate / ref)
-
-    def correct_estimates(self, job: str, ref: float, geom: Any, full: str,
-                          sc: Scratch) -> None:
-        """Replace ``job``'s estimates by its observed rates over its full-GPU rate."""
-        pol = self.pol
-        for p in pol.estimates:
-            p.correcting(pol, job)
-        for prof, r in sc.state.jobs[job].observed.items():
-            if prof in pol.est[job]:
-                pol.est[job][prof] = _clip(r / ref)
-        for p in pol.estimates:
-            p.corrected(pol, sc, job, geom, full)
 
     def on_speed_changed(self, now: float, ev: JobSpeedChanged, sc: Scratch) -> None:
         pol = self.pol
