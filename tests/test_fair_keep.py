@@ -39,10 +39,14 @@ def test_kept__a_long_running_job_keeps_its_whole_gpu_when_the_flood_lowers_the_
 
 def test_kept__not_before_it_has_run_that_long(monkeypatch: pytest.MonkeyPatch):
     # the same flood with the rule off, and a flood after 5,000 s with it on: L's job is
-    # moved to smaller slices beside H's jobs (the cap fell) and ends far later
+    # moved to smaller slices beside H's jobs (the cap fell) and ends far later. (Growth
+    # off in both: L's weighted part, one GPU for its one job, would keep its whole GPU,
+    # ``Entitled.grown``.)
+    monkeypatch.setattr(entitled, "whole_owed", lambda *a: 0.0)
     monkeypatch.setattr(entitled, "KEEP_AFTER_S", float("inf"))
     got, jct = _l_slices(25_000.0)
     assert "7g.40gb" in got and len(got) > 1 and jct > 210_000.0
     monkeypatch.undo()
+    monkeypatch.setattr(entitled, "whole_owed", lambda *a: 0.0)
     got, jct = _l_slices(5_000.0)
     assert got[:2] == ["7g.40gb", "4g.20gb"] and jct > 210_000.0

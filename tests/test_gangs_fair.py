@@ -101,3 +101,41 @@ def test_backfill__in_fair_share_order_beyond_the_fifo_window():
     assert start["b1"] == pytest.approx(2_000.0)
     _, start, _ = _run(jobs, 2, TenancyConfig(fair_share=False))
     assert start["q0"] == pytest.approx(2_000.0) and start["b1"] > 2_000.0
+
+
+def _gang_behind_a_far_run() -> list[TraceJob]:
+    """5 GPUs: c's 2-GPU gang runs 50,000 s; a runs two long jobs and a short one, queues a
+    long one (backfilled on the short one's GPU once it ends); b's 2-GPU gang comes at
+    1,000 s; a's last job at 1,500 s is the next decision."""
+    return [TraceJob("c1", 0.0, 50_000.0, WL, owner="c", num_gpus=2),
+            TraceJob("a1", 800.0, 100_000.0, WL, owner="a"),
+            TraceJob("a2", 800.0, 100_000.0, WL, owner="a"),
+            TraceJob("a3", 800.0, 400.0, WL, owner="a"),
+            TraceJob("a4", 800.0, 40_000.0, WL, owner="a"),
+            TraceJob("b1", 1_000.0, 2_000.0, WL, owner="b", num_gpus=2),
+            TraceJob("a5", 1_500.0, 1_000.0, WL, owner="a")]
+
+
+def test_gang_reservation__drains_a_gpu_it_may_empty_not_a_run_ending_days_later(
+        monkeypatch: pytest.MonkeyPatch):
+    # With a stated price. Entitled to 5/3 GPUs each; c's gang is not over by a run (never
+    # stopped); a holds 3 GPUs (a1, a2, and a4 backfilled on a3's GPU), so one of its GPUs may
+    # be emptied, not two. b1 reserves a3's GPU (free at 1,200 s) and a1's, held from 1,000 s
+    # (a1 may be requeued once it has run min_run_s, 600 s); at 1,500 s a1 is requeued, the
+    # backfill stopped, and b1 starts.
+    ten = TenancyConfig(fair_share=True, fairness_price=0.05)
+    r, start, _ = _run(_gang_behind_a_far_run(), 5, ten)
+    assert start["b1"] == pytest.approx(1_500.0)
+    reqs = [d for _, d in r.log if isinstance(d, RequeueJob)]
+    assert [d.job for d in reqs] == ["a1"] and reqs[0].why["for_gang"] == "b1"
+    stops = [d for _, d in r.log if isinstance(d, StopGang)]
+    assert [d.job for d in stops] == ["a4"]
+    # ranked by expected ends only, b1 reserves one of c1's GPUs (50,000 s) and a3's: the
+    # backfill keeps a3's GPU from the pool and a may lose only one GPU, so b1 waits
+    # (and so without a stated price: the reservation's draining needs one)
+    _, start, _ = _run(_gang_behind_a_far_run(), 5, TenancyConfig(fair_share=True))
+    assert start["b1"] > 40_000.0
+    from miso.sched import gangs
+    monkeypatch.setattr(gangs, "takeable", lambda ps, head: (lambda g, end: (end, 0)))
+    _, start, _ = _run(_gang_behind_a_far_run(), 5, ten)
+    assert start["b1"] > 40_000.0

@@ -50,3 +50,9 @@ def first_slice(part: float, jobs: int, sizes: Sequence[float]) -> float:
     ordered = sorted(sizes)
     below = ordered[-1] if len(ordered) < 2 else ordered[-2]
     return min(part / jobs, below)
+
+
+def whole_owed(part: float, jobs: int) -> float:
+    """1.0 (a whole GPU) when each of ``jobs`` active jobs would get a whole GPU alone on
+    ``part`` GPUs; else 0."""
+    return 1.0 if jobs > 0 and part / jobs >= 1.0 - 1e-9 else 0.0

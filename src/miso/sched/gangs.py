@@ -69,7 +69,7 @@ from miso.sched.events import (
     Tick,
 )
 from miso.sched.fairorder import ranked
-from miso.sched.gangreclaim import reclaim_for
+from miso.sched.gangreclaim import reclaim_for, takeable
 from miso.sched.policy import Policy
 from miso.sched.state import ClusterState, GpuState, JobStatus, Phase
 
@@ -255,14 +255,14 @@ class GangLayer:
         self.reservation = (head, t_start) if full else None
         if full and self._start_reserved(ps, head, res):
             return
-        if self._reclaim(ps, head, t_start if full else math.inf):
+        if self._reclaim(ps, head, t_start if full else math.inf, res if full else []):
             self.reservation = None
             return
         if not full:
             return  # the cluster cannot hold it now (GPUs busy with plans): next event
         self._backfill(ps, head, res, t_start)
 
-    def _reclaim(self, ps: GangPass, head: str, t_start: float) -> bool:
+    def _reclaim(self, ps: GangPass, head: str, t_start: float, res: list[str]) -> bool:
         """With fair share's reclaim, start ``head`` on other owners' stopped whole-GPU runs
         when its reservation would start only after ``min_run_s``
         (:func:`miso.sched.gangreclaim.reclaim_for`)."""
@@ -271,7 +271,7 @@ class GangLayer:
                 or t_start - ps.now <= ten.config.min_run_s:
             return False
         lent = reclaim_for(ps, head, self.backfills, self.started,
-                           lambda pool, n, nodes: pick_gpus(pool, n, nodes, self.node_of))
+                           lambda pool, n, nodes: pick_gpus(pool, n, nodes, self.node_of), res)
         if lent is None:
             return False
         self.lent |= lent
@@ -283,16 +283,18 @@ class GangLayer:
         free soonest of the held ones without a gang of their own (idle, draining or running
         a backfill), the policy's GPUs and the GPUs of the whole-GPU runs under way (as Slurm
         counts every running job's end: a run ending soon frees GPUs without draining any).
-        The policy's GPUs chosen are held (they drain); held ones not chosen go back."""
+        The policy's GPUs chosen are held (they drain); held ones not chosen go back. With
+        gang reclaim, a GPU that may be emptied for ``head`` ranks by when (``takeable``)."""
         book, n = ps.st.gangs, ps.st.jobs[head].spec.num_gpus
         ends = self._held_free(ps)
         held = list(ends)
+        at = takeable(ps, head)   # with gang reclaim: when a GPU may be emptied, if sooner
         # ties: held GPUs first (no churn between GPUs equally far from free)
-        cands = sorted([(ends[g], 0, self._order(g), g) for g in held]
-                       + [(t, 1, o, g) for t, o, g in self._soonest_free(ps)
+        cands = sorted([(at(g, ends[g]), 0, self._order(g), g, ends[g]) for g in held]
+                       + [(at(g, t), 1, o, g, t) for t, o, g in self._soonest_free(ps)
                           + self._runs_ending(ps)])[:n]
-        res = [g for *_, g in cands]
-        ends |= {g: t for t, *_, g in cands}
+        res = [c[3] for c in cands]
+        ends |= {c[3]: c[4] for c in cands}
         keep = set(res)
         for g in sorted(held, key=self._order):
             if g not in keep and book.run_on(g) is None:
