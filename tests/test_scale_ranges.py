@@ -32,3 +32,18 @@ def test_the_ci_size_is_bounded_exactly_on_lost_and_twice() -> None:
     assert ci["lost"] == [0, 0] and ci["twice"] == [0, 0] and ci["submitted"] == [1000, 1000]
     for key in ("submits_per_s", "decision_p99_s", "status_p99_s"):
         assert key in ci
+
+
+def test_an_arrival_rate_spreads_the_same_jobs_over_time_and_is_reported() -> None:
+    live = _live()
+    cfg = json.loads((ROOT / "benchmarks/scale/config.json").read_text())
+    burst = live.job_mix({**cfg, "arrival_per_s": 0}, 500)
+    paced = live.job_mix({**cfg, "arrival_per_s": 60.0}, 500)
+    assert live.offered_rate(burst) is None  # all at once: the clients' own pace
+    assert {j["at"] for j in burst} == {0.0}
+    # the same jobs (workload, work, owner), offered over ~500/60 s in order
+    assert [(j["workload"], j["work_s"], j["owner"]) for j in burst] == \
+        [(j["workload"], j["work_s"], j["owner"]) for j in paced]
+    ats = [j["at"] for j in paced]
+    assert ats == sorted(ats) and ats[0] == 0.0
+    assert 45 <= live.offered_rate(paced) <= 75

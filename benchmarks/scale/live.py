@@ -3,6 +3,7 @@ API, poller and decision loop, loaded through the authenticated API by many clie
 
     python benchmarks/scale/live.py --gpus 64 --jobs 1000 --json FILE        # the CI size
     python benchmarks/scale/live.py --gpus 1024 --jobs 10000 --json FILE     # issue 32's size
+    python benchmarks/scale/live.py --gpus 1024 --jobs 10000 --arrival-per-s 60 --json F  # at 60/s
 
 The server process is what the cluster head runs (:func:`miso.api.head.serve` over a
 :class:`~miso.controller.Controller` with its observer), over ``--gpus / 8`` fake nodes of 8
@@ -112,6 +113,14 @@ def job_mix(cfg: dict[str, Any], n: int) -> list[dict[str, Any]]:
     return [{"workload": j.workload, "work_s": max(1.0, j.duration_s),
              "owner": f"t{i % int(cfg['tenants']):02d}",
              "at": j.submit_s if rate else 0.0} for i, j in enumerate(tj)]
+
+
+def offered_rate(jobs: list[dict[str, Any]]) -> float | None:
+    """Submissions per second the schedule offers (jobs over the span of their submit
+    offsets), beside the rate the server took them at; None when all are offered at once
+    (``arrival_per_s`` 0: the clients submit as fast as answers come)."""
+    span = max((j["at"] for j in jobs), default=0.0)
+    return round(len(jobs) / span, 1) if span > 0 else None
 
 
 def command(job: dict[str, Any], ips: float) -> list[str]:
@@ -563,6 +572,7 @@ def run(gpus: int, n: int, cfg: dict[str, Any], keep: bool = False) -> dict[str,
         "nodes": gpus // int(cfg["gpus_per_node"]), "policy": cfg["policy"],
         "submitted": len(cl.ids), "submit_wall_s": round(submit_wall, 1),
         "submits_per_s": round(len(cl.ids) / submit_wall, 1),
+        "offered_per_s": offered_rate(jobs),
         "submit_s": dist(cl.lat["submit"]),
         "decision_p99_s": srv["e2d_s"]["p99"], "event_to_decision_s": srv["e2d_s"],
         "event_to_decision_after_submit_s": srv["e2d_after_submit_s"],
@@ -639,6 +649,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--duration-scale", type=float,
                     help="the config's duration_scale (jobs' work: the MISO trace's times this; "
                     "1.0 keeps every job running through the run, so the queue stays deep)")
+    ap.add_argument("--arrival-per-s", type=float, metavar="R",
+                    help="the config's arrival_per_s: open-loop Poisson submissions at R/s, "
+                    "whatever the answers' speed (as clusterloader2 drives a fixed QPS); 0: as "
+                    "fast as answers come")
     ap.add_argument("--sim", action="store_true", help="also run the simulator on the config")
     ap.add_argument("--keep", action="store_true", help="keep the state directory")
     ap.add_argument("--serve", help=argparse.SUPPRESS)
@@ -649,6 +663,10 @@ def main(argv: list[str] | None = None) -> int:
     cfg = json.loads(Path(a.config).read_text())
     if a.duration_scale is not None:
         cfg["duration_scale"] = a.duration_scale
+    if a.arrival_per_s is not None:
+        if not 0 <= a.arrival_per_s <= 10_000:
+            ap.error("need 0 <= --arrival-per-s <= 10000")
+        cfg["arrival_per_s"] = a.arrival_per_s
     if not (8 <= a.gpus <= MAX_GPUS and a.gpus % int(cfg["gpus_per_node"]) == 0
             and 1 <= a.jobs <= MAX_JOBS):
         ap.error(f"need 8 <= --gpus <= {MAX_GPUS} (a multiple of {cfg['gpus_per_node']}) "
