@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import argparse
 import collections
+import cProfile
 import json
 import os
+import pstats
 import sys
 import tempfile
 import threading
@@ -26,6 +28,37 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import live  # noqa: E402  (benchmarks/scale/live.py: the job mix and the recorder)
+
+
+class LoopProfile:
+    """A profiler enabled in the loop thread from its next turn on, and disabled there when
+    asked (cProfile sees only the thread that enables it)."""
+
+    def __init__(self, loop: Any) -> None:
+        self.prof = cProfile.Profile()
+        self.on = False
+        self.stop = threading.Event()
+        self.done = threading.Event()
+        inner = loop.run_once
+
+        def run_once(timeout: float = 0.0) -> bool:
+            if self.stop.is_set():
+                if self.on:
+                    self.prof.disable()
+                    self.on = False
+                self.done.set()
+            elif not self.on and not self.done.is_set():
+                self.on = True
+                self.prof.enable()
+            return inner(timeout)
+        loop.run_once = run_once
+
+    def write(self, path: str) -> None:
+        """Stop profiling (at the loop's next turn) and write its top functions."""
+        self.stop.set()
+        self.done.wait(5.0)
+        with open(path, "w") as f:
+            pstats.Stats(self.prof, stream=f).sort_stats("cumulative").print_stats(70)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,12 +72,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=3000)
     ap.add_argument("--seconds", type=float, default=40.0, help="how long to submit and run")
     ap.add_argument("--config", default=str(live.CONFIG))
+    ap.add_argument("--arrival-per-s", type=float, metavar="R",
+                    help="submit at R/s (Poisson, open loop) instead of as fast as accepted")
+    ap.add_argument("--profile", metavar="FILE",
+                    help="cProfile the loop thread; its top functions (cumulative) go here")
     a = ap.parse_args(argv)
     if not (8 <= a.gpus <= live.MAX_GPUS and a.gpus % 8 == 0 and 1 <= a.jobs <= live.MAX_JOBS
             and 1 <= a.seconds <= 300):
         ap.error("need 8 <= --gpus <= 2048 (a multiple of 8), 1 <= --jobs <= 20000, "
                  "1 <= --seconds <= 300")
     cfg = json.loads(Path(a.config).read_text())
+    if a.arrival_per_s is not None:
+        cfg["arrival_per_s"] = max(0.0, a.arrival_per_s)
     state = Path(tempfile.mkdtemp(prefix="miso-loopload-"))
     ccfg = ControllerConfig(**{"policy": cfg["policy"], **cfg["controller"]})
     per = int(cfg["gpus_per_node"])
@@ -70,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         calls[type(ev).__name__] += 1
         return out
     ctl.policy.decide = timed  # type: ignore[method-assign]
+    prof = LoopProfile(ctl.loop) if a.profile else None
     ctl.start()
     lc.controller = ctl
     jobs = live.job_mix(cfg, a.jobs)
@@ -78,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
 
     def submit() -> None:
         for i, j in enumerate(jobs):
+            wait = t0 + j["at"] - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
             if time.monotonic() - t0 > a.seconds:
                 return
             s = time.monotonic()
@@ -101,8 +144,11 @@ def main(argv: list[str] | None = None) -> int:
         "decide_s_by_event": {k: {"calls": calls[k], "total_s": round(v, 2)}
                               for k, v in by_type.most_common()},
         "cpu_s": round(cpu1.user + cpu1.system - cpu0.user - cpu0.system, 1),
+        "cpu_by_thread_s": live.thread_cpu(),
         "states": ctl.store.counts(), "loadavg": live.loadavg()}
     print(json.dumps(out, indent=1))
+    if prof is not None:
+        prof.write(a.profile)
     os._exit(0)  # the fake nodes' threads are daemons; no orderly stop needed for a figure
 
 
