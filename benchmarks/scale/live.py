@@ -33,9 +33,11 @@ config and puts its decisions per second and time per ``decide`` call beside the
 from __future__ import annotations
 
 import argparse
+import cProfile
 import http.client
 import json
 import os
+import pstats
 import queue
 import subprocess
 import sys
@@ -259,6 +261,37 @@ class Sampler:
         return "\n".join(out) + "\n"
 
 
+class LoopProfile:
+    """A profiler enabled in the loop thread from its next turn on, and disabled there when
+    asked (cProfile sees only the thread that enables it)."""
+
+    def __init__(self, loop: Any) -> None:
+        self.prof = cProfile.Profile()
+        self.on = False
+        self.stop = threading.Event()
+        self.done = threading.Event()
+        inner = loop.run_once
+
+        def run_once(timeout: float = 0.0) -> bool:
+            if self.stop.is_set():
+                if self.on:
+                    self.prof.disable()
+                    self.on = False
+                self.done.set()
+            elif not self.on and not self.done.is_set():
+                self.on = True
+                self.prof.enable()
+            return inner(timeout)
+        loop.run_once = run_once
+
+    def write(self, path: str) -> None:
+        """Stop profiling (at the loop's next turn) and write its top functions."""
+        self.stop.set()
+        self.done.wait(5.0)
+        with open(path, "w") as f:
+            pstats.Stats(self.prof, stream=f).sort_stats("cumulative").print_stats(70)
+
+
 def serve_main(state: Path, cfg: dict[str, Any], gpus: int) -> int:
     import logging
 
@@ -309,6 +342,7 @@ def serve_main(state: Path, cfg: dict[str, Any], gpus: int) -> int:
         tmp.write_text(json.dumps(data))
         tmp.replace(state / name)
 
+    prof = LoopProfile(ctl.loop) if os.environ.get("MISO_SCALE_PROFILE_LOOP") else None
     sampler = Sampler() if os.environ.get("MISO_SCALE_SAMPLE") else None
     if sampler is not None:
         sampler.thread.start()
@@ -322,6 +356,8 @@ def serve_main(state: Path, cfg: dict[str, Any], gpus: int) -> int:
             rec.marked = True
         elif cmd[0] == "finish":
             answer("server.json", finish(lc, ctl, rec, state))
+            if prof is not None:  # the loop thread's own profile (cProfile, wall time)
+                prof.write(os.environ["MISO_SCALE_PROFILE_LOOP"])
             if sampler is not None:
                 sampler.stop.set()
                 Path(os.environ["MISO_SCALE_SAMPLE"]).write_text(sampler.report(60))

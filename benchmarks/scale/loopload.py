@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import argparse
 import collections
-import cProfile
 import json
 import os
-import pstats
 import sys
 import tempfile
 import threading
@@ -28,37 +26,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import live  # noqa: E402  (benchmarks/scale/live.py: the job mix and the recorder)
-
-
-class LoopProfile:
-    """A profiler enabled in the loop thread from its next turn on, and disabled there when
-    asked (cProfile sees only the thread that enables it)."""
-
-    def __init__(self, loop: Any) -> None:
-        self.prof = cProfile.Profile()
-        self.on = False
-        self.stop = threading.Event()
-        self.done = threading.Event()
-        inner = loop.run_once
-
-        def run_once(timeout: float = 0.0) -> bool:
-            if self.stop.is_set():
-                if self.on:
-                    self.prof.disable()
-                    self.on = False
-                self.done.set()
-            elif not self.on and not self.done.is_set():
-                self.on = True
-                self.prof.enable()
-            return inner(timeout)
-        loop.run_once = run_once
-
-    def write(self, path: str) -> None:
-        """Stop profiling (at the loop's next turn) and write its top functions."""
-        self.stop.set()
-        self.done.wait(5.0)
-        with open(path, "w") as f:
-            pstats.Stats(self.prof, stream=f).sort_stats("cumulative").print_stats(70)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         calls[type(ev).__name__] += 1
         return out
     ctl.policy.decide = timed  # type: ignore[method-assign]
-    prof = LoopProfile(ctl.loop) if a.profile else None
+    prof = live.LoopProfile(ctl.loop) if a.profile else None
     ctl.start()
     lc.controller = ctl
     jobs = live.job_mix(cfg, a.jobs)
