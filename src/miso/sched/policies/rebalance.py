@@ -51,14 +51,10 @@ class RebalanceIndex:
         self._sc: Scratch | None = None
         self._round = 0
         self._state: ClusterState | None = None
-        self._rankings = self._new()
+        self._rankings: tuple[LazyRanking[str], ...] = ()  # (measured donors, the others)
         self._idle: Occupancy[Scratch] = Occupancy(  # (no service replica holds a slice)
             lambda sc, g: None if (gs := sc.state.gpus[g]).busy or gs.base is not None
             or sc.jobs_on(g) else "idle", lambda cls: (cls,))
-
-    def _new(self) -> tuple[LazyRanking[str], ...]:
-        """(measured donors, the others)."""
-        return tuple(LazyRanking(partial(self._key, m)) for m in (True, False))
 
     def _key(self, measured: bool, g: str) -> tuple[float, str, str] | None:
         sc = self._sc
@@ -76,7 +72,7 @@ class RebalanceIndex:
         self._round += 1
         if state is not self._state:
             self._state = state
-            self._rankings = self._new()
+            self._rankings = tuple(LazyRanking(partial(self._key, m)) for m in (True, False))
             state.watch(self.changed)
             for g in state.gpus:
                 self.changed(g)
