@@ -32,7 +32,7 @@ from miso.sched.policies.framework import records_signature, take_options
 from miso.sched.policies.learners import RestartCosts, WorkLearner
 from miso.sched.policies.miso import Miso
 from miso.sched.policies.observed import ObservedSpeeds
-from miso.sched.policies.placing import ChoiceOptions, GpuChoice, QueuePass
+from miso.sched.policies.placing import ChoiceOptions, GpuChoice
 from miso.sched.policies.rebalance import RebalanceIndex, Rebalancing
 from miso.sched.reservecost import headroom_pays
 from miso.sched.speeds import prior_speeds
@@ -398,7 +398,8 @@ class MisoPlus(Miso):
         # owners' entitlements decide which GPUs a job may join (Scratch.may_join).
         no_room: dict[str, float] = {}
         bound = sc.owner_bound()
-        qp = QueuePass()
+        ahead = 0  # queued jobs passed in this pass
+        held: str | None = None  # the GPU held for a starving job
         starve = self.opts.starve_after * self.work.typical() \
             if self.opts.starve_after > 0 and not self.in_batch(sc) else None
         for j in sc.queue(backfill_window(sc)):
@@ -406,20 +407,19 @@ class MisoPlus(Miso):
             key = jobs[j].spec.owner if bound else ""
             fits_nowhere = mem >= no_room.get(key, float("inf"))
             if not fits_nowhere:
-                qp.waited = False
-                g = self.choice.choose_gpu(now, j, sc, qp)
+                g, waits = self.choice.choose_gpu(j, sc, ahead, held)
                 if g is not None:
                     sc.place(j, g)
                     self.dirty.add(g)
                     continue
-                fits_nowhere = not qp.waited  # no room (not a choice to wait)
+                fits_nowhere = not waits  # no room (not a choice to wait)
                 if fits_nowhere:
                     no_room[key] = mem
-            qp.ahead += 1
+            ahead += 1
             # It starves: hold a GPU for the first such job that finds no room.
-            if fits_nowhere and qp.held is None and starve is not None and \
+            if fits_nowhere and held is None and starve is not None and \
                     now - jobs[j].submitted_at > starve:
-                qp.held = self.choice.gpu_to_hold(sc, j)
+                held = self.choice.gpu_to_hold(sc, j)
         self.replan_dirty(now, sc)
 
     # -- events -----------------------------------------------------------------------------

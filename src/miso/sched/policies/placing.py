@@ -6,7 +6,7 @@ Philly trace and no better elsewhere, was deleted in issue 27; git keeps it.)
 The filter/score stage of :class:`~miso.sched.policies.misoplus.MisoPlus` (``pol.choice``;
 its own options in :class:`ChoiceOptions`; it reads the policy ``pol``'s ``candidate_gpus``,
 ``pinned``, ``speeds`` and ``in_batch``, and asks its permit stage ``admission``; the facts of
-one pass over the queue come in a :class:`QueuePass`, not fields on the policy).
+one pass over the queue come as arguments, not fields on the policy).
 """
 
 from __future__ import annotations
@@ -45,17 +45,6 @@ class ChoiceOptions:
     batch_restart_frac: float = 0.1
 
 
-@dataclass
-class QueuePass:
-    """The facts of one pass over the queue (in one decision), shared by its placements:
-    ``ahead``, queued jobs ahead of the one being placed; ``held``, the GPU kept for a
-    starving job; ``waited``, whether the last choice was to wait."""
-
-    ahead: int = 0
-    held: str | None = None
-    waited: bool = False
-
-
 class GpuChoice:
     """Where a queued job goes (see the module docstring)."""
 
@@ -63,35 +52,38 @@ class GpuChoice:
         self.pol = pol
         self.opts = opts
 
-    def choose_gpu(self, now: float, job: str, sc: Scratch, qp: QueuePass) -> str | None:
-        """The least crowded GPU that can hold the job beside its pinned residents (an idle
-        one first), skipping a GPU held for a starving job; in a burst its landing GPU. None
-        (``qp.waited`` set) when the job should wait: a fixed batch's GPU is full
-        (:meth:`batch_full`), or at light load waiting for a whole GPU ends the jobs sooner
-        (:meth:`better_to_wait`)."""
-        g = self.first_fit(sc, job, qp)
-        if g is not None and self.pol.model_aware and several_models(sc):
-            g = swap_on_arrival(self.pol, sc, job, g, qp.held)  # sched/modelplace.py
-        if g is not None and self.batch_full(g, sc):
-            qp.waited = True
-            return None
+    def choose_gpu(self, job: str, sc: Scratch, ahead: int, held: str | None
+                   ) -> tuple[str | None, bool]:
+        """(GPU, False): the least crowded GPU that can hold the job beside its pinned
+        residents (an idle one first), skipping ``held`` (the GPU held for a starving job);
+        in a burst its landing GPU. (None, False) when no GPU can; (None, True) when the job
+        should wait: a fixed batch's GPU is full (:meth:`batch_full`), or at light load
+        waiting for a whole GPU ends the jobs sooner (:meth:`better_to_wait`; ``ahead``:
+        queued jobs ahead of it in this pass)."""
+        g = self.first_fit(sc, job, held)
+        if g is None:
+            return None, False
+        if self.pol.model_aware and several_models(sc):
+            g = swap_on_arrival(self.pol, sc, job, g, held)  # sched/modelplace.py
+        if self.batch_full(g, sc):
+            return None, True
         adm = self.pol.admission
-        if g is not None and self.opts.wait_for_gpu and sc.jobs_on(g) \
+        if self.opts.wait_for_gpu and sc.jobs_on(g) \
                 and not adm.heavy_load(sc) and not adm.others_waiting(sc, job) \
-                and adm.better_to_wait(g, job, sc, qp.ahead):
-            qp.waited = True
+                and adm.better_to_wait(g, job, sc, ahead):
             declined_share(self.pol, sc, g, job)  # the record of why it waits (declined.py)
-            return None
-        return g
+            return None, True
+        return g, False
 
-    def first_fit(self, sc: Scratch, job: str, qp: QueuePass) -> str | None:
-        """The least crowded GPU that holds ``job`` beside its pinned residents, not the one
-        held for a starving job; in a burst its landing GPU (a free slot, no restart)."""
+    def first_fit(self, sc: Scratch, job: str, held: str | None) -> str | None:
+        """The least crowded GPU that holds ``job`` beside its pinned residents, not ``held``
+        (kept for a starving job ahead of it); in a burst its landing GPU (a free slot, no
+        restart)."""
         for n, cand in self.pol.candidate_gpus(sc, job):
-            if cand == qp.held:
+            if cand == held:
                 continue  # kept for a starving job ahead of this one
             if n == 0 or self.fits_beside_pinned(cand, job, sc):
-                return self.pol.bursts.landing_gpu(sc, cand, job, qp.held)
+                return self.pol.bursts.landing_gpu(sc, cand, job, held)
         return None
 
     def has_room(self, sc: Scratch, job: str) -> bool:
