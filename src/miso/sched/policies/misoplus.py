@@ -186,7 +186,10 @@ class MisoPlus(Miso):
             self.wake_once(out, at, "quiet")  # (base.py)
 
     def has_room(self, sc: Scratch, job: str) -> bool:
-        return self.choice.has_room(sc, job)  # a resident that cannot checkpoint is no room
+        """Whether some GPU holds ``job`` beside its pinned residents, as placement asks (fair
+        share's reclaim asks first: a GPU held by a job that cannot checkpoint is no room for
+        the waiting owner, issue 26)."""
+        return next(self.choice.fitting(sc, job), None) is not None
 
     def on_profiled(self, now: float, ev: ProfilingFinished, sc: Scratch) -> None:
         self.admission.settle(sc)  # estimates change below

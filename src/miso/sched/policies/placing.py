@@ -11,6 +11,7 @@ one pass over the queue come as arguments, not fields on the policy).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
@@ -60,9 +61,10 @@ class GpuChoice:
         should wait: a fixed batch's GPU is full (:meth:`batch_full`), or at light load
         waiting for a whole GPU ends the jobs sooner (:meth:`better_to_wait`; ``ahead``:
         queued jobs ahead of it in this pass)."""
-        g = self.first_fit(sc, job, held)
+        g = next(self.fitting(sc, job, held), None)
         if g is None:
             return None, False
+        g = self.pol.bursts.landing_gpu(sc, g, job, held)  # a burst: a free slot, no restart
         if self.pol.model_aware and several_models(sc):
             g = swap_on_arrival(self.pol, sc, job, g, held)  # sched/modelplace.py
         if self.batch_full(g, sc):
@@ -75,23 +77,12 @@ class GpuChoice:
             return None, True
         return g, False
 
-    def first_fit(self, sc: Scratch, job: str, held: str | None) -> str | None:
-        """The least crowded GPU that holds ``job`` beside its pinned residents, not ``held``
-        (kept for a starving job ahead of it); in a burst its landing GPU (a free slot, no
-        restart)."""
-        for n, cand in self.pol.candidate_gpus(sc, job):
-            if cand == held:
-                continue  # kept for a starving job ahead of this one
-            if n == 0 or self.fits_beside_pinned(cand, job, sc):
-                return self.pol.bursts.landing_gpu(sc, cand, job, held)
-        return None
-
-    def has_room(self, sc: Scratch, job: str) -> bool:
-        """Whether some GPU holds ``job`` beside its pinned residents, as :meth:`choose_gpu`
-        asks (fair share's reclaim asks first: a GPU held by a job that cannot checkpoint is
-        no room for the waiting owner, issue 26)."""
-        return any(n == 0 or self.fits_beside_pinned(g, job, sc)
-                   for n, g in self.pol.candidate_gpus(sc, job))
+    def fitting(self, sc: Scratch, job: str, held: str | None = None) -> Iterator[str]:
+        """The GPUs that hold ``job`` beside their pinned residents (:meth:`fits_beside_pinned`),
+        least crowded first, but ``held`` (kept for a starving job ahead of it); lazy: the
+        placement and fair share's room test (:meth:`MisoPlus.has_room`) take the first."""
+        return (g for n, g in self.pol.candidate_gpus(sc, job)
+                if g != held and (n == 0 or self.fits_beside_pinned(g, job, sc)))
 
     def batch_full(self, g: str, sc: Scratch) -> bool:
         """Whether ``g``, the least crowded GPU, already runs ``batch_jobs`` jobs in a fixed
