@@ -283,25 +283,21 @@ class MisoPlus(Miso):
             self.dirty.add(g)
             self.wake_once(sc.out, now, "batch")
             return
-        if len(jobs) == 1 and self.profile_alone(now, g, jobs[0], sc):
-            return
-        self.solve_and_apply(now, g, jobs, self.speeds(sc.state.gpus[g].geom, sc, jobs), sc)
-
-    def profile_alone(self, now: float, g: str, j: str, sc: Scratch) -> bool:
-        """Profile ``j``, a newcomer alone on ``g``, there when it pays (nobody else stops);
-        True when it does."""
+        j = jobs[0]
         st = sc.state
-        if not (self.estimator.needs_profile and j not in self.est and j not in self.ran
-                and st.jobs[j].spec.checkpointable and self.admission.profile_pays(sc, j)):
-            return False
-        levels = tuple(self.opts.profile_levels)
-        sc.out.append(StartProfiling(
-            g, st.new_plan_id(), (j,), levels=levels, seconds_per_level=self.profile_s,
-            why={"trigger": sc.cycle.trigger, "note": f"{j} is new and alone on {g}: "
-                 f"profiled alone ({len(levels)} MPS levels) so its MIG "
-                 f"speeds are known before it ever shares a GPU; no other job stops"}))
-        self.last_profile[g] = now
-        return True
+        if len(jobs) == 1 and self.estimator.needs_profile and j not in self.est \
+                and j not in self.ran and st.jobs[j].spec.checkpointable \
+                and self.admission.profile_pays(sc, j):
+            # A newcomer alone on g: profiled there, since it pays and nobody else stops.
+            levels = tuple(self.opts.profile_levels)
+            sc.out.append(StartProfiling(
+                g, st.new_plan_id(), (j,), levels=levels, seconds_per_level=self.profile_s,
+                why={"trigger": sc.cycle.trigger, "note": f"{j} is new and alone on {g}: "
+                     f"profiled alone ({len(levels)} MPS levels) so its MIG "
+                     f"speeds are known before it ever shares a GPU; no other job stops"}))
+            self.last_profile[g] = now
+            return
+        self.solve_and_apply(now, g, jobs, self.speeds(st.gpus[g].geom, sc, jobs), sc)
 
     def solve_and_apply(self, now: float, g: str, jobs: list[str], speeds: Speeds,
                         sc: Scratch) -> None:
