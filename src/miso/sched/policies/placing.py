@@ -17,7 +17,6 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from miso.optimize import OptimizerError, optimizer_for
-from miso.sched import freeslots
 from miso.sched.freeslots import most_jobs_beside
 from miso.sched.modelplace import several_models, swap_on_arrival
 from miso.sched.policies.base import Scratch, mix_feasible
@@ -114,16 +113,8 @@ class GpuChoice:
         if not pinned:
             return True
         if not self.may_fit(sc, g, jobs, pinned, job):
-            assert not freeslots.CHECK or not self.solves(sc, g, jobs, pinned, job), \
-                f"room_beside: {job} fits beside the pinned jobs of {g}"
             return False
-        return self.solves(sc, g, jobs, pinned, job)
-
-    def solves(self, sc: Scratch, g: str, jobs: list[str], pinned: set[str], job: str
-               ) -> bool:
-        """Whether the optimizer finds a layout of ``g`` for ``jobs`` and ``job`` that keeps
-        the ``pinned`` residents on their instances."""
-        gs = sc.state.gpus[g]
+        # The optimizer finds a layout for the mix that keeps the pinned on their instances.
         sp = self.pol.speeds(gs.geom, sc, [*jobs, job])
         current = {j: pl for j, pl in gs.assignment.items() if j in sp}
         try:
@@ -134,7 +125,7 @@ class GpuChoice:
 
     def may_fit(self, sc: Scratch, g: str, jobs: list[str], pinned: set[str], job: str
                 ) -> bool:
-        """False only when no solve of :meth:`solves` can succeed (issue 32: a burst's
+        """False only when no solve of :meth:`fits_beside_pinned` can succeed (issue 32: a burst's
         placement pass solved beside the pinned residents of every candidate GPU for every
         queued job): ``job`` is planned with the prior (no estimate, no estimate plugin), and
         no profile it has a prior speed on has an instance beside the pinned instances in a
