@@ -33,7 +33,7 @@ from miso.sched.policies.learners import RestartCosts, WorkLearner
 from miso.sched.policies.miso import Miso
 from miso.sched.policies.observed import ObservedSpeeds
 from miso.sched.policies.placing import ChoiceOptions, GpuChoice
-from miso.sched.policies.rebalance import RebalanceIndex, Rebalancing
+from miso.sched.policies.rebalance import Rebalancing
 from miso.sched.reservecost import headroom_pays
 from miso.sched.speeds import prior_speeds
 from miso.sched.state import ClusterState
@@ -149,7 +149,6 @@ class MisoPlus(Miso):
         self.choice = GpuChoice(self, rec[ChoiceOptions])  # filter/score/permit (placing.py)
         self.admission = Admission(self, rec[AdmissionOptions])  # permit: profile, share, wait
         self.rebalancer = Rebalancing(self)  # post-bind: moves onto idle GPUs (rebalance.py)
-        self.donors = RebalanceIndex(self.rebalancer.best_donor, partial(self.restarts.cost, ""))
         self.declines = Declines()          # declined repartitions recorded (declined.py)
 
     def profile_run_s(self, restart_s: float) -> float:
@@ -167,11 +166,11 @@ class MisoPlus(Miso):
 
     # -- inputs -----------------------------------------------------------------------------
     def decide(self, now: float, event: Event, state: ClusterState) -> list[Decision]:
-        self.donors.note(event, state)
+        self.rebalancer.note(event, state)
         if isinstance(event, JobSubmitted):
             self.clock.note(now, event.job.memory_gb, event.job.duration_hint_s)
         for j in self.restarts.learn(state):  # their price changed: re-rank their GPUs
-            self.donors.changed(state.jobs[j].gpu)
+            self.rebalancer.changed(state.jobs[j].gpu)
         out = super().decide(now, event, state)
         self.restarts.note_plans(state, self.ran, now, out)
         if isinstance(event, JobSubmitted):
@@ -271,7 +270,7 @@ class MisoPlus(Miso):
     def replan(self, now: float, g: str, sc: Scratch, force_solve: bool = False) -> None:
         if not self.plannable(g, sc):
             return
-        self.donors.changed(g)  # estimates of its jobs may change
+        self.rebalancer.changed(g)  # estimates of its jobs may change
         jobs = sc.jobs_on(g)
         if not jobs:
             return
