@@ -182,16 +182,25 @@ def test_room_beside_never_rules_out_a_layout_the_optimizer_finds(model: str) ->
 
 def test_check_mode_passes_the_room_rule_on_random_bursts(monkeypatch: pytest.MonkeyPatch
                                                           ) -> None:
-    """With ``CHECK`` every skipped solve is run and must fail (random bursty streams)."""
+    """Every solve the room rule skips (``GpuChoice.may_fit`` false) is run here and must fail
+    (random bursty streams, the burst stage's ``CHECK`` on too)."""
+    from miso.optimize import OptimizerError, optimizer_for
     from miso.sched.policies import placing
 
     monkeypatch.setattr(freeslots, "CHECK", True)
     calls = {"skip": 0, "fit": 0}
     may_fit = placing.GpuChoice.may_fit
 
-    def counted(self: placing.GpuChoice, *a: object) -> bool:
-        got = may_fit(self, *a)  # type: ignore[arg-type]
+    def counted(self: placing.GpuChoice, sc: Scratch, g: str, jobs: list[str],
+                pinned: set[str], job: str) -> bool:
+        got = may_fit(self, sc, g, jobs, pinned, job)
         calls["fit" if got else "skip"] += 1
+        if not got:  # the solve fits_beside_pinned skips: no layout holds the mix
+            gs = sc.state.gpus[g]
+            sp = self.pol.speeds(gs.geom, sc, [*jobs, job])
+            current = {j: pl for j, pl in gs.assignment.items() if j in sp}
+            with pytest.raises(OptimizerError):
+                optimizer_for(gs.geom).solve(sp, current=current, pinned=pinned)
         return got
 
     monkeypatch.setattr(placing.GpuChoice, "may_fit", counted)

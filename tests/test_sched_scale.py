@@ -504,9 +504,19 @@ def test_lazy_ranking__pops_in_key_order_evaluating_only_what_reaches_the_top():
     assert 60 not in [p[1] for p in popped if p is not None]
 
 
-def test_rebalance_index__sees_changes_from_state_events_and_owner():
-    from miso.sched.policies.rebalance import RebalanceIndex
+def _donor_index(best, price):  # noqa: ANN001, ANN202
+    """miso+'s rebalancing stage driven through its index alone: each GPU's best donor from
+    ``best(sc, gpu, measured)``, the shared restart price from ``price()``."""
+    from types import SimpleNamespace
 
+    from miso.sched.policies.rebalance import Rebalancing
+
+    idx = Rebalancing(SimpleNamespace(restarts=SimpleNamespace(cost=lambda j: price())))
+    idx.best_donor = best  # type: ignore[method-assign]
+    return idx
+
+
+def test_rebalance_index__sees_changes_from_state_events_and_owner():
     st = ClusterState()
     for g in ("a", "b", "c"):
         st.observe(0.0, GpuAdded(g, "A100-40GB"))
@@ -514,7 +524,7 @@ def test_rebalance_index__sees_changes_from_state_events_and_owner():
         st.observe(0.0, JobSubmitted(JobSpec(str(i), "x", 1.0)))
         st.apply(0.0, PlaceJob(str(i), g))
     value = {"a": -10.0, "b": -5.0, "c": None}
-    idx = RebalanceIndex(
+    idx = _donor_index(
         lambda sc, g, measured: None if value[g] is None or not measured else (value[g], "j" + g),
         lambda: 0.0)
 
@@ -548,15 +558,13 @@ def test_rebalance_index__sees_changes_from_state_events_and_owner():
 def test_rebalance_index__prices_unmeasured_donors_at_the_shared_price_of_now():
     """Donors whose restart cost was not measured save their gain less the shared price, which
     moves with every measurement: when it falls, they rank by it without any GPU changing."""
-    from miso.sched.policies.rebalance import RebalanceIndex
-
     st = ClusterState()
     for g in ("a", "b", "c"):
         st.observe(0.0, GpuAdded(g, "A100-40GB"))
     gain = {"a": 100.0, "b": 50.0}   # unmeasured donors: gain before the restart
     measured = {"c": -70.0}          # a measured donor: -saving, its own cost counted
     price = [60.0]
-    idx = RebalanceIndex(
+    idx = _donor_index(
         lambda sc, g, m: ((measured[g], "m" + g) if g in measured else None) if m
         else ((-gain[g], "u" + g) if g in gain else None),
         lambda: price[0])

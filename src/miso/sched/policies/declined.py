@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from miso.mig import Placement
-from miso.optimize import OptimizerError, optimizer_for
+from miso.optimize import optimizer_for
 from miso.sched.decisions import RepartitionDeclined
 from miso.sched.policies.base import Scratch
 
@@ -60,11 +60,10 @@ def declined_plan(policy: Any, sc: Scratch, g: str, speeds: Speeds,
     kept layout holds free for the next arrival (:meth:`MisoPlus.keep_room`), else None."""
     horizon, penalty = prices  # (a kept layout has running jobs: it is priced)
     gs = sc.state.gpus[g]
-    try:
-        alt = optimizer_for(gs.geom).solve(speeds, current=dict(current),
-                                           objective=policy.objective, pinned=pinned)
-    except OptimizerError:
-        return
+    # (No OptimizerError: the priced plan was solved for the same jobs, instances and pinned
+    # jobs, and whether a layout holds them does not depend on the objective.)
+    alt = optimizer_for(gs.geom).solve(speeds, current=dict(current),
+                                       objective=policy.objective, pinned=pinned)
     cur = sum(speeds[j][pl.profile] for j, pl in current.items() if pl.profile in speeds[j])
     moved = tuple(alt.restarted)
     gain = alt.throughput - cur

@@ -32,8 +32,8 @@ from miso.sched.policies.framework import records_signature, take_options
 from miso.sched.policies.learners import RestartCosts, WorkLearner
 from miso.sched.policies.miso import Miso
 from miso.sched.policies.observed import ObservedSpeeds
-from miso.sched.policies.placing import ChoiceOptions, GpuChoice, QueuePass
-from miso.sched.policies.rebalance import RebalanceIndex, Rebalancing
+from miso.sched.policies.placing import ChoiceOptions, GpuChoice
+from miso.sched.policies.rebalance import Rebalancing
 from miso.sched.reservecost import headroom_pays
 from miso.sched.speeds import prior_speeds
 from miso.sched.state import ClusterState
@@ -149,7 +149,6 @@ class MisoPlus(Miso):
         self.choice = GpuChoice(self, rec[ChoiceOptions])  # filter/score/permit (placing.py)
         self.admission = Admission(self, rec[AdmissionOptions])  # permit: profile, share, wait
         self.rebalancer = Rebalancing(self)  # post-bind: moves onto idle GPUs (rebalance.py)
-        self.donors = RebalanceIndex(self.rebalancer.best_donor, partial(self.restarts.cost, ""))
         self.declines = Declines()          # declined repartitions recorded (declined.py)
 
     def profile_run_s(self, restart_s: float) -> float:
@@ -167,11 +166,11 @@ class MisoPlus(Miso):
 
     # -- inputs -----------------------------------------------------------------------------
     def decide(self, now: float, event: Event, state: ClusterState) -> list[Decision]:
-        self.donors.note(event, state)
+        self.rebalancer.note(event, state)
         if isinstance(event, JobSubmitted):
             self.clock.note(now, event.job.memory_gb, event.job.duration_hint_s)
         for j in self.restarts.learn(state):  # their price changed: re-rank their GPUs
-            self.donors.changed(state.jobs[j].gpu)
+            self.rebalancer.changed(state.jobs[j].gpu)
         out = super().decide(now, event, state)
         self.restarts.note_plans(state, self.ran, now, out)
         if isinstance(event, JobSubmitted):
@@ -186,7 +185,10 @@ class MisoPlus(Miso):
             self.wake_once(out, at, "quiet")  # (base.py)
 
     def has_room(self, sc: Scratch, job: str) -> bool:
-        return self.choice.has_room(sc, job)  # a resident that cannot checkpoint is no room
+        """Whether some GPU holds ``job`` beside its pinned residents, as placement asks (fair
+        share's reclaim asks first: a GPU held by a job that cannot checkpoint is no room for
+        the waiting owner, issue 26)."""
+        return next(self.choice.fitting(sc, job), None) is not None
 
     def on_profiled(self, now: float, ev: ProfilingFinished, sc: Scratch) -> None:
         self.admission.settle(sc)  # estimates change below
@@ -268,7 +270,7 @@ class MisoPlus(Miso):
     def replan(self, now: float, g: str, sc: Scratch, force_solve: bool = False) -> None:
         if not self.plannable(g, sc):
             return
-        self.donors.changed(g)  # estimates of its jobs may change
+        self.rebalancer.changed(g)  # estimates of its jobs may change
         jobs = sc.jobs_on(g)
         if not jobs:
             return
@@ -280,25 +282,21 @@ class MisoPlus(Miso):
             self.dirty.add(g)
             self.wake_once(sc.out, now, "batch")
             return
-        if len(jobs) == 1 and self.profile_alone(now, g, jobs[0], sc):
-            return
-        self.solve_and_apply(now, g, jobs, self.speeds(sc.state.gpus[g].geom, sc, jobs), sc)
-
-    def profile_alone(self, now: float, g: str, j: str, sc: Scratch) -> bool:
-        """Profile ``j``, a newcomer alone on ``g``, there when it pays (nobody else stops);
-        True when it does."""
+        j = jobs[0]
         st = sc.state
-        if not (self.estimator.needs_profile and j not in self.est and j not in self.ran
-                and st.jobs[j].spec.checkpointable and self.admission.profile_pays(sc, j)):
-            return False
-        levels = tuple(self.opts.profile_levels)
-        sc.out.append(StartProfiling(
-            g, st.new_plan_id(), (j,), levels=levels, seconds_per_level=self.profile_s,
-            why={"trigger": sc.cycle.trigger, "note": f"{j} is new and alone on {g}: "
-                 f"profiled alone ({len(levels)} MPS levels) so its MIG "
-                 f"speeds are known before it ever shares a GPU; no other job stops"}))
-        self.last_profile[g] = now
-        return True
+        if len(jobs) == 1 and self.estimator.needs_profile and j not in self.est \
+                and j not in self.ran and st.jobs[j].spec.checkpointable \
+                and self.admission.profile_pays(sc, j):
+            # A newcomer alone on g: profiled there, since it pays and nobody else stops.
+            levels = tuple(self.opts.profile_levels)
+            sc.out.append(StartProfiling(
+                g, st.new_plan_id(), (j,), levels=levels, seconds_per_level=self.profile_s,
+                why={"trigger": sc.cycle.trigger, "note": f"{j} is new and alone on {g}: "
+                     f"profiled alone ({len(levels)} MPS levels) so its MIG "
+                     f"speeds are known before it ever shares a GPU; no other job stops"}))
+            self.last_profile[g] = now
+            return
+        self.solve_and_apply(now, g, jobs, self.speeds(st.gpus[g].geom, sc, jobs), sc)
 
     def solve_and_apply(self, now: float, g: str, jobs: list[str], speeds: Speeds,
                         sc: Scratch) -> None:
@@ -398,7 +396,8 @@ class MisoPlus(Miso):
         # owners' entitlements decide which GPUs a job may join (Scratch.may_join).
         no_room: dict[str, float] = {}
         bound = sc.owner_bound()
-        qp = QueuePass()
+        ahead = 0  # queued jobs passed in this pass
+        held: str | None = None  # the GPU held for a starving job
         starve = self.opts.starve_after * self.work.typical() \
             if self.opts.starve_after > 0 and not self.in_batch(sc) else None
         for j in sc.queue(backfill_window(sc)):
@@ -406,20 +405,19 @@ class MisoPlus(Miso):
             key = jobs[j].spec.owner if bound else ""
             fits_nowhere = mem >= no_room.get(key, float("inf"))
             if not fits_nowhere:
-                qp.waited = False
-                g = self.choice.choose_gpu(now, j, sc, qp)
+                g, waits = self.choice.choose_gpu(j, sc, ahead, held)
                 if g is not None:
                     sc.place(j, g)
                     self.dirty.add(g)
                     continue
-                fits_nowhere = not qp.waited  # no room (not a choice to wait)
+                fits_nowhere = not waits  # no room (not a choice to wait)
                 if fits_nowhere:
                     no_room[key] = mem
-            qp.ahead += 1
+            ahead += 1
             # It starves: hold a GPU for the first such job that finds no room.
-            if fits_nowhere and qp.held is None and starve is not None and \
+            if fits_nowhere and held is None and starve is not None and \
                     now - jobs[j].submitted_at > starve:
-                qp.held = self.choice.gpu_to_hold(sc, j)
+                held = self.choice.gpu_to_hold(sc, j)
         self.replan_dirty(now, sc)
 
     # -- events -----------------------------------------------------------------------------

@@ -6,17 +6,17 @@ Philly trace and no better elsewhere, was deleted in issue 27; git keeps it.)
 The filter/score stage of :class:`~miso.sched.policies.misoplus.MisoPlus` (``pol.choice``;
 its own options in :class:`ChoiceOptions`; it reads the policy ``pol``'s ``candidate_gpus``,
 ``pinned``, ``speeds`` and ``in_batch``, and asks its permit stage ``admission``; the facts of
-one pass over the queue come in a :class:`QueuePass`, not fields on the policy).
+one pass over the queue come as arguments, not fields on the policy).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from miso.optimize import OptimizerError, optimizer_for
-from miso.sched import freeslots
 from miso.sched.freeslots import most_jobs_beside
 from miso.sched.modelplace import several_models, swap_on_arrival
 from miso.sched.policies.base import Scratch, mix_feasible
@@ -45,17 +45,6 @@ class ChoiceOptions:
     batch_restart_frac: float = 0.1
 
 
-@dataclass
-class QueuePass:
-    """The facts of one pass over the queue (in one decision), shared by its placements:
-    ``ahead``, queued jobs ahead of the one being placed; ``held``, the GPU kept for a
-    starving job; ``waited``, whether the last choice was to wait."""
-
-    ahead: int = 0
-    held: str | None = None
-    waited: bool = False
-
-
 class GpuChoice:
     """Where a queued job goes (see the module docstring)."""
 
@@ -63,43 +52,36 @@ class GpuChoice:
         self.pol = pol
         self.opts = opts
 
-    def choose_gpu(self, now: float, job: str, sc: Scratch, qp: QueuePass) -> str | None:
-        """The least crowded GPU that can hold the job beside its pinned residents (an idle
-        one first), skipping a GPU held for a starving job; in a burst its landing GPU. None
-        (``qp.waited`` set) when the job should wait: a fixed batch's GPU is full
-        (:meth:`batch_full`), or at light load waiting for a whole GPU ends the jobs sooner
-        (:meth:`better_to_wait`)."""
-        g = self.first_fit(sc, job, qp)
-        if g is not None and self.pol.model_aware and several_models(sc):
-            g = swap_on_arrival(self.pol, sc, job, g, qp.held)  # sched/modelplace.py
-        if g is not None and self.batch_full(g, sc):
-            qp.waited = True
-            return None
+    def choose_gpu(self, job: str, sc: Scratch, ahead: int, held: str | None
+                   ) -> tuple[str | None, bool]:
+        """(GPU, False): the least crowded GPU that can hold the job beside its pinned
+        residents (an idle one first), skipping ``held`` (the GPU held for a starving job);
+        in a burst its landing GPU. (None, False) when no GPU can; (None, True) when the job
+        should wait: a fixed batch's GPU is full (:meth:`batch_full`), or at light load
+        waiting for a whole GPU ends the jobs sooner (:meth:`better_to_wait`; ``ahead``:
+        queued jobs ahead of it in this pass)."""
+        g = next(self.fitting(sc, job, held), None)
+        if g is None:
+            return None, False
+        g = self.pol.bursts.landing_gpu(sc, g, job, held)  # a burst: a free slot, no restart
+        if self.pol.model_aware and several_models(sc):
+            g = swap_on_arrival(self.pol, sc, job, g, held)  # sched/modelplace.py
+        if self.batch_full(g, sc):
+            return None, True
         adm = self.pol.admission
-        if g is not None and self.opts.wait_for_gpu and sc.jobs_on(g) \
+        if self.opts.wait_for_gpu and sc.jobs_on(g) \
                 and not adm.heavy_load(sc) and not adm.others_waiting(sc, job) \
-                and adm.better_to_wait(g, job, sc, qp.ahead):
-            qp.waited = True
+                and adm.better_to_wait(g, job, sc, ahead):
             declined_share(self.pol, sc, g, job)  # the record of why it waits (declined.py)
-            return None
-        return g
+            return None, True
+        return g, False
 
-    def first_fit(self, sc: Scratch, job: str, qp: QueuePass) -> str | None:
-        """The least crowded GPU that holds ``job`` beside its pinned residents, not the one
-        held for a starving job; in a burst its landing GPU (a free slot, no restart)."""
-        for n, cand in self.pol.candidate_gpus(sc, job):
-            if cand == qp.held:
-                continue  # kept for a starving job ahead of this one
-            if n == 0 or self.fits_beside_pinned(cand, job, sc):
-                return self.pol.bursts.landing_gpu(sc, cand, job, qp.held)
-        return None
-
-    def has_room(self, sc: Scratch, job: str) -> bool:
-        """Whether some GPU holds ``job`` beside its pinned residents, as :meth:`choose_gpu`
-        asks (fair share's reclaim asks first: a GPU held by a job that cannot checkpoint is
-        no room for the waiting owner, issue 26)."""
-        return any(n == 0 or self.fits_beside_pinned(g, job, sc)
-                   for n, g in self.pol.candidate_gpus(sc, job))
+    def fitting(self, sc: Scratch, job: str, held: str | None = None) -> Iterator[str]:
+        """The GPUs that hold ``job`` beside their pinned residents (:meth:`fits_beside_pinned`),
+        least crowded first, but ``held`` (kept for a starving job ahead of it); lazy: the
+        placement and fair share's room test (:meth:`MisoPlus.has_room`) take the first."""
+        return (g for n, g in self.pol.candidate_gpus(sc, job)
+                if g != held and (n == 0 or self.fits_beside_pinned(g, job, sc)))
 
     def batch_full(self, g: str, sc: Scratch) -> bool:
         """Whether ``g``, the least crowded GPU, already runs ``batch_jobs`` jobs in a fixed
@@ -131,16 +113,8 @@ class GpuChoice:
         if not pinned:
             return True
         if not self.may_fit(sc, g, jobs, pinned, job):
-            assert not freeslots.CHECK or not self.solves(sc, g, jobs, pinned, job), \
-                f"room_beside: {job} fits beside the pinned jobs of {g}"
             return False
-        return self.solves(sc, g, jobs, pinned, job)
-
-    def solves(self, sc: Scratch, g: str, jobs: list[str], pinned: set[str], job: str
-               ) -> bool:
-        """Whether the optimizer finds a layout of ``g`` for ``jobs`` and ``job`` that keeps
-        the ``pinned`` residents on their instances."""
-        gs = sc.state.gpus[g]
+        # The optimizer finds a layout for the mix that keeps the pinned on their instances.
         sp = self.pol.speeds(gs.geom, sc, [*jobs, job])
         current = {j: pl for j, pl in gs.assignment.items() if j in sp}
         try:
@@ -151,7 +125,7 @@ class GpuChoice:
 
     def may_fit(self, sc: Scratch, g: str, jobs: list[str], pinned: set[str], job: str
                 ) -> bool:
-        """False only when no solve of :meth:`solves` can succeed (issue 32: a burst's
+        """False only when no solve of :meth:`fits_beside_pinned` can succeed (issue 32: a burst's
         placement pass solved beside the pinned residents of every candidate GPU for every
         queued job): ``job`` is planned with the prior (no estimate, no estimate plugin), and
         no profile it has a prior speed on has an instance beside the pinned instances in a

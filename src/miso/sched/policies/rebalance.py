@@ -1,4 +1,4 @@
-"""Rebalance index: idle GPUs in GPU order, and crowded GPUs ranked by their best donor job.
+"""Rebalancing, and its index: idle GPUs in GPU order, crowded GPUs ranked by their best donor.
 
 ``miso+`` moves a job onto a GPU that became idle when the time it saves beats a restart. Asking
 every crowded GPU for its best donor on every completion costs O(GPUs); a donor's saving only
@@ -6,7 +6,7 @@ shrinks while its GPU is unchanged (its remaining work shrinks as it runs), so t
 in a :class:`~miso.sched.ranking.LazyRanking` and re-evaluated only when they change or reach
 the top. A GPU counts as changed when the cluster state changes it (:meth:`ClusterState.watch`),
 when an event names it or one of its jobs (new speeds, progress, profiles), and when its owner
-says so (:meth:`RebalanceIndex.changed`, e.g. after re-planning it, or when a job's restart cost
+says so (:meth:`Rebalancing.changed`, e.g. after re-planning it, or when a job's restart cost
 is measured).
 
 A restart is priced as everywhere else (:meth:`RestartCosts.cost`): a measured job at its own
@@ -19,7 +19,7 @@ whatever the shared price does.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -38,32 +38,29 @@ if TYPE_CHECKING:  # pragma: no cover
 Donor = tuple[float, str]
 
 
-class RebalanceIndex:
-    """``best(sc, gpu, measured)`` gives a GPU's best donor (smaller is better) among the jobs
-    whose restart cost was measured (``measured``) or among the others, or None; neither may
-    get better while the GPU is unchanged. ``price()``: the shared restart price of the jobs
-    not measured."""
+class Rebalancing:
+    """miso+'s moves onto idle GPUs, after a completion (``pol.rebalancer``, a post-bind
+    stage of :class:`~miso.sched.policies.misoplus.MisoPlus`, no options of its own; it reads
+    the policy ``pol``'s ``pinned``, ``speeds``, its learners ``work`` and ``restarts`` and
+    ``replan``), with its index (the module docstring): each GPU's best donor
+    (:meth:`best_donor`, smaller is better) among the jobs whose restart cost was measured or
+    among the others may not get better while the GPU is unchanged; the jobs not measured are
+    priced at the shared restart price (``restarts.cost("")``)."""
 
-    def __init__(self, best: Callable[[Scratch, str, bool], Donor | None],
-                 price: Callable[[], float]) -> None:
-        self.best = best
-        self.price = price
+    def __init__(self, pol: MisoPlus) -> None:
+        self.pol = pol
         self._sc: Scratch | None = None
         self._round = 0
         self._state: ClusterState | None = None
-        self._rankings = self._new()
+        self._rankings: tuple[LazyRanking[str], ...] = ()  # (measured donors, the others)
         self._idle: Occupancy[Scratch] = Occupancy(  # (no service replica holds a slice)
             lambda sc, g: None if (gs := sc.state.gpus[g]).busy or gs.base is not None
             or sc.jobs_on(g) else "idle", lambda cls: (cls,))
 
-    def _new(self) -> tuple[LazyRanking[str], ...]:
-        """(measured donors, the others)."""
-        return tuple(LazyRanking(partial(self._key, m)) for m in (True, False))
-
     def _key(self, measured: bool, g: str) -> tuple[float, str, str] | None:
         sc = self._sc
         assert sc is not None
-        got = self.best(sc, g, measured) if g in sc.state.gpus else None
+        got = self.best_donor(sc, g, measured) if g in sc.state.gpus else None
         return None if got is None else (*got, g)
 
     def changed(self, gpu: str | None) -> None:
@@ -76,7 +73,7 @@ class RebalanceIndex:
         self._round += 1
         if state is not self._state:
             self._state = state
-            self._rankings = self._new()
+            self._rankings = tuple(LazyRanking(partial(self._key, m)) for m in (True, False))
             state.watch(self.changed)
             for g in state.gpus:
                 self.changed(g)
@@ -105,7 +102,7 @@ class RebalanceIndex:
         measured, other = (r.peek(self._round) for r in self._rankings)
         got = None if measured is None else measured[0]
         if other is not None:
-            c = self.price()
+            c = self.pol.restarts.cost("")  # the shared price, now
             saved = -other[0][0] - c
             if saved > c and (got is None or (-saved, *other[0][1:]) < got):
                 got = (-saved, *other[0][1:])
@@ -115,20 +112,11 @@ class RebalanceIndex:
         return got
 
 
-class Rebalancing:
-    """miso+'s moves onto idle GPUs, after a completion (``pol.rebalancer``, a post-bind
-    stage of :class:`~miso.sched.policies.misoplus.MisoPlus`, no options of its own; it reads
-    the policy ``pol``'s ``donors``, ``pinned``, ``speeds``, its learners ``work`` and
-    ``restarts`` and ``replan``)."""
-
-    def __init__(self, pol: MisoPlus) -> None:
-        self.pol = pol
-
     def best_donor(self, sc: Scratch, g: str, measured: bool) -> Donor | None:
         """(-saving, job) of the job of ``g`` whose restart cost was measured that gains most
         from a whole GPU, when the time it saves (remaining work at its slice's speed vs on
         the whole GPU, less its restart) beats its restart; with ``measured`` false, (-gain,
-        job) of the others' best, before the shared price (:meth:`RebalanceIndex.pop`)."""
+        job) of the others' best, before the shared price (:meth:`pop`)."""
         gs = sc.state.gpus[g]
         jobs = sc.jobs_on(g)
         if len(jobs) < 2 or gs.busy:
@@ -157,8 +145,8 @@ class Rebalancing:
         if self.pol.model_aware and several_models(sc):
             fill_by_model(self.pol, now, sc)  # any job may gain from an idle GPU of another model
             return
-        for target in self.pol.donors.idle(sc):
-            got = self.pol.donors.pop(sc)
+        for target in self.idle(sc):
+            got = self.pop(sc)
             if got is None:
                 return
             saved, j, src = got
