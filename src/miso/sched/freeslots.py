@@ -12,13 +12,12 @@ the job, in the candidate order (least crowded, then GPU order).
 A GPU's free slots for a job (:func:`free_slots`) depend on its layout (the one being applied,
 else the applied one), its target assignment, the jobs placed on it in this call and the job's
 fitting profiles (its fit class): all re-read when the GPU is re-keyed, so the index answers as
-the scan would (tests/test_freeslots.py compares every landing answer with the scan). ``CHECK``
-(``MISO_CHECK_FREESLOTS=1``) makes placement run every solve that :func:`room_beside` skips.
+the scan would (tests/test_freeslots.py compares every landing answer with the scan and runs
+every solve that :func:`room_beside` skips).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Hashable, Iterable
 from functools import cache, lru_cache
 
@@ -27,9 +26,6 @@ from miso.mig.layouts import enumerate_layouts
 from miso.sched.decisions import ApplyLayout
 from miso.sched.occupancy import Occupancy
 from miso.sched.policies.base import Scratch, fit_classes
-
-#: Debug cross-check: every solve the room rule skips is run (and must fail).
-CHECK = os.environ.get("MISO_CHECK_FREESLOTS", "") == "1"
 
 
 def _free_and_waiting(sc: Scratch, g: str) -> tuple[list[str], int]:
