@@ -157,3 +157,16 @@ def load_script(name: str, path: Path) -> Any:
     sys.modules[name] = mod
     spec.loader.exec_module(mod)
     return mod
+
+
+def profiles_given(log: list[tuple[float, Any]], job: str) -> list[str]:
+    """The MIG profiles ``job`` was given in turn in a recorded decision log (``run_policy(...,
+    record=True).log``): each layout that changes its slice adds one."""
+    from miso.sched import ApplyLayout
+    got: list[str] = []
+    for _, d in log:
+        if isinstance(d, ApplyLayout) and job in d.assignment:
+            p = d.assignment[job].profile
+            if not got or got[-1] != p:
+                got.append(p)
+    return got

@@ -6,8 +6,8 @@ the other owners' jobs on its GPU are requeued."""
 from __future__ import annotations
 
 import pytest
+from helpers import profiles_given
 
-from miso.sched import ApplyLayout
 from miso.sched.decisions import RequeueJob
 from miso.sched.fairunused import whole_owed
 from miso.sched.policies import entitled
@@ -38,12 +38,7 @@ def _long_l_job(monkeypatch: pytest.MonkeyPatch | None):  # noqa: ANN202
     # (L's one job on 4g); with the default margin (1 GPU) H would stay protected
     r = run_policy("miso+", jobs, WorldConfig(n_gpus=6), 1, record=True,
                    tenancy=TenancyConfig(fairness_price=0.05, keep_margin=0.25))
-    got: list[str] = []
-    for _, d in r.log:
-        if isinstance(d, ApplyLayout) and "l0" in d.assignment:
-            p = d.assignment["l0"].profile
-            if not got or got[-1] != p:
-                got.append(p)
+    got = profiles_given(r.log, "l0")
     grown = [d for _, d in r.log if isinstance(d, RequeueJob) and d.why
              and d.why.get("for_job") == "l0" and d.why.get("fair_slice") == 1.0]
     return got, float(r.jct[r.job_ids.index("l0")]), grown

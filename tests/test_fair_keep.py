@@ -5,8 +5,8 @@ as its fair slice when the stated price's cap falls with a flood
 from __future__ import annotations
 
 import pytest
+from helpers import profiles_given
 
-from miso.sched import ApplyLayout
 from miso.sched.policies import entitled
 from miso.sched.tenancyconfig import TenancyConfig
 from miso.sim.run import run_policy
@@ -22,12 +22,7 @@ def _l_slices(flood_at: float) -> tuple[list[str], float]:
              for i in range(40)]
     r = run_policy("miso+", jobs, WorldConfig(n_gpus=2), 1, record=True,
                    tenancy=TenancyConfig(fairness_price=0.05))
-    got: list[str] = []
-    for _, d in r.log:
-        if isinstance(d, ApplyLayout) and "l" in d.assignment:
-            p = d.assignment["l"].profile
-            if not got or got[-1] != p:
-                got.append(p)
+    got = profiles_given(r.log, "l")
     return got, float(r.jct[r.job_ids.index("l")])
 
 
