@@ -123,6 +123,15 @@ def replaced(fd: int, generation: int) -> bool:
         return False
 
 
+def told_to_end(terminating: list[float]) -> bool:
+    """Whether a SIGTERM reached this guard. Asked after the agent was found dead, in a frame
+    of its own: the node's SIGTERM (sent before the agent dies) is delivered at the latest on
+    the return from the liveness check's system call, and CPython runs a pending signal's
+    handler when a function starts, so a guard preempted between the two reads cannot fence a
+    job that is saving on SIGTERM."""
+    return bool(terminating)
+
+
 def write_record(path: str | None, returncode: int | None, fenced: bool, why: str) -> None:
     if not path:
         return
@@ -290,7 +299,7 @@ def main(argv: list[str]) -> int:
         last_check = time.time()
         until = lease_until(lease) if lease >= 0 else None
         why = "lease expired" if until is not None and time.time() > until else \
-            "agent died" if agent and not terminating and not alive(agent) else \
+            "agent died" if agent and not alive(agent) and not told_to_end(terminating) else \
             "agent replaced" if gen_fd >= 0 and replaced(gen_fd, gen) else ""
         if why:
             out.note(f"miso: fencing this job ({why})\n")
