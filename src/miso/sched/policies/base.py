@@ -361,6 +361,10 @@ class BasePolicy:
         """Service replicas took or gave back slices of ``gpu`` (:mod:`miso.sched.servicestate`)."""
         self.capacity(now, sc)
 
+    def replan_later(self, gpu: str) -> None:
+        """A post-filter changed ``gpu``'s residents: a policy that plans per GPU re-plans it
+        before the call ends (the base policy plans nothing)."""
+
     def on_speed_changed(self, now: float, ev: JobSpeedChanged, sc: Scratch) -> None:
         pass
 

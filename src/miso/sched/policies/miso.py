@@ -186,6 +186,9 @@ class Miso(BasePolicy):
         self.dirty.add(gpu)
         self.capacity(now, sc)
 
+    def replan_later(self, gpu: str) -> None:
+        self.dirty.add(gpu)
+
     # -- planning -------------------------------------------------------------------------
     def plannable(self, g: str, sc: Scratch) -> bool:
         """True when ``g`` can be re-planned now; a busy GPU is marked dirty (re-planned once

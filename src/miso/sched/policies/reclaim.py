@@ -138,9 +138,7 @@ def _grow(policy: BasePolicy, now: float, sc: Scratch, ents: dict[str, float],
                 victim_cost(sc, v, now, policy.restart_price(v)) for v in victims),
                 ents, held, (1.0, cur))
             ten.reclaimed_at[g] = now
-            dirty = getattr(policy, "dirty", None)   # re-plan it now: the job grows
-            if isinstance(dirty, set):
-                dirty.add(g)
+            policy.replan_later(g)   # re-planned in this call: the job grows
             o = st.jobs[j].spec.owner
             held[o] = held.get(o, 0.0) + 1.0 - cur
             return 1
@@ -161,9 +159,9 @@ def _grow_victims(policy: BasePolicy, now: float, sc: Scratch, job: str, g: str,
     if js.status.value != "running" or not ten.protected(o, ents):
         return None
     fair = sc.fair
-    if fair.kept(job) <= 0 or fair.grown(o) < 1.0:
-        return None
     cur = fair.kept(job)
+    if cur <= 0 or fair.grown(o) < 1.0:
+        return None
     if cur >= 1.0 - 1e-9 or held.get(o, 0.0) + 1.0 - cur > fair.part(o) + 1e-6:
         return None
     others = [v for v in resident if v != job]
