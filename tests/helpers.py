@@ -115,6 +115,34 @@ class DecisionRecorder:
         pass
 
 
+class TurnRecorder(DecisionRecorder):
+    """Observer of a running loop's turns: each event it delivers and decision it applies,
+    in order, as ``(turn, time, kind, job)`` (kind: the event's class name, or
+    ``decision:`` and the decision's). A turn is one :meth:`EventLoop.run_once
+    <miso.controller.loop.EventLoop.run_once>` (the loop enters :meth:`batch` once per
+    turn): the events waiting together in its queue are one group whose placement pass
+    runs once, at the group's end, so a test can tell which events a decision followed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.turn = 0
+        self.seen: list[tuple[int, float, str, str | None]] = []
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        self.turn += 1
+        yield
+
+    def on_event(self, now: float, ev: object, state: object) -> None:
+        job = getattr(ev, "job", None)
+        self.seen.append((self.turn, now, type(ev).__name__, getattr(job, "id", job)))
+
+    def on_decision(self, now: float, d: object, state: object) -> None:
+        super().on_decision(now, d, state)
+        self.seen.append((self.turn, now, "decision:" + type(d).__name__,
+                          getattr(d, "job", None)))
+
+
 class AcceptingExecutor:
     """Stands in for the plan executor: takes every plan (kept in ``plans``), runs nothing."""
 
