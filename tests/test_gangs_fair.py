@@ -139,3 +139,28 @@ def test_gang_reservation__drains_a_gpu_it_may_empty_not_a_run_ending_days_later
     monkeypatch.setattr(gangs, "takeable", lambda ps, head: (lambda g, end: (end, 0)))
     _, start, _ = _run(_gang_behind_a_far_run(), 5, ten)
     assert start["b1"] > 40_000.0
+
+
+
+def test_gang_reservation__drains_the_gpus_whose_residents_have_least_work_left():
+    # With a stated price. 4 GPUs, one job of a on each from 800 s: a1, a2 with 100,000 s
+    # of work, a3, a4 with 5,000 s. b's 2-GPU gang (owed: 2 GPUs each) comes at 1,000 s;
+    # every GPU may be emptied at 1,600 s (one resident each, min_run_s 600 s), so the
+    # reservation holds the two whose residents have the least work left: at 1,500 s (a5,
+    # the next decision) a3 and a4 are requeued and b1 starts; a1 and a2 run on untouched.
+    # By the fewest residents (the tie broken by GPU order), a1 and a2 were requeued:
+    # in the Philly flood those were its long jobs, back at the front of its FIFO.
+    jobs = [TraceJob("a1", 800.0, 100_000.0, WL, owner="a"),
+            TraceJob("a2", 800.0, 100_000.0, WL, owner="a"),
+            TraceJob("a3", 800.0, 5_000.0, WL, owner="a"),
+            TraceJob("a4", 800.0, 5_000.0, WL, owner="a"),
+            TraceJob("b1", 1_000.0, 2_000.0, WL, owner="b", num_gpus=2),
+            TraceJob("a5", 1_500.0, 1_000.0, WL, owner="a")]
+    r, start, fin = _run(jobs, 4, TenancyConfig(fair_share=True, fairness_price=0.05))
+    assert start["b1"] == pytest.approx(1_500.0)
+    reqs = [d for _, d in r.log if isinstance(d, RequeueJob)]
+    assert sorted(d.job for d in reqs) == ["a3", "a4"]
+    assert all(d.why["for_gang"] == "b1" for d in reqs)
+    restarts = dict(zip(r.job_ids, r.restarts, strict=True))
+    assert restarts["a1"] == restarts["a2"] == 0
+    assert fin["a1"] == pytest.approx(100_800.0) and fin["a2"] == pytest.approx(100_800.0)

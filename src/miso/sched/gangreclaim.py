@@ -25,9 +25,9 @@ or above its entitlement after the GPU is taken (fewest residents first; the res
 checkpointed and requeued, ``RequeueJob`` with cause ``reclaimed`` and ``why["for_gang"]``).
 The reservation itself, with fair share's reclaim and the gang owed, ranks a GPU whose
 residents may all be requeued by when they may be (:func:`takeable`) rather than by their
-end; held, it drains its short jobs, and once only it (and idle or backfilled GPUs) stands
-between the gang and its reservation, its long residents are requeued and the gang starts
-(:func:`_reserved_room`).
+end, then by the work its residents have left (least first); held, it drains its short jobs,
+and once only it (and idle or backfilled GPUs) stands between the gang and its reservation,
+its long residents are requeued and the gang starts (:func:`_reserved_room`).
 
 The gang layer gives those GPUs back to the policy when the gang's run ends
 (``GangLayer.lent``): the room was owed to that gang, not to the gangs queued behind it
@@ -41,6 +41,7 @@ GPUs it holds plus those its queued jobs ask for (a one-GPU job one, a gang its 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
@@ -246,38 +247,50 @@ def _may_empty_all(ps: GangPass, head: str, drain: list[str]) -> bool:
     return True
 
 
-def takeable(ps: GangPass, head: str) -> Callable[[str, float], tuple[float, int]]:
+def takeable(ps: GangPass, head: str) -> Callable[[str, float], tuple[float, float]]:
     """How the reservation of ``head`` ranks a GPU expected free at ``end``: with fair share's
     reclaim and a stated price (with growth, ``reclaim._grow``: without a price decisions
     are kept), while ``head``'s owner is owed the gang, a GPU (of the policies' view, or
     held and draining) whose every resident could be requeued for it (:func:`view_room`'s
     rules) counts as free once each has run ``min_run_s`` and ``min_run_s`` from now (the
-    time a held GPU takes to drain its short jobs), when sooner than ``end``, then by its
-    residents (the fewest restarts first); else at ``end``. Measured (Philly by vc at 5 %,
+    time a held GPU takes to drain its short jobs), when sooner than ``end``, then by the
+    most work one of its residents has left (:func:`_left`: the requeued jobs keep their
+    place in their owner's FIFO, ahead of its queued short jobs, so the least work put back
+    first); else at ``end``. Measured (Philly by vc at 5 %,
     long jobs grown to whole GPUs): in the largest vc's flood every GPU ran some long job,
     so vc 2869ce's 8-GPU gang reserved another gang's run ending days later and waited for a
     GPU of the view to be emptiable (every resident past ``min_run_s``, which the flood's
-    new short jobs never left true): 1.68 / 1.46 / 1.66 (seeds 1-3); so ranked, 1.08."""
+    new short jobs never left true): 1.68 / 1.46 / 1.66 (seeds 1-3); so ranked, 1.08. Then
+    by the fewest residents, the flood's long jobs (alone on whole GPUs, grown) were the
+    ones requeued and its short jobs' mean slowdown was 287 (seeds 1-3); by work left,
+    131, at a price of +1.0-1.5 % instead of +2.4-3.0 % (max sharing incentive 1.42)."""
     st = ps.st
     ten = st.tenancy
     if ten is None or not _priced_reclaim(ten.config):
-        return lambda g, end: (end, 0)
+        return lambda g, end: (end, 0.0)
     ents = gang_entitlements(st)
     if not owed(st, head, ents):
-        return lambda g, end: (end, 0)
+        return lambda g, end: (end, 0.0)
     book, min_run = st.gangs, ten.config.min_run_s
 
-    def at(g: str, end: float) -> tuple[float, int]:
+    def at(g: str, end: float) -> tuple[float, float]:
         gs = st.gpus.get(g) or (book.gpus.get(g) if book.run_on(g) is None else None)
         if gs is None or not gs.jobs or gs.pending is not None or st.services.by_gpu.get(g) \
                 or not all(_may_requeue(ps, j, head, 0.0) for j in gs.jobs) \
                 or any(ten.held.get(o, 0.0) - x < ents.get(o, 0.0) - 1e-6
                        for o, x in ten.split_of(g).items()):
-            return end, 0
+            return end, 0.0
         t = max(ps.now + min_run, *(ten.running_since.get(j, ps.now) + min_run for j in gs.jobs))
-        return (t, len(gs.jobs)) if t < end else (end, 0)
+        return (t, _left(st, gs.jobs, ps.now)) if t < end else (end, 0.0)
 
     return at
+
+
+def _left(st: ClusterState, jobs: list[str], now: float) -> float:
+    """The most work one of ``jobs`` has left (s alone on a full GPU, from its last progress
+    report; inf when one's is unknown): what its requeue puts back in its owner's queue."""
+    left = [st.jobs[j].remaining_work(now) for j in jobs]
+    return max((math.inf if x is None else x for x in left), default=0.0)
 
 
 def _requeue_for(ps: GangPass, head: str, g: str, jobs: tuple[str, ...]) -> None:
