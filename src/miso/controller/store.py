@@ -116,6 +116,7 @@ class JobStore:
     progress = _part("table", JobTable.progress)
     progress_many = _part("table", JobTable.progress_many)
     finish = _part("table", JobTable.finish)
+    place_many = _part("table", JobTable.place_many)
 
     # ---- attempts -----------------------------------------------------------------------
 
