@@ -97,3 +97,30 @@ def test_a_placed_jobs_row_is_written_before_its_gpu_plan_reaches_the_executor()
     assert any(seen), "no plan placed a job"
     assert all(g == "gpu0" for rows in seen for g in rows.values()), seen
     assert not con.errors
+
+
+def test_held_plans_reach_the_executor_in_order_after_the_placements() -> None:
+    """A turn's plans wait with its placements: one transaction for all the placements,
+    then every plan handed over in the order decided, each seeing its jobs' rows placed."""
+    st, (a, b) = _store_with(2)
+    calls: list[str] = []
+    handed: list[tuple[str, object, dict[str, str | None]]] = []
+
+    class Counting:
+        def place_many(self, rows: dict[str, str]) -> None:
+            calls.append("place_many")
+            st.place_many(rows)
+
+    buf = PlacedBuffer(Counting(), lambda m: None,
+                       lambda g, p: handed.append((g, p, {j: st.get(j).gpu for j in (a, b)})))
+    buf.add(a, "n0/0")
+    buf.hold("n0/0", "plan-1")
+    buf.add(b, "n0/1")
+    buf.hold("n0/1", "plan-2")
+    assert handed == [] and st.get(a).gpu is None  # nothing before the flush
+    buf.flush()
+    assert calls == ["place_many"]
+    assert [(g, p) for g, p, _ in handed] == [("n0/0", "plan-1"), ("n0/1", "plan-2")]
+    assert all(rows == {a: "n0/0", b: "n0/1"} for _, _, rows in handed)
+    buf.flush()  # nothing kept: no statement, nothing handed twice
+    assert calls == ["place_many"] and len(handed) == 2

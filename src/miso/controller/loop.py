@@ -102,7 +102,8 @@ class EventLoop:
         #: events and decisions not yet written to the store (see :meth:`flush_log`)
         self._log: list[tuple[float, str, dict[str, Any]]] = []
         #: placements not yet written to the store (one transaction per turn: loopwrites.py)
-        self.placed = PlacedBuffer(rt.store, rt.error)
+        self.placed = PlacedBuffer(rt.store, rt.error,
+                                   lambda gpu, plan: self.executor.submit(gpu, plan))
         self._thread: threading.Thread | None = None
         #: real time the loop last came round, and why its thread ended (None: it has not)
         self.beat = time.monotonic()
@@ -429,10 +430,11 @@ class EventLoop:
         if isinstance(d, PlaceJob):  # written with the turn's others (loopwrites.py)
             self.placed.add(d.job, d.gpu)
             return
+        if isinstance(d, StartProfiling | ApplyLayout | RunMps):
+            self.placed.hold(d.gpu, d)  # handed over once the placements are written
+            return
         self.placed.flush()  # before a worker or this thread writes a placed job's row
         match d:
-            case StartProfiling(gpu=g) | ApplyLayout(gpu=g) | RunMps(gpu=g):
-                self.executor.submit(g, d)
             case RequeueJob(job=j):
                 with rt.lock:
                     run = rt.runs.get(j)

@@ -8,8 +8,12 @@ placement pass of a few hundred jobs spent ~20 % of the loop's time there. They 
 and written in one transaction (:meth:`PlacedBuffer.flush`) before anything else can write
 those jobs' rows: before a decision is handed to the plan executor (its workers write the
 rows of the jobs they launch or requeue), before the loop reads or writes a job itself, and
-at the end of every turn. So the store's rows change in the same order as before, a turn
-later at most, and a reader of the store sees a placement at most one turn late.
+at the end of every turn. The plans decided with them (``StartProfiling``, ``ApplyLayout``,
+``RunMps``) are held too and handed to the executor, in order, right after that write
+(:meth:`PlacedBuffer.hold`): a placement pass over many GPUs alternates placements and plans,
+and handing each plan over at once cost one transaction per GPU. So the store's rows change
+in the same order as before, a turn later at most, and a reader of the store sees a
+placement at most one turn late.
 """
 
 from __future__ import annotations
@@ -40,24 +44,42 @@ def log_body(x: Any) -> dict[str, Any]:
 
 
 class PlacedBuffer:
-    """Placements (job -> GPU) not yet written; ``store.place_many`` writes them."""
+    """Placements (job -> GPU) not yet written, and the plans decided after them not yet
+    handed to the executor: ``store.place_many`` writes the placements, then ``submit``
+    hands the plans over in the order decided (:meth:`flush`)."""
 
-    def __init__(self, store: Any, on_error: Callable[[str], None]) -> None:
+    def __init__(self, store: Any, on_error: Callable[[str], None],
+                 submit: Callable[[str, Any], Any] | None = None) -> None:
         self.store = store
         self.on_error = on_error
+        self.submit = submit
         self.placed: dict[str, str] = {}
+        #: (GPU, plan) kept until the placements before them are written
+        self.plans: list[tuple[str, Any]] = []
 
     def add(self, job: str, gpu: str) -> None:
         self.placed.pop(job, None)  # a later placement of the same job is written last
         self.placed[job] = gpu
 
+    def hold(self, gpu: str, plan: Any) -> None:
+        """Hand ``plan`` to the executor at the next :meth:`flush`, after the placements
+        decided before it are written (its worker launches the jobs placed there)."""
+        if self.submit is None:
+            raise RuntimeError("PlacedBuffer.hold needs a submit function")
+        self.plans.append((gpu, plan))
+
     def flush(self) -> None:
-        """Write the kept placements in one transaction (nothing kept: no statement)."""
-        if not self.placed:
-            return
-        rows, self.placed = self.placed, {}
-        try:
-            self.store.place_many(rows)
-        except Exception as e:  # noqa: BLE001 - the loop must survive a full disk
-            log.exception("controller: writing %d placements to the store failed", len(rows))
-            self.on_error(f"placements: {type(e).__name__}: {e}")
+        """Write the kept placements in one transaction (nothing kept: no statement), then
+        hand the kept plans to the executor in order."""
+        if self.placed:
+            rows, self.placed = self.placed, {}
+            try:
+                self.store.place_many(rows)
+            except Exception as e:  # noqa: BLE001 - the loop must survive a full disk
+                log.exception("controller: writing %d placements to the store failed",
+                              len(rows))
+                self.on_error(f"placements: {type(e).__name__}: {e}")
+        if self.plans and self.submit is not None:
+            plans, self.plans = self.plans, []
+            for gpu, plan in plans:
+                self.submit(gpu, plan)
