@@ -332,10 +332,15 @@ class EventLoop:
         elif kind == "tick":
             self._safe(self._handle, Tick(item[1]))
         elif kind == "progress":
-            # ("progress", job): the latest report waiting (coalesced); or all values given
-            args = item[1:] if len(item) > 2 else (item[1], *(rt.take_progress(item[1]) or ()))
-            if len(args) > 1:
-                self._safe(self._progress, *args)
+            # ("progress", job) or ("progress", (job, ...)): the latest report of each
+            # waiting (coalesced: Runtime.post_progress); or all values given
+            if len(item) > 2:
+                self._safe(self._progress, *item[1:])
+                return
+            for job in (item[1],) if isinstance(item[1], str) else item[1]:
+                got = rt.take_progress(job)
+                if got is not None:
+                    self._safe(self._progress, job, *got)
         elif kind == "cancel":
             self._safe(self.stops.cancel, item[1])
             item[2].set()
