@@ -124,3 +124,26 @@ def test_held_plans_reach_the_executor_in_order_after_the_placements() -> None:
     assert all(rows == {a: "n0/0", b: "n0/1"} for _, _, rows in handed)
     buf.flush()  # nothing kept: no statement, nothing handed twice
     assert calls == ["place_many"] and len(handed) == 2
+
+
+def test_the_log_write_runs_under_the_same_hold_of_the_store_lock() -> None:
+    """flush(also=...): the placements and the event log written while the loop holds the
+    store's lock once (JobStore.writing), the plans handed over after it is released."""
+    st, (a,) = _store_with(1)
+    seen: list[str] = []
+
+    def log_write() -> None:
+        assert st.db.lock._is_owned()  # type: ignore[attr-defined]  # still held
+        seen.append("log")
+
+    def submit(gpu: str, plan: object) -> None:
+        assert not st.db.lock._is_owned()  # type: ignore[attr-defined]
+        seen.append(f"plan {plan}")
+
+    buf = PlacedBuffer(st, lambda m: None, submit)
+    buf.add(a, "n0/0")
+    buf.hold("n0/0", "p1")
+    buf.flush(log_write)
+    assert seen == ["log", "plan p1"] and st.get(a).gpu == "n0/0"
+    buf.flush(log_write)  # the log alone (no placement kept) is still written
+    assert seen == ["log", "plan p1", "log"]

@@ -101,6 +101,7 @@ class EventLoop:
         self._rates: dict[str, float] = {}
         #: events and decisions not yet written to the store (see :meth:`flush_log`)
         self._log: list[tuple[float, str, dict[str, Any]]] = []
+        self._log_due = False
         #: placements not yet written to the store (one transaction per turn: loopwrites.py)
         self.placed = PlacedBuffer(rt.store, rt.error,
                                    lambda gpu, plan: self.executor.submit(gpu, plan))
@@ -189,8 +190,9 @@ class EventLoop:
         with batch() if batch is not None else contextlib.nullcontext():
             try:
                 return self._turn(item)
-            finally:
-                self.placed.flush()
+            finally:  # the turn's placements and (when due) its log: one wait for the store
+                log_due, self._log_due = self._log_due, False
+                self.placed.flush(self.flush_log if log_due and self._log else None)
 
     def _turn(self, item: tuple[Any, ...] | None) -> bool:
         """:meth:`run_once` after its wait: the due items, then ``item`` (None: none)."""
@@ -224,7 +226,7 @@ class EventLoop:
         if self.view.stale and due:
             self._update_snapshot()
         if self._log and due:
-            self.flush_log()
+            self._log_due = True  # written with the turn's placements (run_once)
         self._keep_ledger()
         return True
 

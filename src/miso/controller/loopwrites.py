@@ -18,6 +18,7 @@ placement at most one turn late.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable
@@ -68,18 +69,29 @@ class PlacedBuffer:
             raise RuntimeError("PlacedBuffer.hold needs a submit function")
         self.plans.append((gpu, plan))
 
-    def flush(self) -> None:
-        """Write the kept placements in one transaction (nothing kept: no statement), then
-        hand the kept plans to the executor in order."""
-        if self.placed:
-            rows, self.placed = self.placed, {}
-            try:
-                self.store.place_many(rows)
-            except Exception as e:  # noqa: BLE001 - the loop must survive a full disk
-                log.exception("controller: writing %d placements to the store failed",
-                              len(rows))
-                self.on_error(f"placements: {type(e).__name__}: {e}")
+    def flush(self, also: Callable[[], None] | None = None) -> None:
+        """Write the kept placements in one transaction (nothing kept: no statement), and
+        run ``also`` (the loop's event log write) under the same hold of the store's lock
+        (``store.writing``: the loop waits for it once); then hand the kept plans to the
+        executor in order (outside the store's lock: the executor takes the runtime's lock,
+        which other threads hold while they wait for the store's)."""
+        if self.placed or also is not None:
+            writing = getattr(self.store, "writing", None)
+            with writing() if writing is not None else contextlib.nullcontext():
+                self._write_placed()
+                if also is not None:
+                    also()
         if self.plans and self.submit is not None:
             plans, self.plans = self.plans, []
             for gpu, plan in plans:
                 self.submit(gpu, plan)
+
+    def _write_placed(self) -> None:
+        if not self.placed:
+            return
+        rows, self.placed = self.placed, {}
+        try:
+            self.store.place_many(rows)
+        except Exception as e:  # noqa: BLE001 - the loop must survive a full disk
+            log.exception("controller: writing %d placements to the store failed", len(rows))
+            self.on_error(f"placements: {type(e).__name__}: {e}")
