@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import http.client
-import io
 import json
 import os
 import pstats
@@ -314,52 +313,6 @@ class LoopProfile:
         self.done.wait(5.0)
         with open(path, "w") as f:
             pstats.Stats(self.prof, stream=f).sort_stats("cumulative").print_stats(70)
-
-
-class CpuProfiles:
-    """CPU-time profiles (cProfile over ``time.thread_time``: waits for a lock, the
-    interpreter or a socket cost nothing) of the functions :meth:`wrap` names, one profile
-    per thread, merged per thread kind (the names :func:`thread_cpu` groups) at the end:
-    where each role's own CPU goes, which a wall-time profile of a thread that waits on
-    the others' locks does not say."""
-
-    def __init__(self) -> None:
-        self.profs: dict[int, tuple[str, cProfile.Profile]] = {}
-
-    def wrap(self, obj: Any, name: str) -> None:
-        """Profile every call of ``obj.name`` (in the calling thread's own profile)."""
-        inner = getattr(obj, name)
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            ident = threading.get_ident()
-            got = self.profs.get(ident)
-            if got is None:
-                parts = threading.current_thread().name.split("-")
-                kind = "-".join(parts[:2]) if parts[0] == "miso" else parts[0].split(" ")[0]
-                got = self.profs[ident] = (kind, cProfile.Profile(time.thread_time))
-            got[1].enable()
-            try:
-                return inner(*args, **kwargs)
-            finally:
-                got[1].disable()
-        setattr(obj, name, call)
-
-    def write(self, path: str, n: int = 45) -> None:
-        """Per thread kind: its profiled CPU, then its top functions by own CPU time and
-        by cumulative CPU time."""
-        kinds: dict[str, pstats.Stats] = {}
-        for kind, prof in list(self.profs.values()):
-            buf = io.StringIO()
-            if kind in kinds:
-                kinds[kind].add(prof)
-            else:
-                kinds[kind] = pstats.Stats(prof, stream=buf)
-        with open(path, "w") as f:
-            for kind, st in kinds.items():
-                st.stream = f  # type: ignore[attr-defined]
-                f.write(f"==== {kind}: {st.total_tt:.2f} s CPU profiled\n")
-                st.sort_stats("tottime").print_stats(n)
-                st.sort_stats("cumulative").print_stats(n)
 
 
 def serve_main(state: Path, cfg: dict[str, Any], gpus: int) -> int:

@@ -43,9 +43,6 @@ def main(argv: list[str] | None = None) -> int:
                     help="submit at R/s (Poisson, open loop) instead of as fast as accepted")
     ap.add_argument("--profile", metavar="FILE",
                     help="cProfile the loop thread; its top functions (cumulative) go here")
-    ap.add_argument("--cpu-profile", metavar="FILE",
-                    help="CPU-time profiles of the loop, the pollers, the GPU workers and "
-                         "the submitting thread (live.CpuProfiles) go here")
     ap.add_argument("--sample", metavar="FILE",
                     help="sample every thread's stack (live.Sampler); per thread kind, "
                          "its functions by samples go here")
@@ -84,12 +81,6 @@ def main(argv: list[str] | None = None) -> int:
     ctl.policy.decide = timed  # type: ignore[method-assign]
     prof = live.LoopProfile(ctl.loop) if a.profile else None
     sampler = live.Sampler() if a.sample else None
-    cpuprof = live.CpuProfiles() if a.cpu_profile else None
-    if cpuprof is not None:
-        cpuprof.wrap(ctl.loop, "run_once")
-        cpuprof.wrap(ctl.poller, "_poll")
-        cpuprof.wrap(ctl.executor, "execute_on_gpu")
-        cpuprof.wrap(ctl, "submit")
     if sampler is not None:
         sampler.thread.start()
     ctl.start()
@@ -131,8 +122,6 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(out, indent=1))
     if prof is not None:
         prof.write(a.profile)
-    if cpuprof is not None:
-        cpuprof.write(a.cpu_profile)
     if sampler is not None:
         sampler.stop.set()
         Path(a.sample).write_text(sampler.report(60))
