@@ -171,3 +171,27 @@ def test_group__headed_by_a_progress_report_still_refreshes_the_status_view() ->
     con.rt.queue.put(("event", JobFinished(a), time.monotonic()))
     assert con.loop.run_once() and con.rt.queue.empty()
     assert a not in json.dumps(con.loop.snapshot()["gpus"])
+
+
+def test_group__a_reports_progress_is_one_item_queued_before_its_next_event() -> None:
+    """An agent's report (Runtime.progress_batch): its jobs' progress is one queue item, put
+    before an event the same report posts (the loop folds a job's progress before a speed
+    event of the report that follows it, as with one item per job); a job whose report still
+    waits is not queued again (the newer values replace it); the loop folds every job."""
+    con, _rec, (a, b), _counter = _live_until_two_finish()
+    st, rt = con.loop.state, con.rt
+    ga, gb = st.jobs[a].gpu, st.jobs[b].gpu
+    with rt.progress_batch():
+        rt.post_progress(a, ga, st.jobs[a].placement, None, 100.0, 1.0)
+        rt.post_progress(b, gb, st.jobs[b].placement, None, 200.0, 1.0)
+        rt.post_event(Tick("after-a-b"))
+        rt.post_progress(a, ga, st.jobs[a].placement, None, 50.0, 1.0)  # a still waits
+    items = list(rt.queue.queue)
+    assert [it[:2] for it in items] == [("progress", (a, b)), ("event", Tick("after-a-b"))]
+    before = {j: st.jobs[j].progress for j in (a, b)}
+    while con.loop.run_once():
+        pass
+    after = {j: st.jobs[j].progress for j in (a, b)}
+    assert all(after[j] is not None and after[j] != before[j] for j in (a, b))
+    assert after[a][1] < after[b][1]  # a's latest values (50 left, not 100) were folded
+    assert not con.errors

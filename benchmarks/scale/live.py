@@ -147,6 +147,7 @@ class Recorder:
         self.exec_s: dict[str, list[float]] = {}
         self.twice: list[str] = []
         self._lag: float | None = None
+        self.gc: GcPauses | None = None
 
     def wrap_decide(self, policy: Any) -> None:
         inner = policy.decide
@@ -203,6 +204,28 @@ class Recorder:
                         live[job] = (a.attempt, a)
             return out
         agent.launch = launch
+
+
+class GcPauses:
+    """The garbage collector's pauses in this process, by generation (``gc.callbacks``): a
+    full collection stops every thread, the scheduling loop with them."""
+
+    def __init__(self) -> None:
+        self.by_gen: dict[int, list[float]] = {}
+        self._t0 = 0.0
+        import gc
+        gc.callbacks.append(self._cb)
+
+    def _cb(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        else:
+            self.by_gen.setdefault(int(info["generation"]), []).append(
+                time.perf_counter() - self._t0)
+
+    def report(self) -> dict[str, Any]:
+        return {str(g): {"n": len(v), "total_s": round(sum(v), 2), "max_s": round(max(v), 3)}
+                for g, v in sorted(self.by_gen.items())}
 
 
 #: Innermost frames of a thread that waits (a lock, a queue, a socket, a timer).
@@ -310,6 +333,8 @@ def serve_main(state: Path, cfg: dict[str, Any], gpus: int) -> int:
     lc = LocalCluster(state, nodes=gpus // per, gpus_per_node=per, config=ccfg, fake=True,
                       start=False)
     rec = Recorder()
+    if os.environ.get("MISO_SCALE_GC"):  # opt-in: a hook on every collection (A/B runs)
+        rec.gc = GcPauses()
     live: dict[str, Any] = {}
     for ag in lc.transport.agents().values():
         rec.wrap_agent(ag, live)
@@ -432,6 +457,7 @@ def finish(lc: Any, ctl: Any, rec: Recorder, state: Path) -> dict[str, Any]:
         "decisions_per_decide_s": round(rec.decisions / max(rec.decide_total_s, 1e-9), 1),
         "exec_s": execs, "store_mib": round(size / 2**20, 2), "errors": ctl.errors[-5:],
         "cpu_by_thread_s": thread_cpu(), **st,
+        "gc_pauses": rec.gc.report() if rec.gc is not None else None,
     }
 
 
@@ -624,6 +650,7 @@ def run(gpus: int, n: int, cfg: dict[str, Any], keep: bool = False) -> dict[str,
         "server_cpu_s": round(cpu, 1), "server_cpu_frac": round(cpu / wall, 2),
         "server_cpu_by_thread_s": srv["cpu_by_thread_s"],
         "rss_mib": srv["rss_mib"], "peak_rss_mib": srv["peak_rss_mib"],
+        "gc_pauses": srv.get("gc_pauses"),
         "store_mib": srv["store_mib"], "states": srv["states"],
         "lost": lost, "twice": len(twice), "twice_jobs": twice[:10],
         "errors": len(cl.errors), "error_examples": cl.errors[:5],

@@ -43,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="submit at R/s (Poisson, open loop) instead of as fast as accepted")
     ap.add_argument("--profile", metavar="FILE",
                     help="cProfile the loop thread; its top functions (cumulative) go here")
+    ap.add_argument("--sample", metavar="FILE",
+                    help="sample every thread's stack (live.Sampler); per thread kind, "
+                         "its functions by samples go here")
     a = ap.parse_args(argv)
     if not (8 <= a.gpus <= live.MAX_GPUS and a.gpus % 8 == 0 and 1 <= a.jobs <= live.MAX_JOBS
             and 1 <= a.seconds <= 300):
@@ -77,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
         return out
     ctl.policy.decide = timed  # type: ignore[method-assign]
     prof = live.LoopProfile(ctl.loop) if a.profile else None
+    sampler = live.Sampler() if a.sample else None
+    if sampler is not None:
+        sampler.thread.start()
     ctl.start()
     lc.controller = ctl
     jobs = live.job_mix(cfg, a.jobs)
@@ -116,6 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(out, indent=1))
     if prof is not None:
         prof.write(a.profile)
+    if sampler is not None:
+        sampler.stop.set()
+        Path(a.sample).write_text(sampler.report(60))
     os._exit(0)  # the fake nodes' threads are daemons; no orderly stop needed for a figure
 
 

@@ -29,6 +29,7 @@ from typing import Any
 from miso import runtimedir
 from miso.controller.executor import PlanExecutor
 from miso.controller.gangs import check_gang_request
+from miso.controller.gctune import tune_gc
 from miso.controller.loop import EventLoop
 from miso.controller.owners import owner_table
 from miso.controller.poller import AgentPoller
@@ -168,6 +169,7 @@ class Controller:
             if rec.owner and rec.owner_name:
                 self.owner_names.setdefault(rec.owner, rec.owner_name)
             self.rt.post_event(JobSubmitted(job_spec(rec, prio.get(rec.id, 0))))
+        tune_gc()  # once per process: start-up's objects frozen, fewer full collections
         self.loop.start()
         self.poller.start()
         return self

@@ -288,6 +288,24 @@ class JobTable:
                     self.s.conn.execute("ROLLBACK")
                 raise
 
+    def place_many(self, placed: dict[str, str]) -> None:
+        """Set the GPU of each job in ``placed`` (job -> GPU) that is not terminal, in one
+        transaction: the scheduling loop's placements of one turn (one statement each cost
+        a transaction and a hand-back of the interpreter lock per placement)."""
+        if not placed:
+            return
+        with self.s.lock:
+            self.s.conn.execute("BEGIN")
+            try:
+                self.s.conn.executemany(
+                    f"UPDATE jobs SET gpu=? WHERE id=? AND state NOT IN {TERMINAL}",
+                    [(g, j) for j, g in placed.items()])
+                self.s.conn.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    self.s.conn.execute("ROLLBACK")
+                raise
+
     def finish(self, job: str, state: str, *, reason: str = "", at: float) -> bool:
         """Move a job to a terminal state; False (no change) if it already is terminal."""
         if state not in TERMINAL:

@@ -16,7 +16,6 @@ checkpoint: :class:`~miso.sched.events.JobStopped`, :mod:`miso.controller.timeli
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import queue
 import threading
@@ -34,6 +33,7 @@ from miso.controller.loopqueue import (
 )
 from miso.controller.loopstops import LoopStops
 from miso.controller.loopview import LoopView
+from miso.controller.loopwrites import PlacedBuffer, log_body
 from miso.controller.runtime import Runtime
 from miso.jobstatus import LIMIT_REASON
 from miso.sched import (
@@ -78,13 +78,6 @@ TIME_LIMIT_EVERY_S = 1.0
 __all__ = ["ARRIVAL_BATCH", "GROUPED", "GROUP_MAX", "EventLoop"]
 
 
-def _ev_body(x: Any) -> dict[str, Any]:
-    try:
-        return dataclasses.asdict(x)
-    except TypeError:
-        return {"repr": repr(x)}
-
-
 class EventLoop:
     """Drives ``policy`` over ``state`` (see the module docstring)."""
 
@@ -108,6 +101,10 @@ class EventLoop:
         self._rates: dict[str, float] = {}
         #: events and decisions not yet written to the store (see :meth:`flush_log`)
         self._log: list[tuple[float, str, dict[str, Any]]] = []
+        self._log_due = False
+        #: placements not yet written to the store (one transaction per turn: loopwrites.py)
+        self.placed = PlacedBuffer(rt.store, rt.error,
+                                   lambda gpu, plan: self.executor.submit(gpu, plan))
         self._thread: threading.Thread | None = None
         #: real time the loop last came round, and why its thread ended (None: it has not)
         self.beat = time.monotonic()
@@ -191,7 +188,11 @@ class EventLoop:
             item = None
         batch = getattr(rt.observer, "batch", None)
         with batch() if batch is not None else contextlib.nullcontext():
-            return self._turn(item)
+            try:
+                return self._turn(item)
+            finally:  # the turn's placements and (when due) its log: one wait for the store
+                log_due, self._log_due = self._log_due, False
+                self.placed.flush(self.flush_log if log_due and self._log else None)
 
     def _turn(self, item: tuple[Any, ...] | None) -> bool:
         """:meth:`run_once` after its wait: the due items, then ``item`` (None: none)."""
@@ -225,7 +226,7 @@ class EventLoop:
         if self.view.stale and due:
             self._update_snapshot()
         if self._log and due:
-            self.flush_log()
+            self._log_due = True  # written with the turn's placements (run_once)
         self._keep_ledger()
         return True
 
@@ -291,6 +292,7 @@ class EventLoop:
         """Handle one queue item (``("event", ev, t)``, ``("progress", ...)``, ``("cancel",
         job, done)``, ``("node_lost", node, lease_end)``) now, whatever the clock says."""
         self._dispatch(item)
+        self.placed.flush()
         self._update_snapshot()
         self.flush_log()
         self._keep_ledger()
@@ -332,10 +334,15 @@ class EventLoop:
         elif kind == "tick":
             self._safe(self._handle, Tick(item[1]))
         elif kind == "progress":
-            # ("progress", job): the latest report waiting (coalesced); or all values given
-            args = item[1:] if len(item) > 2 else (item[1], *(rt.take_progress(item[1]) or ()))
-            if len(args) > 1:
-                self._safe(self._progress, *args)
+            # ("progress", job) or ("progress", (job, ...)): the latest report of each
+            # waiting (coalesced: Runtime.post_progress); or all values given
+            if len(item) > 2:
+                self._safe(self._progress, *item[1:])
+                return
+            for job in (item[1],) if isinstance(item[1], str) else item[1]:
+                got = rt.take_progress(job)
+                if got is not None:
+                    self._safe(self._progress, job, *got)
         elif kind == "cancel":
             self._safe(self.stops.cancel, item[1])
             item[2].set()
@@ -362,6 +369,7 @@ class EventLoop:
         """One driver step for ``ev``; a job's end is made terminal in the store first."""
         st = self.state
         now = self.rt.now()
+        self.placed.flush()  # rows written in the order decided, here and by the caller
         if isinstance(ev, JobFinished | JobFailed):
             stored = ev.job in self.rt.finished_in_store  # the poller wrote it at the exit
             self.rt.finished_in_store.discard(ev.job)
@@ -379,6 +387,7 @@ class EventLoop:
                 self._gangs.end(ev.job, finished=isinstance(ev, JobFinished))
         self.step.observer = self.rt.observer
         self.step(now, ev)
+        self.placed.flush()  # a caller (LoopStops) may write these jobs' rows next
 
     def _progress(self, job: str, gpu: str, placement: Any, mps_pct: int | None,
                   iterations_left: float, rate: float) -> None:
@@ -400,7 +409,7 @@ class EventLoop:
             return  # progress is in the job's record already
         name = type(item).__name__
         self._log.append((now, name if isinstance(item, Event) else "decision:" + name,
-                          _ev_body(item)))
+                          log_body(item)))
         if len(self._log) >= LOG_BATCH:
             self.flush_log()
 
@@ -425,11 +434,14 @@ class EventLoop:
         rt = self.rt
         if isinstance(d, PlaceJob | ApplyLayout | RunMps | StartProfiling):
             self.view.gpu_changed(d.gpu)
+        if isinstance(d, PlaceJob):  # written with the turn's others (loopwrites.py)
+            self.placed.add(d.job, d.gpu)
+            return
+        if isinstance(d, StartProfiling | ApplyLayout | RunMps):
+            self.placed.hold(d.gpu, d)  # handed over once the placements are written
+            return
+        self.placed.flush()  # before a worker or this thread writes a placed job's row
         match d:
-            case PlaceJob(job=j, gpu=g):
-                rt.store.update(j, gpu=g)
-            case StartProfiling(gpu=g) | ApplyLayout(gpu=g) | RunMps(gpu=g):
-                self.executor.submit(g, d)
             case RequeueJob(job=j):
                 with rt.lock:
                     run = rt.runs.get(j)

@@ -209,7 +209,8 @@ class AgentPoller:
         now = rt.now()
         progress: list[tuple[str, dict[str, Any]]] = []
         try:
-            self._on_jobs(node, rep, now, progress)
+            with rt.progress_batch():  # one loop item for the report's progress reports
+                self._on_jobs(node, rep, now, progress)
         finally:  # one store transaction for the progress of every job of the report
             if progress:
                 rt.store.progress_many(progress)

@@ -8,10 +8,12 @@ The parts of the controller (:mod:`~miso.controller.loop`, :mod:`~miso.controlle
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -162,6 +164,8 @@ class Runtime:
         #: the latest progress report of each job with a ("progress", job) item queued
         self._progress: dict[str, tuple[Any, ...]] = {}
         self._progress_lock = threading.Lock()
+        #: per thread: jobs whose reports wait to be queued as one item (progress_batch)
+        self._batch = threading.local()
         self.stopping = threading.Event()
         #: jobs the poller made finished in the store as their exit came (the loop need not
         #: write it again when it takes their ``JobFinished``: one statement less per job)
@@ -234,8 +238,29 @@ class Runtime:
         return best
 
     def post_event(self, ev: Event) -> None:
-        """Hand an event to the loop thread."""
+        """Hand an event to the loop thread (after the progress reports this thread's
+        :meth:`progress_batch` holds: the loop takes them in the order posted)."""
+        self._post_batch()
         self.queue.put(("event", ev, time.monotonic()))
+
+    @contextlib.contextmanager
+    def progress_batch(self) -> Iterator[None]:
+        """Inside: this thread's :meth:`post_progress` calls queue one ``("progress", jobs)``
+        item for all their jobs (queued before this thread's next event, and at the end),
+        not one item per job: an agent's report of many running jobs is one item for the
+        loop, and one wake-up of it, instead of one per job every poll."""
+        self._batch.jobs = []
+        try:
+            yield
+        finally:
+            self._post_batch()
+            self._batch.jobs = None
+
+    def _post_batch(self) -> None:
+        jobs = getattr(self._batch, "jobs", None)
+        if jobs:
+            self._batch.jobs = []
+            self.queue.put(("progress", tuple(jobs)))
 
     def post_progress(self, job: str, gpu: str, placement: Placement, mps_pct: int | None,
                       iterations_left: float, rate: float) -> None:
@@ -247,7 +272,11 @@ class Runtime:
             waiting = job in self._progress
             self._progress[job] = (gpu, placement, mps_pct, iterations_left, rate)
         if not waiting:
-            self.queue.put(("progress", job))
+            batch = getattr(self._batch, "jobs", None)
+            if batch is not None:
+                batch.append(job)
+            else:
+                self.queue.put(("progress", job))
 
     def take_progress(self, job: str) -> tuple[Any, ...] | None:
         """The latest progress report of ``job`` not handled yet (None: none waits)."""

@@ -27,8 +27,9 @@ fatal. The schema, the job states and :class:`JobRecord` are :mod:`miso.controll
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,14 @@ class JobStore:
 
     backup = _part("db", StoreDb.backup)
 
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """Hold the store's lock across several writes (each part's own hold inside is
+        re-entrant): a thread that writes twice waits for the lock once, behind the
+        pollers, the GPU workers and the API, instead of once per write."""
+        with self.db.lock:
+            yield
+
     def close(self) -> None:
         if self.reads is not self:
             self._read_db.close()
@@ -116,6 +125,7 @@ class JobStore:
     progress = _part("table", JobTable.progress)
     progress_many = _part("table", JobTable.progress_many)
     finish = _part("table", JobTable.finish)
+    place_many = _part("table", JobTable.place_many)
 
     # ---- attempts -----------------------------------------------------------------------
 
