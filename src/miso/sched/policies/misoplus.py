@@ -140,7 +140,6 @@ class MisoPlus(Miso):
         self.ref_rate: dict[str, float] = {}
         self.base_est: dict[str, dict[str, float]] = {}   # estimates before a rescale
         self.ran: set[str] = set()          # jobs that have made progress
-        self.prior: set[str] = set()        # jobs planned with the prior (not profiled)
         self.learned: dict[str, dict[str, float]] = {}  # prior jobs: observed speeds
         # the stages (plugins with their own options, reading this policy's learners)
         self.economy = RestartEconomy(self, rec[EconomyOptions])  # permit, reserve (economy.py)
@@ -240,7 +239,7 @@ class MisoPlus(Miso):
         where it has one (a profile's prediction, observed rates, or an estimator that needs
         no profile, such as true speeds or a profile taken at submission), else a prior (the
         catalogue average, its harmonic mean in a fixed mix) with the rates the job has shown
-        so far (jobs so planned recorded in ``prior``); then the profile's estimate plugins
+        so far (a job so planned is one without an estimate); then the profile's estimate plugins
         (:mod:`~miso.sched.policies.estimates`; none shipped, issue 19's experiments are in
         :mod:`miso.sched.experiments`)."""
         out = {}
@@ -263,7 +262,6 @@ class MisoPlus(Miso):
                 seen = self.learned.get(j)
                 if seen:
                     out[j] = {p: seen.get(p, v) for p, v in out[j].items()}
-                self.prior.add(j)
         return out
 
     # -- planning ---------------------------------------------------------------------------
@@ -351,14 +349,15 @@ class MisoPlus(Miso):
 
     def estimates_why(self, jobs: list[str], speeds: Speeds) -> dict[str, Any]:
         """What a plan's explanation says of its jobs' speeds: the speeds planned with, their
-        std and interval where the estimator knows them, the jobs planned with the prior."""
+        std and interval where the estimator knows them, the jobs planned with the prior (those
+        without an estimate: :meth:`speeds` gave them the prior in this call)."""
         unc = self.estimator.uncertainty
         intervals = getattr(self.estimator, "interval", {})  # none without a predictor
         return {
             "speeds": {j: dict(speeds[j]) for j in jobs},
             "std": {j: dict(unc.get(j, {})) for j in jobs if j in unc},
             "interval": {j: dict(intervals[j]) for j in jobs if j in intervals},
-            "prior": sorted(j for j in jobs if j in self.prior and j not in self.est),
+            "prior": sorted(j for j in jobs if j not in self.est),
         }
 
     def plan_why(self, g: str, jobs: list[str], speeds: Speeds, current: dict[str, Any],
@@ -431,7 +430,6 @@ class MisoPlus(Miso):
         for d in (self.ref_rate, self.base_est, self.learned):  # (independent records)
             d.pop(job, None)
         self.ran.discard(job)
-        self.prior.discard(job)
         for x in (*self.estimates, self.restarts, self.work):
             x.forget(job)
         super().on_finish(now, job, gpu, sc)
