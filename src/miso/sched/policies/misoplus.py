@@ -19,6 +19,7 @@ from miso.sched.events import (
     Tick,
 )
 from miso.sched.modelplace import for_geometry
+from miso.sched.policies import observed
 from miso.sched.policies.admission import Admission, AdmissionOptions
 from miso.sched.policies.arrivals import ArrivalClock
 from miso.sched.policies.base import Scratch
@@ -31,7 +32,6 @@ from miso.sched.policies.explain import explain_plan
 from miso.sched.policies.framework import records_signature, take_options
 from miso.sched.policies.learners import RestartCosts, WorkLearner
 from miso.sched.policies.miso import Miso
-from miso.sched.policies.observed import ObservedSpeeds
 from miso.sched.policies.placing import ChoiceOptions, GpuChoice
 from miso.sched.policies.rebalance import Rebalancing
 from miso.sched.reservecost import headroom_pays
@@ -144,7 +144,6 @@ class MisoPlus(Miso):
         # the stages (plugins with their own options, reading this policy's learners)
         self.economy = RestartEconomy(self, rec[EconomyOptions])  # permit, reserve (economy.py)
         self.bursts = Burst(self, rec[BurstOptions])  # the burst regime (burst.py)
-        self.observing = ObservedSpeeds(self)  # learner: speed events (observed.py)
         self.choice = GpuChoice(self, rec[ChoiceOptions])  # filter/score/permit (placing.py)
         self.admission = Admission(self, rec[AdmissionOptions])  # permit: profile, share, wait
         self.rebalancer = Rebalancing(self)  # post-bind: moves onto idle GPUs (rebalance.py)
@@ -191,15 +190,15 @@ class MisoPlus(Miso):
 
     def on_profiled(self, now: float, ev: ProfilingFinished, sc: Scratch) -> None:
         self.admission.settle(sc)  # estimates change below
-        super().on_profiled(now, self.observing.on_profiled(now, ev, sc), sc)
+        super().on_profiled(now, observed.on_profiled(self, ev), sc)  # learner (observed.py)
 
     def on_speed_observed(self, now: float, ev: SpeedObserved, sc: Scratch) -> None:
         self.admission.settle(sc)
-        self.observing.on_speed_observed(now, ev, sc)
+        observed.on_speed_observed(self, ev, sc)
 
     def on_speed_changed(self, now: float, ev: JobSpeedChanged, sc: Scratch) -> None:
         self.admission.settle(sc)
-        self.observing.on_speed_changed(now, ev, sc)
+        observed.on_speed_changed(self, now, ev, sc)
 
     def on_tick(self, now: float, ev: Tick, sc: Scratch) -> None:
         """miso+'s timers (MISO's re-profiling timers are never set: miso+ rescales the
