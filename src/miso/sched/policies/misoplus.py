@@ -43,14 +43,12 @@ from miso.sched.state import ClusterState
 class PlusOptions:
     """The plan stage's and the learners' options (see :class:`MisoPlus`): the configured
     restart price ``restart_s`` and its learner ``restart_costs`` (:class:`RestartCosts`, built
-    with ``restart_s``; an experiment may put another in a profile); the work
-    of a job that reports none, ``default_remaining_s`` (:class:`WorkLearner`); arrivals stop
+    with ``restart_s``; an experiment may put another in a profile); arrivals stop
     after ``quiet_gaps`` mean gaps (:class:`ArrivalClock`); a lone newcomer's
     ``profile_levels``; ``starve_after`` typical works; the ``estimates`` plugins."""
 
     restart_s: float = 60.0
     profile_levels: tuple[int, ...] = (14, 100)
-    default_remaining_s: float = 3000.0
     quiet_gaps: float = 8.0
     starve_after: float = 8.0
     restart_costs: type[RestartCosts] = RestartCosts
@@ -134,7 +132,7 @@ class MisoPlus(Miso):
         super().__init__(**options)
         o = self.opts = rec[PlusOptions]
         self.estimates = tuple(p.build() for p in o.estimates)  # estimates.py
-        self.work = WorkLearner(o.default_remaining_s)  # learners.py
+        self.work = WorkLearner()  # learners.py
         self.restarts = o.restart_costs(o.restart_s)
         self.clock = ArrivalClock(o.quiet_gaps)
         self.ref_rate: dict[str, float] = {}
