@@ -18,7 +18,8 @@ class ArrivalClock:
         # The offered load is averaged over more arrivals: a short burst must not make a
         # lightly loaded cluster look busy.
         self.long: deque[float] = deque(maxlen=load_window)
-        self.work: deque[float | None] = deque(maxlen=load_window)  # None: undeclared
+        self.work: deque[float | None] = deque(maxlen=load_window)
+        self.undeclared = 0   # entries of ``work`` that are None
         self._gap: float | None = None  # mean_gap(), computed as each arrival is noted
 
     def note(self, now: float, memory_gb: float, work_s: float | None = None) -> None:
@@ -27,6 +28,10 @@ class ArrivalClock:
         self._gap = (a[-1] - a[0]) / (len(a) - 1) if len(a) >= 2 and a[-1] > a[0] else None
         self.memory.append(memory_gb)
         self.long.append(now)
+        if len(self.work) == self.work.maxlen and self.work[0] is None:
+            self.undeclared -= 1  # falls out of the window
+        if work_s is None:
+            self.undeclared += 1
         self.work.append(work_s)
 
     def offered_load(self, default_work_s: float, min_samples: int = 16) -> float | None:
@@ -39,7 +44,7 @@ class ArrivalClock:
         if len(a) < min_samples or a[-1] <= a[0]:
             return None
         gap = (a[-1] - a[0]) / (len(a) - 1)
-        w = [default_work_s if x is None else x for x in self.work] if None in self.work \
+        w = [default_work_s if x is None else x for x in self.work] if self.undeclared \
             else self.work  # the same floats, summed in the same order
         return sum(w) / len(w) / gap * (1.0 - 1.0 / len(a) ** 0.5)  # type: ignore[arg-type]
 
