@@ -26,12 +26,11 @@ Speeds = dict[str, dict[str, float]]
 class EconomyOptions:
     """``reserve``: headroom kept for the next arrival;
     ``replans``: re-plans of a GPU expected while a plan stands as jobs keep arriving (25
-    measured best, see benchmarks/README.md); ``horizon_quantile`` (0.5: the median), and
-    ``batch_horizon_quantile`` in a fixed mix."""
+    measured best, see benchmarks/README.md); ``batch_horizon_quantile``: the quantile of
+    the remaining times a plan stands for in a fixed mix (else the median)."""
 
     reserve: bool = True
     replans: float = 25.0
-    horizon_quantile: float = 0.5
     batch_horizon_quantile: float = 0.75
 
 
@@ -49,7 +48,7 @@ class RestartEconomy:
         """(horizon, price per running job of ``current``); ``(None, {})`` when nothing
         runs.
 
-        The horizon is how long a plan is expected to stand (s): the ``horizon_quantile`` of
+        The horizon is how long a plan is expected to stand (s): the median of
         its jobs' remaining times at current speeds, divided by the re-plans expected
         meanwhile, at least the configured restart price. While jobs keep arriving the GPU is
         re-planned ``replans`` times meanwhile (every arrival and completion re-plans a GPU),
@@ -71,7 +70,7 @@ class RestartEconomy:
             pl = current.get(j)
             s = speeds[j].get(pl.profile, 0.5) if pl is not None else 0.5
             ts.append(pol.work.remaining(sc.state, j) / max(s, 0.05))
-        q = opts.batch_horizon_quantile if pol.in_batch(sc) else opts.horizon_quantile
+        q = opts.batch_horizon_quantile if pol.in_batch(sc) else 0.5  # (the median)
         k = float(len(ts)) if pol.clock.quiet(sc.cycle.now) else opts.replans
         ts.sort()
         horizon = max(pol.restarts.prior_s, ts[min(len(ts) - 1, int(q * len(ts)))] / max(1.0, k))

@@ -15,7 +15,7 @@ point                   what it answers; where it lives
 ======================  ==================================================================
 learners                what the events so far teach (observed speeds, restart costs,
                         arrival rates): miso+'s ``decide`` top (``ArrivalClock``,
-                        ``RestartCosts.learn``, ``ObservedSpeeds``)
+                        ``RestartCosts.learn``, observed.py's speed events)
 post-filter ``before``  room taken back before the queue is placed: :class:`Reclaim`
 queue order             which queued job first: ``Scratch.queue`` (FIFO, or tenancy's
                         priority / fair-share order)

@@ -18,9 +18,10 @@ from miso.sched.state import ClusterState
 
 class WorkLearner:
     """Jobs' work (seconds alone on a full GPU): ``seen`` (job -> its work when first seen
-    reporting) and ``stats`` ([sum, count] of those)."""
+    reporting) and ``stats`` ([sum, count] of those); ``default_s`` (3,000 s) before any
+    job reported."""
 
-    def __init__(self, default_s: float) -> None:
+    def __init__(self, default_s: float = 3000.0) -> None:
         self.default_s = default_s
         self.seen: dict[str, float] = {}
         self.stats = [0.0, 0.0]

@@ -19,6 +19,7 @@ from miso.sched.events import (
     Tick,
 )
 from miso.sched.modelplace import for_geometry
+from miso.sched.policies import observed
 from miso.sched.policies.admission import Admission, AdmissionOptions
 from miso.sched.policies.arrivals import ArrivalClock
 from miso.sched.policies.base import Scratch
@@ -31,7 +32,6 @@ from miso.sched.policies.explain import explain_plan
 from miso.sched.policies.framework import records_signature, take_options
 from miso.sched.policies.learners import RestartCosts, WorkLearner
 from miso.sched.policies.miso import Miso
-from miso.sched.policies.observed import ObservedSpeeds
 from miso.sched.policies.placing import ChoiceOptions, GpuChoice
 from miso.sched.policies.rebalance import Rebalancing
 from miso.sched.reservecost import headroom_pays
@@ -43,14 +43,12 @@ from miso.sched.state import ClusterState
 class PlusOptions:
     """The plan stage's and the learners' options (see :class:`MisoPlus`): the configured
     restart price ``restart_s`` and its learner ``restart_costs`` (:class:`RestartCosts`, built
-    with ``restart_s``; an experiment may put another in a profile); the work
-    of a job that reports none, ``default_remaining_s`` (:class:`WorkLearner`); arrivals stop
+    with ``restart_s``; an experiment may put another in a profile); arrivals stop
     after ``quiet_gaps`` mean gaps (:class:`ArrivalClock`); a lone newcomer's
     ``profile_levels``; ``starve_after`` typical works; the ``estimates`` plugins."""
 
     restart_s: float = 60.0
     profile_levels: tuple[int, ...] = (14, 100)
-    default_remaining_s: float = 3000.0
     quiet_gaps: float = 8.0
     starve_after: float = 8.0
     restart_costs: type[RestartCosts] = RestartCosts
@@ -134,18 +132,16 @@ class MisoPlus(Miso):
         super().__init__(**options)
         o = self.opts = rec[PlusOptions]
         self.estimates = tuple(p.build() for p in o.estimates)  # estimates.py
-        self.work = WorkLearner(o.default_remaining_s)  # learners.py
+        self.work = WorkLearner()  # learners.py
         self.restarts = o.restart_costs(o.restart_s)
         self.clock = ArrivalClock(o.quiet_gaps)
         self.ref_rate: dict[str, float] = {}
         self.base_est: dict[str, dict[str, float]] = {}   # estimates before a rescale
         self.ran: set[str] = set()          # jobs that have made progress
-        self.prior: set[str] = set()        # jobs planned with the prior (not profiled)
         self.learned: dict[str, dict[str, float]] = {}  # prior jobs: observed speeds
         # the stages (plugins with their own options, reading this policy's learners)
         self.economy = RestartEconomy(self, rec[EconomyOptions])  # permit, reserve (economy.py)
         self.bursts = Burst(self, rec[BurstOptions])  # the burst regime (burst.py)
-        self.observing = ObservedSpeeds(self)  # learner: speed events (observed.py)
         self.choice = GpuChoice(self, rec[ChoiceOptions])  # filter/score/permit (placing.py)
         self.admission = Admission(self, rec[AdmissionOptions])  # permit: profile, share, wait
         self.rebalancer = Rebalancing(self)  # post-bind: moves onto idle GPUs (rebalance.py)
@@ -192,15 +188,15 @@ class MisoPlus(Miso):
 
     def on_profiled(self, now: float, ev: ProfilingFinished, sc: Scratch) -> None:
         self.admission.settle(sc)  # estimates change below
-        super().on_profiled(now, self.observing.on_profiled(now, ev, sc), sc)
+        super().on_profiled(now, observed.on_profiled(self, ev), sc)  # learner (observed.py)
 
     def on_speed_observed(self, now: float, ev: SpeedObserved, sc: Scratch) -> None:
         self.admission.settle(sc)
-        self.observing.on_speed_observed(now, ev, sc)
+        observed.on_speed_observed(self, ev, sc)
 
     def on_speed_changed(self, now: float, ev: JobSpeedChanged, sc: Scratch) -> None:
         self.admission.settle(sc)
-        self.observing.on_speed_changed(now, ev, sc)
+        observed.on_speed_changed(self, now, ev, sc)
 
     def on_tick(self, now: float, ev: Tick, sc: Scratch) -> None:
         """miso+'s timers (MISO's re-profiling timers are never set: miso+ rescales the
@@ -240,7 +236,7 @@ class MisoPlus(Miso):
         where it has one (a profile's prediction, observed rates, or an estimator that needs
         no profile, such as true speeds or a profile taken at submission), else a prior (the
         catalogue average, its harmonic mean in a fixed mix) with the rates the job has shown
-        so far (jobs so planned recorded in ``prior``); then the profile's estimate plugins
+        so far (a job so planned is one without an estimate); then the profile's estimate plugins
         (:mod:`~miso.sched.policies.estimates`; none shipped, issue 19's experiments are in
         :mod:`miso.sched.experiments`)."""
         out = {}
@@ -263,7 +259,6 @@ class MisoPlus(Miso):
                 seen = self.learned.get(j)
                 if seen:
                     out[j] = {p: seen.get(p, v) for p, v in out[j].items()}
-                self.prior.add(j)
         return out
 
     # -- planning ---------------------------------------------------------------------------
@@ -351,14 +346,15 @@ class MisoPlus(Miso):
 
     def estimates_why(self, jobs: list[str], speeds: Speeds) -> dict[str, Any]:
         """What a plan's explanation says of its jobs' speeds: the speeds planned with, their
-        std and interval where the estimator knows them, the jobs planned with the prior."""
+        std and interval where the estimator knows them, the jobs planned with the prior (those
+        without an estimate: :meth:`speeds` gave them the prior in this call)."""
         unc = self.estimator.uncertainty
         intervals = getattr(self.estimator, "interval", {})  # none without a predictor
         return {
             "speeds": {j: dict(speeds[j]) for j in jobs},
             "std": {j: dict(unc.get(j, {})) for j in jobs if j in unc},
             "interval": {j: dict(intervals[j]) for j in jobs if j in intervals},
-            "prior": sorted(j for j in jobs if j in self.prior and j not in self.est),
+            "prior": sorted(j for j in jobs if j not in self.est),
         }
 
     def plan_why(self, g: str, jobs: list[str], speeds: Speeds, current: dict[str, Any],
@@ -431,7 +427,6 @@ class MisoPlus(Miso):
         for d in (self.ref_rate, self.base_est, self.learned):  # (independent records)
             d.pop(job, None)
         self.ran.discard(job)
-        self.prior.discard(job)
         for x in (*self.estimates, self.restarts, self.work):
             x.forget(job)
         super().on_finish(now, job, gpu, sc)

@@ -7,12 +7,12 @@ The profile's estimate plugins (:mod:`~miso.sched.policies.estimates`) hear of e
 (none shipped; issue 19's ``PropagateObserved``, ``AnchorSlices``, ``LearnEarlierSlices`` are
 in :mod:`miso.sched.experiments`).
 
-A learner of :class:`~miso.sched.policies.misoplus.MisoPlus` (``pol.observing``, the
-policy's speed-event hooks; it reads and updates the policy ``pol``'s
+A learner of :class:`~miso.sched.policies.misoplus.MisoPlus`: functions its speed-event hooks
+call with the policy ``pol`` (no state or options of their own; they read and update ``pol``'s
 ``est``, ``base_est``, ``ref_rate``, ``learned``, ``ran``, ``last_profile``, MISO's knobs
-``threshold`` and ``cooldown``, its ``estimates``, ``estimator`` and ``replan``). It has no
-options of its own (the ``observed_correction`` switch, off only in an ablation, was deleted in
-issue 27: observed rates always correct the estimates).
+``threshold`` and ``cooldown``, its ``estimates``, ``estimator`` and ``replan``). The
+``observed_correction`` switch, off only in an ablation, was deleted in issue 27: observed rates
+always correct the estimates.
 """
 
 from __future__ import annotations
@@ -27,72 +27,68 @@ if TYPE_CHECKING:  # pragma: no cover
     from miso.sched.policies.misoplus import MisoPlus
 
 
-class ObservedSpeeds:
-    """Speed events (see the module docstring)."""
+def on_profiled(pol: MisoPlus, ev: ProfilingFinished) -> ProfilingFinished:
+    """A profile: its jobs have run; the event with every MPS level (the ones not
+    measured imputed for the learned predictor), for MISO's reading of it."""
+    pol.ran.update(ev.speeds)
+    if tuple(ev.levels) != MPS_LEVELS and ev.speeds and isinstance(
+            pol.estimator, PredictorEstimator):
+        # The learned predictor reads all three levels: impute the ones not measured.
+        from miso.predict.levels import impute_profile
 
-    def __init__(self, pol: MisoPlus) -> None:
-        self.pol = pol
+        ev = ProfilingFinished(ev.gpu, ev.plan_id, {
+            j: impute_profile(tuple(ev.levels), v) for j, v in ev.speeds.items()},
+            MPS_LEVELS)
+    return ev
 
-    def on_profiled(self, now: float, ev: ProfilingFinished, sc: Scratch
-                    ) -> ProfilingFinished:
-        """A profile: its jobs have run; the event with every MPS level (the ones not
-        measured imputed for the learned predictor), for MISO's reading of it."""
-        self.pol.ran.update(ev.speeds)
-        if tuple(ev.levels) != MPS_LEVELS and ev.speeds and isinstance(
-                self.pol.estimator, PredictorEstimator):
-            # The learned predictor reads all three levels: impute the ones not measured.
-            from miso.predict.levels import impute_profile
 
-            ev = ProfilingFinished(ev.gpu, ev.plan_id, {
-                j: impute_profile(tuple(ev.levels), v) for j, v in ev.speeds.items()},
-                MPS_LEVELS)
-        return ev
-
-    def on_speed_observed(self, now: float, ev: SpeedObserved, sc: Scratch) -> None:
-        """A measured rate: on the whole GPU, the job's reference rate; with one, the job's
-        estimates replaced by its observed rates over it (the estimate plugins told, with
-        the estimates before), else, for a job planned with the prior, its speed there."""
-        gs, pol = sc.state.gpus.get(ev.gpu), self.pol
-        if gs is None:
-            return
-        full = gs.geom.model.full_profile().name
-        if ev.placement.profile == full:  # a rate on the whole GPU: the job's reference rate
-            pol.ref_rate[ev.job] = ev.rate
+def on_speed_observed(pol: MisoPlus, ev: SpeedObserved, sc: Scratch) -> None:
+    """A measured rate: on the whole GPU, the job's reference rate; with one, the job's
+    estimates replaced by its observed rates over it (the estimate plugins told, with
+    the estimates before), else, for a job planned with the prior, its speed there."""
+    gs = sc.state.gpus.get(ev.gpu)
+    if gs is None:
+        return
+    full = gs.geom.model.full_profile().name
+    if ev.placement.profile == full:  # a rate on the whole GPU: the job's reference rate
+        pol.ref_rate[ev.job] = ev.rate
+    for p in pol.estimates:
+        p.rate(pol, sc, ev, full)
+    ref = pol.ref_rate.get(ev.job)
+    if ref and ev.job in pol.est:
+        est = pol.est[ev.job]
+        before = dict(est)
+        for prof, r in sc.state.jobs[ev.job].observed.items():
+            if prof in est:
+                est[prof] = _clip(r / ref)
         for p in pol.estimates:
-            p.rate(pol, sc, ev, full)
-        ref = pol.ref_rate.get(ev.job)
-        if ref and ev.job in pol.est:
-            est = pol.est[ev.job]
-            before = dict(est)
-            for prof, r in sc.state.jobs[ev.job].observed.items():
-                if prof in est:
-                    est[prof] = _clip(r / ref)
-            for p in pol.estimates:
-                p.corrected(pol, sc, ev.job, gs.geom, full, before)
-        elif ref and ev.placement.profile != full:
-            pol.learned.setdefault(ev.job, {})[ev.placement.profile] = _clip(ev.rate / ref)
+            p.corrected(pol, sc, ev.job, gs.geom, full, before)
+    elif ref and ev.placement.profile != full:
+        pol.learned.setdefault(ev.job, {})[ev.placement.profile] = _clip(ev.rate / ref)
 
-    def on_speed_changed(self, now: float, ev: JobSpeedChanged, sc: Scratch) -> None:
-        pol = self.pol
-        if ev.baseline <= 0 or abs(ev.observed / ev.baseline - 1.0) <= pol.threshold:
-            return
-        jobs = sc.jobs_on(ev.gpu) if ev.gpu in sc.state.gpus else []
-        recent = now - pol.last_profile.get(ev.gpu, -1e18) < pol.cooldown
-        if jobs == [ev.job] and sc.state.jobs[ev.job].spec.checkpointable and not recent:
-            pol.est.pop(ev.job, None)    # alone: re-profile it alone, nobody else stops
-            pol.ref_rate.pop(ev.job, None)
-            pol.ran.discard(ev.job)
-            pol.replan(now, ev.gpu, sc)
-            return
-        # Shared GPU: rescale instead of stopping the residents (relative speeds keep shape).
-        f = ev.observed / ev.baseline
-        if ev.job in pol.est:
-            full = sc.state.gpus[ev.gpu].geom.model.full_profile().name
-            base = pol.base_est.setdefault(ev.job, dict(pol.est[ev.job]))
-            pol.est[ev.job] = {p: v if p == full else _clip(v * f) for p, v in base.items()}
-        pol.dirty.add(ev.gpu)
-        if not pol.bursts.burst(sc):  # a burst's landing layout stays: the next event re-plans
-            pol.replan(now, ev.gpu, sc)
+
+def on_speed_changed(pol: MisoPlus, now: float, ev: JobSpeedChanged, sc: Scratch) -> None:
+    """A phase change: a job alone is re-profiled alone; on a shared GPU its estimates are
+    rescaled by observed/baseline and the GPU re-planned (outside a burst)."""
+    if ev.baseline <= 0 or abs(ev.observed / ev.baseline - 1.0) <= pol.threshold:
+        return
+    jobs = sc.jobs_on(ev.gpu) if ev.gpu in sc.state.gpus else []
+    recent = now - pol.last_profile.get(ev.gpu, -1e18) < pol.cooldown
+    if jobs == [ev.job] and sc.state.jobs[ev.job].spec.checkpointable and not recent:
+        pol.est.pop(ev.job, None)    # alone: re-profile it alone, nobody else stops
+        pol.ref_rate.pop(ev.job, None)
+        pol.ran.discard(ev.job)
+        pol.replan(now, ev.gpu, sc)
+        return
+    # Shared GPU: rescale instead of stopping the residents (relative speeds keep shape).
+    f = ev.observed / ev.baseline
+    if ev.job in pol.est:
+        full = sc.state.gpus[ev.gpu].geom.model.full_profile().name
+        base = pol.base_est.setdefault(ev.job, dict(pol.est[ev.job]))
+        pol.est[ev.job] = {p: v if p == full else _clip(v * f) for p, v in base.items()}
+    pol.dirty.add(ev.gpu)
+    if not pol.bursts.burst(sc):  # a burst's landing layout stays: the next event re-plans
+        pol.replan(now, ev.gpu, sc)
 
 
 def _clip(speed: float) -> float:

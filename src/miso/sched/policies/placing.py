@@ -13,25 +13,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from miso.optimize import OptimizerError, optimizer_for
 from miso.sched.freeslots import most_jobs_beside
 from miso.sched.modelplace import several_models, swap_on_arrival
-from miso.sched.policies.base import Scratch, mix_feasible
+from miso.sched.policies.base import Scratch, fitting_profiles, mix_feasible
 from miso.sched.policies.declined import declined_share
-from miso.sched.speeds import prior_speeds
 
 if TYPE_CHECKING:  # pragma: no cover
-    from miso.mig import Geometry
     from miso.sched.policies.misoplus import MisoPlus
-
-
-@lru_cache(maxsize=1 << 12)
-def prior_profiles(geom: Geometry, memory_gb: float) -> tuple[str, ...]:
-    """The profiles a newcomer of ``memory_gb`` has a prior speed on (:func:`prior_speeds`)."""
-    return tuple(prior_speeds(geom, memory_gb))
 
 
 @dataclass(frozen=True)
@@ -129,14 +120,16 @@ class GpuChoice:
         placement pass solved beside the pinned residents of every candidate GPU for every
         queued job): ``job`` is planned with the prior (no estimate, no estimate plugin), and
         no profile it has a prior speed on has an instance beside the pinned instances in a
-        layout with an instance per job (:func:`~miso.sched.freeslots.room_beside`)."""
+        layout with an instance per job (:func:`~miso.sched.freeslots.room_beside`). The
+        prior (:func:`~miso.sched.speeds.prior_speeds`) has a speed on exactly the profiles
+        that hold the job's memory, :func:`fitting_profiles` (cached)."""
         pol = self.pol
         if job in pol.est or pol.estimates or not pol.estimator.needs_profile:
             return True  # its speeds' profiles are not the prior's: solve
         gs = sc.state.gpus[g]
         members = {*jobs, job}
         kept = frozenset([gs.assignment[j] for j in pinned if j in members])
-        prior = prior_profiles(gs.geom, sc.state.jobs[job].spec.memory_gb)
+        prior = fitting_profiles(gs.geom, sc.state.jobs[job].spec.memory_gb)
         return most_jobs_beside(gs.geom, kept, prior) >= len(members)
 
     def gpu_to_hold(self, sc: Scratch, job: str) -> str | None:
