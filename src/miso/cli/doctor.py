@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 if TYPE_CHECKING:  # the MIG tables are read when the command runs (``--help`` stays fast)
-    from miso.mig.tables import GpuModel, Profile
+    from miso.mig.gpumodel import GpuModel, Profile
 
 #: Largest difference between NVML's memorySizeMB (in GiB) and the table's GiB that still matches.
 MEMORY_TOLERANCE_GIB = 0.02

@@ -1,5 +1,6 @@
 """MIG hardware model: GPU tables, layout enumeration and validation, transition planning."""
 
+from miso.mig.gpumodel import GpuModel, Profile
 from miso.mig.layouts import (
     CURRENT_DRIVER,
     Geometry,
@@ -14,7 +15,8 @@ from miso.mig.layouts import (
     multisets,
     violations,
 )
-from miso.mig.tables import GPU_MODELS, GpuModel, Profile, gpu_model
+from miso.mig.tabledata import GPU_MODELS
+from miso.mig.tables import gpu_model
 from miso.mig.transition import TransitionError, TransitionPlan, plan_transition
 
 __all__ = [

@@ -13,7 +13,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 
-from miso.mig.tables import GpuModel, Profile, gpu_model
+from miso.mig.gpumodel import GpuModel, Profile
+from miso.mig.tables import gpu_model
 
 #: Driver major version assumed when none is given: current drivers (no 4g+3g ban).
 CURRENT_DRIVER = 580
