@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from miso.controller.executor import PlanExecutor
+from miso.controller.loopdispatch import ItemDispatch
 from miso.controller.loopqueue import (
     ARRIVAL_BATCH,
     GROUP_MAX,
@@ -33,7 +34,7 @@ from miso.controller.loopqueue import (
 )
 from miso.controller.loopstops import LoopStops
 from miso.controller.loopview import LoopView
-from miso.controller.loopwrites import PlacedBuffer, log_body
+from miso.controller.loopwrites import EventLogBuffer, PlacedBuffer
 from miso.controller.runtime import Runtime
 from miso.jobstatus import LIMIT_REASON
 from miso.sched import (
@@ -44,18 +45,15 @@ from miso.sched import (
     Event,
     JobFailed,
     JobFinished,
-    JobProgress,
     PlaceJob,
     Policy,
     RequeueJob,
     RunMps,
     StartProfiling,
-    Tick,
     WakeUp,
 )
 from miso.sched.decisions import RepartitionDeclined, StartGang, StopGang
 from miso.sched.driver import DriverStep, batchable
-from miso.sched.progress import full_gpu_work, slice_speed
 from miso.sched.state import JobStatus
 from miso.sched.tenancy import UsageRecord
 
@@ -65,9 +63,6 @@ log = logging.getLogger(__name__)
 #: as soon as the queue is empty): a 1,000-GPU view costs ~25 ms on the 2-core machine, so a
 #: burst of 10,000 submissions costs no 10,000 rebuilds.
 SNAPSHOT_EVERY_S = 0.5
-#: Events and decisions kept before they are written to the store in one transaction (they
-#: are written sooner when the queue is empty or every SNAPSHOT_EVERY_S).
-LOG_BATCH = 500
 
 #: A loop that has not come round for this long (s, real time) is reported stuck.
 STUCK_AFTER_S = 60.0
@@ -88,19 +83,22 @@ class EventLoop:
         self.policy = policy
         self.policy_name = policy_name
         self.state = ClusterState(rt.cfg.tenancy)
+        #: events and decisions not yet written to the store (see :meth:`flush_log`)
+        self.events = EventLogBuffer(rt.store, rt.error)
         self.step = DriverStep(self.state, policy, execute=self._execute_step,
-                               record=self._record, observer=rt.observer,
+                               record=self.events.record, observer=rt.observer,
                                on_contract_error=self._contract_error)
         #: the status snapshot for readers (:mod:`miso.controller.loopview`)
         self.view = LoopView(rt, self.state, self.step)
         #: time limits, replica room and lost nodes (:mod:`miso.controller.loopstops`)
         self.stops = LoopStops(rt, self.state, executor, self._handle, self.step)
+        #: each queue item to what handles its kind (:mod:`miso.controller.loopdispatch`)
+        self.dispatch = ItemDispatch(rt, self.state, self.step, self.stops, self._handle)
         #: called with the tenancy ledger whenever an owner's charge changed (the controller
         #: keeps it in the store: :mod:`miso.controller.usagestore`)
         self.on_ledger: Callable[[list[UsageRecord]], None] | None = None
         self._rates: dict[str, float] = {}
-        #: events and decisions not yet written to the store (see :meth:`flush_log`)
-        self._log: list[tuple[float, str, dict[str, Any]]] = []
+        #: the kept events are written with the turn's placements (run_once)
         self._log_due = False
         #: placements not yet written to the store (one transaction per turn: loopwrites.py)
         self.placed = PlacedBuffer(rt.store, rt.error,
@@ -192,7 +190,7 @@ class EventLoop:
                 return self._turn(item)
             finally:  # the turn's placements and (when due) its log: one wait for the store
                 log_due, self._log_due = self._log_due, False
-                self.placed.flush(self.flush_log if log_due and self._log else None)
+                self.placed.flush(self.flush_log if log_due and self.events.rows else None)
 
     def _turn(self, item: tuple[Any, ...] | None) -> bool:
         """:meth:`run_once` after its wait: the due items, then ``item`` (None: none)."""
@@ -202,7 +200,7 @@ class EventLoop:
         if self.stops.time_limits is not None and time.monotonic() - self._limits_at >= \
                 TIME_LIMIT_EVERY_S:
             self._limits_at = time.monotonic()
-            self._safe(self.stops.check_time_limits)
+            self.dispatch.safe(self.stops.check_time_limits)
         if item is not None and item[0] == "node_lost" and item[2] > time.time():
             # the lease (wall time: the agent reads it) runs out later: wait on our clock
             clock.at(clock.now() + (item[2] - time.time()), item)
@@ -210,7 +208,7 @@ class EventLoop:
         if item is None:
             if not did and (self.view.fair_stale or self.view.stale):
                 self._update_snapshot(fresh=True)  # idle: bring the views up to date
-            if self._log:
+            if self.events.rows:
                 self.flush_log()
             return did
         if item[0] == "event" and batchable(item[1]):
@@ -218,14 +216,14 @@ class EventLoop:
         elif item[0] in GROUPED:
             self._group([item, *waiting_group(rt.queue)])
         else:
-            self._dispatch(item)
+            self.dispatch(item)
         # fresh as soon as the queue is empty; while items wait, at most every 0.5 s
         due = rt.queue.empty() or time.monotonic() - self.view.built_at >= SNAPSHOT_EVERY_S
         if item[0] != "progress":  # a job's progress changes no GPU, queue or owner view
             self.view.stale = True
         if self.view.stale and due:
             self._update_snapshot()
-        if self._log and due:
+        if self.events.rows and due:
             self._log_due = True  # written with the turn's placements (run_once)
         self._keep_ledger()
         return True
@@ -238,7 +236,7 @@ class EventLoop:
         per event shrinks as its queue grows instead of the queue growing without bound.
         Each event's wait is reported up to the group's end, when its decision is made."""
         if len(items) == 1:
-            self._dispatch(items[0])
+            self.dispatch(items[0])
             return
         rt = self.rt
         t0 = time.monotonic()
@@ -248,7 +246,7 @@ class EventLoop:
         try:
             with self.step.group(rt.now):
                 for it in items:
-                    self._dispatch(it, timed=False)
+                    self.dispatch(it, timed=False)
         except Exception as e:  # noqa: BLE001 - the pass at the end failed: reported
             log.exception("controller: the placement pass after %d events failed", len(items))
             rt.error(f"{type(e).__name__}: {e}")
@@ -260,7 +258,7 @@ class EventLoop:
         arrivals at one instant with ``coalesce_arrivals``); each item's wait and the
         batch's handling time are reported as for one event."""
         if len(items) == 1:
-            self._dispatch(items[0])
+            self.dispatch(items[0])
             return
         rt = self.rt
         t0 = time.monotonic()
@@ -273,12 +271,12 @@ class EventLoop:
             rt.error(f"{type(e).__name__}: {e}")
             for ev in evs:  # the batch's submissions not reached yet: each alone
                 if ev.job.id not in self.state.jobs:
-                    self._safe(self._handle, ev)
+                    self.dispatch.safe(self._handle, ev)
         self._report_waits(items, t0)
 
     def _report_waits(self, items: list[tuple[Any, ...]], t0: float) -> None:
         """Each timed event's wait before ``t0`` and the handling of the items taken with it
-        (a group's or a batch's), as :meth:`_dispatch` reports them for one event."""
+        (a group's or a batch's), as :class:`ItemDispatch` reports them for one event."""
         obs = self.rt.observer
         if obs is None:
             return
@@ -291,7 +289,7 @@ class EventLoop:
     def handle(self, item: tuple[Any, ...]) -> None:
         """Handle one queue item (``("event", ev, t)``, ``("progress", ...)``, ``("cancel",
         job, done)``, ``("node_lost", node, lease_end)``) now, whatever the clock says."""
-        self._dispatch(item)
+        self.dispatch(item)
         self.placed.flush()
         self._update_snapshot()
         self.flush_log()
@@ -302,7 +300,7 @@ class EventLoop:
         did = False
         for _, item in self.rt.clock.due():
             did = True
-            self._dispatch(item)
+            self.dispatch(item)
         if did:
             self._update_snapshot()
             self.flush_log()
@@ -322,55 +320,18 @@ class EventLoop:
             return
         self._rates = dict(ten.in_use)
 
-    def _dispatch(self, item: tuple[Any, ...], timed: bool = True) -> None:
-        rt = self.rt
-        kind = item[0]
-        if kind == "event":
-            t0 = time.monotonic()
-            self._safe(self._handle, item[1])
-            if timed and rt.observer is not None and len(item) > 2:
-                rt.observer.on_timing("loop_lag", t0 - item[2])
-                rt.observer.on_timing("event_handling", time.monotonic() - t0)
-        elif kind == "tick":
-            self._safe(self._handle, Tick(item[1]))
-        elif kind == "progress":
-            # ("progress", job) or ("progress", (job, ...)): the latest report of each
-            # waiting (coalesced: Runtime.post_progress); or all values given
-            if len(item) > 2:
-                self._safe(self._progress, *item[1:])
-                return
-            for job in (item[1],) if isinstance(item[1], str) else item[1]:
-                got = rt.take_progress(job)
-                if got is not None:
-                    self._safe(self._progress, job, *got)
-        elif kind == "cancel":
-            self._safe(self.stops.cancel, item[1])
-            item[2].set()
-        elif kind == "node_lost":
-            self._safe(self.stops.node_lost, item[1])
-        elif kind == "time_limit":  # its attempt stopped (LoopStops.time_out): it ends
-            self._safe(self._handle, JobFailed(item[1], item[2]))
-        elif kind == "time_requeue":  # stopped after a checkpoint: back in the queue
-            self._safe(self.stops.time_requeue, *item[1:])
-        elif kind == "make_room":  # a queued replica job of the head waits for a slice
-            self._safe(self.stops.make_room, item[1])
-        elif kind == "tenancy" and self.state.tenancy is not None:
-            # new weights / quotas (``miso quota set``): the next decision orders by them
-            self.state.tenancy.config = item[1]
-
-    def _safe(self, fn: Any, *args: Any) -> None:
-        try:
-            fn(*args)
-        except Exception as e:  # noqa: BLE001 - the loop must survive anything
-            log.exception("controller: %s(%s) failed", getattr(fn, "__name__", fn), args)
-            self.rt.error(f"{type(e).__name__}: {e}")
-
     def _handle(self, ev: Event) -> None:
-        """One driver step for ``ev``; a job's end is made terminal in the store first."""
+        """One driver step for ``ev``; a job's end is made terminal in the store first.
+
+        The placements kept are written after each step (below), so only a step that
+        stopped short leaves some here: one that raised, a batch that failed part-way, or
+        jobs a cancel released from their ``--after`` wait (``LoopStops.cancel``). They are
+        written before this writes a job's end (loopwrites.py: rows change in the order
+        decided); the others join this step's and are written with them."""
         st = self.state
         now = self.rt.now()
-        self.placed.flush()  # rows written in the order decided, here and by the caller
         if isinstance(ev, JobFinished | JobFailed):
+            self.placed.flush()  # before the job's end (and its gang's) is written
             stored = ev.job in self.rt.finished_in_store  # the poller wrote it at the exit
             self.rt.finished_in_store.discard(ev.job)
             js = st.jobs.get(ev.job)
@@ -389,38 +350,9 @@ class EventLoop:
         self.step(now, ev)
         self.placed.flush()  # a caller (LoopStops) may write these jobs' rows next
 
-    def _progress(self, job: str, gpu: str, placement: Any, mps_pct: int | None,
-                  iterations_left: float, rate: float) -> None:
-        """A job's own progress report (iterations left, iterations/s on its slice) as
-        :class:`JobProgress` in full-GPU seconds (:mod:`miso.sched.progress`)."""
-        js = self.state.jobs.get(job)
-        gs = self.state.gpus.get(gpu) or self.state.gangs.gpus.get(gpu)  # or held for gangs
-        if js is None or gs is None or js.gpu != gpu:
-            return
-        speed = slice_speed(gs.geom, None if mps_pct is not None else placement, mps_pct,
-                            js.observed)
-        self.step(self.rt.now(), JobProgress(job, full_gpu_work(iterations_left, rate, speed),
-                                             speed))
-
-    def _record(self, now: float, item: object) -> None:
-        """Keep an event or decision for the store's event log (written in batches:
-        :meth:`flush_log`)."""
-        if isinstance(item, JobProgress):
-            return  # progress is in the job's record already
-        name = type(item).__name__
-        self._log.append((now, name if isinstance(item, Event) else "decision:" + name,
-                          log_body(item)))
-        if len(self._log) >= LOG_BATCH:
-            self.flush_log()
-
     def flush_log(self) -> None:
         """Write the events and decisions kept since the last time, in one transaction."""
-        rows, self._log = self._log, []
-        try:
-            self.rt.store.log_events(rows)
-        except Exception as e:  # noqa: BLE001 - the loop must survive a full disk
-            log.exception("controller: writing %d events to the store failed", len(rows))
-            self.rt.error(f"event log: {type(e).__name__}: {e}")
+        self.events.flush()
 
     def _contract_error(self, now: float, d: Decision, e: ContractError) -> None:
         msg = f"policy {self.policy_name} broke the contract: {e}"

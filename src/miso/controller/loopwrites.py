@@ -1,5 +1,6 @@
 """What the scheduling loop writes to the store: a turn's placements in one transaction, and
-the body of each event and decision it logs (:func:`log_body`).
+the events and decisions it logs, kept and written in batches (:class:`EventLogBuffer`, each
+one's body :func:`log_body`).
 
 Each :class:`~miso.sched.decisions.PlaceJob` sets its job's GPU in the store. One UPDATE per
 placement was one transaction each, and in a controller whose threads share one interpreter
@@ -24,7 +25,13 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from miso.sched import Event, JobProgress
+
 log = logging.getLogger(__name__)
+
+#: Events and decisions kept before they are written to the store in one transaction (they
+#: are written sooner when the loop's queue is empty or every ``SNAPSHOT_EVERY_S``).
+LOG_BATCH = 500
 
 #: Field value types :func:`dataclasses.asdict` returns as they are (its deep copy of an
 #: immutable scalar is the scalar itself).
@@ -95,3 +102,34 @@ class PlacedBuffer:
         except Exception as e:  # noqa: BLE001 - the loop must survive a full disk
             log.exception("controller: writing %d placements to the store failed", len(rows))
             self.on_error(f"placements: {type(e).__name__}: {e}")
+
+
+class EventLogBuffer:
+    """Events and decisions kept for the store's event log (``store.log_events``), written
+    in one transaction by :meth:`flush`, or as soon as :data:`LOG_BATCH` wait."""
+
+    def __init__(self, store: Any, on_error: Callable[[str], None]) -> None:
+        self.store = store
+        self.on_error = on_error
+        #: events and decisions not yet written: (time, name, body)
+        self.rows: list[tuple[float, str, dict[str, Any]]] = []
+
+    def record(self, now: float, item: object) -> None:
+        """Keep an event or decision (the driver step's ``record``); progress is not kept:
+        it is in the job's record already."""
+        if isinstance(item, JobProgress):
+            return
+        name = type(item).__name__
+        self.rows.append((now, name if isinstance(item, Event) else "decision:" + name,
+                          log_body(item)))
+        if len(self.rows) >= LOG_BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the events and decisions kept since the last time, in one transaction."""
+        rows, self.rows = self.rows, []
+        try:
+            self.store.log_events(rows)
+        except Exception as e:  # noqa: BLE001 - the loop must survive a full disk
+            log.exception("controller: writing %d events to the store failed", len(rows))
+            self.on_error(f"event log: {type(e).__name__}: {e}")
