@@ -1,6 +1,6 @@
 """What a submission is checked for before it reaches the store, and the core's spec of a
-stored job: the parts of :meth:`miso.controller.Controller.submit` that need nothing of the
-running controller but its ``check_commands`` setting.
+stored job: the parts of :meth:`miso.controller.submissions.Submissions.submit` that need
+nothing of the running controller but its ``check_commands`` setting.
 """
 
 from __future__ import annotations
