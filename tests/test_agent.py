@@ -195,3 +195,21 @@ def test_mps_speed__contention_lowers_speed() -> None:
     assert 0 < crowded < alone <= 1.0
     assert mps_speed("bert_train2", 14, []) < mps_speed("bert_train2", 50, [])
     assert workload("bert_train2").speed(7) == 1.0
+
+
+def test_rate_tracker_forgets_old_samples_after_a_second_sample_within_warmup() -> None:
+    """An attempt sampled twice within its warm-up (a fake node advances every job at each
+    launch of another) keeps a bounded window of samples once its steady rate is known, and
+    its rates are those of the recent samples."""
+    rt = RateTracker(window=1.0, threshold=0.25, warmup=0.2)
+    rt.add(0.0, 0.0)
+    rt.add(0.05, 0.5)  # within the warm-up of the first
+    t, it = 0.05, 0.5
+    for _ in range(600):  # 60 s at 10 it/s, sampled every 0.1 s
+        t += 0.1
+        it += 1.0
+        rt.add(t, it)
+    assert rt.steady == pytest.approx(10.0)
+    assert len(rt.samples) <= 4 * 10 + 3  # four windows of samples, not the whole life
+    assert rt.rate(1.0) == pytest.approx(10.0)
+    assert rt.rate(4.0) == pytest.approx(10.0)

@@ -48,8 +48,13 @@ class RateTracker:
             return
         self.samples.append((t, it))
         t0 = self.samples[0][0]
+        # Samples older than 4 windows go (the newest of them stays: rate() needs it); the
+        # first stays until the steady rate is known. Before that only a second sample past
+        # the warm-up let it go, so an attempt sampled twice within the warm-up (a fake
+        # node's launches of its other jobs) kept every sample of its life, and each rate()
+        # scanned them all.
         while len(self.samples) > 2 and self.samples[1][0] < t - 4 * self.window and \
-                self.samples[1][0] > t0 + self.warmup:
+                (self.steady is not None or self.samples[1][0] > t0 + self.warmup):
             self.samples.pop(0)
             t0 = self.samples[0][0]
         self._update()
@@ -59,11 +64,10 @@ class RateTracker:
         if len(self.samples) < 2:
             return None
         t1, i1 = self.samples[-1]
-        old = [s for s in self.samples if s[0] <= t1 - span]
-        if not old:
-            return None
-        t0, i0 = old[-1]
-        return (i1 - i0) / (t1 - t0) if t1 > t0 else None
+        for t0, i0 in reversed(self.samples):  # the newest sample at least span old
+            if t0 <= t1 - span:
+                return (i1 - i0) / (t1 - t0) if t1 > t0 else None
+        return None
 
     def _update(self) -> None:
         t_first = self.samples[0][0]

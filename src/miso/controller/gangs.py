@@ -318,6 +318,8 @@ class GangRunner:
         """Handle one agent report entry if it is a rank >= 1 of a gang; False otherwise.
         Such a rank's progress is rank 0's business; its exit is recorded, and an exit
         nobody asked for fails the job (the other ranks are then ended)."""
+        if not self.others:  # no gang rank anywhere (most reports): skip the lock
+            return False
         key = (str(a["job"]), int(a["attempt"]))
         rt = self.rt
         with rt.lock:

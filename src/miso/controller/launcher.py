@@ -113,6 +113,7 @@ class Launcher:
         # its old GPU until that GPU's worker has checkpointed it: wait for that, never run
         # two copies, and never mistake the old run for the new one.
         deadline = time.monotonic() + rt.cfg.checkpoint_timeout + rt.cfg.call_timeout
+        waited = False
         while True:
             with rt.lock:
                 cur = rt.runs.get(job)
@@ -124,9 +125,11 @@ class Launcher:
                 log.warning("job %s: still running on %s; not started on %s", job, cur.gpu, gpu)
                 return None
             time.sleep(0.05)
-        rec = rt.job(job) or rec
-        if rec.terminal:  # the old copy finished the job while we waited: never run it again
-            return None
+            waited = True
+        if waited:  # read again: the old copy may have finished the job, or saved
+            rec = rt.job(job) or rec
+            if rec.terminal:  # never run a finished job again
+                return None
         now = rt.now()
         ck_dir = rt.checkpoint_root / job
         resume, path = resume_point(rec.checkpoint_iteration, rec.checkpoint_path, ck_dir,

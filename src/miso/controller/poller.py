@@ -45,6 +45,30 @@ log = logging.getLogger(__name__)
 
 #: Start of a running job's note when its progress file is bad (see :meth:`on_report`).
 REPORTS_INVALID = "reports invalid"
+#: Seconds between two store writes of a node's running jobs' iteration and rate (what
+#: ``miso status`` shows); a new checkpoint, a job's first report and its end are written at
+#: once. Writing every job at every poll was most of the pollers' store traffic at size.
+PROGRESS_STORE_S = 5.0
+#: A running job's progress goes to the loop again when the remaining iterations it reports
+#: are more than this many seconds of the job (at the rate last sent) away from what the
+#: last report sent predicts (the loop's estimate shrinks at that rate between reports)...
+PROGRESS_DRIFT_S = 1.0
+#: ... or when this many seconds have passed since the last one sent.
+PROGRESS_REFRESH_S = 10.0
+
+
+def progress_moved(posted: tuple[float, float, float] | None, left: float, rate: float,
+                   mono: float) -> bool:
+    """Whether a running job's report of ``left`` iterations at ``rate`` iterations/s at
+    monotonic time ``mono`` is news for the loop, given the last one sent, ``posted``
+    ``(time, left, rate)``: the loop extrapolates remaining work at the slice's rate, so a
+    job running at the rate it last reported need not be re-sent at every poll."""
+    if posted is None:
+        return True
+    t0, left0, rate0 = posted
+    if mono - t0 >= PROGRESS_REFRESH_S or rate0 <= 0:
+        return True
+    return abs(left0 - rate0 * (mono - t0) - left) > PROGRESS_DRIFT_S * rate0
 
 
 
@@ -60,6 +84,9 @@ class AgentPoller:
         self._last_discover = 0.0
         self._thread: threading.Thread | None = None
         self._node_threads: dict[str, threading.Thread] = {}
+        #: When each node's running jobs' iteration and rate are next written to the store
+        #: (monotonic; each written by that node's thread only).
+        self._store_due: dict[str, float] = {}
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="miso-poll", daemon=True)
@@ -207,16 +234,27 @@ class AgentPoller:
         """Turn one agent report into store progress and loop events."""
         rt = self.rt
         now = rt.now()
+        mono = time.monotonic()
+        # the running jobs' iteration and rate go to the store (``miso status``) every
+        # PROGRESS_STORE_S per node, not at every poll; a new checkpoint and an end at once
+        store_due = mono >= self._store_due.get(node, 0.0)
+        if store_due:
+            self._store_due[node] = mono + PROGRESS_STORE_S
         progress: list[tuple[str, dict[str, Any]]] = []
         try:
             with rt.progress_batch():  # one loop item for the report's progress reports
-                self._on_jobs(node, rep, now, progress)
+                self._on_jobs(node, rep, now, progress, store_due, mono)
         finally:  # one store transaction for the progress of every job of the report
             if progress:
-                rt.store.progress_many(progress)
+                try:
+                    rt.store.progress_many(progress)
+                except BaseException:
+                    self._store_due[node] = 0.0  # the next poll writes all of it again
+                    raise
 
     def _on_jobs(self, node: str, rep: dict[str, Any], now: float,
-                 progress: list[tuple[str, dict[str, Any]]]) -> None:
+                 progress: list[tuple[str, dict[str, Any]]], store_due: bool,
+                 mono: float) -> None:
         rt = self.rt
         for a in rep["jobs"]:
             job, attempt = a["job"], a["attempt"]
@@ -241,17 +279,23 @@ class AgentPoller:
             if a.get("checkpointable") != before.get("checkpointable"):  # else known already
                 self._note_checkpointable(job, a.get("checkpointable"))
             prog: dict[str, Any] = {}
-            if a.get("iteration") is not None:
+            fresh = not before or a["status"] != AttemptStatus.RUNNING
+            if a.get("iteration") is not None and (store_due or fresh):
                 prog.update(iteration=a["iteration"], total=a.get("total"), rate=a.get("rate"))
-            if a.get("checkpoint_iteration") is not None:
+            if a.get("checkpoint_iteration") is not None and (
+                    store_due or fresh or prog
+                    or a["checkpoint_iteration"] != before.get("checkpoint_iteration")
+                    or a.get("checkpoint_path") != before.get("checkpoint_path")):
                 prog.update(checkpoint_iteration=a["checkpoint_iteration"],
                             checkpoint_path=a["checkpoint_path"])
             if prog:
                 progress.append((job, prog))
             if a["status"] == AttemptStatus.RUNNING and not run.stopping and a.get("total") \
                     and a.get("iteration") is not None and (a.get("rate") or 0) > 0:
-                rt.post_progress(job, run.gpu, run.placement, run.mps_pct,
-                                 float(a["total"]) - float(a["iteration"]), float(a["rate"]))
+                left, rate = float(a["total"]) - float(a["iteration"]), float(a["rate"])
+                if progress_moved(run.posted, left, rate, mono):
+                    run.posted = (mono, left, rate)
+                    rt.post_progress(job, run.gpu, run.placement, run.mps_pct, left, rate)
             if a["status"] == AttemptStatus.RUNNING:
                 if run.mps_pct is None and not run.stopping:
                     if a.get("steady_rate") and not run.observed_sent:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from miso.attemptstatus import AttemptStatus
+from miso.controller.runtable import RunTable
 from miso.controller.store import JobRecord, JobStore, StoreError
 from miso.controller.storefile import BACKUP
 from miso.mig import Geometry, Placement
@@ -124,6 +125,9 @@ class Run:
     last: dict[str, Any] = field(default_factory=dict)
     observed_sent: bool = False
     change_seq_sent: int = 0
+    #: (monotonic time, iterations left, iterations/s) of the progress last sent to the loop
+    #: (:func:`miso.controller.poller.progress_moved`); None: none sent yet.
+    posted: tuple[float, float, float] | None = None
     done: threading.Event = field(default_factory=threading.Event)
 
 
@@ -141,7 +145,7 @@ class Runtime:
         self.cfg = cfg
         self.checkpoint_root = checkpoint_root
         self.lock = threading.RLock()
-        self.runs: dict[str, Run] = {}
+        self.runs: RunTable[Run] = RunTable()
         self.gpus: dict[str, GpuRef] = {}
         self.nodes: set[str] = set()
         #: Nodes declared lost whose lease has not run out yet (not polled, not rediscovered).
@@ -334,7 +338,7 @@ class Runtime:
 
     def runs_on(self, gpu: str) -> list[Run]:
         with self.lock:
-            return [r for r in self.runs.values() if r.gpu == gpu]
+            return self.runs.on(gpu)
 
     def drop_run(self, run: Run) -> None:
         """Forget ``run`` if it is still the job's live attempt."""
