@@ -36,7 +36,8 @@ class BurstOptions:
     """``burst_jobs``: slots per GPU in a burst's landing layout (0: no burst regime);
     ``burst_samples``: arrivals before the test; ``burst_load``: the offered load, in GPUs,
     that starts a burst; ``batch_restart_frac``: a profiling run must cost at least this
-    share of a typical job's work (short jobs)."""
+    share of a typical job's work (short jobs), as a restart must for a fixed mix's cap
+    (:meth:`GpuChoice.batch_full`)."""
 
     burst_jobs: int = 3
     burst_samples: int = 3

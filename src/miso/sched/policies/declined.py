@@ -30,22 +30,17 @@ KEPT = 4096
 MIN_GAIN = 1e-6
 
 
-class Declines:
-    """The last decline recorded per GPU and per waiting job (what repeats is not recorded
-    again)."""
-
-    def __init__(self) -> None:
-        self.last: dict[str, tuple[Any, ...]] = {}
-
-    def new(self, key: str, what: tuple[Any, ...]) -> bool:
-        """True (and remembered) when ``what`` differs from the last decline under ``key``."""
-        if self.last.get(key) == what:
-            return False
-        self.last.pop(key, None)
-        self.last[key] = what
-        if len(self.last) > KEPT:
-            del self.last[next(iter(self.last))]  # the oldest: ended jobs are not kept
-        return True
+def is_new(last: dict[str, tuple[Any, ...]], key: str, what: tuple[Any, ...]) -> bool:
+    """True (and remembered in ``last``, the policy's ``declines``: the last decline recorded
+    per GPU and per waiting job, so what repeats is not recorded again) when ``what`` differs
+    from the last decline under ``key``."""
+    if last.get(key) == what:
+        return False
+    last.pop(key, None)
+    last[key] = what
+    if len(last) > KEPT:
+        del last[next(iter(last))]  # the oldest: ended jobs are not kept
+    return True
 
 
 def declined_plan(policy: Any, sc: Scratch, g: str, speeds: Speeds,
@@ -67,8 +62,8 @@ def declined_plan(policy: Any, sc: Scratch, g: str, speeds: Speeds,
     cur = sum(speeds[j][pl.profile] for j, pl in current.items() if pl.profile in speeds[j])
     moved = tuple(alt.restarted)
     gain = alt.throughput - cur
-    if gain <= MIN_GAIN or not moved or not policy.declines.new(
-            g, (tuple(sorted(gs.layout)), tuple(sorted(alt.layout)), moved, reserved)):
+    if gain <= MIN_GAIN or not moved or not is_new(policy.declines, g, (
+            tuple(sorted(gs.layout)), tuple(sorted(alt.layout)), moved, reserved)):
         return
     priced = {j: penalty.get(j, 0.0) for j in moved}
     costs = {j: policy.restarts.cost(j) for j in moved}
@@ -105,7 +100,7 @@ def declined_share(policy: Any, sc: Scratch, g: str, job: str) -> None:
     moved = tuple(est["restarts"])
     price = sum(est["restart_costs"])
     gain = est["wait_s"] - (est["share_s"] - price)
-    if not policy.declines.new("job:" + job, (g, tuple(sc.jobs_on(g)), moved)):
+    if not is_new(policy.declines, "job:" + job, (g, tuple(sc.jobs_on(g)), moved)):
         return
     if gain > 0 and moved:
         why_not = (f"sharing would end the jobs {gain:.0f} s sooner in total, but restarting "

@@ -28,12 +28,11 @@ if TYPE_CHECKING:  # pragma: no cover
 @dataclass(frozen=True)
 class ChoiceOptions:
     """``wait_for_gpu``: at light load a newcomer may wait for a whole GPU
-    (:meth:`Admission.better_to_wait`); ``batch_jobs``, ``batch_restart_frac``: the cap of a
-    fixed mix (:meth:`GpuChoice.batch_full`)."""
+    (:meth:`Admission.better_to_wait`); ``batch_jobs``: the cap of a fixed mix
+    (:meth:`GpuChoice.batch_full`, with the burst regime's ``batch_restart_frac``)."""
 
     wait_for_gpu: bool = True
     batch_jobs: int = 4
-    batch_restart_frac: float = 0.1
 
 
 class GpuChoice:
@@ -90,7 +89,7 @@ class GpuChoice:
         if cap <= 0 or len(jobs) < cap or not pol.in_batch(sc):
             return False
         work = sum(pol.work.remaining(sc.state, j) for j in jobs) / len(jobs)
-        return pol.restarts.cost("") >= self.opts.batch_restart_frac * work
+        return pol.restarts.cost("") >= pol.bursts.opts.batch_restart_frac * work
 
     def fits_beside_pinned(self, g: str, job: str, sc: Scratch) -> bool:
         """Whether a layout keeps the pinned residents of ``g`` (jobs that cannot checkpoint
