@@ -114,12 +114,10 @@ class Admission:
             return False
         if when == "always" or self.heavy_load(sc):
             return True
-        if pol.clock.offered_load(pol.work.default_s) is None:
-            # No load known yet (the first arrivals): a long job is profiled all the same,
-            # the price being small against its run time and its chance to share some day.
-            left = pol.work.remaining(sc.state, job)
-            return run_s + pol.profile_s <= LONG_JOB * left
-        return False
+        # No load known yet (the first arrivals): a long job is profiled all the same, the
+        # price being small against its run time and its chance to share some day.
+        return pol.clock.offered_load(pol.work.default_s) is None and \
+            run_s + pol.profile_s <= LONG_JOB * pol.work.remaining(sc.state, job)
 
     def better_to_wait(self, g: str, job: str, sc: Scratch, ahead: int) -> bool:
         """Whether ``job`` should wait for a whole GPU rather than share ``g`` now: the sum
