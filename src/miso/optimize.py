@@ -22,6 +22,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cache, partial
+from typing import Any
 
 import numpy as np
 
@@ -169,6 +170,15 @@ class PartitionOptimizer:
             raise err(msg)  # type: ignore[misc]
         return Solution(sol.layout, dict(sol.assignment), sol.objective, sol.throughput,
                         sol.restarted, sol.kept)
+
+    def try_solve(self, speeds: Mapping[str, Mapping[str, float]], **options: Any
+                  ) -> Solution | None:
+        """:meth:`solve` with ``options``, or None where it raises :class:`OptimizerError` (no
+        layout holds the jobs, or their speeds are invalid): for callers that only fall back."""
+        try:
+            return self.solve(speeds, **options)
+        except OptimizerError:
+            return None
 
     def solve_fresh(
         self,

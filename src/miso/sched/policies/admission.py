@@ -17,7 +17,7 @@ from functools import partial, reduce
 from operator import add
 from typing import TYPE_CHECKING
 
-from miso.optimize import OptimizerError, remembering_optimizer
+from miso.optimize import remembering_optimizer
 from miso.sched.freetimes import FreeTimes, Timed, WatchedDict, brute_soonest, end_time
 from miso.sched.policies.base import Scratch
 from miso.sched.policies.baselines import backfill_window
@@ -170,11 +170,11 @@ class Admission:
         sp = self.pol.speeds(geom, sc, [*residents, job])
         opt = remembering_optimizer(geom)  # asked again while the job waits: remembered
         current = sc.state.gpus[g].target_assignment()
-        try:
-            alone = opt.solve({r: sp[r] for r in residents})
-            # Ties broken by fewest residents moved, as the re-plan itself would.
-            shared = opt.solve(sp, current={r: current[r] for r in residents if r in current})
-        except OptimizerError:
+        alone = opt.try_solve({r: sp[r] for r in residents})
+        # Ties broken by fewest residents moved, as the re-plan itself would.
+        shared = None if alone is None else opt.try_solve(
+            sp, current={r: current[r] for r in residents if r in current})
+        if alone is None or shared is None:
             return None
         own = rem(job)
         share = own / max(sp[job][shared.assignment[job].profile], 0.05)

@@ -8,7 +8,7 @@ from functools import partial
 from typing import Any
 
 from miso.mig import Geometry
-from miso.optimize import OptimizerError, optimizer_for
+from miso.optimize import optimizer_for
 from miso.sched.decisions import ApplyLayout, Decision, RequeueCause, StartProfiling
 from miso.sched.events import (
     Event,
@@ -303,11 +303,10 @@ class MisoPlus(Miso):
         pinned = (self.pinned(sc, jobs) | self.bursts.landed(sc, g)) & set(current)  # (burst)
         horizon, penalty = self.economy.prices(sc, jobs, speeds, current)
         objective = self.objective if horizon is None else "restart-aware"
-        solve = partial(optimizer_for(gs.geom).solve, current=current, objective=objective,
+        solve = partial(optimizer_for(gs.geom).try_solve, current=current, objective=objective,
                         restart_penalty=penalty, pinned=pinned)
-        try:
-            sol = solve(speeds)
-        except OptimizerError:
+        sol = solve(speeds)
+        if sol is None:
             free = [j for j in jobs if j not in pinned]  # a newcomer first
             for j in ([j for j in free if j not in current] or free)[-1:]:
                 sc.requeue(j, "no layout holds the mix", cause=RequeueCause.NO_LAYOUT)
@@ -333,13 +332,11 @@ class MisoPlus(Miso):
         if ghost is None and not ghosts:
             return plain
         ghosts = ghosts or {_NEXT: ghost}
-        try:
-            alt = solve({**speeds, **ghosts})
-        except OptimizerError:
-            return plain
-        if ghost is not None and not (set(alt.restarted) <= set(sol.restarted) and headroom_pays(
-                jobs, speeds, sol.assignment, alt.assignment,  # sched/reservecost.py
-                self.clock.gap * len(sc.state.gpus), self.restarts.cost)):
+        alt = solve({**speeds, **ghosts})
+        if alt is None or ghost is not None and not (  # no room kept, or none that pays
+                set(alt.restarted) <= set(sol.restarted) and headroom_pays(
+                    jobs, speeds, sol.assignment, alt.assignment,  # sched/reservecost.py
+                    self.clock.gap * len(sc.state.gpus), self.restarts.cost)):
             return plain
         reserved = ", ".join(str(alt.assignment[x]) for x in ghosts)
         return alt, {j: pl for j, pl in alt.assignment.items() if j not in ghosts}, reserved
