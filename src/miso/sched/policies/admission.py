@@ -21,6 +21,7 @@ from miso.optimize import remembering_optimizer
 from miso.sched.freetimes import FreeTimes, Timed, WatchedDict, brute_soonest, end_time
 from miso.sched.policies.base import Scratch
 from miso.sched.policies.baselines import backfill_window
+from miso.sched.policies.declined import declined_share
 from miso.sched.unseen import UnseenResidents
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -131,11 +132,8 @@ class Admission:
 
         The waiting time grows with the free time, so when sharing is worse even with an
         upper bound of it (:meth:`free_bound`, a few GPUs' times) the scan of every GPU is
-        not needed (:meth:`scan_point` says when it may be left out). A choice to wait leaves
-        its figures in the cycle's ``memo["share_estimate"]`` (for the declined-share
-        record, declined.py)."""
-        memo = sc.cycle.memo
-        memo["share_estimate"] = None
+        not needed (:meth:`scan_point` says when it may be left out). A choice to wait is
+        recorded with its figures (:func:`declined_share`)."""
         residents = sc.jobs_on(g)
         if not any(r in self.pol.ran for r in residents):
             return False  # nobody runs there yet: a plan for all of them restarts nobody
@@ -155,9 +153,7 @@ class Admission:
             wait = reduce(add, waits, self.gpu_free_in(sc, ahead) + own)
             if share < bias * wait:
                 return False
-        memo["share_estimate"] = {"gpu": g, "job": job, "share_s": share, "wait_s": wait,
-                                  "bias": bias, "restarts": moved,
-                                  "restart_costs": [self.pol.restarts.cost(r) for r in moved]}
+        declined_share(self.pol, sc, g, job, share, wait, bias, moved)  # (declined.py)
         return True
 
     def both_ways(self, g: str, job: str, sc: Scratch, residents: list[str]

@@ -5,10 +5,9 @@ a :class:`~miso.sched.decisions.RepartitionDeclined`: the gain it gave up and th
 price that outweighed it. Nothing depends on these records; they only explain.
 
 Two hooks call it: :meth:`MisoPlus.solve_and_apply` when the priced plan keeps the layout
-(:func:`declined_plan`), and :meth:`GpuChoice.choose_gpu` when a job waits for a whole GPU
-(:func:`declined_share`, from the figures :meth:`Admission.better_to_wait` leaves in the
-cycle's ``memo["share_estimate"]``). A decline repeated unchanged (same GPU, same layouts, same
-jobs) is recorded once.
+(:func:`declined_plan`), and :meth:`Admission.better_to_wait` when a job waits for a whole GPU
+(:func:`declined_share`, with the figures of its estimate). A decline repeated unchanged (same
+GPU, same layouts, same jobs) is recorded once.
 """
 
 from __future__ import annotations
@@ -88,18 +87,17 @@ def declined_plan(policy: Any, sc: Scratch, g: str, speeds: Speeds,
                      f"{verdict}"}))
 
 
-def declined_share(policy: Any, sc: Scratch, g: str, job: str) -> None:
+def declined_share(policy: Any, sc: Scratch, g: str, job: str, share: float, wait: float,
+                   bias: float, restarts: list[str]) -> None:
     """``job`` waits for a whole GPU rather than share ``g``: record the completion time
     sharing would save before its restarts (``gain``, s, summed over ``g``'s jobs and the
     newcomer) and what the restarts of ``g``'s running jobs cost (``price``, s), from the
-    estimate :meth:`Admission.better_to_wait` just made (``share_estimate`` in this cycle's
-    memo)."""
-    est = sc.cycle.memo.get("share_estimate")
-    if not est or est.get("gpu") != g or est.get("job") != job:
-        return
-    moved = tuple(est["restarts"])
-    price = sum(est["restart_costs"])
-    gain = est["wait_s"] - (est["share_s"] - price)
+    estimate :meth:`Admission.better_to_wait` just made: the sums of completion times sharing
+    and waiting (``share``, ``wait``, s), the ``bias`` it waited with, the running residents
+    sharing would restart."""
+    moved = tuple(restarts)
+    price = sum(policy.restarts.cost(r) for r in moved)
+    gain = wait - (share - price)
     if not is_new(policy.declines, "job:" + job, (g, tuple(sc.jobs_on(g)), moved)):
         return
     if gain > 0 and moved:
@@ -108,9 +106,8 @@ def declined_share(policy: Any, sc: Scratch, g: str, job: str) -> None:
     else:
         why_not = "sharing would not end the jobs sooner, even without restarts"
     note = (f"job {job} waits for a whole GPU rather than share {g}: {why_not} "
-            f"(estimated total completion time sharing {est['share_s']:.0f} s vs waiting "
-            f"{est['wait_s']:.0f} s)")
+            f"(estimated total completion time sharing {share:.0f} s vs waiting {wait:.0f} s)")
     sc.out.append(RepartitionDeclined(
         g, moved, gain, price, job,
-        why={"trigger": sc.cycle.trigger, "unit": "s", "share_s": est["share_s"],
-             "wait_s": est["wait_s"], "bias": est["bias"], "note": note}))
+        why={"trigger": sc.cycle.trigger, "unit": "s", "share_s": share, "wait_s": wait,
+             "bias": bias, "note": note}))

@@ -19,7 +19,6 @@ from miso.optimize import optimizer_for
 from miso.sched.freeslots import most_jobs_beside
 from miso.sched.modelplace import several_models, swap_on_arrival
 from miso.sched.policies.base import Scratch, fitting_profiles, mix_feasible
-from miso.sched.policies.declined import declined_share
 
 if TYPE_CHECKING:  # pragma: no cover
     from miso.sched.policies.misoplus import MisoPlus
@@ -62,7 +61,6 @@ class GpuChoice:
         if self.opts.wait_for_gpu and sc.jobs_on(g) \
                 and not adm.heavy_load(sc) and not adm.others_waiting(sc, job) \
                 and adm.better_to_wait(g, job, sc, ahead):
-            declined_share(self.pol, sc, g, job)  # the record of why it waits (declined.py)
             return None, True
         return g, False
 
