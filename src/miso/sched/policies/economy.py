@@ -65,7 +65,8 @@ class RestartEconomy:
         pol, opts = self.pol, self.opts
         if not current:
             return None, {}
-        # Each job's remaining time at its speed now (0.5 off a slice), sorted.
+        # Each job's remaining time at its speed now (0.5 without an instance or a speed on
+        # it), sorted.
         ts = sorted(pol.work.remaining(sc.state, j) / max(speeds[j].get(pl.profile, 0.5)
                     if (pl := current.get(j)) is not None else 0.5, 0.05) for j in jobs)
         q = opts.batch_horizon_quantile if pol.in_batch(sc) else 0.5  # (the median)
