@@ -10,10 +10,10 @@ from miso.sched.policies.arrivals import ArrivalClock
 
 def test_no_rate_before_two_distinct_arrivals_and_quiet_then() -> None:
     c = ArrivalClock(quiet_gaps=2.0)
-    assert c.mean_gap() is None and c.quiet(0.0) and c.quiet_from() is None
+    assert c.gap is None and c.quiet(0.0) and c.quiet_from() is None
     c.note(10.0, 4.0)
     c.note(10.0, 8.0)  # one instant: still no rate (a fixed mix)
-    assert c.mean_gap() is None and c.quiet(11.0)
+    assert c.gap is None and c.quiet(11.0)
     assert c.median_memory() == 8.0
 
 
@@ -21,7 +21,7 @@ def test_mean_gap_over_the_window_and_quiet_after_gaps() -> None:
     c = ArrivalClock(quiet_gaps=2.0, window=3)
     for t in (0.0, 100.0, 110.0, 130.0):  # the window keeps the last three
         c.note(t, 1.0)
-    assert c.mean_gap() == pytest.approx(15.0)
+    assert c.gap == pytest.approx(15.0)
     assert not c.quiet(130.0 + 30.0) and c.quiet(130.0 + 30.1)
     at = c.quiet_from()
     assert at is not None and c.quiet(at) and not c.quiet(at - 0.5)

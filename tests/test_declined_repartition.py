@@ -25,7 +25,7 @@ from miso.sched import (
 )
 from miso.sched.decisions import RepartitionDeclined
 from miso.sched.policies.base import Scratch
-from miso.sched.policies.declined import Declines, declined_plan
+from miso.sched.policies.declined import declined_plan
 from miso.sim.run import run_policy
 from miso.sim.traces import poisson_jobs
 from miso.sim.world import WorldConfig
@@ -48,7 +48,7 @@ def _lone_job_on_a_slice() -> ClusterState:
 
 
 def _policy() -> SimpleNamespace:
-    return SimpleNamespace(objective="throughput", declines=Declines(),
+    return SimpleNamespace(objective="throughput", declines={},
                            restarts=SimpleNamespace(cost=lambda j: 120.0))
 
 

@@ -24,7 +24,7 @@ def test_options_reach_their_stages() -> None:
                       reserve=False, wait_bias=2.0, wait_for_gpu=False, restart_s=30.0,
                       max_jobs_per_gpu=3)
     assert pol.bursts.opts.burst_jobs == 0
-    assert pol.bursts.opts.batch_restart_frac == pol.choice.opts.batch_restart_frac == 0.3
+    assert pol.bursts.opts.batch_restart_frac == 0.3  # (the GPU choice's batch cap reads it)
     assert pol.economy.opts.reserve is False
     assert pol.admission.opts.wait_bias == 2.0
     assert pol.choice.opts.wait_for_gpu is False and pol.restarts.cost("x") == 30.0

@@ -138,6 +138,16 @@ def test_errors_are_clear():
         opt.solve({"a": {"9g.90gb": 0.5}})
 
 
+def test_try_solve_answers_none_where_solve_raises() -> None:
+    opt = optimizer_for(geometry("A100-40GB"))
+    assert opt.try_solve({j: {"7g.40gb": 1.0} for j in "ab"}) is None  # no layout holds both
+    assert opt.try_solve({"a": {"7g.40gb": 2.0}}) is None  # an invalid speed
+    speeds = {"a": {"4g.20gb": 0.6, "3g.20gb": 0.5}, "b": {"3g.20gb": 0.5, "4g.20gb": 0.7}}
+    got = opt.try_solve(speeds, objective="throughput")
+    assert got is not None and got.assignment == opt.solve(speeds).assignment
+    assert got.throughput == pytest.approx(1.2)
+
+
 @pytest.mark.parametrize("model", ["A100-40GB", "A30-24GB"])
 def test_per_job_penalties_and_pinned_match_brute_force(model):
     """Per-job restart costs and pinned jobs (hard constraints) agree with the brute force, and

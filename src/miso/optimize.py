@@ -22,6 +22,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cache, partial
+from typing import Any
 
 import numpy as np
 
@@ -169,6 +170,15 @@ class PartitionOptimizer:
             raise err(msg)  # type: ignore[misc]
         return Solution(sol.layout, dict(sol.assignment), sol.objective, sol.throughput,
                         sol.restarted, sol.kept)
+
+    def try_solve(self, speeds: Mapping[str, Mapping[str, float]], **options: Any
+                  ) -> Solution | None:
+        """:meth:`solve` with ``options``, or None where it raises :class:`OptimizerError` (no
+        layout holds the jobs, or their speeds are invalid): for callers that only fall back."""
+        try:
+            return self.solve(speeds, **options)
+        except OptimizerError:
+            return None
 
     def solve_fresh(
         self,
@@ -390,18 +400,19 @@ def _best_of_few(vals: list[float], kept: list[list[bool]], penv: list[float] | 
                  ) -> tuple[int, float]:
     """(position, score) of the best of a few candidate pairs, exactly as the vectorised
     :meth:`PartitionOptimizer._best_pair` picks it: score = value minus the penalties of the
-    running jobs it moves, added one job at a time in order (numpy's ``cumsum``); among the
-    scores within 1e-9 of the top, the most jobs kept, then the first."""
-    scores = []
-    for v, row in zip(vals, kept, strict=True):
-        if penv is None:
-            scores.append(v - 0.0)
-            continue
-        cost = 0.0
-        for n, (keep, pv) in enumerate(zip(row, penv, strict=True)):
-            x = 0.0 if keep else pv
-            cost = x if n == 0 else cost + x
-        scores.append(v - cost)
+    running jobs it moves, added one job at a time in order (numpy's ``cumsum``: the exact
+    0.0 it adds for a kept job is left out, which changes no sum); among the scores within
+    1e-9 of the top, the most jobs kept, then the first."""
+    if penv is None:
+        scores = [v - 0.0 for v in vals]
+    else:
+        scores = []
+        for v, row in zip(vals, kept, strict=True):
+            cost = 0.0
+            for keep, pv in zip(row, penv, strict=True):
+                if not keep:
+                    cost += pv
+            scores.append(v - cost)
     floor = max(scores) - 1e-9
     near = [i for i, sc in enumerate(scores) if sc >= floor]
     most = max(sum(kept[i]) for i in near)

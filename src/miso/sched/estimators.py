@@ -58,8 +58,14 @@ class TrueSpeeds:
         return {j.id: true_speeds(geom, j) for j in jobs}
 
 
+def clip_speed(speed: float) -> float:
+    """A speed relative to the full GPU, within [0.01, 1.5]: a noisy or measured speed is
+    clipped to it (:class:`NoisyOracle`, miso+'s observed rates)."""
+    return max(0.01, min(1.5, speed))
+
+
 class NoisyOracle:
-    """True speeds + N(mean, std) error with a random sign, clipped to (0.01, 1.5].
+    """True speeds + N(mean, std) error with a random sign, clipped (:func:`clip_speed`).
 
     The error of a (job, profile) pair is drawn from a generator seeded by ``seed`` and the job
     id, so it does not depend on call order. The full profile keeps speed 1.0 (it is the
@@ -85,7 +91,7 @@ class NoisyOracle:
                 got = {}
                 for prof, s in sorted(true_speeds(geom, j).items()):
                     e = rng.normal(self.mean, self.std) * (1 if rng.random() < 0.5 else -1)
-                    got[prof] = 1.0 if prof == full else min(max(s + e, 0.01), 1.5)
+                    got[prof] = 1.0 if prof == full else clip_speed(s + e)
                 self._cache[key] = got
             out[j.id] = dict(got)
         return out

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from miso.mig import Geometry
 from miso.sched.clusterprior import ClusterPrior
+from miso.sched.estimators import clip_speed
 from miso.sched.memoryprior import memory_prior
 from miso.sched.policies.estimates import SpeedPlugin
 from miso.sched.robust import anchored_full_rate, pessimistic, propagate
@@ -145,5 +146,5 @@ def earlier_slice_speeds(observed: dict[str, float], full_rate: float, full: str
     had on its slice, not the catalogue's, when it next shares (issue 19, item 4)."""
     if full_rate <= 0:
         return {}
-    return {p: max(0.01, min(1.5, r / full_rate)) for p, r in observed.items()
+    return {p: clip_speed(r / full_rate) for p, r in observed.items()
             if p != full and r > 0}

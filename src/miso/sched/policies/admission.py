@@ -17,10 +17,11 @@ from functools import partial, reduce
 from operator import add
 from typing import TYPE_CHECKING
 
-from miso.optimize import OptimizerError, remembering_optimizer
+from miso.optimize import remembering_optimizer
 from miso.sched.freetimes import FreeTimes, Timed, WatchedDict, brute_soonest, end_time
 from miso.sched.policies.base import Scratch
 from miso.sched.policies.baselines import backfill_window
+from miso.sched.policies.declined import declined_share
 from miso.sched.unseen import UnseenResidents
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -114,12 +115,10 @@ class Admission:
             return False
         if when == "always" or self.heavy_load(sc):
             return True
-        if pol.clock.offered_load(pol.work.default_s) is None:
-            # No load known yet (the first arrivals): a long job is profiled all the same,
-            # the price being small against its run time and its chance to share some day.
-            left = pol.work.remaining(sc.state, job)
-            return run_s + pol.profile_s <= LONG_JOB * left
-        return False
+        # No load known yet (the first arrivals): a long job is profiled all the same, the
+        # price being small against its run time and its chance to share some day.
+        return pol.clock.offered_load(pol.work.default_s) is None and \
+            run_s + pol.profile_s <= LONG_JOB * pol.work.remaining(sc.state, job)
 
     def better_to_wait(self, g: str, job: str, sc: Scratch, ahead: int) -> bool:
         """Whether ``job`` should wait for a whole GPU rather than share ``g`` now: the sum
@@ -133,11 +132,8 @@ class Admission:
 
         The waiting time grows with the free time, so when sharing is worse even with an
         upper bound of it (:meth:`free_bound`, a few GPUs' times) the scan of every GPU is
-        not needed (:meth:`scan_point` says when it may be left out). A choice to wait leaves
-        its figures in the cycle's ``memo["share_estimate"]`` (for the declined-share
-        record, declined.py)."""
-        memo = sc.cycle.memo
-        memo["share_estimate"] = None
+        not needed (:meth:`scan_point` says when it may be left out). A choice to wait is
+        recorded with its figures (:func:`declined_share`)."""
         residents = sc.jobs_on(g)
         if not any(r in self.pol.ran for r in residents):
             return False  # nobody runs there yet: a plan for all of them restarts nobody
@@ -157,9 +153,7 @@ class Admission:
             wait = reduce(add, waits, self.gpu_free_in(sc, ahead) + own)
             if share < bias * wait:
                 return False
-        memo["share_estimate"] = {"gpu": g, "job": job, "share_s": share, "wait_s": wait,
-                                  "bias": bias, "restarts": moved,
-                                  "restart_costs": [self.pol.restarts.cost(r) for r in moved]}
+        declined_share(self.pol, sc, g, job, share, wait, bias, moved)  # (declined.py)
         return True
 
     def both_ways(self, g: str, job: str, sc: Scratch, residents: list[str]
@@ -172,11 +166,11 @@ class Admission:
         sp = self.pol.speeds(geom, sc, [*residents, job])
         opt = remembering_optimizer(geom)  # asked again while the job waits: remembered
         current = sc.state.gpus[g].target_assignment()
-        try:
-            alone = opt.solve({r: sp[r] for r in residents})
-            # Ties broken by fewest residents moved, as the re-plan itself would.
-            shared = opt.solve(sp, current={r: current[r] for r in residents if r in current})
-        except OptimizerError:
+        alone = opt.try_solve({r: sp[r] for r in residents})
+        # Ties broken by fewest residents moved, as the re-plan itself would.
+        shared = None if alone is None else opt.try_solve(
+            sp, current={r: current[r] for r in residents if r in current})
+        if alone is None or shared is None:
             return None
         own = rem(job)
         share = own / max(sp[job][shared.assignment[job].profile], 0.05)

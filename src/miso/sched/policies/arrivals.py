@@ -20,12 +20,14 @@ class ArrivalClock:
         self.long: deque[float] = deque(maxlen=load_window)
         self.work: deque[float | None] = deque(maxlen=load_window)
         self.undeclared = 0   # entries of ``work`` that are None
-        self._gap: float | None = None  # mean_gap(), computed as each arrival is noted
+        #: mean inter-arrival time of the window (None before two distinct arrivals), computed
+        #: as each arrival is noted (the hottest question of miso+'s stages)
+        self.gap: float | None = None
 
     def note(self, now: float, memory_gb: float, work_s: float | None = None) -> None:
         self.times.append(now)
         a = self.times
-        self._gap = (a[-1] - a[0]) / (len(a) - 1) if len(a) >= 2 and a[-1] > a[0] else None
+        self.gap = (a[-1] - a[0]) / (len(a) - 1) if len(a) >= 2 and a[-1] > a[0] else None
         self.memory.append(memory_gb)
         self.long.append(now)
         if len(self.work) == self.work.maxlen and self.work[0] is None:
@@ -48,21 +50,14 @@ class ArrivalClock:
             else self.work  # the same floats, summed in the same order
         return sum(w) / len(w) / gap * (1.0 - 1.0 / len(a) ** 0.5)  # type: ignore[arg-type]
 
-    def mean_gap(self) -> float | None:
-        """Mean inter-arrival time of the window (None before two distinct arrivals);
-        computed once per arrival (the hottest question of miso+'s stages)."""
-        return self._gap
-
     def quiet(self, now: float) -> bool:
         """No job has arrived for ``quiet_gaps`` mean inter-arrival times (or none ever)."""
-        gap = self.mean_gap()
-        return gap is None or now - self.times[-1] > self.quiet_gaps * gap
+        return self.gap is None or now - self.times[-1] > self.quiet_gaps * self.gap
 
     def quiet_from(self) -> float | None:
         """When arrivals count as stopped if none comes first (a little after the limit, so
         a timer set for it finds :meth:`quiet` true)."""
-        gap = self.mean_gap()
-        return None if gap is None else self.times[-1] + self.quiet_gaps * gap * 1.01
+        return None if self.gap is None else self.times[-1] + self.quiet_gaps * self.gap * 1.01
 
     def median_memory(self) -> float:
         m = sorted(self.memory)

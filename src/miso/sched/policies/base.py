@@ -8,7 +8,7 @@ from itertools import islice
 from typing import Any
 
 from miso.mig import Geometry
-from miso.optimize import OptimizerError, optimizer_for
+from miso.optimize import optimizer_for
 from miso.sched.decisions import Decision, PlaceJob, RequeueCause, RequeueJob, WakeUp
 from miso.sched.events import (
     Event,
@@ -58,11 +58,7 @@ def _feasible(geom: Geometry, sigs: tuple[tuple[str, ...], ...]) -> bool:
     opt = optimizer_for(geom)
     if len(sigs) > opt.max_jobs:
         return False
-    try:
-        opt.solve({str(i): dict.fromkeys(s, 1.0) for i, s in enumerate(sigs)})
-    except OptimizerError:
-        return False
-    return True
+    return opt.try_solve({str(i): dict.fromkeys(s, 1.0) for i, s in enumerate(sigs)}) is not None
 
 
 def sigs_feasible(geom: Geometry, sigs: tuple[tuple[str, ...], ...]) -> bool:

@@ -36,7 +36,8 @@ class BurstOptions:
     """``burst_jobs``: slots per GPU in a burst's landing layout (0: no burst regime);
     ``burst_samples``: arrivals before the test; ``burst_load``: the offered load, in GPUs,
     that starts a burst; ``batch_restart_frac``: a profiling run must cost at least this
-    share of a typical job's work (short jobs)."""
+    share of a typical job's work (short jobs), as a restart must for a fixed mix's cap
+    (:meth:`GpuChoice.batch_full`)."""
 
     burst_jobs: int = 3
     burst_samples: int = 3
@@ -141,10 +142,8 @@ class Burst:
         if not sc.jobs_on(g) or not self.burst(sc) or free_slots(sc, g, fitting_profiles(
                 sc.state.gpus[g].geom, sc.state.jobs[job].spec.memory_gb)) > 0:
             return g
-        for _, h in self.pol.candidate_gpus(sc, job, self.slots.occ):  # a free slot
-            if h != g and h != held:
-                return h
-        return g
+        return next((h for _, h in self.pol.candidate_gpus(sc, job, self.slots.occ)  # a free slot
+                     if h != g and h != held), g)
 
     def landing_slots(self, sc: Scratch, g: str, jobs: list[str]) -> dict[str, Any]:
         """In a burst, phantom newcomers (prior speeds, the median newcomer's memory) up to
@@ -155,6 +154,4 @@ class Burst:
         gs = sc.state.gpus[g]
         free = min(self.opts.burst_jobs, gs.geom.model.max_instances) - len(jobs)
         ghost = prior_speeds(gs.geom, self.pol.clock.median_memory(), harmonic=True)
-        if free <= 0 or not ghost:
-            return {}
-        return {f"\x00landing-{i}": ghost for i in range(free)}
+        return {f"\x00landing-{i}": ghost for i in range(free)} if ghost else {}

@@ -5,10 +5,9 @@ a :class:`~miso.sched.decisions.RepartitionDeclined`: the gain it gave up and th
 price that outweighed it. Nothing depends on these records; they only explain.
 
 Two hooks call it: :meth:`MisoPlus.solve_and_apply` when the priced plan keeps the layout
-(:func:`declined_plan`), and :meth:`GpuChoice.choose_gpu` when a job waits for a whole GPU
-(:func:`declined_share`, from the figures :meth:`Admission.better_to_wait` leaves in the
-cycle's ``memo["share_estimate"]``). A decline repeated unchanged (same GPU, same layouts, same
-jobs) is recorded once.
+(:func:`declined_plan`), and :meth:`Admission.better_to_wait` when a job waits for a whole GPU
+(:func:`declined_share`, with the figures of its estimate). A decline repeated unchanged (same
+GPU, same layouts, same jobs) is recorded once.
 """
 
 from __future__ import annotations
@@ -30,22 +29,17 @@ KEPT = 4096
 MIN_GAIN = 1e-6
 
 
-class Declines:
-    """The last decline recorded per GPU and per waiting job (what repeats is not recorded
-    again)."""
-
-    def __init__(self) -> None:
-        self.last: dict[str, tuple[Any, ...]] = {}
-
-    def new(self, key: str, what: tuple[Any, ...]) -> bool:
-        """True (and remembered) when ``what`` differs from the last decline under ``key``."""
-        if self.last.get(key) == what:
-            return False
-        self.last.pop(key, None)
-        self.last[key] = what
-        if len(self.last) > KEPT:
-            del self.last[next(iter(self.last))]  # the oldest: ended jobs are not kept
-        return True
+def is_new(last: dict[str, tuple[Any, ...]], key: str, what: tuple[Any, ...]) -> bool:
+    """True (and remembered in ``last``, the policy's ``declines``: the last decline recorded
+    per GPU and per waiting job, so what repeats is not recorded again) when ``what`` differs
+    from the last decline under ``key``."""
+    if last.get(key) == what:
+        return False
+    last.pop(key, None)
+    last[key] = what
+    if len(last) > KEPT:
+        del last[next(iter(last))]  # the oldest: ended jobs are not kept
+    return True
 
 
 def declined_plan(policy: Any, sc: Scratch, g: str, speeds: Speeds,
@@ -67,8 +61,8 @@ def declined_plan(policy: Any, sc: Scratch, g: str, speeds: Speeds,
     cur = sum(speeds[j][pl.profile] for j, pl in current.items() if pl.profile in speeds[j])
     moved = tuple(alt.restarted)
     gain = alt.throughput - cur
-    if gain <= MIN_GAIN or not moved or not policy.declines.new(
-            g, (tuple(sorted(gs.layout)), tuple(sorted(alt.layout)), moved, reserved)):
+    if gain <= MIN_GAIN or not moved or not is_new(policy.declines, g, (
+            tuple(sorted(gs.layout)), tuple(sorted(alt.layout)), moved, reserved)):
         return
     priced = {j: penalty.get(j, 0.0) for j in moved}
     costs = {j: policy.restarts.cost(j) for j in moved}
@@ -93,19 +87,18 @@ def declined_plan(policy: Any, sc: Scratch, g: str, speeds: Speeds,
                      f"{verdict}"}))
 
 
-def declined_share(policy: Any, sc: Scratch, g: str, job: str) -> None:
+def declined_share(policy: Any, sc: Scratch, g: str, job: str, share: float, wait: float,
+                   bias: float, restarts: list[str]) -> None:
     """``job`` waits for a whole GPU rather than share ``g``: record the completion time
     sharing would save before its restarts (``gain``, s, summed over ``g``'s jobs and the
     newcomer) and what the restarts of ``g``'s running jobs cost (``price``, s), from the
-    estimate :meth:`Admission.better_to_wait` just made (``share_estimate`` in this cycle's
-    memo)."""
-    est = sc.cycle.memo.get("share_estimate")
-    if not est or est.get("gpu") != g or est.get("job") != job:
-        return
-    moved = tuple(est["restarts"])
-    price = sum(est["restart_costs"])
-    gain = est["wait_s"] - (est["share_s"] - price)
-    if not policy.declines.new("job:" + job, (g, tuple(sc.jobs_on(g)), moved)):
+    estimate :meth:`Admission.better_to_wait` just made: the sums of completion times sharing
+    and waiting (``share``, ``wait``, s), the ``bias`` it waited with, the running residents
+    sharing would restart."""
+    moved = tuple(restarts)
+    price = sum(policy.restarts.cost(r) for r in moved)
+    gain = wait - (share - price)
+    if not is_new(policy.declines, "job:" + job, (g, tuple(sc.jobs_on(g)), moved)):
         return
     if gain > 0 and moved:
         why_not = (f"sharing would end the jobs {gain:.0f} s sooner in total, but restarting "
@@ -113,9 +106,8 @@ def declined_share(policy: Any, sc: Scratch, g: str, job: str) -> None:
     else:
         why_not = "sharing would not end the jobs sooner, even without restarts"
     note = (f"job {job} waits for a whole GPU rather than share {g}: {why_not} "
-            f"(estimated total completion time sharing {est['share_s']:.0f} s vs waiting "
-            f"{est['wait_s']:.0f} s)")
+            f"(estimated total completion time sharing {share:.0f} s vs waiting {wait:.0f} s)")
     sc.out.append(RepartitionDeclined(
         g, moved, gain, price, job,
-        why={"trigger": sc.cycle.trigger, "unit": "s", "share_s": est["share_s"],
-             "wait_s": est["wait_s"], "bias": est["bias"], "note": note}))
+        why={"trigger": sc.cycle.trigger, "unit": "s", "share_s": share, "wait_s": wait,
+             "bias": bias, "note": note}))

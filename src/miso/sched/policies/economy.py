@@ -65,14 +65,12 @@ class RestartEconomy:
         pol, opts = self.pol, self.opts
         if not current:
             return None, {}
-        ts = []
-        for j in jobs:
-            pl = current.get(j)
-            s = speeds[j].get(pl.profile, 0.5) if pl is not None else 0.5
-            ts.append(pol.work.remaining(sc.state, j) / max(s, 0.05))
+        # Each job's remaining time at its speed now (0.5 without an instance or a speed on
+        # it), sorted.
+        ts = sorted(pol.work.remaining(sc.state, j) / max(speeds[j].get(pl.profile, 0.5)
+                    if (pl := current.get(j)) is not None else 0.5, 0.05) for j in jobs)
         q = opts.batch_horizon_quantile if pol.in_batch(sc) else 0.5  # (the median)
         k = float(len(ts)) if pol.clock.quiet(sc.cycle.now) else opts.replans
-        ts.sort()
         horizon = max(pol.restarts.prior_s, ts[min(len(ts) - 1, int(q * len(ts)))] / max(1.0, k))
         cost = pol.restarts.cost
         return horizon, {j: cost(j) * speeds[j].get(pl.profile, 0.5) / horizon
@@ -89,7 +87,7 @@ class RestartEconomy:
         if not pol.admission.heavy_load(sc):
             return None  # light load: the next newcomer finds an idle GPU or waits for one
         gs = st.gpus[g]
-        gap = pol.clock.mean_gap()
+        gap = pol.clock.gap
         if gap is None or len(jobs) + 1 > min(pol.max_jobs, gs.geom.model.max_instances):
             return None
         if any(j not in sc.placed for j in st.queue) or sc.requeued:

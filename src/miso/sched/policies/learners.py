@@ -121,10 +121,9 @@ class RestartCosts:
         measured: list[str] = []
         for j in self.reported_jobs(st):
             js, (t0, acked) = st.jobs.get(j), self.relaunching[j]
-            p = js.progress if js is not None else None
             if js is None or js.finished_at is not None or st.now - t0 > self.limit:
                 del self.relaunching[j]  # ended, or no relaunch seen: nothing to learn
-            elif p is not None and p[0] > acked and p[2] > 0:
+            elif (p := js.progress) is not None and p[0] > acked and p[2] > 0:
                 self.seen[j] = p[0] - t0
                 self.stats[0] += p[0] - t0
                 self.stats[1] += 1

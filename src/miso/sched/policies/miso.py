@@ -18,7 +18,7 @@ from collections.abc import Hashable, Iterator
 from typing import Any
 
 from miso.mig import Geometry, Placement
-from miso.optimize import OptimizerError, optimizer_for
+from miso.optimize import optimizer_for
 from miso.sched.decisions import ApplyLayout, RequeueCause, StartProfiling, WakeUp
 from miso.sched.estimators import TrueSpeeds
 from miso.sched.events import (
@@ -244,11 +244,10 @@ class Miso(BasePolicy):
         gs = st.gpus[g]
         speeds = sc.entitled_speeds(g, speeds)
         current = {j: pl for j, pl in gs.assignment.items() if j in speeds}
-        try:
-            sol = optimizer_for(gs.geom).solve(
-                speeds, current=current, objective=self.objective,
-                restart_penalty=self.restart_penalty)
-        except OptimizerError:
+        sol = optimizer_for(gs.geom).try_solve(
+            speeds, current=current, objective=self.objective,
+            restart_penalty=self.restart_penalty)
+        if sol is None:
             for j in jobs[-1:]:
                 sc.requeue(j, "no layout holds the mix", cause=RequeueCause.NO_LAYOUT)
             return

@@ -8,7 +8,7 @@ from functools import partial
 from typing import Any
 
 from miso.mig import Geometry
-from miso.optimize import OptimizerError, optimizer_for
+from miso.optimize import optimizer_for
 from miso.sched.decisions import ApplyLayout, Decision, RequeueCause, StartProfiling
 from miso.sched.events import (
     Event,
@@ -25,7 +25,7 @@ from miso.sched.policies.arrivals import ArrivalClock
 from miso.sched.policies.base import Scratch
 from miso.sched.policies.baselines import backfill_window
 from miso.sched.policies.burst import Burst, BurstOptions
-from miso.sched.policies.declined import Declines, declined_plan
+from miso.sched.policies.declined import declined_plan
 from miso.sched.policies.economy import EconomyOptions, RestartEconomy, Speeds
 from miso.sched.policies.estimates import SpeedPlugin
 from miso.sched.policies.explain import explain_plan
@@ -56,7 +56,7 @@ class PlusOptions:
 
 
 #: miso+'s option records, one per stage: the policy's options are their fields, each given to
-#: every record that names it (``batch_restart_frac``: the burst regime's and the GPU choice's).
+#: every record that names it.
 RECORDS = (PlusOptions, EconomyOptions, BurstOptions, ChoiceOptions, AdmissionOptions)
 
 
@@ -145,7 +145,7 @@ class MisoPlus(Miso):
         self.choice = GpuChoice(self, rec[ChoiceOptions])  # filter/score/permit (placing.py)
         self.admission = Admission(self, rec[AdmissionOptions])  # permit: profile, share, wait
         self.rebalancer = Rebalancing(self)  # post-bind: moves onto idle GPUs (rebalance.py)
-        self.declines = Declines()          # declined repartitions recorded (declined.py)
+        self.declines: dict[str, tuple[Any, ...]] = {}  # last decline per GPU/job (declined.py)
 
     def profile_run_s(self, restart_s: float) -> float:
         """How long a lone newcomer's profiling run takes: every MPS level of
@@ -219,7 +219,7 @@ class MisoPlus(Miso):
 
     def in_batch(self, sc: Scratch) -> bool:
         """A fixed mix: several jobs came, all at one instant (no arrival rate known)."""
-        return len(self.clock.times) >= 2 and self.clock.mean_gap() is None or \
+        return len(self.clock.times) >= 2 and self.clock.gap is None or \
             self.bursts.burst(sc)
 
     def arrival_within(self, sc: Scratch, seconds: float) -> bool:
@@ -227,7 +227,7 @@ class MisoPlus(Miso):
         over the GPUs): then a lone newcomer is not profiled, since the next arrival would
         wait for the profiling run and the job will share its GPU (planned with the prior)
         before its profile matters."""
-        gap = self.clock.mean_gap()
+        gap = self.clock.gap
         return (gap is not None and not self.clock.quiet(sc.cycle.now)
                 and gap * len(self.gpu_index) < seconds)
 
@@ -269,7 +269,7 @@ class MisoPlus(Miso):
         jobs = sc.jobs_on(g)
         if not jobs:
             return
-        if sc.cycle.trigger == "arrival" and self.clock.mean_gap() is None and \
+        if sc.cycle.trigger == "arrival" and self.clock.gap is None and \
                 not any(j in self.ran for j in jobs):
             # No arrival rate yet (the first jobs, or a batch submitted at once): plan at the
             # end of this instant, when every job submitted with it is placed, so no job
@@ -303,11 +303,10 @@ class MisoPlus(Miso):
         pinned = (self.pinned(sc, jobs) | self.bursts.landed(sc, g)) & set(current)  # (burst)
         horizon, penalty = self.economy.prices(sc, jobs, speeds, current)
         objective = self.objective if horizon is None else "restart-aware"
-        solve = partial(optimizer_for(gs.geom).solve, current=current, objective=objective,
+        solve = partial(optimizer_for(gs.geom).try_solve, current=current, objective=objective,
                         restart_penalty=penalty, pinned=pinned)
-        try:
-            sol = solve(speeds)
-        except OptimizerError:
+        sol = solve(speeds)
+        if sol is None:
             free = [j for j in jobs if j not in pinned]  # a newcomer first
             for j in ([j for j in free if j not in current] or free)[-1:]:
                 sc.requeue(j, "no layout holds the mix", cause=RequeueCause.NO_LAYOUT)
@@ -333,13 +332,11 @@ class MisoPlus(Miso):
         if ghost is None and not ghosts:
             return plain
         ghosts = ghosts or {_NEXT: ghost}
-        try:
-            alt = solve({**speeds, **ghosts})
-        except OptimizerError:
-            return plain
-        if ghost is not None and not (set(alt.restarted) <= set(sol.restarted) and headroom_pays(
-                jobs, speeds, sol.assignment, alt.assignment,  # sched/reservecost.py
-                self.clock.mean_gap() * len(sc.state.gpus), self.restarts.cost)):
+        alt = solve({**speeds, **ghosts})
+        if alt is None or ghost is not None and not (  # no room kept, or none that pays
+                set(alt.restarted) <= set(sol.restarted) and headroom_pays(
+                    jobs, speeds, sol.assignment, alt.assignment,  # sched/reservecost.py
+                    self.clock.gap * len(sc.state.gpus), self.restarts.cost)):
             return plain
         reserved = ", ".join(str(alt.assignment[x]) for x in ghosts)
         return alt, {j: pl for j, pl in alt.assignment.items() if j not in ghosts}, reserved

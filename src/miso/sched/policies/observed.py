@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from miso.sched.estimators import PredictorEstimator
+from miso.sched.estimators import PredictorEstimator, clip_speed
 from miso.sched.events import MPS_LEVELS, JobSpeedChanged, ProfilingFinished, SpeedObserved
 from miso.sched.policies.base import Scratch
 
@@ -58,13 +58,12 @@ def on_speed_observed(pol: MisoPlus, ev: SpeedObserved, sc: Scratch) -> None:
     if ref and ev.job in pol.est:
         est = pol.est[ev.job]
         before = dict(est)
-        for prof, r in sc.state.jobs[ev.job].observed.items():
-            if prof in est:
-                est[prof] = _clip(r / ref)
+        est.update({p: clip_speed(r / ref) for p, r in sc.state.jobs[ev.job].observed.items()
+                    if p in est})
         for p in pol.estimates:
             p.corrected(pol, sc, ev.job, gs.geom, full, before)
     elif ref and ev.placement.profile != full:
-        pol.learned.setdefault(ev.job, {})[ev.placement.profile] = _clip(ev.rate / ref)
+        pol.learned.setdefault(ev.job, {})[ev.placement.profile] = clip_speed(ev.rate / ref)
 
 
 def on_speed_changed(pol: MisoPlus, now: float, ev: JobSpeedChanged, sc: Scratch) -> None:
@@ -85,13 +84,8 @@ def on_speed_changed(pol: MisoPlus, now: float, ev: JobSpeedChanged, sc: Scratch
     if ev.job in pol.est:
         full = sc.state.gpus[ev.gpu].geom.model.full_profile().name
         base = pol.base_est.setdefault(ev.job, dict(pol.est[ev.job]))
-        pol.est[ev.job] = {p: v if p == full else _clip(v * f) for p, v in base.items()}
+        pol.est[ev.job] = {p: v if p == full else clip_speed(v * f) for p, v in base.items()}
     pol.dirty.add(ev.gpu)
     if not pol.bursts.burst(sc):  # a burst's landing layout stays: the next event re-plans
         pol.replan(now, ev.gpu, sc)
-
-
-def _clip(speed: float) -> float:
-    """A measured speed relative to the full GPU, within (0.01, 1.5)."""
-    return max(0.01, min(1.5, speed))
 

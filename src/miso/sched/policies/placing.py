@@ -15,11 +15,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from miso.optimize import OptimizerError, optimizer_for
+from miso.optimize import optimizer_for
 from miso.sched.freeslots import most_jobs_beside
 from miso.sched.modelplace import several_models, swap_on_arrival
 from miso.sched.policies.base import Scratch, fitting_profiles, mix_feasible
-from miso.sched.policies.declined import declined_share
 
 if TYPE_CHECKING:  # pragma: no cover
     from miso.sched.policies.misoplus import MisoPlus
@@ -28,12 +27,11 @@ if TYPE_CHECKING:  # pragma: no cover
 @dataclass(frozen=True)
 class ChoiceOptions:
     """``wait_for_gpu``: at light load a newcomer may wait for a whole GPU
-    (:meth:`Admission.better_to_wait`); ``batch_jobs``, ``batch_restart_frac``: the cap of a
-    fixed mix (:meth:`GpuChoice.batch_full`)."""
+    (:meth:`Admission.better_to_wait`); ``batch_jobs``: the cap of a fixed mix
+    (:meth:`GpuChoice.batch_full`, with the burst regime's ``batch_restart_frac``)."""
 
     wait_for_gpu: bool = True
     batch_jobs: int = 4
-    batch_restart_frac: float = 0.1
 
 
 class GpuChoice:
@@ -63,7 +61,6 @@ class GpuChoice:
         if self.opts.wait_for_gpu and sc.jobs_on(g) \
                 and not adm.heavy_load(sc) and not adm.others_waiting(sc, job) \
                 and adm.better_to_wait(g, job, sc, ahead):
-            declined_share(self.pol, sc, g, job)  # the record of why it waits (declined.py)
             return None, True
         return g, False
 
@@ -90,7 +87,7 @@ class GpuChoice:
         if cap <= 0 or len(jobs) < cap or not pol.in_batch(sc):
             return False
         work = sum(pol.work.remaining(sc.state, j) for j in jobs) / len(jobs)
-        return pol.restarts.cost("") >= self.opts.batch_restart_frac * work
+        return pol.restarts.cost("") >= pol.bursts.opts.batch_restart_frac * work
 
     def fits_beside_pinned(self, g: str, job: str, sc: Scratch) -> bool:
         """Whether a layout keeps the pinned residents of ``g`` (jobs that cannot checkpoint
@@ -108,11 +105,7 @@ class GpuChoice:
         # The optimizer finds a layout for the mix that keeps the pinned on their instances.
         sp = self.pol.speeds(gs.geom, sc, [*jobs, job])
         current = {j: pl for j, pl in gs.assignment.items() if j in sp}
-        try:
-            optimizer_for(gs.geom).solve(sp, current=current, pinned=pinned)
-        except OptimizerError:
-            return False
-        return True
+        return optimizer_for(gs.geom).try_solve(sp, current=current, pinned=pinned) is not None
 
     def may_fit(self, sc: Scratch, g: str, jobs: list[str], pinned: set[str], job: str
                 ) -> bool:
