@@ -6,7 +6,7 @@ mechanism and its formulas: :mod:`miso.sched.tenancy`, "Entitlements"). Built pe
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from miso.sched.fairprice import fair_fraction
 from miso.sched.fairunused import first_slice, weighted_part, whole_owed
@@ -75,7 +75,9 @@ class Entitled:
         promised = ten.slices.promised.get(job, 0.0) if job is not None else 0.0
         kept = self.kept(job) if job is not None else 0.0
         first = self._first_of(geom, owner, job)
-        key = (geom, owner, own, promised, kept, first)
+        spec = self.sc.state.jobs[job].spec if job is not None else None
+        key = (geom, owner, own, promised, kept, first,
+               None if spec is None else (spec.memory_gb, spec.workload))
         if key in self._floors:
             return self._floors[key]
         got: frozenset[str] | None = None
@@ -89,8 +91,17 @@ class Entitled:
             floor = max((c for c in sizes if c <= frac * full + ROUND), default=sizes[0])
             if floor > sizes[0]:
                 got = frozenset(p.name for p in geom.profiles if p.compute_slices >= floor)
+        if got is not None and spec is not None and ten.config.fairness_price is not None:
+            for plugin in self._floor_plugins():
+                got = plugin.owed(geom, got, spec.memory_gb, spec.workload)
         self._floors[key] = got
         return got
+
+    def _floor_plugins(self) -> tuple[Any, ...]:
+        """The fair-slice plugins of this cycle's entitlement filter (its ``floors``;
+        :class:`~miso.sched.policies.framework.Entitlement`): they raise the sizes a job is
+        owed, with a stated price (:mod:`miso.sched.fairspeed`)."""
+        return tuple(p for f in self.sc.cycle.filters for p in getattr(f, "floors", ()))
 
     def _first_of(self, geom: Geometry, owner: str, job: str | None) -> float:
         """:meth:`first` for ``job`` (0 for none); a whole GPU when it runs on one, runs long

@@ -50,6 +50,7 @@ from inspect import Parameter, Signature
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from miso.sched.events import Event
+from miso.sched.fairspeed import SpeedFloor
 from miso.sched.policies.explain import TRIGGERS
 from miso.sched.policies.preempt import preempt
 from miso.sched.policies.reclaim import reclaim
@@ -129,8 +130,11 @@ class PostFilter(Protocol):
 class Entitlement:
     """Fair share's filter (tenancy on with entitlements): a GPU reclaimed in this cycle takes
     only jobs of the owner it was returned to, and a job joins only where every protected job
-    (its own included) keeps its fair slice (:mod:`~miso.sched.policies.entitled`)."""
+    (its own included) keeps its fair slice (:mod:`~miso.sched.policies.entitled`).
+    ``floors``: fair-slice plugins that raise the sizes a protected job is owed, with a stated
+    price (each has ``owed(geom, owed, memory_gb, workload)``; :mod:`miso.sched.fairspeed`)."""
 
+    floors: tuple[Any, ...] = ()
     name: ClassVar[str] = "entitlement"
 
     def active(self, cy: Cycle) -> bool:
@@ -180,7 +184,7 @@ class Preempt:
         return False
 
 
-ENTITLEMENT = Entitlement()
+ENTITLEMENT = Entitlement(floors=(SpeedFloor(),))
 RECLAIM = Reclaim()
 PREEMPT = Preempt()
 

@@ -1,0 +1,62 @@
+"""Fair slices sized by speed, not by compute slices (issue 31): a protected owner's job that
+loses speed on small slices is owed a larger one. Pure: no I/O.
+
+**Why.** A fair slice is a size (``fair_cap``: 4g of an A100 at 1.6x the cluster, 2g at
+3.25x), but what an owner's sharing incentive measures is speed: its jobs' completion times
+against what they would get alone on its share, mostly whole GPUs. The same 4g slice gives a
+small model 0.9 of its whole-GPU speed and a large transformer 0.57 (the catalogue's A100
+curves); measured at 1.6x, seed 3, the light owner's transformers on 3g/4g slices carried two
+thirds of its slowdown (benchmarks/history/2026-12-03-h11-fair.md).
+
+**The rule** (:class:`SpeedFloor`). A job's slice curve is estimated from what is known of
+every job at submission, its memory (:func:`~miso.sched.memoryprior.memory_prior`: the
+catalogue workloads of similar memory, the job's own model family left out). The fair slice
+a job is owed is raised to the smallest profile on which that estimate reaches ``k`` times
+the catalogue's average speed on the owed size (:func:`~miso.sched.speeds.prior_speeds`):
+what an average job gets there. Only raised, never lowered, and only for a protected owner
+(below its entitlement) with a stated price, so the heavy owner pays only while the light one
+is under-served. Measured (two owners 80/20, 16 A100-40GB, 1.6x, seeds 1-8; h12-fair): the
+light owner's mean sharing incentive 1.2955 -> 1.275 at about the same mean price.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from miso.mig import Geometry
+from miso.sched.memoryprior import memory_prior
+from miso.sched.speeds import prior_speeds
+
+#: The part of an average job's speed on the owed size a job's own estimate must reach there
+#: (below it, the next size up is owed): 0.85-0.95 measured alike at 1.6x (h12-fair); 1.0
+#: owes most large-memory jobs a whole GPU and cost +3.5 points of price.
+SPEED_PART = 0.9
+
+
+def speed_floor(geom: Geometry, owed: frozenset[str], memory_gb: float, workload: str,
+                part: float = SPEED_PART) -> frozenset[str]:
+    """``owed`` (the profiles a job is owed, smallest first or any order) without its sizes on
+    which the job's memory-prior speed is under ``part`` of the catalogue's average speed on
+    the smallest owed size; ``owed`` itself when that would leave none."""
+    model = geom.model
+    floor = min(owed, key=lambda p: (model.profile(p).compute_slices, p))
+    avg = prior_speeds(geom, 0.0)
+    sp = memory_prior(geom, prior_speeds(geom, memory_gb), memory_gb, workload)
+    top = max(sp.values())
+    need = min(1.0, avg.get(floor, 1.0) * part) * top
+    ok = frozenset(p for p in owed if sp.get(p, 0.0) >= need - 1e-9)
+    return ok or owed
+
+
+@dataclass(frozen=True)
+class SpeedFloor:
+    """A fair-slice plugin of the entitlement filter (:class:`~miso.sched.policies.framework.
+    Entitlement`): the owed sizes raised for jobs that lose speed on them (:func:`speed_floor`)."""
+
+    part: float = SPEED_PART
+    name: ClassVar[str] = "speed_floor"
+
+    def owed(self, geom: Geometry, owed: frozenset[str], memory_gb: float,
+             workload: str | None) -> frozenset[str]:
+        return speed_floor(geom, owed, memory_gb, workload or "", self.part)
