@@ -36,12 +36,12 @@ def test_speed_floor__never_lowers_and_asks_at_most_the_whole_gpu():
     assert speed_floor(G, FROM_4G, 4.8, "resnet_train64", part=0.0) == FROM_4G
 
 
-def _state(memory_gb: float, price: float | None) -> ClusterState:
+def _state(memory_gb: float, price: float | None, heavy: int = 20) -> ClusterState:
     st = ClusterState(TenancyConfig(fairness_price=price, demand_per_job=4 / 7))
     for g in range(8):
         st.observe(0.0, GpuAdded(f"g{g}", "A100-40GB"))
-    for i in range(20):          # 2.6 active jobs per GPU: backlogged, the cap a 4g slice
-        st.observe(float(i), JobSubmitted(JobSpec(f"h{i}", "x", 4.8, owner="h")))
+    for i in range(heavy):       # 20: 2.6 active jobs per GPU, backlogged, the cap a 4g slice
+        st.observe(i / 10, JobSubmitted(JobSpec(f"h{i}", "x", 4.8, owner="h")))
     st.observe(30.0, JobSubmitted(JobSpec("l0", "x", memory_gb, owner="l")))
     return st
 
@@ -62,3 +62,12 @@ def test_entitlement_filter__its_speed_floor_raises_a_protected_jobs_fair_slice(
     # without a stated price the plugin does nothing
     none = _state(17.5, None)
     assert _owed(none, floored) == _owed(none, plain)
+
+
+def test_entitlement_filter__no_speed_floor_in_a_queue():
+    """Saturated (25 active jobs per GPU: the packed share is under the smallest slice) the
+    plugin raises nothing: a job owed a whole GPU waits for one (Philly by vc's short jobs)."""
+    plain, floored = (Entitlement(),), (Entitlement(floors=(SpeedFloor(),)),)
+    st = _state(17.5, 0.05, heavy=200)
+    owed = _owed(st, floored)
+    assert owed == _owed(st, plain) and owed != {"7g.40gb"}
