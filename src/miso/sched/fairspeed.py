@@ -18,6 +18,14 @@ what an average job gets there. Only raised, never lowered, and only for a prote
 is under-served. Measured (two owners 80/20, 16 A100-40GB, 1.6x the cluster, seeds 1-14;
 h12-fair): mean price +4.89 -> +4.50 %, the light owner's mean sharing incentive 1.298 ->
 1.272, both of issue 31's targets met on 9 seeds of 14 (main: 4).
+
+**Not in a queue** (:meth:`~miso.sched.policies.entitled.Entitled.fair_slices`: only while
+the packed share is above the smallest slice). A raised fair slice is owed at placement: the
+job waits for a GPU where it fits. Under packing pressure that is a short wait for jobs of
+thousands of seconds; in a queue it is not: Philly by vc at 5 % (a flood), vc 11cb48's 70-s
+jobs of large memory waited for whole GPUs (sharing incentive 1.42 -> 24.2, price +1.4 ->
++19.5 %). Offering the raised slice only to the plan, never the placement, kept Philly but
+lost the gain at 1.6x (+5.25 % / 1.298, seeds 1-8).
 """
 
 from __future__ import annotations
