@@ -1,12 +1,14 @@
-"""Issue 31: fair slices sized by speed (miso.sched.fairspeed): a protected owner's job that
-loses speed on small slices (large memory: large transformers, bert, cyclegan in the
-catalogue) is owed a larger slice; a small one keeps its owed size; never lowered."""
+"""Issue 31: fair slices sized by speed (miso.sched.experiments.fairspeed): a protected
+owner's job that loses speed on small slices (large memory: large transformers, bert,
+cyclegan in the catalogue) is owed a larger slice; a small one keeps its owed size; never
+lowered."""
 
 from __future__ import annotations
 
 from miso.mig import geometry
 from miso.sched import GpuAdded, JobSpec, JobSubmitted
-from miso.sched.fairspeed import SpeedFloor, speed_floor
+from miso.sched.experiments.fairspeed import SpeedFloor, speed_floor, speed_floor_profile
+from miso.sched.policies import PROFILES
 from miso.sched.policies.base import Scratch
 from miso.sched.policies.framework import Cycle, Entitlement
 from miso.sched.state import ClusterState
@@ -71,3 +73,11 @@ def test_entitlement_filter__no_speed_floor_in_a_queue():
     st = _state(17.5, 0.05, heavy=200)
     owed = _owed(st, floored)
     assert owed == _owed(st, plain) and owed != {"7g.40gb"}
+
+
+def test_speed_floor_profile__miso_plus_with_the_plugin_on_its_entitlement_filter():
+    prof = speed_floor_profile()
+    assert prof.name == "miso+/speed-floor"
+    floors = [p for f in prof.filters if isinstance(f, Entitlement) for p in f.floors]
+    assert floors == [SpeedFloor()]
+    assert [f.name for f in prof.filters] == [f.name for f in PROFILES["miso+"].filters]

@@ -77,7 +77,8 @@ class Entitled:
         promised = ten.slices.promised.get(job, 0.0) if job is not None else 0.0
         kept = self.kept(job) if job is not None else 0.0
         first = self._first_of(geom, owner, job)
-        spec = self.sc.state.jobs[job].spec if job is not None and self._no_queue() else None
+        spec = (self.sc.state.jobs[job].spec if job is not None and self._floor_plugins()
+                and self._no_queue() else None)
         key = (geom, owner, own, promised, kept, first,
                None if spec is None else (spec.memory_gb, spec.workload))
         if key in self._floors:
@@ -116,7 +117,7 @@ class Entitled:
     def _floor_plugins(self) -> tuple[Any, ...]:
         """The fair-slice plugins of this cycle's entitlement filter (its ``floors``;
         :class:`~miso.sched.policies.framework.Entitlement`): they raise the sizes a job is
-        owed, with a stated price (:mod:`miso.sched.fairspeed`)."""
+        owed, with a stated price (:mod:`miso.sched.experiments.fairspeed`)."""
         return tuple(p for f in self.sc.cycle.filters for p in getattr(f, "floors", ()))
 
     def _first_of(self, geom: Geometry, owner: str, job: str | None) -> float:

@@ -50,7 +50,6 @@ from inspect import Parameter, Signature
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from miso.sched.events import Event
-from miso.sched.fairspeed import SpeedFloor
 from miso.sched.policies.explain import TRIGGERS
 from miso.sched.policies.preempt import preempt
 from miso.sched.policies.reclaim import reclaim
@@ -132,7 +131,8 @@ class Entitlement:
     only jobs of the owner it was returned to, and a job joins only where every protected job
     (its own included) keeps its fair slice (:mod:`~miso.sched.policies.entitled`).
     ``floors``: fair-slice plugins that raise the sizes a protected job is owed, with a stated
-    price (each has ``owed(geom, owed, memory_gb, workload)``; :mod:`miso.sched.fairspeed`)."""
+    price (each has ``owed(geom, owed, memory_gb, workload)``; none shipped: the experiment
+    :mod:`miso.sched.experiments.fairspeed`)."""
 
     floors: tuple[Any, ...] = ()
     name: ClassVar[str] = "entitlement"
@@ -184,7 +184,7 @@ class Preempt:
         return False
 
 
-ENTITLEMENT = Entitlement(floors=(SpeedFloor(),))
+ENTITLEMENT = Entitlement()
 RECLAIM = Reclaim()
 PREEMPT = Preempt()
 

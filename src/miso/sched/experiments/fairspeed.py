@@ -1,5 +1,7 @@
 """Fair slices sized by speed, not by compute slices (issue 31): a protected owner's job that
-loses speed on small slices is owed a larger one. Pure: no I/O.
+loses speed on small slices is owed a larger one. Pure: no I/O. **An experiment, not shipped**
+(:func:`speed_floor_profile` builds a profile with it): it meets issue 31's 1.6x cell but
+moves Philly by vc at 5 % out of its target on seed 2 (below).
 
 **Why.** A fair slice is a size (``fair_cap``: 4g of an A100 at 1.6x the cluster, 2g at
 3.25x), but what an owner's sharing incentive measures is speed: its jobs' completion times
@@ -25,16 +27,22 @@ job waits for a GPU where it fits. Under packing pressure that is a short wait f
 thousands of seconds; in a queue it is not: Philly by vc at 5 % (a flood), vc 11cb48's 70-s
 jobs of large memory waited for whole GPUs (sharing incentive 1.42 -> 24.2, price +1.4 ->
 +19.5 %). Offering the raised slice only to the plan, never the placement, kept Philly but
-lost the gain at 1.6x (+5.25 % / 1.298, seeds 1-8).
+lost the gain at 1.6x (+5.25 % / 1.298, seeds 1-8). Gated so, Philly by vc at 5 % (seeds
+1-3): +1.47 / **+4.06** / +2.96 %, max sharing incentive 1.43 / 1.42 / 1.44 (main +1.39 /
++1.51 / +0.96 %, 1.42; target <= 1.5 at <= 3 %); saturated (3.25x, seeds 1-3) +2.49 / +6.07 /
++3.60 %, light owner 1.665 / 1.610 / 1.724 (main +3.49 / +6.88 / +5.16 %, 1.557 / 1.606 /
+1.721). Hence not shipped (benchmarks/history/2026-12-03-h12-fair.md).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from miso.mig import Geometry
 from miso.sched.memoryprior import memory_prior
+from miso.sched.policies import PROFILES
+from miso.sched.policies.framework import Entitlement, Profile
 from miso.sched.speeds import prior_speeds
 
 #: The part of an average job's speed on the owed size a job's own estimate must reach there
@@ -70,3 +78,12 @@ class SpeedFloor:
     def owed(self, geom: Geometry, owed: frozenset[str], memory_gb: float,
              workload: str | None) -> frozenset[str]:
         return speed_floor(geom, owed, memory_gb, workload or "", self.part)
+
+
+def speed_floor_profile(base: str = "miso+", part: float = SPEED_PART) -> Profile:
+    """``PROFILES[base]`` with its entitlement filter given the :class:`SpeedFloor` plugin
+    (named ``<base>/speed-floor``): e.g. ``POLICIES[p.name] = p`` for ``run_policy``."""
+    prof = PROFILES[base]
+    filters = tuple(Entitlement(floors=(*f.floors, SpeedFloor(part)))
+                    if isinstance(f, Entitlement) else f for f in prof.filters)
+    return replace(prof, name=f"{base}/speed-floor", filters=filters)
