@@ -6,9 +6,9 @@ mechanism and its formulas: :mod:`miso.sched.tenancy`, "Entitlements"). Built pe
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from miso.sched.fairprice import fair_fraction
+from miso.sched.fairprice import fair_fraction, packed_share
 from miso.sched.fairunused import first_slice, weighted_part, whole_owed
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -21,6 +21,8 @@ ROUND = 1e-9
 #: A protected owner's job that has run this long (s) since its last start keeps the slice
 #: it runs on as its fair slice (:meth:`Entitled.kept`).
 KEEP_AFTER_S = 20_000.0
+#: The fair-slice plugins act while a job's packed share is above this many smallest slices.
+QUEUE_MARGIN = 1.0
 
 Sigs = tuple[tuple[str, ...], ...]
 
@@ -75,7 +77,10 @@ class Entitled:
         promised = ten.slices.promised.get(job, 0.0) if job is not None else 0.0
         kept = self.kept(job) if job is not None else 0.0
         first = self._first_of(geom, owner, job)
-        key = (geom, owner, own, promised, kept, first)
+        spec = (self.sc.state.jobs[job].spec if job is not None and self._floor_plugins()
+                and self._no_queue() else None)
+        key = (geom, owner, own, promised, kept, first,
+               None if spec is None else (spec.memory_gb, spec.workload))
         if key in self._floors:
             return self._floors[key]
         got: frozenset[str] | None = None
@@ -89,8 +94,31 @@ class Entitled:
             floor = max((c for c in sizes if c <= frac * full + ROUND), default=sizes[0])
             if floor > sizes[0]:
                 got = frozenset(p.name for p in geom.profiles if p.compute_slices >= floor)
+        if got is not None and spec is not None and ten.config.fairness_price is not None:
+            for plugin in self._floor_plugins():
+                got = plugin.owed(geom, got, spec.memory_gb, spec.workload)
         self._floors[key] = got
         return got
+
+    def _no_queue(self) -> bool:
+        """With a stated price, the backlog is packing pressure, not a queue (the packed
+        share is above the smallest slice: :func:`~miso.sched.fairprice.fair_cap`): only then
+        do the fair-slice plugins raise a job's fair slice."""
+        ten = self.sc.state.tenancy
+        assert ten is not None
+        b = ten.slices.budget
+        if b is None or not self.sc.state.gpus:
+            return False
+        geom = next(iter(self.sc.state.gpus.values())).geom
+        full = geom.model.full_profile().compute_slices
+        smallest = min(p.compute_slices for p in geom.profiles) / full
+        return packed_share(b.pressure) > smallest * QUEUE_MARGIN + 1e-12
+
+    def _floor_plugins(self) -> tuple[Any, ...]:
+        """The fair-slice plugins of this cycle's entitlement filter (its ``floors``;
+        :class:`~miso.sched.policies.framework.Entitlement`): they raise the sizes a job is
+        owed, with a stated price (:mod:`miso.sched.experiments.fairspeed`)."""
+        return tuple(p for f in self.sc.cycle.filters for p in getattr(f, "floors", ()))
 
     def _first_of(self, geom: Geometry, owner: str, job: str | None) -> float:
         """:meth:`first` for ``job`` (0 for none); a whole GPU when it runs on one, runs long

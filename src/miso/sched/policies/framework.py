@@ -129,8 +129,12 @@ class PostFilter(Protocol):
 class Entitlement:
     """Fair share's filter (tenancy on with entitlements): a GPU reclaimed in this cycle takes
     only jobs of the owner it was returned to, and a job joins only where every protected job
-    (its own included) keeps its fair slice (:mod:`~miso.sched.policies.entitled`)."""
+    (its own included) keeps its fair slice (:mod:`~miso.sched.policies.entitled`).
+    ``floors``: fair-slice plugins that raise the sizes a protected job is owed, with a stated
+    price (each has ``owed(geom, owed, memory_gb, workload)``; none shipped: the experiment
+    :mod:`miso.sched.experiments.fairspeed`)."""
 
+    floors: tuple[Any, ...] = ()
     name: ClassVar[str] = "entitlement"
 
     def active(self, cy: Cycle) -> bool:
