@@ -77,28 +77,32 @@ class Entitled:
         promised = ten.slices.promised.get(job, 0.0) if job is not None else 0.0
         kept = self.kept(job) if job is not None else 0.0
         first = self._first_of(geom, owner, job)
-        spec = (self.sc.state.jobs[job].spec if job is not None and self._floor_plugins()
-                and self._no_queue() else None)
-        key = (geom, owner, own, promised, kept, first,
-               None if spec is None else (spec.memory_gb, spec.workload))
+        raise_for = self._floor_job(job)
+        key = (geom, owner, own, promised, kept, first, raise_for)
         if key in self._floors:
             return self._floors[key]
-        got: frozenset[str] | None = None
         frac = promised
         if owner in ents and ten.protected(owner, ents):
             per_job = ents[owner] / max(1, self._active.get(owner, 1))
             frac = max(frac, fair_fraction(own, mean, per_job), kept, first)
-        if frac > 0:
-            full = geom.model.full_profile().compute_slices
-            sizes = sorted({p.compute_slices for p in geom.profiles})
-            floor = max((c for c in sizes if c <= frac * full + ROUND), default=sizes[0])
-            if floor > sizes[0]:
-                got = frozenset(p.name for p in geom.profiles if p.compute_slices >= floor)
-        if got is not None and spec is not None and ten.config.fairness_price is not None:
+        got = owed_profiles(geom, frac)
+        if got is not None and raise_for is not None:
             for plugin in self._floor_plugins():
-                got = plugin.owed(geom, got, spec.memory_gb, spec.workload)
+                got = plugin.owed(geom, got, *raise_for)
         self._floors[key] = got
         return got
+
+    def _floor_job(self, job: str | None) -> tuple[float, str | None] | None:
+        """``job``'s (memory, workload) when fair-slice plugins may raise its fair slice (a
+        stated price, plugins in the profile, packing pressure: :meth:`_no_queue`); else None."""
+        if job is None or not self._floor_plugins():
+            return None
+        ten = self.sc.state.tenancy
+        assert ten is not None
+        if ten.config.fairness_price is None or not self._no_queue():
+            return None
+        spec = self.sc.state.jobs[job].spec
+        return spec.memory_gb, spec.workload
 
     def _no_queue(self) -> bool:
         """With a stated price, the backlog is packing pressure, not a queue (the packed
@@ -297,3 +301,16 @@ class Entitled:
         return self.feasible(geom, tuple(
             tuple(p for p in self.fits(geom, jobs[j].spec.memory_gb) if p in speeds[j])
             for j in speeds if j in jobs))
+
+
+def owed_profiles(geom: Geometry, frac: float) -> frozenset[str] | None:
+    """The profiles of ``geom`` at least as large as the largest size within ``frac`` of a
+    GPU; None where that is the smallest size (any profile will do)."""
+    if frac <= 0:
+        return None
+    full = geom.model.full_profile().compute_slices
+    sizes = sorted({p.compute_slices for p in geom.profiles})
+    floor = max((c for c in sizes if c <= frac * full + ROUND), default=sizes[0])
+    if floor <= sizes[0]:
+        return None
+    return frozenset(p.name for p in geom.profiles if p.compute_slices >= floor)
