@@ -105,7 +105,7 @@ class GpuChoice:
         # The optimizer finds a layout for the mix that keeps the pinned on their instances.
         sp = self.pol.speeds(gs.geom, sc, [*jobs, job])
         current = {j: pl for j, pl in gs.assignment.items() if j in sp}
-        return optimizer_for(gs.geom).try_solve(sp, current=current, pinned=pinned) is not None
+        return optimizer_for(gs.geom).holds(sp, current=current, pinned=pinned)
 
     def may_fit(self, sc: Scratch, g: str, jobs: list[str], pinned: set[str], job: str
                 ) -> bool:
