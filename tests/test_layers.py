@@ -23,6 +23,7 @@ LAYERS: dict[str, int] = {
     "optimize": 3,                 # the layout optimizer
     "replicasolve": 3,             # the optimizer beside pinned service replicas
     "optimtables": 3,              # its per-geometry tables
+    "optimfeasible": 3,            # its feasibility answers, remembered by structure
     "bruteforce": 3,               # its naive reference solver
     "predict": 4,                  # the MPS -> MIG predictor
     "serving": 4,                  # inference: catalogue, replica queue, traces, the router

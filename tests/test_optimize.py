@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from miso.bruteforce import brute_force
 from miso.mig import Placement, enumerate_layouts, geometry, is_valid
+from miso.optimfeasible import FeasibilityMemo
 from miso.optimize import (
     Objective,
     OptimizerError,
@@ -268,7 +269,7 @@ def test_one_or_two_jobs_solved_in_python_as_numpy_solves_them(model):
 
 @pytest.mark.parametrize("model", MODELS)
 def test_holds_answers_as_a_fresh_solve(model):
-    """:meth:`PartitionOptimizer.holds` remembers feasibility by structure; over many random
+    """:meth:`FeasibilityMemo.holds` remembers feasibility by structure; over many random
     mixes of few memory classes (so most questions hit the memo), each with its own speeds,
     job order, unpinned instances and pinned instances, its answer is a fresh solve's. A key
     that left out what matters (a pinned job's instance, a job's profiles, the job count)
@@ -276,7 +277,7 @@ def test_holds_answers_as_a_fresh_solve(model):
     import random
 
     g = geometry(model)
-    cached, fresh = PartitionOptimizer(g), PartitionOptimizer(g)
+    cached, fresh = FeasibilityMemo(PartitionOptimizer(g)), PartitionOptimizer(g)
     by_mem = sorted(g.profiles, key=lambda p: p.memory_gib)
     classes = [tuple(p.name for p in by_mem if p.memory_gib >= m)
                for m in sorted({p.memory_gib for p in by_mem})[:3]]
@@ -284,7 +285,7 @@ def test_holds_answers_as_a_fresh_solve(model):
     rnd = random.Random(32)
     answers = {True: 0, False: 0}
     for _ in range(3000):
-        n = rnd.randint(1, cached.max_jobs)
+        n = rnd.randint(1, cached.opt.max_jobs)
         jobs = [f"j{i}" for i in rnd.sample(range(20), n)]
         speeds = {j: {p: rnd.uniform(0.05, 1.5) for p in rnd.choice(classes)} for j in jobs}
         lay = list(rnd.choice(lays))
@@ -296,7 +297,7 @@ def test_holds_answers_as_a_fresh_solve(model):
         assert cached.holds(speeds, current=current, pinned=pinned) is want
         answers[want] += 1
     assert min(answers.values()) > 100  # both answers, many times
-    assert len(cached._holds) < 2000  # most questions were answered from the memo
+    assert len(cached.answers) < 2000  # most questions were answered from the memo
     # A bad speed is not remembered: the solve rejects it whatever the structure.
-    assert fresh.holds({"a": {classes[0][0]: 2.0}}) is False
-    assert fresh.holds({"a": {classes[0][0]: 1.0}}) is True
+    assert FeasibilityMemo(fresh).holds({"a": {classes[0][0]: 2.0}}) is False
+    assert FeasibilityMemo(fresh).holds({"a": {classes[0][0]: 1.0}}) is True

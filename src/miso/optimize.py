@@ -33,6 +33,12 @@ MAX_SPEED = 1.5
 _NEG = -1e9
 
 
+def valid_speed(s: object) -> bool:
+    """Whether ``s`` is a speed the optimizer takes: a number in (0, MAX_SPEED] (NaN fails
+    both comparisons; bools and strings fail the type check)."""
+    return type(s) in (int, float) and 0.0 < s <= MAX_SPEED  # type: ignore[operator]
+
+
 class Objective(StrEnum):
     """What the optimizer maximises."""
 
@@ -83,9 +89,6 @@ class Solution:
 #: Solutions a remembering optimizer keeps before it starts afresh (about 1 KB each).
 MEMO_SIZE = 4096
 
-#: Answers of :meth:`PartitionOptimizer.holds` an optimizer keeps before it starts afresh.
-HOLDS_SIZE = 65536
-
 
 class PartitionOptimizer:
     """Exact optimizer for one geometry. Build once per (GPU model, profiles, driver).
@@ -100,7 +103,6 @@ class PartitionOptimizer:
         self.geom = geom
         self._memo: dict[tuple[object, ...], tuple[Solution | None, type | None, str]] | None = \
             {} if memo else None
-        self._holds: dict[tuple[tuple[int, int, str], ...], bool] = {}
         self.profile_names = tuple(p.name for p in geom.profiles)
         self.profile_index = {n: i for i, n in enumerate(self.profile_names)}
         self.max_jobs = max((len(lay) for lay in enumerate_layouts(geom)), default=0)
@@ -127,8 +129,7 @@ class PartitionOptimizer:
                     raise OptimizerError(
                         f"job {j}: profile {prof!r} is not one of {', '.join(self.profile_names)}"
                         f" on {self.geom.model.name}")
-                # NaN fails both comparisons; bools and strings fail the type check.
-                if type(s) not in (int, float) or not (0.0 < s <= MAX_SPEED):
+                if not valid_speed(s):
                     raise OptimizerError(f"job {j}: speed {s!r} on {prof} is outside (0, 1.5]")
                 row[i] = math.log(s) if log else float(s)
             rows.append(row)
@@ -183,37 +184,6 @@ class PartitionOptimizer:
             return self.solve(speeds, **options)
         except OptimizerError:
             return None
-
-    def holds(self, speeds: Mapping[str, Mapping[str, float]], *,
-              current: Mapping[str, Placement] | None = None, pinned: Collection[str] = ()
-              ) -> bool:
-        """Whether :meth:`try_solve` (throughput objective) finds a layout, remembered by the
-        mix's structure: per job the profiles it has a speed on and, if pinned, its instance
-        (issue 32: miso+'s placement pass asks it for every queued job and candidate GPU, and
-        its queue holds few memory classes). Valid speeds sum far above the infeasible mark,
-        a pinned job's instance is the only constraint, and unpinned jobs' instances only
-        break ties, so the speed values, the order of the jobs and where the unpinned ones
-        run change no answer. A row with a bad profile or speed is not remembered."""
-        index, memo = self.profile_index, self._holds
-        pin = {j: current[j] for j in pinned if j in current and j in speeds} if current else {}
-        entries = []
-        for j, row in speeds.items():
-            mask = 0
-            for prof, s in row.items():
-                i = index.get(prof)
-                if i is None or type(s) not in (int, float) or not (0.0 < s <= MAX_SPEED):
-                    return self.try_solve(speeds, current=current, pinned=pinned) is not None
-                mask |= 1 << i
-            pl = pin.get(j)
-            entries.append((mask, -1, "") if pl is None else (mask, pl.start, pl.profile))
-        key = tuple(sorted(entries))
-        got = memo.get(key)
-        if got is None:
-            got = self.try_solve(speeds, current=current, pinned=pinned) is not None
-            if len(memo) >= HOLDS_SIZE:
-                memo.clear()
-            memo[key] = got
-        return got
 
     def solve_fresh(
         self,

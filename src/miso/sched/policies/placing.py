@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from miso.optimize import optimizer_for
+from miso.optimfeasible import feasibility_for
 from miso.sched.freeslots import most_jobs_beside
 from miso.sched.modelplace import several_models, swap_on_arrival
 from miso.sched.policies.base import Scratch, fitting_profiles, mix_feasible
@@ -105,7 +105,7 @@ class GpuChoice:
         # The optimizer finds a layout for the mix that keeps the pinned on their instances.
         sp = self.pol.speeds(gs.geom, sc, [*jobs, job])
         current = {j: pl for j, pl in gs.assignment.items() if j in sp}
-        return optimizer_for(gs.geom).holds(sp, current=current, pinned=pinned)
+        return feasibility_for(gs.geom).holds(sp, current=current, pinned=pinned)
 
     def may_fit(self, sc: Scratch, g: str, jobs: list[str], pinned: set[str], job: str
                 ) -> bool:
