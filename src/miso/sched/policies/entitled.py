@@ -6,7 +6,7 @@ mechanism and its formulas: :mod:`miso.sched.tenancy`, "Entitlements"). Built pe
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from miso.sched.fairprice import fair_fraction, packed_share
 from miso.sched.fairunused import first_slice, weighted_part, whole_owed
@@ -14,6 +14,7 @@ from miso.sched.fairunused import first_slice, weighted_part, whole_owed
 if TYPE_CHECKING:  # pragma: no cover
     from miso.mig import Geometry
     from miso.sched.policies.base import Scratch
+    from miso.sched.policies.framework import FairSliceFloor
 
 #: A fair slice of at most this many compute slices more than the owed part still counts
 #: (the owed part is rounded to the nearest compute slice, not down).
@@ -118,7 +119,7 @@ class Entitled:
         smallest = min(p.compute_slices for p in geom.profiles) / full
         return packed_share(b.pressure) > smallest * QUEUE_MARGIN + 1e-12
 
-    def _floor_plugins(self) -> tuple[Any, ...]:
+    def _floor_plugins(self) -> tuple[FairSliceFloor, ...]:
         """The fair-slice plugins of this cycle's entitlement filter (its ``floors``;
         :class:`~miso.sched.policies.framework.Entitlement`): they raise the sizes a job is
         owed, with a stated price (:mod:`miso.sched.experiments.fairspeed`)."""

@@ -55,6 +55,7 @@ from miso.sched.policies.preempt import preempt
 from miso.sched.policies.reclaim import reclaim
 
 if TYPE_CHECKING:  # pragma: no cover
+    from miso.mig import Geometry
     from miso.sched.policies.base import BasePolicy, Scratch
     from miso.sched.policy import Policy
     from miso.sched.state import ClusterState
@@ -110,6 +111,15 @@ class Filter(Protocol):
         ...
 
 
+class FairSliceFloor(Protocol):
+    """A fair-slice plugin of :class:`Entitlement`: the sizes a protected job of
+    ``memory_gb`` and ``workload`` is owed on ``geom``, raised from ``owed`` (none shipped:
+    :mod:`miso.sched.experiments.fairspeed`)."""
+
+    def owed(self, geom: Geometry, owed: frozenset[str], memory_gb: float,
+             workload: str | None) -> frozenset[str]: ...
+
+
 class PostFilter(Protocol):
     """Post-filter point: decisions that free room, run ``when`` ``"before"`` the event's
     placement or ``"after"`` it; ``run`` returns True when it freed room (the framework then
@@ -131,10 +141,10 @@ class Entitlement:
     only jobs of the owner it was returned to, and a job joins only where every protected job
     (its own included) keeps its fair slice (:mod:`~miso.sched.policies.entitled`).
     ``floors``: fair-slice plugins that raise the sizes a protected job is owed, with a stated
-    price (each has ``owed(geom, owed, memory_gb, workload)``; none shipped: the experiment
+    price (:class:`FairSliceFloor`; none shipped: the experiment
     :mod:`miso.sched.experiments.fairspeed`)."""
 
-    floors: tuple[Any, ...] = ()
+    floors: tuple[FairSliceFloor, ...] = ()
     name: ClassVar[str] = "entitlement"
 
     def active(self, cy: Cycle) -> bool:
