@@ -18,16 +18,16 @@ def progress_reports(item: tuple[Any, ...],
                      take: Callable[[str], Report | None]) -> Iterator[tuple[str, Report]]:
     """The reports a ``("progress", ...)`` queue item stands for, each as (job, report).
 
-    The runtime queues ``("progress", jobs)``, a tuple of jobs (one agent's report), or
-    ``("progress", job)`` for one job outside a batch: each job's latest report waiting is
-    taken with ``take`` (``Runtime.take_progress``: reports coalesce while they wait; a job
-    with none waiting is left out; each is taken as the one before it has been handled).
+    The runtime queues ``("progress", jobs)``, a tuple of jobs (one agent's report, or one job
+    reported outside a batch): each job's latest report waiting is taken with ``take``
+    (``Runtime.take_progress``: reports coalesce while they wait; a job with none waiting is
+    left out; each is taken as the one before it has been handled).
     Tests and the parity driver give the values in the item itself: ``("progress", job, gpu,
     placement, mps_pct, iterations_left, rate)``."""
     if len(item) > 2:
         yield item[1], tuple(item[2:])
         return
-    for job in (item[1],) if isinstance(item[1], str) else item[1]:
+    for job in item[1]:
         got = take(job)
         if got is not None:
             yield job, got

@@ -165,7 +165,7 @@ class Runtime:
         self._backup_cost = 0.0
         self._backup_timer: threading.Timer | None = None
         self.queue: queue.Queue[tuple[Any, ...]] = queue.Queue()
-        #: the latest progress report of each job with a ("progress", job) item queued
+        #: the latest progress report of each job with a ("progress", jobs) item queued
         self._progress: dict[str, tuple[Any, ...]] = {}
         self._progress_lock = threading.Lock()
         #: per thread: jobs whose reports wait to be queued as one item (progress_batch)
@@ -280,7 +280,7 @@ class Runtime:
             if batch is not None:
                 batch.append(job)
             else:
-                self.queue.put(("progress", job))
+                self.queue.put(("progress", (job,)))
 
     def take_progress(self, job: str) -> tuple[Any, ...] | None:
         """The latest progress report of ``job`` not handled yet (None: none waits)."""
