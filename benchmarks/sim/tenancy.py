@@ -2,7 +2,6 @@
 simulator (miso+ unless --policy says otherwise).
 
     python benchmarks/sim/tenancy.py [--seeds 1] [--jobs 1000] [--gpus 16] [--json FILE]
-        [--experiment speed-floor]
 
 1. Two owners on ``--gpus`` A100-40GB, one submitting 80 % of ``--jobs`` Poisson jobs (60 s),
    equal weights: fair share off, on with ordering only (``reclaim=False``), and on (fair
@@ -208,16 +207,7 @@ def main() -> None:
     ap.add_argument("--loads", default="217,122,60",
                     help="inter-arrival times (s) of the price part")
     ap.add_argument("--json", default="benchmarks/sim/results/tenancy.json")
-    ap.add_argument("--experiment", choices=["speed-floor"], default=None,
-                    help="run --policy with an experiment's plugins (not shipped): speed-floor "
-                    "raises a protected job's fair slice by its memory-prior speed "
-                    "(miso.sched.experiments.fairspeed; benchmarks/history/"
-                    "2026-12-03-h12-fair.md)")
     a = ap.parse_args()
-    if a.experiment == "speed-floor":
-        from miso.sched.experiments.fairspeed import speed_floor_profile
-        from miso.sched.policies import POLICIES
-        POLICIES[a.policy] = speed_floor_profile(a.policy)
     skip = set(filter(None, a.skip.split(",")))
     pol = a.policy
     out: dict[str, object] = {"policy": pol, "jobs": a.jobs, "gpus": a.gpus,
