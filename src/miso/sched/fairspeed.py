@@ -27,7 +27,10 @@ fair slice: owed at placement, three raises moved Philly by vc at 5 %, seed 2, f
 seeds 1-3; benchmarks/history/2026-12-03-h13-fair.md): 1.6x the cluster +6.79 / +2.32 /
 +3.80 % -> +3.98 / +0.48 / +3.71 %, light owner 1.294 / 1.284 / 1.318 -> 1.285 / 1.253 /
 1.297 (issue 31's target <= 1.30 at <= 5 %: met on all three); Philly by vc at 5 % +1.39 /
-+1.51 / +0.96 % -> +1.26 / +1.22 / +0.34 %, max sharing incentive 1.42 -> 1.40.
++1.51 / +0.96 % -> +1.26 / +1.22 / +0.34 %, max sharing incentive 1.42 -> 1.40; 0.9x met
+(+3.12 / +3.19 / +3.18 %, every owner <= 1.01). Its cost: saturated (3.25x) the price falls
+(+3.49 / +6.88 / +5.16 -> -0.35 / +5.10 / +3.79 %) but the light owner is worse on seeds 1-2
+(1.557 / 1.606 -> 1.892 / 1.710; neutral reorders of main give 1.86-1.90 / 1.62-1.63).
 """
 
 from __future__ import annotations
