@@ -1,13 +1,14 @@
-"""Issue 31: fair slices sized by speed (miso.sched.experiments.fairspeed): a protected
-owner's job that loses speed on small slices (large memory: large transformers, bert,
-cyclegan in the catalogue) is owed a larger slice; a small one keeps its owed size; never
-lowered."""
+"""Issue 31: fair slices sized by speed (miso.sched.fairspeed, miso+'s speed floor): a
+protected owner's running job that loses speed on small slices (large memory: large
+transformers, bert, cyclegan in the catalogue) is owed a larger slice; a small one keeps its
+owed size; never lowered; a queued job is placed at its unraised fair slice."""
 
 from __future__ import annotations
 
-from miso.mig import geometry
-from miso.sched import GpuAdded, JobSpec, JobSubmitted
-from miso.sched.experiments.fairspeed import SpeedFloor, speed_floor, speed_floor_profile
+from miso.mig import Placement, geometry
+from miso.sched import GpuAdded, JobSpec, JobSubmitted, LayoutApplied
+from miso.sched.decisions import ApplyLayout, PlaceJob
+from miso.sched.fairspeed import SpeedFloor, speed_floor
 from miso.sched.policies import PROFILES
 from miso.sched.policies.base import Scratch
 from miso.sched.policies.framework import Cycle, Entitlement
@@ -38,13 +39,22 @@ def test_speed_floor__never_lowers_and_asks_at_most_the_whole_gpu():
     assert speed_floor(G, FROM_4G, 4.8, "resnet_train64", part=0.0) == FROM_4G
 
 
-def _state(memory_gb: float, price: float | None, heavy: int = 20) -> ClusterState:
+def _state(memory_gb: float, price: float | None, heavy: int = 20,
+           running: bool = True) -> ClusterState:
+    """8 A100s, ``heavy`` queued jobs of owner h and one job l0 of owner l (its only job):
+    running on a 4g slice of g7 (``running``) or queued."""
     st = ClusterState(TenancyConfig(fairness_price=price, demand_per_job=4 / 7))
     for g in range(8):
         st.observe(0.0, GpuAdded(f"g{g}", "A100-40GB"))
     for i in range(heavy):       # 20: 2.6 active jobs per GPU, backlogged, the cap a 4g slice
         st.observe(i / 10, JobSubmitted(JobSpec(f"h{i}", "x", 4.8, owner="h")))
     st.observe(30.0, JobSubmitted(JobSpec("l0", "x", memory_gb, owner="l")))
+    if running:
+        four = Placement(0, "4g.20gb")
+        st.apply(30.0, PlaceJob("l0", "g7"))
+        pid = st.new_plan_id()
+        st.apply(30.0, ApplyLayout("g7", pid, (four, Placement(4, "3g.20gb")), {"l0": four}))
+        st.observe(31.0, LayoutApplied("g7", pid))
     return st
 
 
@@ -55,29 +65,41 @@ def _owed(st: ClusterState, filters: tuple[Entitlement, ...]) -> frozenset[str] 
     return sc.fair.fair_slices(st.gpus["g0"].geom, "l", "l0")
 
 
-def test_entitlement_filter__its_speed_floor_raises_a_protected_jobs_fair_slice():
-    plain, floored = (Entitlement(),), (Entitlement(floors=(SpeedFloor(),)),)
+PLAIN = (Entitlement(),)
+FLOORED = (Entitlement(floors=(SpeedFloor(),)),)
+
+
+def test_entitlement_filter__its_speed_floor_raises_a_running_protected_jobs_fair_slice():
     big, small = _state(17.5, 0.05), _state(4.8, 0.05)
-    assert _owed(big, plain) == FROM_4G
-    assert _owed(big, floored) == {"7g.40gb"}
-    assert _owed(small, floored) == _owed(small, plain) == FROM_4G
+    assert big.jobs["l0"].status.value == "running"
+    assert _owed(big, PLAIN) == FROM_4G
+    assert _owed(big, FLOORED) == {"7g.40gb"}
+    assert _owed(small, FLOORED) == _owed(small, PLAIN) == FROM_4G
     # without a stated price the plugin does nothing
     none = _state(17.5, None)
-    assert _owed(none, floored) == _owed(none, plain)
+    assert _owed(none, FLOORED) == _owed(none, PLAIN)
+
+
+def test_entitlement_filter__a_queued_job_is_placed_at_its_unraised_fair_slice():
+    """Owed at placement, a raised slice makes a queued job wait for a GPU where it fits
+    (Philly by vc at 5 %, seed 2: +1.51 -> +4.06 %); only a running job is raised."""
+    st = _state(17.5, 0.05, running=False)
+    assert st.jobs["l0"].status.value == "queued"
+    assert _owed(st, FLOORED) == _owed(st, PLAIN) == FROM_4G
 
 
 def test_entitlement_filter__no_speed_floor_in_a_queue():
     """Saturated (25 active jobs per GPU: the packed share is under the smallest slice) the
     plugin raises nothing: a job owed a whole GPU waits for one (Philly by vc's short jobs)."""
-    plain, floored = (Entitlement(),), (Entitlement(floors=(SpeedFloor(),)),)
     st = _state(17.5, 0.05, heavy=200)
-    owed = _owed(st, floored)
-    assert owed == _owed(st, plain) and owed != {"7g.40gb"}
+    owed = _owed(st, FLOORED)
+    assert owed == _owed(st, PLAIN) and owed != {"7g.40gb"}
 
 
-def test_speed_floor_profile__miso_plus_with_the_plugin_on_its_entitlement_filter():
-    prof = speed_floor_profile()
-    assert prof.name == "miso+/speed-floor"
-    floors = [p for f in prof.filters if isinstance(f, Entitlement) for p in f.floors]
-    assert floors == [SpeedFloor()]
-    assert [f.name for f in prof.filters] == [f.name for f in PROFILES["miso+"].filters]
+def test_miso_plus__its_entitlement_filter_carries_the_speed_floor_and_only_its():
+    def floors(name: str) -> list[object]:
+        return [p for f in PROFILES[name].filters if isinstance(f, Entitlement) for p in f.floors]
+
+    assert floors("miso+") == [SpeedFloor()]
+    assert floors("miso") == []
+    assert [f.name for f in PROFILES["miso+"].filters] == [f.name for f in PROFILES["miso"].filters]

@@ -2,7 +2,7 @@
 simulator (miso+ unless --policy says otherwise).
 
     python benchmarks/sim/tenancy.py [--seeds 1] [--jobs 1000] [--gpus 16] [--json FILE]
-        [--experiment speed-floor|keep-apart]
+        [--experiment keep-apart]
 
 1. Two owners on ``--gpus`` A100-40GB, one submitting 80 % of ``--jobs`` Poisson jobs (60 s),
    equal weights: fair share off, on with ordering only (``reclaim=False``), and on (fair
@@ -208,19 +208,13 @@ def main() -> None:
     ap.add_argument("--loads", default="217,122,60",
                     help="inter-arrival times (s) of the price part")
     ap.add_argument("--json", default="benchmarks/sim/results/tenancy.json")
-    ap.add_argument("--experiment", choices=["speed-floor", "keep-apart"], default=None,
-                    help="run --policy with an experiment's plugins (not shipped): speed-floor "
-                    "raises a protected job's fair slice by its memory-prior speed "
-                    "(miso.sched.experiments.fairspeed; benchmarks/history/"
-                    "2026-12-03-h12-fair.md); keep-apart keeps owners above their "
-                    "entitlement off a protected owner's GPUs (miso.sched.experiments."
-                    "fairapart; benchmarks/history/2026-12-03-h13-sat.md)")
+    ap.add_argument("--experiment", choices=["keep-apart"], default=None,
+                    help="run --policy with an experiment's plugins (not shipped): keep-apart "
+                    "keeps owners above their entitlement off a protected owner's GPUs "
+                    "(miso.sched.experiments.fairapart; benchmarks/history/"
+                    "2026-12-03-h13-sat.md)")
     a = ap.parse_args()
-    if a.experiment == "speed-floor":
-        from miso.sched.experiments.fairspeed import speed_floor_profile
-        from miso.sched.policies import POLICIES
-        POLICIES[a.policy] = speed_floor_profile(a.policy)
-    elif a.experiment == "keep-apart":
+    if a.experiment == "keep-apart":
         from miso.sched.experiments.fairapart import keep_apart_profile
         from miso.sched.policies import POLICIES
         POLICIES[a.policy] = keep_apart_profile(a.policy)

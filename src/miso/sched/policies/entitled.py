@@ -94,15 +94,25 @@ class Entitled:
         return got
 
     def _floor_job(self, job: str | None) -> tuple[float, str | None] | None:
-        """``job``'s (memory, workload) when fair-slice plugins may raise its fair slice (a
-        stated price, plugins in the profile, packing pressure: :meth:`_no_queue`); else None."""
+        """``job``'s (memory, workload) when fair-slice plugins may raise its fair slice: a
+        stated price, plugins in the profile, packing pressure (:meth:`_no_queue`) and a
+        running job; else None.
+
+        Only a running job: its raised slice is what the next re-plan grows it to in place,
+        never a size a queued job must wait for. Owed at placement too, the three raises of
+        Philly by vc at 5 %, seed 2 (queued jobs of small vcs made to wait for whole GPUs)
+        moved its price +1.51 -> +4.06 % (target 3 %); running only, +1.22 %, and the two
+        owners 80/20 at 1.6x the cluster keep the gain (seeds 1-3: light owner 1.285 / 1.253
+        / 1.297 at +3.98 / +0.48 / +3.71 %; benchmarks/history/2026-12-03-h13-fair.md)."""
         if job is None or not self._floor_plugins():
             return None
-        ten = self.sc.state.tenancy
+        st = self.sc.state
+        ten = st.tenancy
         assert ten is not None
-        if ten.config.fairness_price is None or not self._no_queue():
+        if (ten.config.fairness_price is None or st.jobs[job].status.value != "running"
+                or not self._no_queue()):
             return None
-        spec = self.sc.state.jobs[job].spec
+        spec = st.jobs[job].spec
         return spec.memory_gb, spec.workload
 
     def _no_queue(self) -> bool:
@@ -122,7 +132,7 @@ class Entitled:
     def _floor_plugins(self) -> tuple[FairSliceFloor, ...]:
         """The fair-slice plugins of this cycle's entitlement filter (its ``floors``;
         :class:`~miso.sched.policies.framework.Entitlement`): they raise the sizes a job is
-        owed, with a stated price (:mod:`miso.sched.experiments.fairspeed`)."""
+        owed, with a stated price (:mod:`miso.sched.fairspeed`)."""
         return tuple(p for f in self.sc.cycle.filters for p in getattr(f, "floors", ()))
 
     def _first_of(self, geom: Geometry, owner: str, job: str | None) -> float:

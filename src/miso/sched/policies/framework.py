@@ -113,8 +113,8 @@ class Filter(Protocol):
 
 class FairSliceFloor(Protocol):
     """A fair-slice plugin of :class:`Entitlement`: the sizes a protected job of
-    ``memory_gb`` and ``workload`` is owed on ``geom``, raised from ``owed`` (none shipped:
-    :mod:`miso.sched.experiments.fairspeed`)."""
+    ``memory_gb`` and ``workload`` is owed on ``geom``, raised from ``owed`` (miso+'s:
+    :mod:`miso.sched.fairspeed`)."""
 
     def owed(self, geom: Geometry, owed: frozenset[str], memory_gb: float,
              workload: str | None) -> frozenset[str]: ...
@@ -141,8 +141,8 @@ class Entitlement:
     only jobs of the owner it was returned to, and a job joins only where every protected job
     (its own included) keeps its fair slice (:mod:`~miso.sched.policies.entitled`).
     ``floors``: fair-slice plugins that raise the sizes a protected job is owed, with a stated
-    price (:class:`FairSliceFloor`; none shipped: the experiment
-    :mod:`miso.sched.experiments.fairspeed`)."""
+    price (:class:`FairSliceFloor`; miso+'s speed floor:
+    :mod:`miso.sched.fairspeed`)."""
 
     floors: tuple[FairSliceFloor, ...] = ()
     name: ClassVar[str] = "entitlement"

@@ -18,6 +18,7 @@ from miso.sched.events import (
     SpeedObserved,
     Tick,
 )
+from miso.sched.fairspeed import SpeedFloor
 from miso.sched.modelplace import for_geometry
 from miso.sched.policies import observed
 from miso.sched.policies.admission import Admission, AdmissionOptions
@@ -29,7 +30,7 @@ from miso.sched.policies.declined import declined_plan
 from miso.sched.policies.economy import EconomyOptions, RestartEconomy, Speeds
 from miso.sched.policies.estimates import SpeedPlugin
 from miso.sched.policies.explain import explain_plan
-from miso.sched.policies.framework import records_signature, take_options
+from miso.sched.policies.framework import Entitlement, records_signature, take_options
 from miso.sched.policies.learners import RestartCosts, WorkLearner
 from miso.sched.policies.miso import Miso
 from miso.sched.policies.placing import ChoiceOptions, GpuChoice
@@ -124,6 +125,8 @@ class MisoPlus(Miso):
     """
 
     name = "miso+"
+    #: fair share's filter with the speed floor (issue 31: fairspeed.py)
+    filters = (Entitlement(floors=(SpeedFloor(),)),)
 
     def __init__(self, **options: Any) -> None:
         """``options``: the fields of :data:`RECORDS` (each stage gets its own record), the

@@ -1,7 +1,6 @@
-"""Fair slices sized by speed, not by compute slices (issue 31): a protected owner's job that
-loses speed on small slices is owed a larger one. Pure: no I/O. **An experiment, not shipped**
-(:func:`speed_floor_profile` builds a profile with it): it meets issue 31's 1.6x cell but
-moves Philly by vc at 5 % out of its target on seed 2 (below).
+"""Fair slices sized by speed, not by compute slices (issue 31): a protected owner's running
+job that loses speed on small slices is owed a larger one. Pure: no I/O. Shipped in miso+'s
+entitlement filter (:class:`SpeedFloor`; ``MisoPlus.filters``).
 
 **Why.** A fair slice is a size (``fair_cap``: 4g of an A100 at 1.6x the cluster, 2g at
 3.25x), but what an owner's sharing incentive measures is speed: its jobs' completion times
@@ -13,36 +12,34 @@ thirds of its slowdown (benchmarks/history/2026-12-03-h11-fair.md).
 **The rule** (:class:`SpeedFloor`). A job's slice curve is estimated from what is known of
 every job at submission, its memory (:func:`~miso.sched.memoryprior.memory_prior`: the
 catalogue workloads of similar memory, the job's own model family left out). The fair slice
-a job is owed is raised to the smallest profile on which that estimate reaches ``k`` times
+a job is owed is raised to the smallest profile on which that estimate reaches ``part`` times
 the catalogue's average speed on the owed size (:func:`~miso.sched.speeds.prior_speeds`):
 what an average job gets there. Only raised, never lowered, and only for a protected owner
 (below its entitlement) with a stated price, so the heavy owner pays only while the light one
-is under-served. Measured (two owners 80/20, 16 A100-40GB, 1.6x the cluster, seeds 1-14;
-h12-fair): mean price +4.89 -> +4.50 %, the light owner's mean sharing incentive 1.298 ->
-1.272, both of issue 31's targets met on 9 seeds of 14 (main: 4).
+is under-served.
 
-**Not in a queue** (:meth:`~miso.sched.policies.entitled.Entitled.fair_slices`: only while
-the packed share is above the smallest slice). A raised fair slice is owed at placement: the
-job waits for a GPU where it fits. Under packing pressure that is a short wait for jobs of
-thousands of seconds; in a queue it is not: Philly by vc at 5 % (a flood), vc 11cb48's 70-s
-jobs of large memory waited for whole GPUs (sharing incentive 1.42 -> 24.2, price +1.4 ->
-+19.5 %). Offering the raised slice only to the plan, never the placement, kept Philly but
-lost the gain at 1.6x (+5.25 % / 1.298, seeds 1-8). Gated so, Philly by vc at 5 % (seeds
-1-3): +1.47 / **+4.06** / +2.96 %, max sharing incentive 1.43 / 1.42 / 1.44 (main +1.39 /
-+1.51 / +0.96 %, 1.42; target <= 1.5 at <= 3 %); saturated (3.25x, seeds 1-3) +2.49 / +6.07 /
-+3.60 %, light owner 1.665 / 1.610 / 1.724 (main +3.49 / +6.88 / +5.16 %, 1.557 / 1.606 /
-1.721). Hence not shipped (benchmarks/history/2026-12-03-h12-fair.md).
+**When** (:meth:`~miso.sched.policies.entitled.Entitled.fair_slices`): only while the packed
+share is above the smallest slice (packing pressure, not a queue: in a queue Philly by vc's
+short jobs of large memory waited for whole GPUs, h12-fair) and only for a running job (the
+raise is what the next re-plan grows it to in place; a queued job is placed at its unraised
+fair slice: owed at placement, three raises moved Philly by vc at 5 %, seed 2, from +1.51 to
++4.06 %, over its 3 % target, h13-fair). Measured (two owners 80/20, 16 A100-40GB, price 5 %,
+seeds 1-3; benchmarks/history/2026-12-03-h13-fair.md): 1.6x the cluster +6.79 / +2.32 /
++3.80 % -> +3.98 / +0.48 / +3.71 %, light owner 1.294 / 1.284 / 1.318 -> 1.285 / 1.253 /
+1.297 (issue 31's target <= 1.30 at <= 5 %: met on all three); Philly by vc at 5 % +1.39 /
++1.51 / +0.96 % -> +1.26 / +1.22 / +0.34 %, max sharing incentive 1.42 -> 1.40; 0.9x met
+(+3.12 / +3.19 / +3.18 %, every owner <= 1.01). Its cost: saturated (3.25x) the price falls
+(+3.49 / +6.88 / +5.16 -> -0.35 / +5.10 / +3.79 %) but the light owner is worse on seeds 1-2
+(1.557 / 1.606 -> 1.892 / 1.710; neutral reorders of main give 1.86-1.90 / 1.62-1.63).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import ClassVar
 
 from miso.mig import Geometry
 from miso.sched.memoryprior import memory_prior
-from miso.sched.policies import PROFILES
-from miso.sched.policies.framework import Entitlement, Profile
 from miso.sched.speeds import prior_speeds
 
 #: The part of an average job's speed on the owed size a job's own estimate must reach there
@@ -79,11 +76,3 @@ class SpeedFloor:
              workload: str | None) -> frozenset[str]:
         return speed_floor(geom, owed, memory_gb, workload or "", self.part)
 
-
-def speed_floor_profile(base: str = "miso+", part: float = SPEED_PART) -> Profile:
-    """``PROFILES[base]`` with its entitlement filter given the :class:`SpeedFloor` plugin
-    (named ``<base>/speed-floor``): e.g. ``POLICIES[p.name] = p`` for ``run_policy``."""
-    prof = PROFILES[base]
-    filters = tuple(Entitlement(floors=(*f.floors, SpeedFloor(part)))
-                    if isinstance(f, Entitlement) else f for f in prof.filters)
-    return replace(prof, name=f"{base}/speed-floor", filters=filters)
