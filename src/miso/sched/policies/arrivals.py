@@ -24,7 +24,8 @@ class ArrivalClock:
         #: as each arrival is noted (the hottest question of miso+'s stages)
         self.gap: float | None = None
         #: :meth:`offered_load`'s answers by its arguments since the last arrival (asked per
-        #: plan and per burst test, it changes only with an arrival)
+        #: plan and per burst test, it changes only with an arrival; the default work only
+        #: counts while some job in the window declared none)
         self.loads: dict[tuple[float, int], float | None] = {}
 
     def note(self, now: float, memory_gb: float, work_s: float | None = None) -> None:
@@ -46,7 +47,7 @@ class ArrivalClock:
         from m arrivals (relative error ~ 1/sqrt(m)), so a few short gaps early on must not
         make a lightly loaded cluster look busy. ``default_work_s`` for a job that declared
         none. None before ``min_samples`` arrivals (a few gaps say little about the rate)."""
-        a, key = self.long, (default_work_s, min_samples)
+        a, key = self.long, (default_work_s if self.undeclared else 0.0, min_samples)
         if key not in self.loads:  # (the mean gap inline: the same floats in the same order)
             w = [default_work_s if x is None else x for x in self.work] if self.undeclared \
                 else self.work  # the same floats, summed in the same order

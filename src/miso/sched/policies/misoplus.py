@@ -219,8 +219,7 @@ class MisoPlus(Miso):
 
     def in_batch(self, sc: Scratch) -> bool:
         """A fixed mix: several jobs came, all at one instant (no arrival rate known)."""
-        return len(self.clock.times) >= 2 and self.clock.gap is None or \
-            self.bursts.burst(sc)
+        return len(self.clock.times) >= 2 and self.clock.gap is None or self.bursts.burst(sc)
 
     def arrival_within(self, sc: Scratch, seconds: float) -> bool:
         """A newcomer is expected on a given GPU within ``seconds`` (arrivals spread evenly
@@ -239,14 +238,14 @@ class MisoPlus(Miso):
         so far (a job so planned is one without an estimate); then the profile's estimate plugins
         (:mod:`~miso.sched.policies.estimates`; none shipped, issue 19's experiments are in
         :mod:`miso.sched.experiments`)."""
-        out = {}
+        out, est, known = {}, self.est, not self.estimator.needs_profile
         batch: bool | None = None  # in_batch() once per call: it cannot change meanwhile
         for j in jobs:
-            if j not in self.est and not self.estimator.needs_profile:
+            if known and j not in est:
                 # Estimates that need no profile (true speeds, a profile taken at submission)
                 # are known from the start: no prior.
                 self.est[j] = self.estimator.estimate(geom, [sc.state.jobs[j]])[j]
-            if j in self.est:  # a job that moved from another GPU model: its speeds here
+            if j in est:  # a job that moved from another GPU model: its speeds here
                 out[j] = self.est[j] = for_geometry(self.est[j], geom)
                 for p in self.estimates:
                     out[j] = p.known(self, sc, j, self.est[j], out[j])
