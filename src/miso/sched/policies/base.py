@@ -104,16 +104,20 @@ class Scratch:
         self._fair: Entitled | None = None
         #: GPUs reclaimed during this call -> the owner they were returned to
         self.reserved: dict[str, str] = {}
+        self._cycle: Cycle | None = None
 
-    cycle: Cycle  #: this call's facts (set by :meth:`BasePolicy.decide` before any hook runs)
+    @property
+    def cycle(self) -> Cycle:
+        """This call's facts (set by :meth:`BasePolicy.decide` before any hook runs; a
+        scratch made outside ``decide``, in a test, gets a cycle with fair share's filter)."""
+        if self._cycle is None:
+            self._cycle = Cycle(self.state.now, Tick(), self.state, self,
+                                (ENTITLEMENT,))
+        return self._cycle
 
-    def __getattr__(self, name: str) -> Cycle:
-        """A scratch made outside ``decide`` (a test) gets a cycle with fair share's filter
-        when first asked (a plain attribute after that: the hot path reads no property)."""
-        if name != "cycle":
-            raise AttributeError(name)
-        self.cycle = Cycle(self.state.now, Tick(), self.state, self, (ENTITLEMENT,))
-        return self.cycle
+    @cycle.setter
+    def cycle(self, cy: Cycle) -> None:
+        self._cycle = cy
 
     @property
     def fair(self) -> Entitled:
