@@ -325,8 +325,9 @@ class MisoPlus(Miso):
         burst the landing slots stay free; else the headroom for the next arrival, only
         where it restarts nobody more (never restart a job for an arrival that may not
         come)."""
-        ghosts = self.bursts.landing_slots(sc, g, jobs)  # a burst: slots that stay for the next
-        ghost = None if self.bursts.burst(sc) else self.economy.headroom(sc, g, jobs)
+        burst = self.bursts.burst(sc)  # (asked once: nothing between changes its inputs)
+        ghosts = self.bursts.landing_slots(sc, g, jobs) if burst else {}  # slots for the next
+        ghost = None if burst else self.economy.headroom(sc, g, jobs)
         plain = sol, dict(sol.assignment), None
         if ghost is None and not ghosts:
             return plain
@@ -359,8 +360,7 @@ class MisoPlus(Miso):
         """A plan's explanation: speeds and their uncertainty, throughput before and after,
         the restarts with the price each was charged (the one the plan was chosen with)."""
         thr = sum(speeds[j][pl.profile] for j, pl in assignment.items())
-        cur_thr = sum(speeds[j][pl.profile] for j, pl in current.items()
-                      if pl.profile in speeds[j])
+        cur_thr = sum(speeds[j][pl.profile] for j, pl in current.items() if pl.profile in speeds[j])
         restarted = [j for j in current if assignment.get(j) != current[j]]
         costs = {j: self.restarts.cost(j) for j in restarted}  # what the plan priced them at
         note = explain_plan(g, thr, cur_thr if current else None, restarted, horizon, costs)
