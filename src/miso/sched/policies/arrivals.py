@@ -23,9 +23,14 @@ class ArrivalClock:
         #: mean inter-arrival time of the window (None before two distinct arrivals), computed
         #: as each arrival is noted (the hottest question of miso+'s stages)
         self.gap: float | None = None
+        #: :meth:`offered_load`'s answers by its arguments since the last arrival (asked per
+        #: plan and per burst test, it changes only with an arrival; the default work only
+        #: counts while some job in the window declared none)
+        self.loads: dict[tuple[float, int], float | None] = {}
 
     def note(self, now: float, memory_gb: float, work_s: float | None = None) -> None:
         self.times.append(now)
+        self.loads.clear()
         a = self.times
         self.gap = (a[-1] - a[0]) / (len(a) - 1) if len(a) >= 2 and a[-1] > a[0] else None
         self.memory.append(memory_gb)
@@ -42,13 +47,13 @@ class ArrivalClock:
         from m arrivals (relative error ~ 1/sqrt(m)), so a few short gaps early on must not
         make a lightly loaded cluster look busy. ``default_work_s`` for a job that declared
         none. None before ``min_samples`` arrivals (a few gaps say little about the rate)."""
-        a = self.long
-        if len(a) < min_samples or a[-1] <= a[0]:
-            return None
-        gap = (a[-1] - a[0]) / (len(a) - 1)
-        w = [default_work_s if x is None else x for x in self.work] if self.undeclared \
-            else self.work  # the same floats, summed in the same order
-        return sum(w) / len(w) / gap * (1.0 - 1.0 / len(a) ** 0.5)  # type: ignore[arg-type]
+        a, key = self.long, (default_work_s if self.undeclared else 0.0, min_samples)
+        if key not in self.loads:  # (the mean gap inline: the same floats in the same order)
+            w = [default_work_s if x is None else x for x in self.work] if self.undeclared \
+                else self.work  # the same floats, summed in the same order
+            self.loads[key] = None if len(a) < min_samples or a[-1] <= a[0] else (  # type: ignore
+                sum(w) / len(w) / ((a[-1] - a[0]) / (len(a) - 1)) * (1.0 - 1.0 / len(a) ** 0.5))
+        return self.loads[key]
 
     def quiet(self, now: float) -> bool:
         """No job has arrived for ``quiet_gaps`` mean inter-arrival times (or none ever)."""

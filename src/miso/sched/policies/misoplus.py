@@ -222,8 +222,7 @@ class MisoPlus(Miso):
 
     def in_batch(self, sc: Scratch) -> bool:
         """A fixed mix: several jobs came, all at one instant (no arrival rate known)."""
-        return len(self.clock.times) >= 2 and self.clock.gap is None or \
-            self.bursts.burst(sc)
+        return len(self.clock.times) >= 2 and self.clock.gap is None or self.bursts.burst(sc)
 
     def arrival_within(self, sc: Scratch, seconds: float) -> bool:
         """A newcomer is expected on a given GPU within ``seconds`` (arrivals spread evenly
@@ -242,14 +241,14 @@ class MisoPlus(Miso):
         so far (a job so planned is one without an estimate); then the profile's estimate plugins
         (:mod:`~miso.sched.policies.estimates`; none shipped, issue 19's experiments are in
         :mod:`miso.sched.experiments`)."""
-        out = {}
+        out, est, known = {}, self.est, not self.estimator.needs_profile
         batch: bool | None = None  # in_batch() once per call: it cannot change meanwhile
         for j in jobs:
-            if j not in self.est and not self.estimator.needs_profile:
+            if known and j not in est:
                 # Estimates that need no profile (true speeds, a profile taken at submission)
                 # are known from the start: no prior.
                 self.est[j] = self.estimator.estimate(geom, [sc.state.jobs[j]])[j]
-            if j in self.est:  # a job that moved from another GPU model: its speeds here
+            if j in est:  # a job that moved from another GPU model: its speeds here
                 out[j] = self.est[j] = for_geometry(self.est[j], geom)
                 for p in self.estimates:
                     out[j] = p.known(self, sc, j, self.est[j], out[j])
@@ -329,8 +328,9 @@ class MisoPlus(Miso):
         burst the landing slots stay free; else the headroom for the next arrival, only
         where it restarts nobody more (never restart a job for an arrival that may not
         come)."""
-        ghosts = self.bursts.landing_slots(sc, g, jobs)  # a burst: slots that stay for the next
-        ghost = None if self.bursts.burst(sc) else self.economy.headroom(sc, g, jobs)
+        burst = self.bursts.burst(sc)  # (asked once: nothing between changes its inputs)
+        ghosts = self.bursts.landing_slots(sc, g, jobs) if burst else {}  # slots for the next
+        ghost = None if burst else self.economy.headroom(sc, g, jobs)
         plain = sol, dict(sol.assignment), None
         if ghost is None and not ghosts:
             return plain
@@ -363,8 +363,7 @@ class MisoPlus(Miso):
         """A plan's explanation: speeds and their uncertainty, throughput before and after,
         the restarts with the price each was charged (the one the plan was chosen with)."""
         thr = sum(speeds[j][pl.profile] for j, pl in assignment.items())
-        cur_thr = sum(speeds[j][pl.profile] for j, pl in current.items()
-                      if pl.profile in speeds[j])
+        cur_thr = sum(speeds[j][pl.profile] for j, pl in current.items() if pl.profile in speeds[j])
         restarted = [j for j in current if assignment.get(j) != current[j]]
         costs = {j: self.restarts.cost(j) for j in restarted}  # what the plan priced them at
         note = explain_plan(g, thr, cur_thr if current else None, restarted, horizon, costs)

@@ -121,14 +121,14 @@ class Rebalancing:
         jobs = sc.jobs_on(g)
         if len(jobs) < 2 or gs.busy:
             return None
-        pol = self.pol
-        pinned = pol.pinned(sc, jobs)
-        costs = pol.restarts.seen
+        pol, costs = self.pol, self.pol.restarts.seen
+        # the jobs of this ranking (measured or not) with an instance, pinned ones left out
+        cand = [j for j in jobs if (j in costs) == measured and j in gs.assignment]
+        pinned = pol.pinned(sc, cand) if cand else ()
         best: Donor | None = None
-        for j in jobs:
-            pl = gs.assignment.get(j)
-            c = costs.get(j)
-            if pl is None or j in pinned or (c is None) == measured:
+        for j in cand:
+            pl, c = gs.assignment[j], costs.get(j)
+            if j in pinned:
                 continue
             s = pol.speeds(gs.geom, sc, [j])[j].get(pl.profile, 1.0)
             w = pol.work.remaining(sc.state, j)
