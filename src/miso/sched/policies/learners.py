@@ -135,8 +135,6 @@ class RestartCosts:
         """The relaunched jobs that reported progress since the last call (the state tells
         of each report, :meth:`ClusterState.watch_progress`), in the order they were
         relaunched (so the costs are summed in that order); most calls, none."""
-        if st is self._state and not self.reported:
-            return []  # (most calls: no set swapped in)
         if st is not self._state:
             self._state = st
             st.watch_progress(self._note)
