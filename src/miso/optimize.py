@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from miso.mig.layouts import Geometry, Layout, Placement, enumerate_layouts
-from miso.optimtables import SmallTables, Tables, addable, build_tables, place
+from miso.optimtables import Rep, SmallTables, Tables, addable, build_tables, place
 
 MAX_SPEED = 1.5
 _NEG = -1e9
@@ -107,7 +107,10 @@ class PartitionOptimizer:
         self.profile_index = {n: i for i, n in enumerate(self.profile_names)}
         self.max_jobs = max((len(lay) for lay in enumerate_layouts(geom)), default=0)
         self._tables = {n: build_tables(geom, n) for n in range(1, self.max_jobs + 1)}
-        self._small = {n: SmallTables.of(self._tables[n]) for n in (1, 2) if n in self._tables}
+        self._small = {n: SmallTables.of(self._tables[n], self.profile_names)
+                       for n in (1, 2) if n in self._tables}
+        #: every placement's unit (the tables' shared numbering)
+        self._unit = self._tables[1].unit if self.max_jobs else {}
 
     # -- core ---------------------------------------------------------------------------
     def speed_matrix(self, jobs: Sequence[str], speeds: Mapping[str, Mapping[str, float]],
@@ -279,11 +282,11 @@ class PartitionOptimizer:
                         break
             if small is None:
                 score, a, lay = self._best_pair(t, jobs, vals, best_val - margin, cur, pen, pin)
+                placed = place(self.profile_names, t.arrangements[a], lay,
+                               [cur.get(j) for j in jobs])
             else:
-                score, a, lay = self._best_pair_small(t, small, jobs, vals, best_val - margin,
-                                                      cur, pen, pin)
-            placed = place(self.profile_names, t.arrangements[a], lay,
-                            [cur.get(j) for j in jobs])
+                score, a, lay, placed = self._best_pair_small(small, jobs, vals,
+                                                              best_val - margin, cur, pen, pin)
             assignment = dict(zip(jobs, placed, strict=True))
         same = [(j, assignment[j] == cur[j]) for j in cur]  # one Placement comparison each
         restarted = tuple(j for j, eq in same if not eq)
@@ -318,28 +321,45 @@ class PartitionOptimizer:
             mask &= t.arrangements[:, i] == p
         return np.where(mask, vals, _NEG)
 
-    def _best_pair_small(self, t: Tables, small: SmallTables, jobs: Sequence[str],
-                         vals: list[float], floor: float, cur: Mapping[str, Placement],
-                         pen: Mapping[str, float], pin: Mapping[str, Placement]
-                         ) -> tuple[float, int, Layout]:
-        """:meth:`_best_pair` on a small table's Python lists: the same candidate pairs in
-        the same order, scored by :func:`_best_of_few` (numpy's path past ``_FEW_PAIRS``)."""
-        cand = [p for a, v in enumerate(vals) if v >= floor for p in small.pairs_of[a]]
-        for pl in pin.values():
-            u = t.unit.get(pl)
-            cand = [] if u is None else [p for p in cand if u in small.has[p]]
-        if not cand:
+    def _best_pair_small(self, small: SmallTables, jobs: Sequence[str], vals: list[float],
+                         floor: float, cur: Mapping[str, Placement], pen: Mapping[str, float],
+                         pin: Mapping[str, Placement]
+                         ) -> tuple[float, int, Layout, tuple[Placement, ...]]:
+        """:meth:`_best_pair` on a small table's Python lists, and the jobs' instances: the
+        same candidate pairs in the same order, scored as :func:`_best_of_few` scores them,
+        but only the first of the pairs of an arrangement that keep and hold the same running
+        jobs' instances (:meth:`SmallTables.reps`): the others score the same and keep as
+        many, so the first of the best is among these."""
+        unit = self._unit
+        none = len(unit)
+        run = tuple([(i, unit.get(cur[j], none)) for i, j in enumerate(jobs) if j in cur])
+        reps = small.reps(run)
+        # per pinned job, its position among the running ones (a pair must hold its instance)
+        need = [k for k, (i, _) in enumerate(run) if jobs[i] in pin]
+        penv = [pen.get(j, 0.0) for j in jobs if j in cur] if pen else None
+        cands: list[tuple[float, int, Rep]] = []
+        for a, v in enumerate(vals):
+            if v < floor:
+                continue
+            for rep in reps[a]:
+                _, keep, held, _ = rep
+                if need and not all(held[k] for k in need):
+                    continue
+                if penv is None:
+                    cands.append((v - 0.0, sum(keep), rep))
+                    continue
+                cost = 0.0
+                for kp, pv in zip(keep, penv, strict=True):
+                    if not kp:
+                        cost += pv
+                cands.append((v - cost, sum(keep), rep))
+        if not cands:
             raise OptimizerError(f"no valid {self.geom.model.name} layout keeps the pinned "
                                  f"jobs {', '.join(sorted(pin))} on their instances")
-        if len(cand) > _FEW_SMALL:
-            return self._best_pair(t, jobs, np.array(vals, dtype=float), floor, cur, pen, pin)
-        run = [(i, t.unit.get(cur[j], len(t.unit))) for i, j in enumerate(jobs) if j in cur]
-        keeps = small.keeps
-        kept = [[keeps[p][i][u] for i, u in run] for p in cand]
-        penv = [pen.get(j, 0.0) for j in jobs if j in cur] if pen else None
-        k, score_k = _best_of_few([vals[small.pair_arr[p]] for p in cand], kept, penv)
-        w = cand[k]
-        return score_k, small.pair_arr[w], t.pair_layout[w]
+        top = max([c[0] for c in cands]) - 1e-9
+        most = max([c[1] for c in cands if c[0] >= top])
+        score, _, (w, _, _, placed) = next(c for c in cands if c[0] >= top and c[1] == most)
+        return score, small.pair_arr[w], small.pair_layout[w], placed
 
     def _best_pair(self, t: Tables, jobs: Sequence[str], vals: np.ndarray, floor: float,
                    cur: Mapping[str, Placement], pen: Mapping[str, float],
@@ -394,11 +414,6 @@ class PartitionOptimizer:
 #: Up to this many candidate pairs, :meth:`PartitionOptimizer._best_pair` scores them in plain
 #: Python (:func:`_best_of_few`): numpy's per-call overhead outweighs a few rows.
 _FEW_PAIRS = 16
-
-
-#: Up to this many candidate pairs of a small table (:class:`SmallTables`, lists already) are
-#: scored in Python: the numpy path would first build its arrays.
-_FEW_SMALL = 96
 
 
 def _best_of_few(vals: list[float], kept: list[list[bool]], penv: list[float] | None
