@@ -151,10 +151,11 @@ class PartitionOptimizer:
         """:meth:`solve_fresh`, remembered by its inputs when the optimizer has a memo (the
         answer, or the error raised, is the one a fresh solve gives)."""
         memo = self._memo
+        if memo is None:
+            return self.solve_fresh(speeds, current=current, objective=objective,
+                                    restart_penalty=restart_penalty, pinned=pinned, above=above)
         fresh = partial(self.solve_fresh, speeds, current=current, objective=objective,
                         restart_penalty=restart_penalty, pinned=pinned, above=above)
-        if memo is None:
-            return fresh()
         try:
             key = (tuple([(j, tuple(s.items())) for j, s in speeds.items()]),
                    # a Placement by its fields: its dataclass hash is a Python call
@@ -226,8 +227,8 @@ class PartitionOptimizer:
         vals: np.ndarray | list[float]
         if small is not None:  # one or two jobs: Python lists, numpy's values to the bit
             vals = small.values(rows)
-            a = max(range(len(vals)), key=vals.__getitem__)  # the first best, as argmax
-            best_val = vals[a]
+            best_val = max(vals)
+            a = vals.index(best_val)  # the first best, as argmax
         else:
             vals = np.add.reduce(np.array(rows, dtype=float).take(t.flat), axis=1)
             a = int(vals.argmax())
@@ -337,29 +338,32 @@ class PartitionOptimizer:
         # per pinned job, its position among the running ones (a pair must hold its instance)
         need = [k for k, (i, _) in enumerate(run) if jobs[i] in pin]
         penv = [pen.get(j, 0.0) for j in jobs if j in cur] if pen else None
-        cands: list[tuple[float, int, Rep]] = []
+        scores: list[float] = []
+        kept: list[int] = []
+        cands: list[Rep] = []
         for a, v in enumerate(vals):
             if v < floor:
                 continue
             for rep in reps[a]:
-                _, keep, held, _ = rep
-                if need and not all(held[k] for k in need):
-                    continue
-                if penv is None:
-                    cands.append((v - 0.0, sum(keep), rep))
+                keep = rep[1]
+                if need and not all(rep[2][k] for k in need):
                     continue
                 cost = 0.0
-                for kp, pv in zip(keep, penv, strict=True):
-                    if not kp:
-                        cost += pv
-                cands.append((v - cost, sum(keep), rep))
+                if penv is not None:
+                    for kp, pv in zip(keep, penv, strict=True):
+                        if not kp:
+                            cost += pv
+                scores.append(v - cost)
+                kept.append(rep[4])
+                cands.append(rep)
         if not cands:
             raise OptimizerError(f"no valid {self.geom.model.name} layout keeps the pinned "
                                  f"jobs {', '.join(sorted(pin))} on their instances")
-        top = max([c[0] for c in cands]) - 1e-9
-        most = max([c[1] for c in cands if c[0] >= top])
-        score, _, (w, _, _, placed) = next(c for c in cands if c[0] >= top and c[1] == most)
-        return score, small.pair_arr[w], small.pair_layout[w], placed
+        top = max(scores) - 1e-9
+        most = max([k for sc, k in zip(scores, kept, strict=True) if sc >= top])
+        i = next(i for i, sc in enumerate(scores) if sc >= top and kept[i] == most)
+        w, _, _, placed, _ = cands[i]
+        return scores[i], small.pair_arr[w], small.pair_layout[w], placed
 
     def _best_pair(self, t: Tables, jobs: Sequence[str], vals: np.ndarray, floor: float,
                    cur: Mapping[str, Placement], pen: Mapping[str, float],

@@ -98,8 +98,9 @@ def build_tables(geom: Geometry, n: int) -> Tables:
 
 #: One pair of a small table for a set of running jobs (:meth:`SmallTables.reps`): (pair,
 #: per running job whether it keeps its instance, per running job whether the pair's layout
-#: holds its instance, the instances of the jobs in job order).
-Rep = tuple[int, tuple[bool, ...], tuple[bool, ...], tuple[Placement, ...]]
+#: holds its instance, the instances of the jobs in job order, how many running jobs keep
+#: theirs).
+Rep = tuple[int, tuple[bool, ...], tuple[bool, ...], tuple[Placement, ...], int]
 
 
 @dataclass(frozen=True)
@@ -160,7 +161,8 @@ class SmallTables:
                     if (keep, held) not in seen:
                         seen.add((keep, held))
                         row.append((p, keep, held, place(self.names, self.arr[a],
-                                                         self.pair_layout[p], current)))
+                                                         self.pair_layout[p], current),
+                                    sum(keep)))
                 out.append(tuple(row))
             got = self._reps[run] = tuple(out)
         return got
