@@ -334,28 +334,39 @@ class PartitionOptimizer:
         unit = self._unit
         none = len(unit)
         run = tuple([(i, unit.get(cur[j], none)) for i, j in enumerate(jobs) if j in cur])
-        reps = small.reps(run)
+        reps = small.reps(run, bool(pin))
         # per pinned job, its position among the running ones (a pair must hold its instance)
         need = [k for k, (i, _) in enumerate(run) if jobs[i] in pin]
         penv = [pen.get(j, 0.0) for j in jobs if j in cur] if pen else None
         scores: list[float] = []
         kept: list[int] = []
         cands: list[Rep] = []
-        for a, v in enumerate(vals):
-            if v < floor:
-                continue
-            for rep in reps[a]:
-                keep = rep[1]
-                if need and not all(rep[2][k] for k in need):
+        if len(run) == 1 and not need:
+            # One running job: a pair that moves it costs 0.0 + its penalty (the sum below);
+            # one that keeps it costs 0.0 (v - 0.0 is v to the bit).
+            moved = 0.0 + penv[0] if penv is not None else 0.0
+            for a, v in enumerate(vals):
+                if v >= floor:
+                    for rep in reps[a]:
+                        scores.append(v if rep[4] else v - moved)
+                        kept.append(rep[4])
+                        cands.append(rep)
+        else:
+            for a, v in enumerate(vals):
+                if v < floor:
                     continue
-                cost = 0.0
-                if penv is not None:
-                    for kp, pv in zip(keep, penv, strict=True):
-                        if not kp:
-                            cost += pv
-                scores.append(v - cost)
-                kept.append(rep[4])
-                cands.append(rep)
+                for rep in reps[a]:
+                    keep = rep[1]
+                    if need and not all(rep[2][k] for k in need):
+                        continue
+                    cost = 0.0
+                    if penv is not None:
+                        for kp, pv in zip(keep, penv, strict=True):
+                            if not kp:
+                                cost += pv
+                    scores.append(v - cost)
+                    kept.append(rep[4])
+                    cands.append(rep)
         if not cands:
             raise OptimizerError(f"no valid {self.geom.model.name} layout keeps the pinned "
                                  f"jobs {', '.join(sorted(pin))} on their instances")

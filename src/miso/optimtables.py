@@ -117,8 +117,8 @@ class SmallTables:
     names: tuple[str, ...] = ()  # profile names (the arrangements' indexes)
     pair_layout: tuple[Layout, ...] = ()  # Tables.pair_layout
     units: tuple[Placement, ...] = ()  # placement by u (Tables.unit inverted)
-    _reps: dict[tuple[tuple[int, int], ...], tuple[tuple[Rep, ...], ...]] = field(
-        default_factory=dict, compare=False, repr=False)
+    _reps: dict[tuple[tuple[tuple[int, int], ...], bool], tuple[tuple[Rep, ...], ...]] = \
+        field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, t: Tables, names: Sequence[str] = ()) -> SmallTables:
@@ -139,13 +139,15 @@ class SmallTables:
         r0, r1 = rows
         return [r0[p] + r1[q] for p, q in self.arr]
 
-    def reps(self, run: tuple[tuple[int, int], ...]) -> tuple[tuple[Rep, ...], ...]:
+    def reps(self, run: tuple[tuple[int, int], ...], held: bool = True
+             ) -> tuple[tuple[Rep, ...], ...]:
         """Per arrangement, its pairs that differ for the running jobs ``run`` ((job index,
         u of its instance; ``len(units)``: one no layout holds)): of the pairs with the same
-        instances kept and held, only the first, which every rule that picks the first of
-        equals prefers (the others score the same and keep the same). Remembered per
-        ``run``; each with the jobs' instances (:func:`place`)."""
-        got = self._reps.get(run)
+        instances kept (and, with ``held``, held: pinned jobs need theirs held), only the
+        first, which every rule that picks the first of equals prefers (the others score the
+        same and keep the same). Remembered per ``run``; each with the jobs' instances
+        (:func:`place`)."""
+        got = self._reps.get((run, held))
         if got is None:
             n = len(self.arr[0]) if self.arr else 0
             current: list[Placement | None] = [None] * n
@@ -157,12 +159,12 @@ class SmallTables:
                 row = []
                 for p in prange:
                     keep = tuple(self.keeps[p][i][u] for i, u in run)
-                    held = tuple(u in self.has[p] for _, u in run)
-                    if (keep, held) not in seen:
-                        seen.add((keep, held))
-                        row.append((p, keep, held, place(self.names, self.arr[a],
-                                                         self.pair_layout[p], current),
+                    holds = tuple(u in self.has[p] for _, u in run)
+                    if (keep, holds if held else ()) not in seen:
+                        seen.add((keep, holds if held else ()))
+                        row.append((p, keep, holds, place(self.names, self.arr[a],
+                                                          self.pair_layout[p], current),
                                     sum(keep)))
                 out.append(tuple(row))
-            got = self._reps[run] = tuple(out)
+            got = self._reps[(run, held)] = tuple(out)
         return got
