@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from miso.mig.layouts import Geometry, Layout, Placement, enumerate_layouts
-from miso.optimtables import SmallTables, Tables, addable, build_tables, place
+from miso.optimtables import Rep, SmallTables, Tables, addable, build_tables, place
 
 MAX_SPEED = 1.5
 _NEG = -1e9
@@ -107,7 +107,10 @@ class PartitionOptimizer:
         self.profile_index = {n: i for i, n in enumerate(self.profile_names)}
         self.max_jobs = max((len(lay) for lay in enumerate_layouts(geom)), default=0)
         self._tables = {n: build_tables(geom, n) for n in range(1, self.max_jobs + 1)}
-        self._small = {n: SmallTables.of(self._tables[n]) for n in (1, 2) if n in self._tables}
+        self._small = {n: SmallTables.of(self._tables[n], self.profile_names)
+                       for n in (1, 2) if n in self._tables}
+        #: every placement's unit (the tables' shared numbering)
+        self._unit = self._tables[1].unit if self.max_jobs else {}
 
     # -- core ---------------------------------------------------------------------------
     def speed_matrix(self, jobs: Sequence[str], speeds: Mapping[str, Mapping[str, float]],
@@ -148,10 +151,11 @@ class PartitionOptimizer:
         """:meth:`solve_fresh`, remembered by its inputs when the optimizer has a memo (the
         answer, or the error raised, is the one a fresh solve gives)."""
         memo = self._memo
+        if memo is None:
+            return self.solve_fresh(speeds, current=current, objective=objective,
+                                    restart_penalty=restart_penalty, pinned=pinned, above=above)
         fresh = partial(self.solve_fresh, speeds, current=current, objective=objective,
                         restart_penalty=restart_penalty, pinned=pinned, above=above)
-        if memo is None:
-            return fresh()
         try:
             key = (tuple([(j, tuple(s.items())) for j, s in speeds.items()]),
                    # a Placement by its fields: its dataclass hash is a Python call
@@ -223,8 +227,8 @@ class PartitionOptimizer:
         vals: np.ndarray | list[float]
         if small is not None:  # one or two jobs: Python lists, numpy's values to the bit
             vals = small.values(rows)
-            a = max(range(len(vals)), key=vals.__getitem__)  # the first best, as argmax
-            best_val = vals[a]
+            best_val = max(vals)
+            a = vals.index(best_val)  # the first best, as argmax
         else:
             vals = np.add.reduce(np.array(rows, dtype=float).take(t.flat), axis=1)
             a = int(vals.argmax())
@@ -279,11 +283,11 @@ class PartitionOptimizer:
                         break
             if small is None:
                 score, a, lay = self._best_pair(t, jobs, vals, best_val - margin, cur, pen, pin)
+                placed = place(self.profile_names, t.arrangements[a], lay,
+                               [cur.get(j) for j in jobs])
             else:
-                score, a, lay = self._best_pair_small(t, small, jobs, vals, best_val - margin,
-                                                      cur, pen, pin)
-            placed = place(self.profile_names, t.arrangements[a], lay,
-                            [cur.get(j) for j in jobs])
+                score, a, lay, placed = self._best_pair_small(small, jobs, vals,
+                                                              best_val - margin, cur, pen, pin)
             assignment = dict(zip(jobs, placed, strict=True))
         same = [(j, assignment[j] == cur[j]) for j in cur]  # one Placement comparison each
         restarted = tuple(j for j, eq in same if not eq)
@@ -318,28 +322,59 @@ class PartitionOptimizer:
             mask &= t.arrangements[:, i] == p
         return np.where(mask, vals, _NEG)
 
-    def _best_pair_small(self, t: Tables, small: SmallTables, jobs: Sequence[str],
-                         vals: list[float], floor: float, cur: Mapping[str, Placement],
-                         pen: Mapping[str, float], pin: Mapping[str, Placement]
-                         ) -> tuple[float, int, Layout]:
-        """:meth:`_best_pair` on a small table's Python lists: the same candidate pairs in
-        the same order, scored by :func:`_best_of_few` (numpy's path past ``_FEW_PAIRS``)."""
-        cand = [p for a, v in enumerate(vals) if v >= floor for p in small.pairs_of[a]]
-        for pl in pin.values():
-            u = t.unit.get(pl)
-            cand = [] if u is None else [p for p in cand if u in small.has[p]]
-        if not cand:
+    def _best_pair_small(self, small: SmallTables, jobs: Sequence[str], vals: list[float],
+                         floor: float, cur: Mapping[str, Placement], pen: Mapping[str, float],
+                         pin: Mapping[str, Placement]
+                         ) -> tuple[float, int, Layout, tuple[Placement, ...]]:
+        """:meth:`_best_pair` on a small table's Python lists, and the jobs' instances: the
+        same candidate pairs in the same order, scored as :func:`_best_of_few` scores them,
+        but only the first of the pairs of an arrangement that keep and hold the same running
+        jobs' instances (:meth:`SmallTables.reps`): the others score the same and keep as
+        many, so the first of the best is among these."""
+        unit = self._unit
+        none = len(unit)
+        run = tuple([(i, unit.get(cur[j], none)) for i, j in enumerate(jobs) if j in cur])
+        reps = small.reps(run, bool(pin))
+        # per pinned job, its position among the running ones (a pair must hold its instance)
+        need = [k for k, (i, _) in enumerate(run) if jobs[i] in pin]
+        penv = [pen.get(j, 0.0) for j in jobs if j in cur] if pen else None
+        scores: list[float] = []
+        kept: list[int] = []
+        cands: list[Rep] = []
+        if len(run) == 1 and not need:
+            # One running job: a pair that moves it costs 0.0 + its penalty (the sum below);
+            # one that keeps it costs 0.0 (v - 0.0 is v to the bit).
+            moved = 0.0 + penv[0] if penv is not None else 0.0
+            for a, v in enumerate(vals):
+                if v >= floor:
+                    for rep in reps[a]:
+                        scores.append(v if rep[4] else v - moved)
+                        kept.append(rep[4])
+                        cands.append(rep)
+        else:
+            for a, v in enumerate(vals):
+                if v < floor:
+                    continue
+                for rep in reps[a]:
+                    keep = rep[1]
+                    if need and not all(rep[2][k] for k in need):
+                        continue
+                    cost = 0.0
+                    if penv is not None:
+                        for kp, pv in zip(keep, penv, strict=True):
+                            if not kp:
+                                cost += pv
+                    scores.append(v - cost)
+                    kept.append(rep[4])
+                    cands.append(rep)
+        if not cands:
             raise OptimizerError(f"no valid {self.geom.model.name} layout keeps the pinned "
                                  f"jobs {', '.join(sorted(pin))} on their instances")
-        if len(cand) > _FEW_SMALL:
-            return self._best_pair(t, jobs, np.array(vals, dtype=float), floor, cur, pen, pin)
-        run = [(i, t.unit.get(cur[j], len(t.unit))) for i, j in enumerate(jobs) if j in cur]
-        keeps = small.keeps
-        kept = [[keeps[p][i][u] for i, u in run] for p in cand]
-        penv = [pen.get(j, 0.0) for j in jobs if j in cur] if pen else None
-        k, score_k = _best_of_few([vals[small.pair_arr[p]] for p in cand], kept, penv)
-        w = cand[k]
-        return score_k, small.pair_arr[w], t.pair_layout[w]
+        top = max(scores) - 1e-9
+        most = max([k for sc, k in zip(scores, kept, strict=True) if sc >= top])
+        i = next(i for i, sc in enumerate(scores) if sc >= top and kept[i] == most)
+        w, _, _, placed, _ = cands[i]
+        return scores[i], small.pair_arr[w], small.pair_layout[w], placed
 
     def _best_pair(self, t: Tables, jobs: Sequence[str], vals: np.ndarray, floor: float,
                    cur: Mapping[str, Placement], pen: Mapping[str, float],
@@ -394,11 +429,6 @@ class PartitionOptimizer:
 #: Up to this many candidate pairs, :meth:`PartitionOptimizer._best_pair` scores them in plain
 #: Python (:func:`_best_of_few`): numpy's per-call overhead outweighs a few rows.
 _FEW_PAIRS = 16
-
-
-#: Up to this many candidate pairs of a small table (:class:`SmallTables`, lists already) are
-#: scored in Python: the numpy path would first build its arrays.
-_FEW_SMALL = 96
 
 
 def _best_of_few(vals: list[float], kept: list[list[bool]], penv: list[float] | None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 
 import numpy as np
@@ -96,6 +96,13 @@ def build_tables(geom: Geometry, n: int) -> Tables:
                    flat, pa, pair_layout, has, keeps, unit)
 
 
+#: One pair of a small table for a set of running jobs (:meth:`SmallTables.reps`): (pair,
+#: per running job whether it keeps its instance, per running job whether the pair's layout
+#: holds its instance, the instances of the jobs in job order, how many running jobs keep
+#: theirs).
+Rep = tuple[int, tuple[bool, ...], tuple[bool, ...], tuple[Placement, ...], int]
+
+
 @dataclass(frozen=True)
 class SmallTables:
     """A table of one or two jobs as Python lists: there a solve's numpy calls cost more than
@@ -107,16 +114,22 @@ class SmallTables:
     pair_arr: tuple[int, ...]  # per pair, its arrangement
     has: tuple[frozenset[int], ...]  # per pair, the placements u its layout holds
     keeps: list[list[list[bool]]]  # Tables.pair_keeps as lists
+    names: tuple[str, ...] = ()  # profile names (the arrangements' indexes)
+    pair_layout: tuple[Layout, ...] = ()  # Tables.pair_layout
+    units: tuple[Placement, ...] = ()  # placement by u (Tables.unit inverted)
+    _reps: dict[tuple[tuple[tuple[int, int], ...], bool], tuple[tuple[Rep, ...], ...]] = \
+        field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def of(cls, t: Tables) -> SmallTables:
+    def of(cls, t: Tables, names: Sequence[str] = ()) -> SmallTables:
         pa = [int(a) for a in t.pair_arr]
         first = {a: pa.index(a) for a in set(pa)}
         return cls(tuple(tuple(int(x) for x in row) for row in t.arrangements),
                    tuple(range(first[a], first[a] + pa.count(a))
                          for a in range(len(t.arrangements))),
                    tuple(pa), tuple(frozenset(int(u) for u in row.nonzero()[0])
-                                    for row in t.pair_has), t.pair_keeps.tolist())
+                                    for row in t.pair_has), t.pair_keeps.tolist(),
+                   tuple(names), t.pair_layout, tuple(t.unit))
 
     def values(self, rows: list[list[float]]) -> list[float]:
         """Each arrangement's sum of speeds (``rows``: :meth:`PartitionOptimizer.speed_rows`)."""
@@ -125,3 +138,33 @@ class SmallTables:
             return [r[p] for p, in self.arr]
         r0, r1 = rows
         return [r0[p] + r1[q] for p, q in self.arr]
+
+    def reps(self, run: tuple[tuple[int, int], ...], held: bool = True
+             ) -> tuple[tuple[Rep, ...], ...]:
+        """Per arrangement, its pairs that differ for the running jobs ``run`` ((job index,
+        u of its instance; ``len(units)``: one no layout holds)): of the pairs with the same
+        instances kept (and, with ``held``, held: pinned jobs need theirs held), only the
+        first, which every rule that picks the first of equals prefers (the others score the
+        same and keep the same). Remembered per ``run``; each with the jobs' instances
+        (:func:`place`)."""
+        got = self._reps.get((run, held))
+        if got is None:
+            n = len(self.arr[0]) if self.arr else 0
+            current: list[Placement | None] = [None] * n
+            for i, u in run:
+                current[i] = self.units[u] if u < len(self.units) else None
+            out = []
+            for a, prange in enumerate(self.pairs_of):
+                seen: set[tuple[tuple[bool, ...], tuple[bool, ...]]] = set()
+                row = []
+                for p in prange:
+                    keep = tuple(self.keeps[p][i][u] for i, u in run)
+                    holds = tuple(u in self.has[p] for _, u in run)
+                    if (keep, holds if held else ()) not in seen:
+                        seen.add((keep, holds if held else ()))
+                        row.append((p, keep, holds, place(self.names, self.arr[a],
+                                                          self.pair_layout[p], current),
+                                    sum(keep)))
+                out.append(tuple(row))
+            got = self._reps[(run, held)] = tuple(out)
+        return got

@@ -84,17 +84,30 @@ class Miso(BasePolicy):
         # (jobs, geometry, fitting profiles of a newcomer the mix admits).
         self.occ: Occupancy[Scratch] = Occupancy(self._occ_key, self._occ_tags)
         self._geoms: dict[Geometry, None] = {}
+        #: per GPU, the last key and what it was computed from (:meth:`_occ_key`)
+        self._keys: dict[str, tuple[object, list[str], int, Hashable | None]] = {}
+        #: per (memory, workload, geometries seen) the tags by count (:meth:`_tags_by_count`)
+        self._tag_lists: dict[tuple[object, ...], list[tuple[int, list[Hashable]]]] = {}
 
     # -- placement ------------------------------------------------------------------------
     def _occ_key(self, sc: Scratch, g: str) -> Hashable | None:
-        geom = sc.state.gpus[g].geom
-        self._geoms[geom] = None
+        st = sc.state
+        gs = st.gpus[g]
         jobs = sc.jobs_on(g)
+        replicas = len(st.services.by_gpu.get(g, ()))  # service replicas crowd it like jobs
+        # The key is a function of the GPU (its geometry), its jobs (their memory: fixed per
+        # job) and its replicas: a GPU re-keyed with the same ones (its plan or layout changed,
+        # or it was touched twice) gets its last key without recomputing the signature.
+        last = self._keys.get(g)
+        if last is not None and last[0] is gs and last[1] == jobs and last[2] == replicas:
+            return last[3]
+        geom = gs.geom
+        self._geoms[geom] = None
         n = len(jobs)
-        if n >= min(self.max_jobs, geom.model.max_instances):
-            return None
-        n += len(sc.state.services.by_gpu.get(g, ()))  # service replicas crowd it like jobs
-        return (n, geom, signature(geom, [sc.state.jobs[j].spec.memory_gb for j in jobs]))
+        key = None if n >= min(self.max_jobs, geom.model.max_instances) else (
+            n + replicas, geom, signature(geom, [st.jobs[j].spec.memory_gb for j in jobs]))
+        self._keys[g] = (gs, jobs, replicas, key)
+        return key
 
     @staticmethod
     def _occ_tags(cls: Hashable) -> list[Hashable]:
@@ -126,19 +139,29 @@ class Miso(BasePolicy):
                 return n, g
         return None
 
-    def _tags_by_count(self, sc: Scratch, job: str) -> Iterator[tuple[int, list[Hashable]]]:
+    def _tags_by_count(self, sc: Scratch, job: str) -> list[tuple[int, list[Hashable]]]:
+        """Per resident count, least first, the tags of the classes that admit ``job``: a
+        function of its memory, its workload (the model order) and the geometries seen so
+        far, so remembered by them (the GPU order is the index's)."""
         spec = sc.state.jobs[job].spec
-        mem = spec.memory_gb
+        key = (spec.memory_gb, spec.workload, len(self._geoms))
+        got = self._tag_lists.get(key)
+        if got is None:
+            if len(self._tag_lists) >= 4096:  # many distinct memories: start afresh
+                self._tag_lists.clear()
+            got = self._tag_lists[key] = self._count_tags(spec.memory_gb, spec.workload)
+        return got
+
+    def _count_tags(self, mem: float, workload: str | None) -> list[tuple[int, list[Hashable]]]:
+        multi = self.model_aware and len({g.model.name for g in self._geoms}) > 1
         fits = [(geom, fitting_profiles(geom, mem)) for geom in self._geoms]
-        if self.model_aware and len({g.model.name for g in self._geoms}) > 1:
-            rank = {g: i for i, g in enumerate(model_order(spec.workload, list(self._geoms)))}
+        top = max((g.model.max_instances for g in self._geoms), default=0)
+        if multi:
+            rank = {g: i for i, g in enumerate(model_order(workload, list(self._geoms)))}
             fits.sort(key=lambda x: rank[x[0]])
-            for n in range(max((g.model.max_instances for g in self._geoms), default=0)):
-                for geom, f in fits:  # at each crowding, the job's best model first
-                    yield n, [(n, geom, f)]
-            return
-        for n in range(max((g.model.max_instances for g in self._geoms), default=0)):
-            yield n, [(n, geom, f) for geom, f in fits]
+            # at each crowding, the job's best model first
+            return [(n, [(n, geom, f)]) for n in range(top) for geom, f in fits]
+        return [(n, [(n, geom, f) for geom, f in fits]) for n in range(top)]
 
     def has_room(self, sc: Scratch, job: str) -> bool:
         """Whether some GPU could take ``job`` now (fair share's reclaim asks first)."""
