@@ -24,6 +24,7 @@ LAYERS: dict[str, int] = {
     "replicasolve": 3,             # the optimizer beside pinned service replicas
     "optimtables": 3,              # its per-geometry tables
     "optimfeasible": 3,            # its feasibility answers, remembered by structure
+    "optimpairs": 3,               # its last step: the layout that keeps most jobs, restarts priced
     "bruteforce": 3,               # its naive reference solver
     "predict": 4,                  # the MPS -> MIG predictor
     "serving": 4,                  # inference: catalogue, replica queue, traces, the router

@@ -209,7 +209,7 @@ def test_the_memo_answers_as_a_fresh_solve(model):
 def test_few_pairs_scored_in_python_as_numpy_scores_them(model, monkeypatch):
     """A few candidate pairs are scored in plain Python; the answer is the vectorised one to
     the last bit (objective, layout, assignment)."""
-    import miso.optimize as optimize_module
+    import miso.optimpairs as optimpairs_module
 
     @settings(max_examples=150, deadline=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow])
@@ -220,7 +220,7 @@ def test_few_pairs_scored_in_python_as_numpy_scores_them(model, monkeypatch):
         kw = {"current": current, "objective": "restart-aware", "restart_penalty": pen}
         got = []
         for few in (16, -1):  # -1: every case vectorised
-            monkeypatch.setattr(optimize_module, "_FEW_PAIRS", few)
+            monkeypatch.setattr(optimpairs_module, "FEW_PAIRS", few)
             try:
                 sol = optimizer_for(g).solve(speeds, **kw)
                 got.append((repr(sol.objective), sol.layout, sol.assignment))

@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 
 from miso.mig.layouts import Geometry, Layout, Placement, enumerate_layouts
-from miso.optimtables import Rep, SmallTables, Tables, addable, build_tables, place
+from miso.optimpairs import best_pair, best_pair_small
+from miso.optimtables import SmallTables, Tables, addable, build_tables
 
 MAX_SPEED = 1.5
 _NEG = -1e9
@@ -281,13 +282,13 @@ class PartitionOptimizer:
                     if any(pin_set <= set(lay) for lay in t.multiset_layouts[t.arr_multiset[a]]):
                         best_val = float(vals[a])
                         break
-            if small is None:
-                score, a, lay = self._best_pair(t, jobs, vals, best_val - margin, cur, pen, pin)
-                placed = place(self.profile_names, t.arrangements[a], lay,
-                               [cur.get(j) for j in jobs])
-            else:
-                score, a, lay, placed = self._best_pair_small(small, jobs, vals,
-                                                              best_val - margin, cur, pen, pin)
+            pick = best_pair(t, self.profile_names, jobs, vals, best_val - margin, cur, pen,
+                             pin) if small is None else \
+                best_pair_small(small, self._unit, jobs, vals, best_val - margin, cur, pen, pin)
+            if pick is None:
+                raise OptimizerError(f"no valid {self.geom.model.name} layout keeps the pinned "
+                                     f"jobs {', '.join(sorted(pin))} on their instances")
+            score, a, lay, placed = pick
             assignment = dict(zip(jobs, placed, strict=True))
         same = [(j, assignment[j] == cur[j]) for j in cur]  # one Placement comparison each
         restarted = tuple(j for j, eq in same if not eq)
@@ -322,139 +323,12 @@ class PartitionOptimizer:
             mask &= t.arrangements[:, i] == p
         return np.where(mask, vals, _NEG)
 
-    def _best_pair_small(self, small: SmallTables, jobs: Sequence[str], vals: list[float],
-                         floor: float, cur: Mapping[str, Placement], pen: Mapping[str, float],
-                         pin: Mapping[str, Placement]
-                         ) -> tuple[float, int, Layout, tuple[Placement, ...]]:
-        """:meth:`_best_pair` on a small table's Python lists, and the jobs' instances: the
-        same candidate pairs in the same order, scored as :func:`_best_of_few` scores them,
-        but only the first of the pairs of an arrangement that keep and hold the same running
-        jobs' instances (:meth:`SmallTables.reps`): the others score the same and keep as
-        many, so the first of the best is among these."""
-        unit = self._unit
-        none = len(unit)
-        run = tuple([(i, unit.get(cur[j], none)) for i, j in enumerate(jobs) if j in cur])
-        reps = small.reps(run, bool(pin))
-        # per pinned job, its position among the running ones (a pair must hold its instance)
-        need = [k for k, (i, _) in enumerate(run) if jobs[i] in pin]
-        penv = [pen.get(j, 0.0) for j in jobs if j in cur] if pen else None
-        scores: list[float] = []
-        kept: list[int] = []
-        cands: list[Rep] = []
-        if len(run) == 1 and not need:
-            # One running job: a pair that moves it costs 0.0 + its penalty (the sum below);
-            # one that keeps it costs 0.0 (v - 0.0 is v to the bit).
-            moved = 0.0 + penv[0] if penv is not None else 0.0
-            for a, v in enumerate(vals):
-                if v >= floor:
-                    for rep in reps[a]:
-                        scores.append(v if rep[4] else v - moved)
-                        kept.append(rep[4])
-                        cands.append(rep)
-        else:
-            for a, v in enumerate(vals):
-                if v < floor:
-                    continue
-                for rep in reps[a]:
-                    keep = rep[1]
-                    if need and not all(rep[2][k] for k in need):
-                        continue
-                    cost = 0.0
-                    if penv is not None:
-                        for kp, pv in zip(keep, penv, strict=True):
-                            if not kp:
-                                cost += pv
-                    scores.append(v - cost)
-                    kept.append(rep[4])
-                    cands.append(rep)
-        if not cands:
-            raise OptimizerError(f"no valid {self.geom.model.name} layout keeps the pinned "
-                                 f"jobs {', '.join(sorted(pin))} on their instances")
-        top = max(scores) - 1e-9
-        most = max([k for sc, k in zip(scores, kept, strict=True) if sc >= top])
-        i = next(i for i, sc in enumerate(scores) if sc >= top and kept[i] == most)
-        w, _, _, placed, _ = cands[i]
-        return scores[i], small.pair_arr[w], small.pair_layout[w], placed
-
-    def _best_pair(self, t: Tables, jobs: Sequence[str], vals: np.ndarray, floor: float,
-                   cur: Mapping[str, Placement], pen: Mapping[str, float],
-                   pin: Mapping[str, Placement]) -> tuple[float, int, Layout]:
-        """The best (arrangement, layout) pair with a value of at least ``floor``: value minus
-        the penalties of the jobs it moves; among (near-)equal scores the one that keeps most
-        jobs, then the first in canonical order. Vectorised over the pairs."""
-        pa = t.pair_arr
-        ok = vals[pa] >= floor
-        for pl in pin.values():
-            u = t.unit.get(pl)
-            if u is None:
-                ok[:] = False
-            else:
-                ok &= t.pair_has[:, u]
-        idx = ok.nonzero()[0]  # ok is 1-D: flatnonzero without its ravel
-        if not idx.size:
-            raise OptimizerError(f"no valid {self.geom.model.name} layout keeps the pinned "
-                                 f"jobs {', '.join(sorted(pin))} on their instances")
-        # kept[:, k]: the k-th running job keeps its instance (in the pair's layout, same
-        # profile).
-        run = [(i, t.unit.get(cur[j], len(t.unit))) for i, j in enumerate(jobs) if j in cur]
-        kept = t.pair_keeps[idx[:, None], [i for i, _ in run], [u for _, u in run]]
-        if idx.size <= _FEW_PAIRS:
-            penv = [pen.get(j, 0.0) for j in jobs if j in cur] if pen else None
-            k, score_k = _best_of_few(vals[pa[idx]].tolist(), kept.tolist(), penv)
-            w = int(idx[k])
-            return score_k, int(pa[w]), t.pair_layout[w]
-        n_kept = np.add.reduce(kept, axis=1)
-        # Penalties of the moved jobs, added one job at a time in order (the scalar loop's sums;
-        # pinned jobs add an exact 0.0).
-        if pen:
-            penv = [pen.get(j, 0.0) for j in jobs if j in cur]
-            cost = np.where(kept, 0.0, penv).cumsum(axis=1)[:, -1]
-        else:
-            cost = np.zeros(idx.size)
-        score = vals[pa[idx]] - cost
-        top = score.max()
-        near = score >= top - 1e-9
-        best = np.flatnonzero(near & (n_kept == n_kept[near].max()))[0]
-        w = int(idx[best])
-        return float(score[best]), int(pa[w]), t.pair_layout[w]
-
     def _infeasible_reason(self, jobs: Sequence[str], w: np.ndarray) -> str:
         for i, j in enumerate(jobs):
             if np.all(w[i] <= _NEG / 2):
                 return f"job {j} fits no MIG profile of {self.geom.model.name}"
         return (f"no valid {self.geom.model.name} layout holds these {len(jobs)} jobs with one "
                 f"instance each (memory limits leave too few fitting slices)")
-
-
-#: Up to this many candidate pairs, :meth:`PartitionOptimizer._best_pair` scores them in plain
-#: Python (:func:`_best_of_few`): numpy's per-call overhead outweighs a few rows.
-_FEW_PAIRS = 16
-
-
-def _best_of_few(vals: list[float], kept: list[list[bool]], penv: list[float] | None
-                 ) -> tuple[int, float]:
-    """(position, score) of the best of a few candidate pairs, exactly as the vectorised
-    :meth:`PartitionOptimizer._best_pair` picks it: score = value minus the penalties of the
-    running jobs it moves, added one job at a time in order (numpy's ``cumsum``: the exact
-    0.0 it adds for a kept job is left out, which changes no sum); among the scores within
-    1e-9 of the top, the most jobs kept, then the first."""
-    if penv is None:
-        scores = [v - 0.0 for v in vals]
-    else:
-        scores = []
-        for v, row in zip(vals, kept, strict=True):
-            cost = 0.0
-            for keep, pv in zip(row, penv, strict=True):
-                if not keep:
-                    cost += pv
-            scores.append(v - cost)
-    floor = max(scores) - 1e-9
-    near = [i for i, sc in enumerate(scores) if sc >= floor]
-    most = max(sum(kept[i]) for i in near)
-    best = next(i for i in near if sum(kept[i]) == most)
-    return best, scores[best]
-
-
 
 
 @cache
