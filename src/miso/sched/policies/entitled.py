@@ -42,6 +42,7 @@ class Entitled:
         self._floors: dict[tuple[Geometry, str, float, float, float, float],
                            frozenset[str] | None] = {}
         self._parts: dict[str, float] = {}   # owner -> its weighted part (GPUs), this call
+        self._raisers: tuple[FairSliceFloor, ...] | None = None   # this call's (:meth:`raisers`)
 
     def entitlements(self) -> dict[str, float]:
         """GPUs each owner with active jobs is entitled to, as the call began."""
@@ -88,15 +89,14 @@ class Entitled:
             frac = max(frac, fair_fraction(own, mean, per_job), kept, first)
         got = owed_profiles(geom, frac)
         if got is not None and raise_for is not None:
-            for plugin in self._floor_plugins():
+            for plugin in self.raisers():
                 got = plugin.owed(geom, got, *raise_for)
         self._floors[key] = got
         return got
 
     def _floor_job(self, job: str | None) -> tuple[float, str | None] | None:
-        """``job``'s (memory, workload) when fair-slice plugins may raise its fair slice: a
-        stated price, plugins in the profile, packing pressure (:meth:`_no_queue`) and a
-        running job; else None.
+        """``job``'s (memory, workload) when fair-slice plugins may raise its fair slice
+        (:meth:`raisers`, this call) and it runs; else None.
 
         Only a running job: its raised slice is what the next re-plan grows it to in place,
         never a size a queued job must wait for. Owed at placement too, the three raises of
@@ -104,16 +104,29 @@ class Entitled:
         moved its price +1.51 -> +4.06 % (target 3 %); running only, +1.22 %, and the two
         owners 80/20 at 1.6x the cluster keep the gain (seeds 1-3: light owner 1.285 / 1.253
         / 1.297 at +3.98 / +0.48 / +3.71 %; benchmarks/history/2026-12-03-h13-fair.md)."""
-        if job is None or not self._floor_plugins():
+        if job is None or not self.raisers():
             return None
         st = self.sc.state
-        ten = st.tenancy
-        assert ten is not None
-        if (ten.config.fairness_price is None or st.jobs[job].status.value != "running"
-                or not self._no_queue()):
+        if st.jobs[job].status.value != "running":
             return None
         spec = st.jobs[job].spec
         return spec.memory_gb, spec.workload
+
+    def raisers(self) -> tuple[FairSliceFloor, ...]:
+        """The fair-slice plugins that raise a running job's fair slice in this call: those of
+        the cycle's entitlement filter (its ``floors``;
+        :class:`~miso.sched.policies.framework.Entitlement`, :mod:`miso.sched.fairspeed`),
+        with a stated price and packing pressure, not a queue (:meth:`_no_queue`); none
+        otherwise. Constants of one call (its budget is planned once, by
+        :meth:`entitlements`), so worked out once, not per fair slice asked."""
+        if self._raisers is None:
+            self.entitlements()             # plans this call's budget
+            ten = self.sc.state.tenancy
+            assert ten is not None
+            plugins = tuple(p for f in self.sc.cycle.filters for p in getattr(f, "floors", ()))
+            acts = bool(plugins) and ten.config.fairness_price is not None and self._no_queue()
+            self._raisers = plugins if acts else ()
+        return self._raisers
 
     def _no_queue(self) -> bool:
         """With a stated price, the backlog is packing pressure, not a queue (the packed
@@ -128,12 +141,6 @@ class Entitled:
         full = geom.model.full_profile().compute_slices
         smallest = min(p.compute_slices for p in geom.profiles) / full
         return packed_share(b.pressure) > smallest * QUEUE_MARGIN + 1e-12
-
-    def _floor_plugins(self) -> tuple[FairSliceFloor, ...]:
-        """The fair-slice plugins of this cycle's entitlement filter (its ``floors``;
-        :class:`~miso.sched.policies.framework.Entitlement`): they raise the sizes a job is
-        owed, with a stated price (:mod:`miso.sched.fairspeed`)."""
-        return tuple(p for f in self.sc.cycle.filters for p in getattr(f, "floors", ()))
 
     def _first_of(self, geom: Geometry, owner: str, job: str | None) -> float:
         """:meth:`first` for ``job`` (0 for none); a whole GPU when it runs on one, runs long
