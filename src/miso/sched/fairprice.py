@@ -119,6 +119,7 @@ class FairBudget:
     price: float          # the price the operator stated
     up: float = 0.0       # the next profile size above ``cap`` (0: none)
     share: float = 0.0    # the part of the jobs whose cap is ``up`` (what is left of the price)
+    smallest: float = 0.0  # the smallest profile size planned with (packing's least share)
 
     @property
     def mean(self) -> float:
@@ -162,7 +163,7 @@ def fair_cap(price: float, pressure: float, sizes: Sequence[float]) -> FairBudge
     size. Not backlogged: the whole GPU."""
     ordered = sorted(sizes)
     if pressure <= NO_BACKLOG:
-        return FairBudget(pressure, False, 1.0, 0.0, price)
+        return FairBudget(pressure, False, 1.0, 0.0, price, smallest=ordered[0])
     smallest = ordered[0]
     cap, est, up, e_up = smallest, 0.0, 0.0, 0.0
     for c in ordered[1:]:
@@ -178,7 +179,7 @@ def fair_cap(price: float, pressure: float, sizes: Sequence[float]) -> FairBudge
     if up and e_up > est and packed_share(pressure) <= smallest + 1e-12:
         share = min(1.0, max(0.0, (price - est) / (e_up - est)))
         est += share * (e_up - est)
-    return FairBudget(pressure, True, cap, est, price, up, share)
+    return FairBudget(pressure, True, cap, est, price, up, share, smallest)
 
 
 def fair_fraction(own: float, mean: float, per_job: float) -> float:

@@ -39,7 +39,8 @@ class Entitled:
         self.fits = fits                  # profiles with enough memory for a job
         self._ents: dict[str, float] | None = None
         self._active: dict[str, int] = {}
-        self._floors: dict[tuple[Geometry, str, float, float, float, float],
+        self._floors: dict[tuple[Geometry, str, float, float, float, float,
+                                 tuple[float, str | None] | None],
                            frozenset[str] | None] = {}
         self._parts: dict[str, float] = {}   # owner -> its weighted part (GPUs), this call
         self._raisers: tuple[FairSliceFloor, ...] | None = None   # this call's (:meth:`raisers`)
@@ -130,17 +131,15 @@ class Entitled:
 
     def _no_queue(self) -> bool:
         """With a stated price, the backlog is packing pressure, not a queue (the packed
-        share is above the smallest slice: :func:`~miso.sched.fairprice.fair_cap`): only then
-        do the fair-slice plugins raise a job's fair slice."""
+        share is above the smallest slice the budget was planned with:
+        :func:`~miso.sched.fairprice.fair_cap`): only then do the fair-slice plugins raise a
+        job's fair slice."""
         ten = self.sc.state.tenancy
         assert ten is not None
         b = ten.slices.budget
         if b is None or not self.sc.state.gpus:
             return False
-        geom = next(iter(self.sc.state.gpus.values())).geom
-        full = geom.model.full_profile().compute_slices
-        smallest = min(p.compute_slices for p in geom.profiles) / full
-        return packed_share(b.pressure) > smallest * QUEUE_MARGIN + 1e-12
+        return packed_share(b.pressure) > b.smallest * QUEUE_MARGIN + 1e-12
 
     def _first_of(self, geom: Geometry, owner: str, job: str | None) -> float:
         """:meth:`first` for ``job`` (0 for none); a whole GPU when it runs on one, runs long
